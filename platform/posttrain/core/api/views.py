@@ -1,0 +1,36 @@
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from posttrain.core.selectors import system_health
+
+_dependency = inline_serializer(
+    "DependencyStatus",
+    fields={"ok": serializers.BooleanField(), "latency_ms": serializers.FloatField(), "detail": serializers.CharField()},
+)
+
+
+@extend_schema(
+    summary="Reachability of the database, the Celery broker and Ray",
+    responses={
+        (200, "application/json"): inline_serializer(
+            "Health",
+            fields={
+                "status": serializers.ChoiceField(choices=["ok", "degraded"]),
+                "checks": inline_serializer(
+                    "HealthChecks", fields={"database": _dependency, "broker": _dependency, "ray": _dependency}
+                ),
+            },
+        )
+    },
+)
+@api_view(["GET"])
+@authentication_classes([])
+@permission_classes([AllowAny])
+def health(request: Request) -> Response:
+    """200 when every dependency answers, 503 otherwise (load balancers read the code)."""
+    report = system_health()
+    return Response(report.as_dict(), status=200 if report.ok else 503)

@@ -1,0 +1,83 @@
+"""Reads of the core app: the health of the servers the platform depends on.
+
+The web process never imports ray: Ray is checked over its HTTP Jobs/dashboard API.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+
+from django.conf import settings
+from django.db import connection
+from kombu import Connection
+
+
+@dataclass(frozen=True)
+class DependencyStatus:
+    ok: bool
+    latency_ms: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    database: DependencyStatus
+    broker: DependencyStatus
+    ray: DependencyStatus
+
+    @property
+    def ok(self) -> bool:
+        return self.database.ok and self.broker.ok and self.ray.ok
+
+    def as_dict(self) -> dict:
+        return {
+            "status": "ok" if self.ok else "degraded",
+            "checks": {
+                "database": asdict(self.database),
+                "broker": asdict(self.broker),
+                "ray": asdict(self.ray),
+            },
+        }
+
+
+def _timed(check) -> DependencyStatus:
+    started = time.perf_counter()
+    try:
+        detail = check()
+        ok = True
+    except Exception as exc:  # any failure is a finding to report, not an error of this endpoint
+        detail = f"{type(exc).__name__}: {exc}"[:300]
+        ok = False
+    return DependencyStatus(ok=ok, latency_ms=round((time.perf_counter() - started) * 1000, 1), detail=detail)
+
+
+def _check_database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return connection.vendor
+
+
+def _check_broker() -> str:
+    url = settings.CELERY_BROKER_URL
+    timeout = settings.HEALTH_CHECK_TIMEOUT_S
+    with Connection(url, connect_timeout=timeout, transport_options={"socket_timeout": timeout}) as conn:
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
+        return conn.as_uri()  # masks any password
+
+
+def _check_ray() -> str:
+    address = settings.RAY_ADDRESS.rstrip("/")
+    if not address.startswith(("http://", "https://")):
+        raise ValueError(f"RAY_ADDRESS must be the Ray dashboard URL (http://host:8265), got {address!r}")
+    with urllib.request.urlopen(f"{address}/api/version", timeout=settings.HEALTH_CHECK_TIMEOUT_S) as response:
+        version = json.load(response)
+    return f"ray {version.get('ray_version', '?')}"
+
+
+def system_health() -> HealthReport:
+    return HealthReport(database=_timed(_check_database), broker=_timed(_check_broker), ray=_timed(_check_ray))

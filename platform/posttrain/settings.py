@@ -1,0 +1,179 @@
+"""Posttrain settings: everything comes from the environment, with embedded defaults.
+
+Embedded defaults need no server at all: SQLite, a Celery broker on SQLite (kombu's SQLAlchemy
+transport), in-process pub/sub, and a local Ray head. Real servers are used when configured:
+
+    DATABASE_URL       postgres://user@host:5432/db       (default: SQLite in POSTTRAIN_HOME)
+    CELERY_BROKER_URL  redis://127.0.0.1:6379/0           (default: REDIS_URL, else SQLite broker)
+    REDIS_URL          redis://127.0.0.1:6379/0           (live pub/sub; default: in-process)
+    RAY_ADDRESS        http://127.0.0.1:8265              (Ray Jobs API / dashboard of the cluster)
+    POSTTRAIN_HOME     folder for local state              (default: <repo>/var)
+    POSTTRAIN_DEBUG    1 to turn DEBUG on                  (default: off)
+    POSTTRAIN_SECRET_KEY                                   (default: a random key kept in POSTTRAIN_HOME)
+    POSTTRAIN_ALLOWED_HOSTS  comma-separated              (default: localhost,127.0.0.1)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STATE_DIR = Path(os.environ.get("POSTTRAIN_HOME", REPO_ROOT / "var")).resolve()
+STATE_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _env_flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _secret_key() -> str:
+    """The configured key, else one generated once per state folder (never committed anywhere)."""
+    configured = os.environ.get("POSTTRAIN_SECRET_KEY")
+    if configured:
+        return configured
+    key_file = STATE_DIR / "secret_key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = _env_flag("POSTTRAIN_DEBUG")
+ALLOWED_HOSTS = [
+    h.strip() for h in os.environ.get("POSTTRAIN_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",") if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("POSTTRAIN_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "posttrain.core",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "posttrain.urls"
+ASGI_APPLICATION = "posttrain.asgi.application"
+WSGI_APPLICATION = "posttrain.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [REPO_ROOT / "frontend" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.config(
+        default=f"sqlite:///{STATE_DIR / 'posttrain.sqlite3'}",
+        conn_max_age=int(os.environ.get("POSTTRAIN_DB_CONN_MAX_AGE", "0")),
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = STATE_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns about a missing one
+STATICFILES_DIRS = [REPO_ROOT / "frontend" / "static"]
+# Static files are served by WhiteNoise straight from the finders (frontend/static and the apps'),
+# so neither the demo nor the tests need a collectstatic step.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Posttrain API",
+    "DESCRIPTION": "Models, datasets, rewards, experiments and runs for RL post-training.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or (
+    f"sqla+sqlite:///{STATE_DIR / 'celery-broker.sqlite3'}"
+)
+CELERY_TASK_IGNORE_RESULT = True  # tasks report through the database, not a result backend
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = _env_flag("POSTTRAIN_CELERY_EAGER")
+
+# --- Live pub/sub and Ray -----------------------------------------------------------------------
+PUBSUB_BACKEND = "redis" if REDIS_URL else "inprocess"
+RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
+HEALTH_CHECK_TIMEOUT_S = float(os.environ.get("POSTTRAIN_HEALTH_TIMEOUT_S", "2"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("POSTTRAIN_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Starts / stops the demo stack on embedded defaults: a local Ray head, a Celery worker (with beat) and
+# the ASGI web server. Each runs in its own process group (setsid) whose id is kept in
+# $DEMO_HOME/pids, so `stop` ends exactly what `start` began and nothing else.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="$ROOT/.venv/bin"
+export POSTTRAIN_HOME="${POSTTRAIN_HOME:-$ROOT/.demo}"
+PIDS="$POSTTRAIN_HOME/pids"
+LOGS="$POSTTRAIN_HOME/logs"
+WEB_PORT="${POSTTRAIN_PORT:-8000}"
+RAY_DASHBOARD_PORT="${POSTTRAIN_RAY_DASHBOARD_PORT:-8265}"
+RAY_GCS_PORT="${POSTTRAIN_RAY_GCS_PORT:-6390}"   # not 6379: that is Redis's
+# Unix socket paths must stay under ~107 characters, so Ray's session folder lives in /tmp.
+RAY_TMP="${POSTTRAIN_RAY_TMP:-/tmp/posttrain-ray-$(id -u)}"
+export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:$RAY_DASHBOARD_PORT}"
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+alive() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
+
+launch() {  # name, command...
+  local name="$1"; shift
+  if alive "$name"; then echo "  $name: already running (pid $(cat "$PIDS/$name.pid"))"; return; fi
+  setsid nohup "$@" >"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! >"$PIDS/$name.pid"
+  echo "  $name: started (pid $!, log $LOGS/$name.log)"
+}
+
+wait_http() {  # url, what, seconds
+  for _ in $(seq "$3"); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 1
+  done
+  echo "error: $2 did not answer at $1 within $3 s; see $LOGS" >&2
+  return 1
+}
+
+start() {
+  mkdir -p "$PIDS" "$LOGS"
+  echo "Starting the Posttrain demo stack (state in $POSTTRAIN_HOME)"
+  if [[ "$RAY_ADDRESS" == "http://127.0.0.1:$RAY_DASHBOARD_PORT" ]]; then
+    launch ray "$BIN/ray" start --head --block --port "$RAY_GCS_PORT" --dashboard-host 127.0.0.1 \
+      --dashboard-port "$RAY_DASHBOARD_PORT" --num-cpus "$(nproc)" --temp-dir "$RAY_TMP" --disable-usage-stats
+  fi
+  launch worker "$BIN/celery" --workdir "$ROOT" -A workers.celery_app worker -B --pool threads --concurrency 4 \
+    --schedule "$POSTTRAIN_HOME/celerybeat-schedule" --loglevel INFO
+  launch web "$BIN/uvicorn" --app-dir "$ROOT/platform" posttrain.asgi:application --host 127.0.0.1 --port "$WEB_PORT"
+  wait_http "http://127.0.0.1:$WEB_PORT/login/" "the web server" 60
+  wait_http "$RAY_ADDRESS/api/version" "the Ray head" 90
+}
+
+stop() {
+  [ -d "$PIDS" ] || { echo "nothing to stop"; return; }
+  for pidfile in "$PIDS"/*.pid; do
+    [ -e "$pidfile" ] || continue
+    local name pid
+    name="$(basename "$pidfile" .pid)"; pid="$(cat "$pidfile")"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      kill -KILL -- "-$pid" 2>/dev/null || true
+      echo "  $name: stopped (process group $pid)"
+    fi
+    rm -f "$pidfile"
+  done
+}
+
+status() {
+  for name in ray worker web; do
+    if alive "$name"; then echo "  $name: running (pid $(cat "$PIDS/$name.pid"))"; else echo "  $name: not running"; fi
+  done
+}
+
+"${1:-start}"

@@ -1,0 +1,87 @@
+"""Shared fixtures. Expensive servers (a Ray head, the ASGI web server) are started once per session."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by folder, so `-m "not integration"` and friends work without decorators."""
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(REPO_ROOT).parts
+        if "integration" in parts:
+            item.add_marker(pytest.mark.integration)
+        if "e2e" in parts:
+            item.add_marker(pytest.mark.e2e)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout_s: float, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process for {url} exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except Exception as exc:  # not up yet
+            last_error = exc
+            time.sleep(0.3)
+    raise TimeoutError(f"{url} did not answer within {timeout_s}s: {last_error}")
+
+
+def stop_process_group(process: subprocess.Popen, timeout_s: float = 20) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, 15)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real local Ray head for the session; yields its dashboard (Jobs API) address."""
+    gcs_port, dashboard_port = free_port(), free_port()
+    temp_dir = Path(f"/tmp/pt-ray-test-{os.getpid()}")
+    log = tmp_path_factory.mktemp("ray") / "ray-head.log"
+    process = subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--port", str(gcs_port),
+         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port),
+         "--num-cpus", "2", "--temp-dir", str(temp_dir), "--disable-usage-stats"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    address = f"http://127.0.0.1:{dashboard_port}"
+    try:
+        wait_for_http(f"{address}/api/version", timeout_s=120, process=process)
+        yield address
+    finally:
+        stop_process_group(process)

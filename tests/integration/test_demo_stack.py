@@ -1,0 +1,77 @@
+"""`make demo` on embedded defaults (SQLite, SQLite broker, local Ray head) serves a page you can log into,
+and `make stop` ends exactly what it started."""
+
+import http.cookiejar
+import json
+import os
+import re
+import subprocess
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.conftest import REPO_ROOT, free_port
+
+EXTERNAL_SERVERS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "RAY_ADDRESS")
+
+
+@pytest.fixture
+def demo_env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in EXTERNAL_SERVERS}
+    env.update(
+        DEMO_HOME=str(tmp_path / "demo"),
+        POSTTRAIN_PORT=str(free_port()),
+        POSTTRAIN_RAY_DASHBOARD_PORT=str(free_port()),
+        POSTTRAIN_RAY_GCS_PORT=str(free_port()),
+        POSTTRAIN_RAY_TMP=f"/tmp/pt-ray-demo-{os.getpid()}",
+    )
+    yield env
+    subprocess.run(["make", "-s", "stop"], cwd=REPO_ROOT, env=env, timeout=120)
+
+
+def _pids(demo_home: str) -> dict[str, int]:
+    folder = os.path.join(demo_home, "pids")
+    return {name[:-4]: int(open(os.path.join(folder, name)).read()) for name in os.listdir(folder)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_env):
+    started = subprocess.run(["make", "-s", "demo"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=600)
+    assert started.returncode == 0, started.stdout + started.stderr
+    username, password = re.search(r"login: (\S+) / (\S+)", started.stdout).groups()
+    base = f"http://127.0.0.1:{demo_env['POSTTRAIN_PORT']}"
+    assert base in started.stdout
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{base}/login/").read()
+    csrf = next(c.value for c in jar if c.name == "csrftoken")
+    form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": csrf}).encode()
+    request = urllib.request.Request(f"{base}/login/", data=form, headers={"Referer": f"{base}/login/"})
+    home = opener.open(request).read().decode()
+    assert f"Welcome, {username}" in home
+
+    with urllib.request.urlopen(f"{base}/api/health/", timeout=30) as response:
+        health = json.load(response)
+    assert health["status"] == "ok", health
+    assert health["checks"]["database"]["detail"] == "sqlite"
+    assert health["checks"]["broker"]["detail"].startswith("sqla+sqlite")
+
+    pids = _pids(demo_env["DEMO_HOME"])
+    assert set(pids) == {"ray", "worker", "web"}
+    bystander = subprocess.Popen(["sleep", "300"])  # something the demo did not start
+    try:
+        stopped = subprocess.run(["make", "-s", "stop"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=120)
+        assert stopped.returncode == 0, stopped.stderr
+        assert not any(_alive(pid) for pid in pids.values())
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
