@@ -1,0 +1,806 @@
+"""The run config: one typed schema for a post-training run (DESIGN.md, contract 1).
+
+The browser form (generated from `config_json_schema()`), the REST API validation, YAML
+import/export, the CLI and the engine all read this module, so a config that validates here must
+never fail later for a reason that could have been checked up front.
+
+Every model forbids unknown keys (a typo is an error naming the field, not a silently ignored
+setting) and every field carries a `description`, which the browser form shows as help text.
+Errors surface as `ConfigError`, whose `errors` are `{"loc": "a.b.c", "msg": ...}` dicts ready for
+field-level display in a form or a 400 response.
+
+This module must stay importable without torch, ray, vllm or Django.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import types
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlparse
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+# Estimators whose advantage compares the samples of one prompt with each other.
+GROUP_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"})
+# Estimators with token-level returns, the only ones that can take the KL penalty in the reward.
+TOKEN_RETURN_ESTIMATORS = frozenset({"ppo", "reinforce_pp"})
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9_.\- ]+$")
+# Reward names become metric names (`reward/<name>`), so no spaces or slashes.
+_REWARD_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """An invalid run config; `errors` lists `{"loc": "a.b.c", "msg": str}` ("" = whole config)."""
+
+    def __init__(self, errors: list[dict[str, str]]):
+        self.errors = [{"loc": str(e.get("loc", "")), "msg": str(e["msg"])} for e in errors]
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "\n".join(f"{e['loc']}: {e['msg']}" if e["loc"] else e["msg"] for e in self.errors)
+
+
+class _FieldErrors(ValueError):
+    """Raised by cross-field validators: errors keyed by a field path relative to the model that
+    runs the validator. Pydantic keeps the exception object in the error's ctx, which is how
+    `_convert_validation_error` gets the exact field paths back (a plain ValueError from a model
+    validator would be reported against the whole model)."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
+
+
+# --------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------
+
+
+class _Section(BaseModel):
+    # Note for descriptions: pydantic leaves a section field's description out of the JSON schema
+    # when it equals the section class's docstring, so keep the two worded differently (a test
+    # checks that every property carries a description).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ModelConfig(_Section):
+    """The policy model: a local Hugging Face folder."""
+
+    path: str = Field(min_length=1, description="Local Hugging Face model folder (weights, config and tokenizer).")
+    tokenizer_path: str | None = Field(
+        default=None, description="Tokenizer folder, if not the model folder. Empty = use the model path."
+    )
+    dtype: Dtype = Field(default="float32", description="Weight and compute dtype of the policy.")
+    trust_remote_code: bool = Field(
+        default=False, description="Allow custom modelling code shipped inside the model folder."
+    )
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in the backward pass: less memory, ~30% slower."
+    )
+
+
+class DataConfig(_Section):
+    """The prompt dataset and how prompts are built from it."""
+
+    path: str = Field(
+        min_length=1, description="Prompt dataset: a JSONL, Parquet or CSV file, or a `save_to_disk` folder."
+    )
+    format: Literal["auto", "jsonl", "parquet", "csv", "hf_disk"] = Field(
+        default="auto", description="Dataset format; auto = decide from the file extension or folder."
+    )
+    prompt_field: str = Field(default="prompt", min_length=1, description="Column holding the prompt text.")
+    label_field: str | None = Field(
+        default="label", description="Column holding the reference answer passed to rewards; empty = none."
+    )
+    eval_path: str | None = Field(
+        default=None, description="Separate held-out dataset for evaluation (same format rules as path)."
+    )
+    eval_fraction: float = Field(
+        default=0.0, ge=0.0, le=0.5, description="Fraction of the dataset held out for evaluation (0 = none)."
+    )
+    eval_size: int | None = Field(
+        default=None, ge=1, description="Cap on the number of held-out prompts; empty = no cap."
+    )
+    apply_chat_template: bool = Field(
+        default=False, description="Wrap each prompt in the tokenizer's chat template as a user message."
+    )
+    system_prompt: str | None = Field(
+        default=None, description="System message prepended when the chat template is applied."
+    )
+    max_prompt_tokens: int = Field(
+        default=512, ge=1, description="Maximum prompt length in tokens."
+    )
+    shuffle: bool = Field(default=True, description="Shuffle the prompt order (seeded by the run seed).")
+
+    @model_validator(mode="after")
+    def _one_eval_source(self) -> DataConfig:
+        if self.eval_path is not None and self.eval_fraction > 0:
+            raise _FieldErrors([("eval_fraction", "set either eval_path or eval_fraction, not both")])
+        return self
+
+
+# --- rewards ---------------------------------------------------------------------------------
+
+
+class _RewardBase(_Section):
+    # Declared here (and narrowed to a Literal in each subclass) so `type` comes first in dumps.
+    type: str = Field(description="Reward kind.")
+    name: str = Field(
+        default="",
+        description="Component name, used in metrics as reward/<name>. Empty = the reward type.",
+    )
+    weight: float = Field(default=1.0, description="Weight of this component in the summed reward.")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        if v and not _REWARD_NAME_RE.match(v):
+            raise ValueError("may contain only letters, digits and - _ . (no spaces or slashes)")
+        return v
+
+    @model_validator(mode="after")
+    def _default_name(self) -> _RewardBase:
+        if not self.name:
+            self.name = self.type
+        return self
+
+    def to_component_kwargs(self) -> dict[str, Any]:
+        """`type` plus the constructor kwargs (name included) for `rewards.registry.build_component`."""
+        return self.model_dump(exclude={"weight"})
+
+
+class ExactMatchReward(_RewardBase):
+    """1 if the answer equals the label, else 0."""
+
+    type: Literal["exact_match"] = Field(default="exact_match", description="Exact match against the label.")
+    normalize: bool = Field(default=True, description="Normalise answer and label (case, spacing, punctuation) before comparing.")
+    numeric: bool = Field(default=True, description="Compare numbers by value (\"3.0\" equals \"3\").")
+
+
+class BoxedMathReward(_RewardBase):
+    """1 if the last \\boxed{...} answer equals the label mathematically, else 0."""
+
+    type: Literal["boxed_math"] = Field(
+        default="boxed_math", description="Math answer in \\boxed{...} compared with the label."
+    )
+
+
+class RegexReward(_RewardBase):
+    """A fixed score for responses that match a regular expression."""
+
+    type: Literal["regex"] = Field(default="regex", description="Regular expression match on the response.")
+    pattern: str = Field(description="Python regular expression.")
+    full_match: bool = Field(default=False, description="Require the whole response to match (else search).")
+    score_match: float = Field(default=1.0, description="Score when the pattern matches.")
+    score_miss: float = Field(default=0.0, description="Score when it does not.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"invalid regular expression: {e}") from None
+        return v
+
+
+class LengthPenaltyReward(_RewardBase):
+    """A penalty that grows with the characters beyond a length budget."""
+
+    type: Literal["length_penalty"] = Field(
+        default="length_penalty", description="Penalty for responses longer than max_chars."
+    )
+    max_chars: int = Field(ge=1, description="Length budget in characters; no penalty up to it.")
+    coef: float = Field(description="Penalty per character beyond max_chars.")
+
+
+class PythonReward(_RewardBase):
+    """User reward code: OpenRLHF `reward_func` or verl `compute_score`, run in a sandbox."""
+
+    type: Literal["python"] = Field(default="python", description="Your own Python reward function.")
+    path: str = Field(min_length=1, description="Python file defining the reward function.")
+    function: str | None = Field(
+        default=None, description="Function name; empty = find reward_func or compute_score."
+    )
+    timeout_s: float = Field(default=30.0, gt=0, description="Seconds one call may take before it is killed.")
+    memory_mb: int = Field(default=1024, ge=64, description="Memory limit of the sandbox process, in MB.")
+    batch: bool = Field(default=True, description="Call the function once per batch rather than per sample.")
+
+
+class HttpReward(_RewardBase):
+    """A remote reward server speaking OpenRLHF's protocol."""
+
+    type: Literal["http"] = Field(default="http", description="Remote reward server (OpenRLHF protocol).")
+    url: str = Field(description="Server URL (http or https).")
+    timeout_s: float = Field(default=10.0, gt=0, description="Seconds to wait for one response.")
+    retries: int = Field(default=3, ge=0, description="Retries after a failed request.")
+    backoff_s: float = Field(default=0.5, ge=0, description="Base delay between retries, in seconds.")
+    batch_size: int = Field(default=64, ge=1, description="Samples per request.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. Authorization).")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        parsed = urlparse(v)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return v
+
+
+class RewardModelReward(_RewardBase):
+    """A sequence-classification reward model scoring prompt + response."""
+
+    type: Literal["reward_model"] = Field(
+        default="reward_model", description="Learned reward model (sequence classifier)."
+    )
+    path: str = Field(min_length=1, description="Local Hugging Face reward model folder.")
+    batch_size: int = Field(default=16, ge=1, description="Samples per forward pass.")
+    max_length: int = Field(default=1024, ge=1, description="Prompt + response tokens kept (truncated beyond).")
+    dtype: Dtype = Field(default="float32", description="Dtype of the reward model.")
+
+
+_REWARD_CLASSES: tuple[type[_RewardBase], ...] = (
+    ExactMatchReward,
+    BoxedMathReward,
+    RegexReward,
+    LengthPenaltyReward,
+    PythonReward,
+    HttpReward,
+    RewardModelReward,
+)
+REWARD_TYPES: tuple[str, ...] = tuple(c.model_fields["type"].default for c in _REWARD_CLASSES)
+
+RewardSpec = Annotated[
+    Union[
+        ExactMatchReward,
+        BoxedMathReward,
+        RegexReward,
+        LengthPenaltyReward,
+        PythonReward,
+        HttpReward,
+        RewardModelReward,
+    ],
+    Field(discriminator="type"),
+]
+
+
+# --- algorithm -------------------------------------------------------------------------------
+
+
+class KLConfig(_Section):
+    """KL penalty against the reference policy."""
+
+    coef: float = Field(default=0.0, ge=0, description="KL coefficient (0 = no reference model needed).")
+    estimator: Literal["k1", "k2", "k3"] = Field(
+        default="k3", description="KL estimator: k1 = log ratio, k2 = squared log ratio / 2, k3 = unbiased, low variance."
+    )
+    placement: Literal["loss", "reward"] = Field(
+        default="loss", description="Add the KL term to the loss, or subtract it from token rewards (ppo, reinforce_pp)."
+    )
+
+
+class OverlongConfig(_Section):
+    """DAPO's soft penalty for responses that run into the token limit."""
+
+    enabled: bool = Field(default=False, description="Penalise responses near max_new_tokens.")
+    buffer_tokens: int = Field(
+        default=4, ge=0, description="The penalty ramps up over this many tokens before max_new_tokens."
+    )
+    penalty: float = Field(default=1.0, ge=0, description="Penalty reached at max_new_tokens.")
+
+
+class AlgorithmConfig(_Section):
+    """Advantage estimator and policy loss."""
+
+    name: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = Field(
+        default="grpo", description="Advantage estimator; ppo trains a critic, the group estimators need several samples per prompt."
+    )
+    gamma: float = Field(default=1.0, ge=0, le=1, description="Discount factor for token-level returns.")
+    lam: float = Field(default=0.95, ge=0, le=1, description="GAE lambda (ppo).")
+    clip_low: float = Field(default=0.2, ge=0, description="Lower ratio clip: ratio >= 1 - clip_low.")
+    clip_high: float = Field(
+        default=0.2, ge=0, description="Upper ratio clip: ratio <= 1 + clip_high (above clip_low = clip-higher)."
+    )
+    dual_clip: float | None = Field(
+        default=None, gt=1, description="Dual-clip bound for negative advantages (> 1); empty = off."
+    )
+    entropy_coef: float = Field(default=0.0, ge=0, description="Entropy bonus coefficient.")
+    kl: KLConfig = Field(default_factory=KLConfig, description="KL regularisation towards the initial (reference) model.")
+    loss_agg: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = Field(
+        default="token_mean", description="How token losses are averaged into the batch loss."
+    )
+    normalize_advantage_std: bool | None = Field(
+        default=None, description="Divide advantages by their std; empty = the estimator's own default."
+    )
+    value_clip: float | None = Field(
+        default=0.2, gt=0, description="Value-function clip range (ppo); empty = unclipped."
+    )
+    value_coef: float = Field(default=0.5, ge=0, description="Value loss coefficient (ppo).")
+    critic_lr: float | None = Field(
+        default=None, gt=0, description="Critic learning rate (ppo); empty = train.lr."
+    )
+    dynamic_sampling: bool = Field(
+        default=False, description="Drop prompt groups whose samples all got the same reward (DAPO)."
+    )
+    overlong: OverlongConfig = Field(
+        default_factory=OverlongConfig, description="Soft penalty for over-long responses (DAPO)."
+    )
+
+    @property
+    def is_group_estimator(self) -> bool:
+        return self.name in GROUP_ESTIMATORS
+
+    @property
+    def needs_critic(self) -> bool:
+        return self.name == "ppo"
+
+
+# --- rollout, training, infrastructure -------------------------------------------------------
+
+
+class RolloutConfig(_Section):
+    """Generation of responses each step."""
+
+    prompts_per_step: int = Field(default=32, ge=1, description="Prompts drawn per training step.")
+    samples_per_prompt: int = Field(default=8, ge=1, description="Responses generated per prompt (group size).")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold (1 = off).")
+    top_k: int = Field(default=-1, description="Sample among the k most likely tokens (-1 = off).")
+    max_new_tokens: int = Field(default=16, ge=1, description="Maximum response length in tokens.")
+    stop: list[str] = Field(default_factory=list, description="Strings that end a response.")
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, v: int) -> int:
+        if v != -1 and v < 1:
+            raise ValueError("must be -1 (off) or at least 1")
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_nonempty(cls, v: list[str]) -> list[str]:
+        if any(s == "" for s in v):
+            raise ValueError("stop strings must not be empty")
+        return v
+
+
+class TrainConfig(_Section):
+    """Optimisation of the policy."""
+
+    steps: int = Field(default=100, ge=1, description="Training steps (one rollout batch each).")
+    lr: float = Field(default=1e-5, gt=0, description="Policy learning rate (AdamW).")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear learning-rate warm-up steps.")
+    lr_schedule: Literal["constant", "cosine", "linear"] = Field(
+        default="constant", description="Learning-rate decay after warm-up."
+    )
+    epochs_per_batch: int = Field(default=1, ge=1, description="Passes over each rollout batch.")
+    mini_batch_size: int | None = Field(
+        default=None, ge=1, description="Samples per optimizer step; empty = all samples of the step."
+    )
+    micro_batch_size: int = Field(
+        default=8, ge=1, description="Samples per forward/backward pass (gradients accumulate)."
+    )
+    grad_clip: float | None = Field(default=1.0, gt=0, description="Gradient-norm clip; empty = off.")
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):
+            raise ValueError("each beta must be in [0, 1)")
+        return v
+
+
+class BackendConfig(_Section):
+    """Which engines generate and train."""
+
+    rollout: Literal["transformers", "vllm"] = Field(default="transformers", description="Generation engine.")
+    training: Literal["torch", "deepspeed"] = Field(default="torch", description="Training engine.")
+    zero_stage: Literal[0, 1, 2, 3] = Field(default=0, description="DeepSpeed ZeRO stage (0 = off).")
+    offload: bool = Field(default=False, description="Offload optimizer state to CPU memory (DeepSpeed ZeRO).")
+    vllm_kv_cache_gb: float = Field(default=1.0, gt=0, description="KV cache size per vLLM engine, in GB.")
+    async_rollout: bool = Field(
+        default=False, description="Generate the next batch while training (one step off-policy)."
+    )
+
+
+class PlacementConfig(_Section):
+    """How the run's actors are placed on Ray."""
+
+    mode: Literal["colocate", "separate"] = Field(
+        default="colocate", description="Share resources between rollout and training, or keep them apart."
+    )
+    rollout_engines: int = Field(default=1, ge=1, description="Number of rollout engines.")
+    trainer_ranks: int = Field(default=1, ge=1, description="Number of training processes.")
+    cpus_per_rollout_engine: float = Field(default=1, ge=0, description="CPUs reserved per rollout engine.")
+    cpus_per_trainer: float = Field(default=1, ge=0, description="CPUs reserved per training process.")
+    gpus_per_rollout_engine: float = Field(default=0, ge=0, description="GPUs reserved per rollout engine.")
+    gpus_per_trainer: float = Field(default=0, ge=0, description="GPUs reserved per training process.")
+
+
+class CheckpointConfig(_Section):
+    """When checkpoints are written."""
+
+    every_steps: int = Field(default=0, ge=0, description="Save every N steps (0 = only at the end).")
+    keep_last: int = Field(default=2, ge=1, description="Keep this many most recent checkpoints.")
+    save_final: bool = Field(default=True, description="Save a checkpoint when the run finishes.")
+
+
+class LoggingConfig(_Section):
+    """Evaluation, samples and run-directory output."""
+
+    run_dir: str | None = Field(
+        default=None, description="Output folder; empty = ./runs/<name>-<timestamp>."
+    )
+    eval_every: int = Field(default=10, ge=0, description="Evaluate every N steps (0 = never).")
+    eval_size: int = Field(default=500, ge=1, description="Held-out prompts used per evaluation.")
+    eval_max_new_tokens: int | None = Field(
+        default=None, ge=1, description="Response limit during evaluation; empty = rollout.max_new_tokens."
+    )
+    samples: Literal["all", "none"] = Field(
+        default="all", description="Record rollout samples as events (all) or not (none)."
+    )
+    heartbeat_s: float = Field(default=10, gt=0, description="Seconds between heartbeat events.")
+
+
+# --------------------------------------------------------------------------------------------
+# The run config
+# --------------------------------------------------------------------------------------------
+
+
+class RunConfig(_Section):
+    """A complete, self-contained description of one post-training run."""
+
+    schema_version: Literal[1] = Field(default=1, description="Version of this config schema.")
+    name: str = Field(
+        min_length=1, max_length=100, description="Run name: letters, digits, spaces and - _ ."
+    )
+    seed: int = Field(default=0, description="Random seed for data order, sampling and initialisation.")
+    description: str = Field(default="", description="Free-text notes about the run.")
+    model: ModelConfig = Field(description="The policy model.")
+    data: DataConfig = Field(description="The prompt dataset.")
+    rewards: list[RewardSpec] = Field(
+        min_length=1, description="Reward components; the reward is their weighted sum."
+    )
+    algorithm: AlgorithmConfig = Field(
+        default_factory=AlgorithmConfig, description="RL algorithm: advantage estimator, policy loss, KL."
+    )
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Response generation.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Policy optimisation.")
+    backends: BackendConfig = Field(default_factory=BackendConfig, description="Generation and training engines.")
+    placement: PlacementConfig = Field(default_factory=PlacementConfig, description="Ray resource placement.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Evaluation and logging.")
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _known_version(cls, v: Any) -> Any:
+        if v != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {v!r}; this engine reads version {SCHEMA_VERSION}")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not _RUN_NAME_RE.match(v) or not v.strip():
+            raise ValueError("may contain only letters, digits, spaces and - _ .")
+        return v
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.rollout.prompts_per_step * self.rollout.samples_per_prompt
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> RunConfig:
+        errors = _cross_field_errors(self)
+        if errors:
+            raise _FieldErrors(errors)
+        return self
+
+
+def _cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
+    """Rules spanning sections. Each error names the field the user should change."""
+    errors: list[tuple[str, str]] = []
+    alg, ro, tr, be = c.algorithm, c.rollout, c.train, c.backends
+    n = c.samples_per_step
+
+    seen: set[str] = set()
+    for i, r in enumerate(c.rewards):
+        if r.name in seen:
+            errors.append((f"rewards.{i}.name", f"duplicate reward name {r.name!r}; give each component its own name"))
+        seen.add(r.name)
+
+    if alg.is_group_estimator and ro.samples_per_prompt < 2:
+        errors.append(
+            ("rollout.samples_per_prompt", f"group estimator {alg.name!r} needs more than one sample per prompt")
+        )
+    if alg.dynamic_sampling and ro.samples_per_prompt < 2:
+        errors.append(
+            ("algorithm.dynamic_sampling", "dynamic sampling filters prompt groups; it needs samples_per_prompt > 1")
+        )
+    if alg.kl.placement == "reward" and alg.name not in TOKEN_RETURN_ESTIMATORS:
+        errors.append(
+            (
+                "algorithm.kl.placement",
+                f"KL in the reward needs token-level returns (ppo, reinforce_pp), not {alg.name!r}; use 'loss'",
+            )
+        )
+    if alg.needs_critic and alg.value_coef <= 0:
+        errors.append(("algorithm.value_coef", "ppo trains a critic; value_coef must be > 0"))
+    if alg.overlong.enabled and alg.overlong.buffer_tokens >= ro.max_new_tokens:
+        errors.append(
+            (
+                "algorithm.overlong.buffer_tokens",
+                f"must be smaller than rollout.max_new_tokens ({ro.max_new_tokens}), "
+                "or every response is penalised",
+            )
+        )
+
+    if tr.mini_batch_size is not None:
+        mb = tr.mini_batch_size
+        if n % mb:
+            errors.append(
+                ("train.mini_batch_size", f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})")
+            )
+        if mb % ro.samples_per_prompt:
+            errors.append(
+                (
+                    "train.mini_batch_size",
+                    f"must be a multiple of rollout.samples_per_prompt ({ro.samples_per_prompt}) so groups stay whole",
+                )
+            )
+        if mb % tr.micro_batch_size:
+            errors.append(("train.micro_batch_size", f"must divide train.mini_batch_size ({mb})"))
+    elif n % tr.micro_batch_size:
+        errors.append(
+            ("train.micro_batch_size", f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})")
+        )
+
+    if be.zero_stage > 0 and be.training != "deepspeed":
+        errors.append(("backends.zero_stage", "ZeRO stages above 0 need backends.training = 'deepspeed'"))
+    if be.offload and (be.training != "deepspeed" or be.zero_stage == 0):
+        errors.append(("backends.offload", "CPU offload needs backends.training = 'deepspeed' and zero_stage >= 1"))
+    return errors
+
+
+# --------------------------------------------------------------------------------------------
+# Validation, YAML import/export, JSON schema
+# --------------------------------------------------------------------------------------------
+
+
+def validate_config(data: dict[str, Any]) -> RunConfig:
+    """Validate a plain dict (form, API body, parsed YAML) into a RunConfig or raise ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError([{"loc": "", "msg": f"a run config must be a mapping, got {type(data).__name__}"}])
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise _convert_validation_error(e) from None
+
+
+def load_config(path_or_text: str | Path) -> RunConfig:
+    """Load a RunConfig from a YAML/JSON file path (str or Path) or from YAML/JSON text."""
+    text = _read_source(path_or_text)
+    return validate_config(_parse_text(text))
+
+
+def dump_config(cfg: RunConfig, *, exclude_defaults: bool = False) -> str:
+    """YAML text with keys in declaration order; `load_config(dump_config(c)) == c`."""
+    data = cfg.model_dump(mode="json", exclude_defaults=exclude_defaults)
+    if exclude_defaults:
+        # Required fields and the version always stay, so the text is a complete config on its own.
+        data = {"schema_version": cfg.schema_version, "name": cfg.name, **data}
+        data["rewards"] = [{"type": r.type, **d} for r, d in zip(cfg.rewards, data.get("rewards", []), strict=True)]
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+
+
+def config_json_schema() -> dict[str, Any]:
+    """JSON schema of RunConfig (every field has a description); the browser form is built from it."""
+    return RunConfig.model_json_schema()
+
+
+def _read_source(path_or_text: str | Path) -> str:
+    if isinstance(path_or_text, Path):
+        return _read_file(path_or_text)
+    s = path_or_text
+    if "\n" not in s and s.strip():
+        p = Path(s)
+        try:
+            is_file = p.is_file()
+        except OSError:  # e.g. a name too long to be a path: it is text
+            is_file = False
+        if is_file:
+            return _read_file(p)
+        if p.suffix.lower() in (".yaml", ".yml", ".json") and ": " not in s:
+            raise ConfigError([{"loc": "", "msg": f"config file not found: {s}"}])
+    return s
+
+
+def _read_file(p: Path) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError([{"loc": "", "msg": f"cannot read config file {p}: {e.strerror or e}"}]) from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # let construct_mapping raise its own error
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _parse_text(text: str) -> Any:
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass  # flow-style YAML, or broken JSON: YAML gives the line-numbered error
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise ConfigError([{"loc": "", "msg": _yaml_error_message(e)}]) from None
+    if data is None:
+        raise ConfigError([{"loc": "", "msg": "the config is empty"}])
+    return data
+
+
+def _yaml_error_message(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e)
+    context = getattr(e, "context", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    detail = f"{context}, {problem}" if context and context not in problem else problem
+    return f"YAML syntax error{where}: {detail}"
+
+
+def _convert_validation_error(exc: ValidationError) -> ConfigError:
+    out: list[dict[str, str]] = []
+    for err in exc.errors():
+        raw_loc = tuple(err["loc"])
+        loc = _clean_loc(raw_loc)
+        ctx = err.get("ctx") or {}
+        cause = ctx.get("error")
+        if isinstance(cause, _FieldErrors):
+            prefix = ".".join(str(p) for p in loc)
+            for sub_loc, msg in cause.errors:
+                out.append({"loc": f"{prefix}.{sub_loc}" if prefix else sub_loc, "msg": msg})
+            continue
+        kind = err["type"]
+        msg = err["msg"]
+        if kind == "value_error" and msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        elif kind == "extra_forbidden":
+            msg = _unknown_field_message(raw_loc)
+        elif kind in ("union_tag_invalid", "union_tag_not_found"):
+            loc = (*loc, "type")
+            given = ctx.get("tag")
+            msg = (
+                f"unknown reward type {given!r}; expected one of: {', '.join(REWARD_TYPES)}"
+                if kind == "union_tag_invalid"
+                else f"missing reward type; expected one of: {', '.join(REWARD_TYPES)}"
+            )
+        out.append({"loc": ".".join(str(p) for p in loc), "msg": msg})
+    return ConfigError(out)
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    """Drop the discriminator tag pydantic inserts for tagged unions: rewards.0.regex.pattern →
+    rewards.0.pattern (the form addresses the list item, not the union member)."""
+    if len(loc) >= 3 and loc[0] == "rewards" and isinstance(loc[1], int) and loc[2] in REWARD_TYPES:
+        return (*loc[:2], *loc[3:])
+    return loc
+
+
+def _unknown_field_message(raw_loc: tuple) -> str:
+    field = str(raw_loc[-1])
+    model = _model_at(raw_loc[:-1])
+    if model is None:
+        return f"unknown field {field!r}"
+    allowed = list(model.model_fields)
+    close = difflib.get_close_matches(field, allowed, n=1)
+    if close:
+        return f"unknown field {field!r} (did you mean {close[0]!r}?)"
+    return f"unknown field {field!r}; allowed: {', '.join(allowed)}"
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class a (raw pydantic) loc points into, for typo suggestions."""
+    tp: Any = RunConfig
+    for part in loc:
+        tp = _step(tp, part)
+        if tp is None:
+            return None
+    tp = _unwrap(tp)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return _unwrap(args[0])
+    return tp
+
+
+def _step(tp: Any, part: Any) -> Any:
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        field = tp.model_fields.get(str(part))
+        return field.annotation if field else None
+    origin = get_origin(tp)
+    if origin is list and isinstance(part, int):
+        return get_args(tp)[0]
+    if origin in (Union, types.UnionType):
+        for member in get_args(tp):
+            if isinstance(member, type) and issubclass(member, _RewardBase) and member.model_fields["type"].default == part:
+                return member
+    return None
+
+
+__all__ = [
+    "AlgorithmConfig",
+    "BackendConfig",
+    "BoxedMathReward",
+    "CheckpointConfig",
+    "ConfigError",
+    "DataConfig",
+    "ExactMatchReward",
+    "GROUP_ESTIMATORS",
+    "HttpReward",
+    "KLConfig",
+    "LengthPenaltyReward",
+    "LoggingConfig",
+    "ModelConfig",
+    "OverlongConfig",
+    "PlacementConfig",
+    "PythonReward",
+    "REWARD_TYPES",
+    "RegexReward",
+    "RewardModelReward",
+    "RewardSpec",
+    "RolloutConfig",
+    "RunConfig",
+    "SCHEMA_VERSION",
+    "TrainConfig",
+    "config_json_schema",
+    "dump_config",
+    "load_config",
+    "validate_config",
+]
