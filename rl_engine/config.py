@@ -219,7 +219,10 @@ class PythonReward(_RewardBase):
     )
     timeout_s: float = Field(default=30.0, gt=0, description="Seconds one call may take before it is killed.")
     memory_mb: int = Field(default=1024, ge=64, description="Memory limit of the sandbox process, in MB.")
-    batch: bool = Field(default=True, description="Call the function once per batch rather than per sample.")
+    batch: bool | None = Field(
+        default=None,
+        description="Call once per batch (OpenRLHF shape) or per sample (verl shape); empty = decide from the function.",
+    )
 
 
 class HttpReward(_RewardBase):
