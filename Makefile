@@ -37,9 +37,12 @@ $(STAMP): pyproject.toml requirements/lock-cpu.txt
 demo: install
 	POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py migrate --noinput -v0
 	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py ensure_admin
+	@# The demo task: tokenizer, small Qwen2 policy with a supervised warm start, arithmetic data, run.yaml
+	$(BIN)/python -m rl_engine demo build $(DEMO_HOME)/assets
 	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh start
 	@echo
 	@echo "Posttrain is up: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/  (login above; 'make stop' to stop)"
+	@echo "Train the demo experiment from the command line: $(BIN)/python -m rl_engine train $(DEMO_HOME)/assets/run.yaml"
 
 stop:
 	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh stop

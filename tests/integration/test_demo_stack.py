@@ -46,6 +46,7 @@ def _alive(pid: int) -> bool:
 def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_env):
     started = subprocess.run(["make", "-s", "demo"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=600)
     assert started.returncode == 0, started.stdout + started.stderr
+    assert os.path.exists(os.path.join(demo_env["DEMO_HOME"], "assets", "run.yaml")), "demo assets were not built"
     username, password = re.search(r"login: (\S+) / (\S+)", started.stdout).groups()
     base = f"http://127.0.0.1:{demo_env['POSTTRAIN_PORT']}"
     assert base in started.stdout

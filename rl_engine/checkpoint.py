@@ -1,0 +1,77 @@
+"""Checkpoints: `runs/<id>/checkpoints/step_<n>/` holds the policy in Hugging Face format (loads in plain
+transformers and vLLM) plus `engine_state.pt` (optimizer, scheduler, step, data position, RNG)."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ENGINE_STATE = "engine_state.pt"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class EngineState:
+    step: int
+    trainer: dict[str, Any]
+    sampler: dict[str, int]
+    rng: dict[str, Any]
+    metrics_so_far: dict[str, float]  # cumulative counters (samples, tokens, elapsed) carried over
+
+
+def capture_rng() -> dict[str, Any]:
+    return {"python": random.getstate(), "torch": torch.get_rng_state()}
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{step}"
+
+
+def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, state: EngineState,
+                    keep_last: int) -> Path:
+    """Writes into a temporary folder and renames it, so a crash never leaves a half checkpoint that
+    `latest_checkpoint` would pick up."""
+    final = checkpoint_dir(run_dir, step)
+    partial = final.with_name(final.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    model.save_pretrained(partial, safe_serialization=True)
+    tokenizer.save_pretrained(partial)
+    torch.save(state.__dict__, partial / ENGINE_STATE)
+    shutil.rmtree(final, ignore_errors=True)
+    partial.rename(final)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    root = Path(run_dir) / "checkpoints"
+    if not root.exists():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    checkpoints = list_checkpoints(run_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def load_engine_state(path: Path) -> EngineState:
+    file = Path(path) / ENGINE_STATE
+    if not file.exists():
+        raise FileNotFoundError(f"{path}: not a checkpoint folder (no {ENGINE_STATE})")
+    # weights_only=False: the state holds Python RNG tuples; the file is our own, never user input.
+    return EngineState(**torch.load(file, weights_only=False))

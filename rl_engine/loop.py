@@ -1,0 +1,368 @@
+"""The training loop: generate → score → (reference / critic / old-policy forward) → advantages → update
+→ weight sync, every phase timed and emitted as `timing/<phase>`; all rollout samples emitted per step.
+
+One `Experience` record drives both the update and the logging. The loop is backend-agnostic: it
+talks to a `RolloutBackend` and a trainer; this module wires the single-process ones.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from rl_engine.algorithms import (
+    GROUP_ESTIMATORS,
+    dynamic_sampling_keep,
+    gae,
+    grpo_advantages,
+    kl_estimate,
+    kl_penalized_rewards,
+    masked_mean,
+    masked_whiten,
+    overlong_penalty,
+    reinforce_pp_advantages,
+)
+from rl_engine.checkpoint import EngineState, capture_rng, load_engine_state, restore_rng, save_checkpoint
+from rl_engine.config import RunConfig, dump_config
+from rl_engine.data import Prompt, PromptData, PromptSampler
+from rl_engine.events import Heartbeat, JsonlEventSink
+from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
+from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
+from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel
+
+
+@dataclass
+class StepTimer:
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - started
+
+
+@dataclass
+class Engine:
+    """Everything a run holds between steps."""
+
+    cfg: RunConfig
+    tokenizer: Any
+    model: torch.nn.Module
+    trainer: TorchTrainer
+    rollout: RolloutBackend
+    reward: CompositeReward
+    data: PromptData
+    sampler: PromptSampler
+
+    def close(self) -> None:
+        self.rollout.close()
+        self.reward.close()
+
+
+def load_tokenizer(cfg: RunConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path,
+                                              trust_remote_code=cfg.model.trust_remote_code)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(path: str | Path, cfg: RunConfig) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[cfg.model.dtype],
+                                                 trust_remote_code=cfg.model.trust_remote_code)
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model
+
+
+def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    tokenizer = load_tokenizer(cfg)
+    model = load_policy(weights_from or cfg.model.path, cfg)
+    ref_model = None
+    if cfg.algorithm.kl.coef > 0:
+        ref_model = load_policy(cfg.model.path, cfg).eval().requires_grad_(False)
+    critic = None
+    if cfg.algorithm.needs_critic:
+        critic = ValueModel.from_pretrained(cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code)
+    data = PromptData.load(cfg.data, tokenizer, cfg.seed)
+    return Engine(
+        cfg=cfg, tokenizer=tokenizer, model=model,
+        trainer=TorchTrainer(cfg, model, ref_model, critic),
+        rollout=TransformersRollout(model, tokenizer),
+        reward=build_reward([spec.model_dump() for spec in cfg.rewards]),
+        data=data,
+        sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
+    )
+
+
+# --- one step ------------------------------------------------------------------------------------
+
+
+def _reward_batch(prompts: list[Prompt], samples: list[Sample], texts: list[str]) -> RewardBatch:
+    chosen = [prompts[s.prompt_index] for s in samples]
+    return RewardBatch(
+        prompts=[p.text for p in chosen], responses=texts, labels=[p.label for p in chosen],
+        queries=[p.text + t for p, t in zip(chosen, texts)], finish_reasons=[s.finish_reason for s in samples],
+        metadata=[p.metadata for p in chosen],
+    )
+
+
+def _advantages(cfg: RunConfig, scores: torch.Tensor, mask: torch.Tensor, token_rewards: torch.Tensor | None,
+                values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    alg = cfg.algorithm
+    group = cfg.rollout.samples_per_prompt
+    if alg.name == "ppo":
+        advantages, returns = gae(token_rewards, values, mask, alg.gamma, alg.lam)
+        return masked_whiten(advantages, mask), returns
+    if alg.name == "reinforce_pp":
+        return reinforce_pp_advantages(token_rewards if token_rewards is not None else scores, mask, alg.gamma), None
+    if alg.name == "grpo" and alg.normalize_advantage_std is not None:
+        return grpo_advantages(scores, mask, group, normalize_std=alg.normalize_advantage_std), None
+    return GROUP_ESTIMATORS[alg.name](scores, mask, group), None
+
+
+def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """One RL step. Returns its metrics and every rollout sample (for the `samples` event)."""
+    cfg, tokenizer, trainer = engine.cfg, engine.tokenizer, engine.trainer
+    alg, ro = cfg.algorithm, cfg.rollout
+    timer = StepTimer()
+    started = time.perf_counter()
+
+    prompts = [engine.data.train[i] for i in engine.sampler.next_batch(ro.prompts_per_step)]
+    params = SamplingParams(n=ro.samples_per_prompt, temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
+                            max_new_tokens=ro.max_new_tokens, stop=tuple(ro.stop))
+    with timer.phase("generate"):
+        samples = engine.rollout.generate([p.token_ids for p in prompts], params)
+    texts = tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
+    lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float32)
+
+    with timer.phase("reward"):
+        reward = engine.reward.score(_reward_batch(prompts, samples, texts))
+    task_scores = torch.tensor(reward.total, dtype=torch.float32)
+    scores = task_scores.clone()
+    if alg.overlong.enabled:
+        scores = scores + overlong_penalty(lengths, ro.max_new_tokens, alg.overlong.buffer_tokens, alg.overlong.penalty)
+
+    keep = torch.ones(len(samples), dtype=torch.bool)
+    if alg.dynamic_sampling:
+        keep = dynamic_sampling_keep(scores, ro.samples_per_prompt).repeat_interleave(ro.samples_per_prompt)
+
+    metrics: dict[str, float] = {}
+    advantages_per_sample = torch.zeros(len(samples))
+    kept = keep.nonzero().squeeze(-1)
+    if len(kept) > 0:
+        batch = TokenBatch.build([prompts[samples[i].prompt_index].token_ids for i in kept],
+                                 [samples[i].response_ids for i in kept], engine.rollout.pad_id)
+        mask = batch.response_mask
+        kept_scores = scores[kept]
+        single_update = cfg.train.epochs_per_batch == 1 and (cfg.train.mini_batch_size or len(kept)) >= len(kept)
+        kl_in_reward = alg.kl.coef > 0 and alg.kl.placement == "reward"
+        with timer.phase("forward"):
+            ref = trainer.forward(batch, "reference") if trainer.ref_model is not None else None
+            # With one update per batch the old policy is the current one: its log-probs come free
+            # from the training forward pass (ratio exactly 1), so the extra pass is skipped.
+            old = trainer.forward(batch, "policy") if (not single_update or kl_in_reward) else None
+            values = trainer.forward(batch, "values") if trainer.critic is not None else None
+        token_rewards = None
+        if kl_in_reward:
+            kl = kl_estimate(old, ref, alg.kl.estimator, mask)
+            token_rewards = kl_penalized_rewards(kept_scores, kl, mask, alg.kl.coef)
+            metrics["kl/mean"] = float(masked_mean(kl, mask))
+        elif alg.name in ("ppo", "reinforce_pp"):
+            token_rewards = kl_penalized_rewards(kept_scores, torch.zeros_like(mask), mask, 0.0)
+        advantages, returns = _advantages(cfg, kept_scores, mask, token_rewards, values)
+        advantages_per_sample[kept] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
+        experience = Experience(batch, advantages, old, ref if alg.kl.placement == "loss" else None, values, returns)
+        with timer.phase("train"):
+            metrics.update(trainer.update(experience))
+        with timer.phase("weight_sync"):
+            engine.rollout.sync_weights(engine.model)
+        if "kl/loss_term" in metrics:
+            metrics["kl/mean"] = metrics.pop("kl/loss_term")
+        metrics["advantages/mean"] = float(masked_mean(advantages, mask))
+        metrics["advantages/abs_mean"] = float(masked_mean(advantages.abs(), mask))
+        train_tokens = float(batch.attention_mask.sum())
+        metrics["throughput/train_tokens_per_s"] = train_tokens / max(timer.timings["train"], 1e-9)
+
+    generated_tokens = float(lengths.sum())
+    metrics.update(_rollout_metrics(reward, task_scores, scores, lengths, samples, ro.samples_per_prompt))
+    metrics["batch/kept_fraction"] = float(keep.float().mean())
+    metrics["throughput/tokens_per_s"] = generated_tokens / max(timer.timings["generate"], 1e-9)
+    for phase in ("generate", "reward", "forward", "train", "weight_sync"):
+        metrics[f"timing/{phase}"] = timer.timings.get(phase, 0.0)
+    metrics["timing/step"] = time.perf_counter() - started
+
+    records = [
+        {"index": i, "group": s.prompt_index, "prompt": prompts[s.prompt_index].text, "response": texts[i],
+         "label": prompts[s.prompt_index].label, "reward": float(scores[i]),
+         "components": {name: values[i] for name, values in reward.components.items()},
+         "advantage": float(advantages_per_sample[i]), "length": len(s.response_ids),
+         "finish_reason": s.finish_reason, "errors": reward.errors[i], "kept": bool(keep[i])}
+        for i, s in enumerate(samples)
+    ]
+    return metrics, records
+
+
+def _rollout_metrics(reward: Any, task_scores: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor,
+                     samples: list[Sample], group: int) -> dict[str, float]:
+    grouped = task_scores.view(-1, group)
+    metrics = {
+        "reward/mean": float(scores.mean()),
+        "reward/std": float(scores.std()) if len(scores) > 1 else 0.0,
+        "reward/task_mean": float(task_scores.mean()),
+        "reward/errors": float(sum(1 for e in reward.errors if e)),
+        "reward/group_all_equal_rate": float((grouped.max(1).values == grouped.min(1).values).float().mean()),
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": float(lengths.max()),
+        "response/truncated_rate": sum(s.finish_reason == "length" for s in samples) / len(samples),
+    }
+    for name, values in reward.components.items():
+        metrics[f"reward/{name}"] = statistics.fmean(values)
+    for key, value in reward.extra_logs.items():
+        metrics[f"reward/{key}"] = float(value)
+    for name, seconds in reward.timings.items():
+        metrics[f"timing/reward/{name}"] = seconds
+    return metrics
+
+
+def evaluate(engine: Engine, prompts: list[Prompt], max_new_tokens: int, batch_size: int = 256) -> dict[str, float]:
+    """Greedy decoding on held-out prompts, scored with the run's own rewards."""
+    params = SamplingParams(n=1, max_new_tokens=max_new_tokens, stop=tuple(engine.cfg.rollout.stop), greedy=True)
+    totals: list[float] = []
+    components: dict[str, list[float]] = {}
+    lengths: list[int] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        samples = engine.rollout.generate([p.token_ids for p in chunk], params)
+        texts = engine.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
+        result = engine.reward.score(_reward_batch(chunk, samples, texts))
+        totals.extend(result.total)
+        for name, values in result.components.items():
+            components.setdefault(name, []).extend(values)
+        lengths.extend(len(s.response_ids) for s in samples)
+    metrics = {"eval/reward/mean": statistics.fmean(totals), "eval/response/length_mean": statistics.fmean(lengths),
+               "eval/size": float(len(prompts))}
+    for name, values in components.items():
+        metrics[f"eval/reward/{name}"] = statistics.fmean(values)
+    return metrics
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def _configure_threads() -> None:
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def train(cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: str | None = None,
+          progress: bool = False) -> dict[str, float]:
+    """Runs (or resumes) a whole run into `run_dir`; returns the last metrics (eval ones included)."""
+    _configure_threads()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    sink = JsonlEventSink(run_dir, run_id or os.environ.get("POSTTRAIN_RUN_ID") or run_dir.name)
+    engine: Engine | None = None
+    try:
+        with Heartbeat(sink, cfg.logging.heartbeat_s) as heartbeat:
+            sink.emit("status", {"state": "running", "resumed_from": str(resume) if resume else None})
+            engine = build_engine(cfg, weights_from=resume)
+            return _run(engine, run_dir, sink, heartbeat, resume, progress)
+    except BaseException as exc:
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        sink.emit("status", {"state": "failed", "reason": reason[:2000]})
+        raise
+    finally:
+        if engine is not None:
+            engine.close()
+        sink.close()
+
+
+def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbeat, resume: Path | None,
+         progress: bool) -> dict[str, float]:
+    cfg = engine.cfg
+    counters = {"progress/samples": 0.0, "progress/tokens": 0.0, "progress/train_time_s": 0.0}
+    first_step = 1
+    if resume is not None:
+        state = load_engine_state(resume)
+        engine.trainer.load_state_dict(state.trainer)
+        engine.sampler.load_state_dict(state.sampler)
+        restore_rng(state.rng)
+        counters.update(state.metrics_so_far)
+        first_step = state.step + 1
+    else:
+        sink.emit("log", {"level": "info", "message": _describe(engine)}, step=0)
+
+    eval_tokens = cfg.logging.eval_max_new_tokens or cfg.rollout.max_new_tokens
+    eval_prompts = engine.data.eval[: cfg.logging.eval_size]
+    if first_step == 1 and eval_prompts and cfg.logging.eval_every > 0:
+        sink.emit("metrics", {**evaluate(engine, eval_prompts, eval_tokens), **counters}, step=0)
+
+    last: dict[str, float] = {}
+    steps = range(first_step, cfg.train.steps + 1)
+    bar = _progress_bar(steps, progress, cfg.train.steps, first_step)
+    for step in bar:
+        heartbeat.step = step
+        metrics, records = run_step(engine, step)
+        counters["progress/samples"] += len(records)
+        counters["progress/tokens"] += sum(r["length"] for r in records)
+        counters["progress/train_time_s"] += metrics["timing/step"]
+        metrics.update(counters)
+        due_eval = cfg.logging.eval_every > 0 and (step % cfg.logging.eval_every == 0 or step == cfg.train.steps)
+        if due_eval and eval_prompts:
+            started = time.perf_counter()
+            metrics.update(evaluate(engine, eval_prompts, eval_tokens))
+            metrics["timing/eval"] = time.perf_counter() - started
+        sink.emit("metrics", metrics, step=step)
+        if cfg.logging.samples == "all":
+            sink.emit("samples", {"samples": records}, step=step)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", **(
+                {"eval": f"{metrics['eval/reward/mean']:.3f}"} if "eval/reward/mean" in metrics else {}))
+        due_ckpt = (cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0) or (
+            step == cfg.train.steps and cfg.checkpoint.save_final)
+        if due_ckpt:
+            state = EngineState(step=step, trainer=engine.trainer.state_dict(), sampler=engine.sampler.state_dict(),
+                                rng=capture_rng(), metrics_so_far=dict(counters))
+            path = save_checkpoint(run_dir, step, engine.model, engine.tokenizer, state, cfg.checkpoint.keep_last)
+            sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
+        last = metrics
+    sink.emit("status", {"state": "succeeded"}, step=cfg.train.steps)
+    return last
+
+
+def _describe(engine: Engine) -> str:
+    params = sum(p.numel() for p in engine.model.parameters())
+    data = engine.data
+    text = (f"policy {type(engine.model).__name__} with {params:,} parameters; {len(data.train)} training prompts, "
+            f"{len(data.eval)} held-out")
+    if data.dropped_too_long:
+        text += f"; dropped {data.dropped_too_long} prompts longer than data.max_prompt_tokens"
+    return text
+
+
+def _progress_bar(steps: range, enabled: bool, total: int, first: int):
+    if not enabled:
+        return steps
+    from tqdm import tqdm
+
+    return tqdm(steps, total=total, initial=first - 1, desc="train", unit="step")

@@ -1,0 +1,128 @@
+"""Rollout generation behind one interface; `transformers` here, vLLM plugs in behind the same one.
+
+`generate` returns samples prompt-major: the `n` samples of prompt 0, then those of prompt 1, ... —
+the layout every group estimator relies on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import torch
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 16
+    stop: tuple[str, ...] = ()
+    greedy: bool = False
+
+
+@dataclass(frozen=True)
+class Sample:
+    prompt_index: int          # index into the prompts passed to `generate`
+    response_ids: list[int]    # generated tokens, the stop token included when one ended it
+    finish_reason: FinishReason
+
+
+class RolloutBackend(Protocol):
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> float:
+        """Make the engine sample from `model`'s current weights; returns seconds spent."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if seq:
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+    return ids, mask
+
+
+class TransformersRollout:
+    """Samples with `model.generate` from the very module being trained (one process, colocated), so a
+    weight sync costs nothing. Prompts are left-padded and generated in chunks of `batch_size`."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 512):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.eos_ids = self._eos_ids()
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+
+    def _eos_ids(self) -> list[int]:
+        configured = getattr(self.model.generation_config, "eos_token_id", None)
+        ids = configured if isinstance(configured, list) else [configured]
+        ids = [i for i in ids if i is not None]
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in ids:
+            ids.append(self.tokenizer.eos_token_id)
+        if not ids:
+            raise ValueError("the model has no eos token (generation_config.eos_token_id and tokenizer.eos_token_id are unset)")
+        return ids
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
+        expanded = [(i, ids) for i, ids in enumerate(prompts) for _ in range(params.n)]
+        samples: list[Sample] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(expanded), self.batch_size):
+                chunk = expanded[start : start + self.batch_size]
+                samples.extend(self._generate_chunk(chunk, params))
+        finally:
+            self.model.train(was_training)
+        return samples
+
+    def _generate_chunk(self, chunk: list[tuple[int, list[int]]], params: SamplingParams) -> list[Sample]:
+        input_ids, attention_mask = left_pad([ids for _, ids in chunk], self.pad_id)
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            use_cache=True,
+        )
+        if params.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else None,
+            )
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
+        output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        generated = output[:, input_ids.shape[1]:].tolist()
+        return [self._to_sample(prompt_index, tokens, params) for (prompt_index, _), tokens in zip(chunk, generated)]
+
+    def _to_sample(self, prompt_index: int, tokens: list[int], params: SamplingParams) -> Sample:
+        for position, token in enumerate(tokens):
+            if token in self.eos_ids:
+                return Sample(prompt_index, tokens[: position + 1], "stop")
+        # No eos: either the budget ran out, or a stop string ended it early (then pads follow).
+        while tokens and tokens[-1] == self.pad_id and self.pad_id not in self.eos_ids:
+            tokens = tokens[:-1]
+        reason: FinishReason = "length" if len(tokens) >= params.max_new_tokens else "stop"
+        return Sample(prompt_index, tokens, reason)
+
+    def sync_weights(self, model: torch.nn.Module) -> float:
+        return 0.0  # same module: nothing to move
+
+    def close(self) -> None:
+        pass

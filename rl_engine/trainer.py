@@ -1,0 +1,267 @@
+"""Policy (and critic) training on one process with a torch optimizer — the simplest real backend.
+
+The DeepSpeed backend plugs in behind the same three calls: `forward` (log-probs, values),
+`update` (one RL step's optimisation over an `Experience`), and `state_dict`/`load_state_dict`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from rl_engine.algorithms import aggregate, entropy_from_logits, kl_estimate, masked_mean, policy_loss, value_loss
+from rl_engine.config import RunConfig
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class TokenBatch:
+    """Left-padded prompts followed by right-padded responses: `sequences[:, :P]` are prompts,
+    `sequences[:, P:]` responses; `response_mask` marks the real response tokens."""
+
+    sequences: torch.Tensor       # [B, P + T]
+    attention_mask: torch.Tensor  # [B, P + T]
+    position_ids: torch.Tensor    # [B, P + T]
+    response_mask: torch.Tensor   # [B, T] float
+    prompt_width: int             # P
+
+    @classmethod
+    def build(cls, prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> TokenBatch:
+        p_width = max(len(p) for p in prompts)
+        t_width = max(1, max(len(r) for r in responses))
+        batch = len(prompts)
+        sequences = torch.full((batch, p_width + t_width), pad_id, dtype=torch.long)
+        attention = torch.zeros((batch, p_width + t_width), dtype=torch.long)
+        for row, (prompt, response) in enumerate(zip(prompts, responses)):
+            sequences[row, p_width - len(prompt) : p_width] = torch.tensor(prompt, dtype=torch.long)
+            attention[row, p_width - len(prompt) : p_width] = 1
+            if response:
+                sequences[row, p_width : p_width + len(response)] = torch.tensor(response, dtype=torch.long)
+                attention[row, p_width : p_width + len(response)] = 1
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+        return cls(sequences, attention, positions, attention[:, p_width:].float(), p_width)
+
+    def __len__(self) -> int:
+        return self.sequences.shape[0]
+
+    def select(self, index: torch.Tensor | slice) -> TokenBatch:
+        return TokenBatch(self.sequences[index], self.attention_mask[index], self.position_ids[index],
+                          self.response_mask[index], self.prompt_width)
+
+
+@dataclass
+class Experience:
+    """Everything one RL step's update needs; one record drives both the update and the logging."""
+
+    batch: TokenBatch
+    advantages: torch.Tensor                # [B, T]
+    old_logprobs: torch.Tensor | None       # [B, T]; None = on-policy single update (ratio is 1)
+    ref_logprobs: torch.Tensor | None       # [B, T] when the KL is a loss term
+    old_values: torch.Tensor | None = None  # [B, T] (PPO)
+    returns: torch.Tensor | None = None     # [B, T] (PPO)
+
+    def select(self, index: torch.Tensor) -> Experience:
+        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        return Experience(self.batch.select(index), self.advantages[index], pick(self.old_logprobs),
+                          pick(self.ref_logprobs), pick(self.old_values), pick(self.returns))
+
+
+class ValueModel(nn.Module):
+    """PPO critic: the policy's transformer body with a scalar head, initialised from the policy."""
+
+    def __init__(self, body: nn.Module, hidden_size: int):
+        super().__init__()
+        self.body = body
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    @classmethod
+    def from_pretrained(cls, path: str, dtype: torch.dtype, trust_remote_code: bool = False) -> ValueModel:
+        from transformers import AutoModel
+
+        body = AutoModel.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+        return cls(body, body.config.hidden_size).to(dtype)
+
+    def forward(self, batch: TokenBatch) -> torch.Tensor:
+        hidden = self.body(input_ids=batch.sequences, attention_mask=batch.attention_mask,
+                           position_ids=batch.position_ids).last_hidden_state
+        # The value of the state before response token t is read where the token is predicted.
+        p = batch.prompt_width
+        return self.value_head(hidden[:, p - 1 : -1]).squeeze(-1).float()
+
+
+def response_logits(model: nn.Module, batch: TokenBatch, temperature: float) -> torch.Tensor:
+    """Logits `[B, T, V]` that predict each response token, scaled by the sampling temperature so the
+    log-probs are those of the distribution the tokens were drawn from."""
+    p = batch.prompt_width
+    logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask,
+                   position_ids=batch.position_ids, use_cache=False).logits[:, p - 1 : -1]
+    logits = logits.float()
+    return logits / temperature if temperature != 1.0 else logits
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _lr_lambda(cfg: RunConfig):
+    total, warmup, schedule = cfg.train.steps, cfg.train.warmup_steps, cfg.train.lr_schedule
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 0.5 * (1 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
+
+    return factor
+
+
+class TorchTrainer:
+    """AdamW on one process. `micro_batch_size` bounds memory (gradient accumulation); the optimiser
+    steps once per mini-batch; the learning-rate schedule advances once per RL step."""
+
+    def __init__(self, cfg: RunConfig, model: nn.Module, ref_model: nn.Module | None, critic: ValueModel | None):
+        self.cfg = cfg
+        self.model = model
+        self.ref_model = ref_model
+        self.critic = critic
+        train = cfg.train
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, betas=train.betas,
+                                           weight_decay=train.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
+        self.critic_optimizer = None
+        if critic is not None:
+            self.critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.algorithm.critic_lr or train.lr,
+                                                      betas=train.betas, weight_decay=train.weight_decay)
+        # Shuffles mini-batches; its state is checkpointed so a resumed run shuffles identically.
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+
+    # --- forward passes -------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def forward(self, batch: TokenBatch, which: str) -> torch.Tensor:
+        """Log-probs of the response tokens under the `policy` or `reference`, or the critic's `values`,
+        computed micro-batch by micro-batch."""
+        micro = self.cfg.train.micro_batch_size
+        temperature = self.cfg.rollout.temperature
+        outputs = []
+        for start in range(0, len(batch), micro):
+            part = batch.select(slice(start, start + micro))
+            if which == "values":
+                outputs.append(self.critic(part))
+            else:
+                model = self.model if which == "policy" else self.ref_model
+                tokens = part.sequences[:, part.prompt_width:]
+                outputs.append(token_logprobs(response_logits(model, part, temperature), tokens))
+        return torch.cat(outputs)
+
+    # --- the update ------------------------------------------------------------------------------
+
+    def _minibatches(self, size: int) -> list[torch.Tensor]:
+        """Shuffled mini-batches that keep each prompt's group of samples together."""
+        group = self.cfg.rollout.samples_per_prompt
+        mini = self.cfg.train.mini_batch_size or size
+        groups = torch.randperm(size // group, generator=self.generator) if size % group == 0 else None
+        order = (groups[:, None] * group + torch.arange(group)).reshape(-1) if groups is not None else torch.arange(size)
+        return list(order.split(mini))
+
+    def update(self, exp: Experience) -> dict[str, float]:
+        cfg, alg = self.cfg, self.cfg.algorithm
+        self.model.train()
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+
+        def record(name: str, value: float) -> None:
+            sums[name] = sums.get(name, 0.0) + value
+            counts[name] = counts.get(name, 0) + 1
+
+        for _ in range(cfg.train.epochs_per_batch):
+            for mini_index in self._minibatches(len(exp.batch)):
+                mini = exp.select(mini_index)
+                self.optimizer.zero_grad(set_to_none=True)
+                if self.critic_optimizer is not None:
+                    self.critic_optimizer.zero_grad(set_to_none=True)
+                total_tokens = float(mini.batch.response_mask.sum().clamp(min=1))
+                for start in range(0, len(mini.batch), cfg.train.micro_batch_size):
+                    micro = mini.select(torch.arange(start, min(start + cfg.train.micro_batch_size, len(mini.batch))))
+                    share = self._share(micro, len(mini.batch), total_tokens)
+                    stats = self._micro_step(micro, share)
+                    for name, value in stats.items():
+                        record(name, value)
+                record("policy/grad_norm", self._clip_and_step(self.model, self.optimizer))
+                if self.critic_optimizer is not None:
+                    record("critic/grad_norm", self._clip_and_step(self.critic, self.critic_optimizer))
+        self.scheduler.step()
+        metrics = {name: sums[name] / counts[name] for name in sums}
+        metrics["policy/lr"] = self.optimizer.param_groups[0]["lr"]
+        return metrics
+
+    def _share(self, micro: Experience, mini_size: int, mini_tokens: float) -> float:
+        """Weight of a micro-batch's loss in its mini-batch, so accumulation equals one big batch."""
+        if self.cfg.algorithm.loss_agg == "token_mean":
+            return float(micro.batch.response_mask.sum()) / mini_tokens
+        return len(micro.batch) / mini_size
+
+    def _micro_step(self, exp: Experience, share: float) -> dict[str, float]:
+        alg = self.cfg.algorithm
+        mask = exp.batch.response_mask
+        tokens = exp.batch.sequences[:, exp.batch.prompt_width:]
+        logits = response_logits(self.model, exp.batch, self.cfg.rollout.temperature)
+        logprobs = token_logprobs(logits, tokens)
+        old = exp.old_logprobs if exp.old_logprobs is not None else logprobs.detach()
+        norm = self.cfg.rollout.max_new_tokens
+        loss, stats = policy_loss(logprobs, old, exp.advantages, mask, alg.clip_low, alg.clip_high, alg.dual_clip,
+                                  alg.loss_agg, norm)
+        out = {"policy/loss": float(loss.detach()), "policy/clip_ratio": float(stats["clip_ratio"]),
+               "policy/approx_kl": float(stats["approx_kl"]), "policy/ratio_max": float(stats["ratio_max"])}
+        if alg.entropy_coef > 0:
+            entropy = entropy_from_logits(logits)
+            loss = loss - alg.entropy_coef * aggregate(entropy, mask, alg.loss_agg, norm)
+        else:
+            with torch.no_grad():
+                entropy = entropy_from_logits(logits)
+        out["policy/entropy"] = float(masked_mean(entropy.detach(), mask))
+        if exp.ref_logprobs is not None and alg.kl.placement == "loss" and alg.kl.coef > 0:
+            kl = kl_estimate(logprobs, exp.ref_logprobs, alg.kl.estimator, mask)
+            loss = loss + alg.kl.coef * aggregate(kl, mask, alg.loss_agg, norm)
+            out["kl/loss_term"] = float(masked_mean(kl.detach(), mask))
+        (loss * share).backward()
+        if self.critic is not None:
+            values = self.critic(exp.batch)
+            v_loss, v_stats = value_loss(values, exp.old_values, exp.returns, mask, alg.value_clip, alg.loss_agg, norm)
+            (alg.value_coef * v_loss * share).backward()
+            out["critic/loss"] = float(v_loss.detach())
+            out["critic/clip_ratio"] = float(v_stats["clip_ratio"])
+        return out
+
+    def _clip_and_step(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> float:
+        clip = self.cfg.train.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(module.parameters(), clip if clip else float("inf"))
+        optimizer.step()
+        return float(norm)
+
+    # --- state -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                 "generator": self.generator.get_state()}
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
