@@ -375,7 +375,7 @@ class PythonFunctionReward:
         except ValueError as exc:
             return ComponentResult.failed(n, str(exc))
 
-    def _request_with_one_restart(self, request: dict) -> dict:
+    def _send_with_one_restart(self, request: dict) -> SandboxWorker:
         """Send one request; if the idle child had died since the last batch, start a new one
         and resend once (the request never reached user code, so it is safe to repeat)."""
         worker = self._ensure_worker()
@@ -385,7 +385,10 @@ class PythonFunctionReward:
             self._drop_worker()
             worker = self._ensure_worker()
             worker.send(request)
-        return worker.recv(self._deadline())
+        return worker
+
+    def _request_with_one_restart(self, request: dict) -> dict:
+        return self._send_with_one_restart(request).recv(self._deadline())
 
     def _score_per_sample(self, batch: RewardBatch) -> ComponentResult:
         n = len(batch)
@@ -439,15 +442,7 @@ class PythonFunctionReward:
         return ComponentResult(scores, [None if e is None else truncate_reason(e) for e in errors], extra)
 
     def _request_samples(self, items: list, pending: list[int]) -> SandboxWorker:
-        request = {"op": "samples", "items": [items[i] for i in pending]}
-        worker = self._ensure_worker()
-        try:
-            worker.send(request)
-        except WorkerDied:
-            self._drop_worker()
-            worker = self._ensure_worker()
-            worker.send(request)
-        return worker
+        return self._send_with_one_restart({"op": "samples", "items": [items[i] for i in pending]})
 
     def _finish_samples(self) -> None:
         """Read the child's end-of-batch marker (it may ask to be replaced)."""
