@@ -53,7 +53,7 @@ status:
 test: install
 	scripts/ensure_services.sh
 	scripts/ensure_chromium.sh
-	$(TEST_ENV) $(BIN)/python -m pytest tests
+	$(TEST_ENV) $(BIN)/python -m pytest
 
 test-fast: install
 	$(BIN)/python -m pytest tests/unit -m "not slow"

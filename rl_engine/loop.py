@@ -36,6 +36,7 @@ from rl_engine.data import Prompt, PromptData, PromptSampler
 from rl_engine.events import Heartbeat, JsonlEventSink
 from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
 from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
+from rl_engine.shipper import shipper_from_env
 from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel
 
 
@@ -281,6 +282,7 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     sink = JsonlEventSink(run_dir, run_id or os.environ.get("POSTTRAIN_RUN_ID") or run_dir.name)
+    shipper = shipper_from_env(sink)  # the platform's run: POSTTRAIN_EVENTS_URL set, events POSTed in batches
     engine: Engine | None = None
     try:
         with Heartbeat(sink, cfg.logging.heartbeat_s) as heartbeat:
@@ -292,9 +294,13 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: 
         sink.emit("status", {"state": "failed", "reason": reason[:2000]})
         raise
     finally:
-        if engine is not None:
-            engine.close()
-        sink.close()
+        try:
+            if engine is not None:
+                engine.close()
+        finally:
+            sink.close()
+            if shipper is not None:
+                shipper.finish()  # bounded wait until the platform acknowledged every event
 
 
 def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbeat, resume: Path | None,

@@ -85,3 +85,44 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield address
     finally:
         stop_process_group(process)
+
+
+def postgres_url(settings_dict: dict) -> str:
+    """A DATABASE_URL for the database Django is using (the test database, inside a test session), so
+    servers started by the tests read what the tests write."""
+    if settings_dict["ENGINE"] != "django.db.backends.postgresql":
+        pytest.fail("this test needs DATABASE_URL pointing at Postgres (servers read the test database); use `make test`")
+    user = settings_dict.get("USER") or "postgres"
+    password = f":{settings_dict['PASSWORD']}" if settings_dict.get("PASSWORD") else ""
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
+
+
+class UvicornServer:
+    """The ASGI app under uvicorn, as `make demo` serves it, on a fixed port: it can be stopped and
+    started again on the same address (an outage of the web server, as the engine sees it)."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, port: int | None = None):
+        self.env = env
+        self.log_path = log_path
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60) -> None:
+        self.process = subprocess.Popen(
+            [str(VENV_BIN / "uvicorn"), "--app-dir", str(REPO_ROOT / "platform"), "posttrain.asgi:application",
+             "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=REPO_ROOT, env=self.env, stdout=self.log_path.open("a"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for_http(f"{self.url}/login/", timeout_s=timeout_s, process=self.process)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process_group(self.process)
+            self.process = None
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""

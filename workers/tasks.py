@@ -1,4 +1,9 @@
-"""Celery tasks. Each one loads what it needs by id and calls a single service."""
+"""Celery tasks. Each one loads what it needs by id and calls a single service.
+
+Services are imported inside the tasks: this module is imported while the Celery app starts, before
+Django's app registry is ready. The Ray client (workers/ray_jobs.py) is imported by the services
+that need it, in the worker only.
+"""
 
 import platform
 
@@ -9,3 +14,27 @@ from workers.celery_app import app
 def ping() -> dict:
     """Round trip through the broker; also proves the stdlib `platform` module is intact in a worker."""
     return {"pong": True, "python": platform.python_version()}
+
+
+@app.task(name="workers.run_submit")
+def run_submit(run_id: str) -> None:
+    """Submit a queued run's Ray job (idempotent: submission id = run id)."""
+    from posttrain.runs import services
+
+    services.run_submit(run_id)
+
+
+@app.task(name="workers.run_cancel")
+def run_cancel(run_id: str) -> None:
+    """Stop a cancelling run's Ray job and settle the run."""
+    from posttrain.runs import services
+
+    services.run_stop(run_id)
+
+
+@app.task(name="workers.runs_reconcile", expires=60)
+def runs_reconcile() -> int:
+    """Periodic (CELERY_BEAT_SCHEDULE): run states against Ray job states; lost heartbeats fail runs."""
+    from posttrain.runs import services
+
+    return services.runs_reconcile()

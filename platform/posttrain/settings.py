@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -68,6 +69,9 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "posttrain.core",
+    "posttrain.accounts",
+    "posttrain.registry",
+    "posttrain.runs",
 ]
 
 MIDDLEWARE = [
@@ -151,6 +155,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One enum for the run state wherever it appears (state, from_state, to_state).
+    "ENUM_NAME_OVERRIDES": {"RunStateEnum": "posttrain.runs.models.RunState"},
 }
 
 # --- Celery ---------------------------------------------------------------------------------
@@ -164,6 +170,26 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = _env_flag("POSTTRAIN_CELERY_EAGER")
+
+# --- Artifacts (DESIGN.md contract 5): runs/<run-id>/, datasets/<sha256>/, models/<name>/ ----------
+STORAGE_ROOT = Path(os.environ.get("POSTTRAIN_STORAGE", STATE_DIR / "storage")).resolve()
+DATASET_MAX_BYTES = int(os.environ.get("POSTTRAIN_DATASET_MAX_BYTES", str(200 * 1024 * 1024)))
+# Where a run's engine posts its events: this server as the Ray job's machine can reach it.
+PUBLIC_URL = os.environ.get("POSTTRAIN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# The Python that runs the engine inside a Ray job (the head's environment for a local head).
+ENGINE_PYTHON = os.environ.get("POSTTRAIN_ENGINE_PYTHON", sys.executable)
+RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S", "120"))
+# Largest event batch the ingestion endpoint reads (a step's samples can be several MB).
+INGEST_MAX_BODY_BYTES = int(os.environ.get("POSTTRAIN_INGEST_MAX_BODY_BYTES", str(64 * 1024 * 1024)))
+# Run states against Ray job states (lost heartbeats, jobs that ended without a final event).
+RUN_RECONCILE_INTERVAL_S = float(os.environ.get("POSTTRAIN_RUN_RECONCILE_INTERVAL_S", "15"))
+CELERY_BEAT_SCHEDULE = {
+    "runs-reconcile": {
+        "task": "workers.runs_reconcile",
+        "schedule": RUN_RECONCILE_INTERVAL_S,
+        "options": {"expires": RUN_RECONCILE_INTERVAL_S},  # a backlog of checks is pointless
+    },
+}
 
 # --- Live pub/sub and Ray -----------------------------------------------------------------------
 PUBSUB_BACKEND = "redis" if REDIS_URL else "inprocess"

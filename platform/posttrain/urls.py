@@ -11,6 +11,9 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", include("posttrain.core.api.urls")),
+    path("api/", include("posttrain.registry.api.urls")),
+    path("api/", include("posttrain.runs.api.urls")),
+    path("api/", include("posttrain.accounts.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

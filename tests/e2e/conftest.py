@@ -13,9 +13,6 @@ import pytest
 
 from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group, wait_for_http
 
-# Playwright's sync API keeps an event loop in this thread; the ORM calls in test set-up are still
-# synchronous, so Django's async-safety guard would refuse them.
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 SCREENSHOTS = REPO_ROOT / "test-artifacts" / "screenshots"
 CHROMIUM_FLAGS = [
@@ -63,17 +60,25 @@ def web_server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator
             sys.stderr.write(log.read_text())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(tmp_path_factory):
+    """Package-scoped: Playwright's sync API runs an event loop in this thread while it is open, which
+    must end with the e2e tests (asyncio.run elsewhere would refuse to start)."""
     from playwright.sync_api import sync_playwright
 
     executable = shutil.which("chromium")
     if executable is None:
         pytest.fail("Debian chromium is missing; `make test` installs it (scripts/ensure_chromium.sh)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
-        yield browser
-        browser.close()
+    # The ORM calls in test set-up stay synchronous while that loop runs; Django's async-safety
+    # guard would refuse them, so it is relaxed for the e2e tests only.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
+            yield browser
+            browser.close()
+    finally:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 @pytest.fixture

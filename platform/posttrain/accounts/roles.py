@@ -1,0 +1,14 @@
+"""The three roles of DESIGN.md ("Who uses it"), kept as Django groups of the same names."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin", "Admin"
+    RESEARCHER = "researcher", "Researcher"
+    ANNOTATOR = "annotator", "Annotator"
+
+
+ROLE_NAMES: tuple[str, ...] = tuple(Role.values)

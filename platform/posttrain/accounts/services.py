@@ -1,0 +1,64 @@
+"""Writes of the accounts app: users and their role."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractUser, Group
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from rest_framework.authtoken.models import Token
+
+from posttrain.accounts.roles import ROLE_NAMES, Role
+from posttrain.accounts.selectors import forget_cached_roles
+
+
+def _check_role(role: str) -> str:
+    if role not in ROLE_NAMES:
+        raise ValidationError({"role": f"unknown role {role!r}; expected one of: {', '.join(ROLE_NAMES)}"})
+    return role
+
+
+@transaction.atomic
+def user_create(username: str, password: str, role: str, *, email: str = "") -> AbstractUser:
+    """A new user with one role. The password must pass the project's password validators."""
+    _check_role(role)
+    user_model = get_user_model()
+    username = (username or "").strip()
+    if not username:
+        raise ValidationError({"username": "is required"})
+    if user_model.objects.filter(username=username).exists():
+        raise ValidationError({"username": f"a user named {username!r} already exists"})
+    user = user_model(username=username, email=email)
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise ValidationError({"password": exc.messages}) from None
+    user.set_password(password)
+    user.save()
+    return user_set_role(user, role)
+
+
+@transaction.atomic
+def user_set_role(user: AbstractUser, role: str) -> AbstractUser:
+    """Give the user exactly this role (the other role groups are removed; other groups stay).
+
+    Admins manage users and settings through Django's admin site, so the admin role also makes
+    the user staff and superuser; the other roles take both away.
+    """
+    _check_role(role)
+    group, _ = Group.objects.get_or_create(name=role)
+    user.groups.remove(*Group.objects.filter(name__in=ROLE_NAMES).exclude(pk=group.pk))
+    user.groups.add(group)
+    is_admin = role == Role.ADMIN
+    if user.is_staff != is_admin or user.is_superuser != is_admin:
+        user.is_staff = user.is_superuser = is_admin
+        user.save(update_fields=["is_staff", "is_superuser"])
+    forget_cached_roles(user)
+    return user
+
+
+def token_get_or_create(user: AbstractUser) -> Token:
+    """The user's API token for scripts and the CLI (one per user, created on first request)."""
+    token, _ = Token.objects.get_or_create(user=user)
+    return token

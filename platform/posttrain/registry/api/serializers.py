@@ -1,0 +1,117 @@
+"""Serializers of the registry API: output shapes, and input checks of types and lengths only
+(the rules live in the services)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
+from posttrain.registry.reward_specs import KINDS
+from posttrain.registry.services import MAX_TRY_SAMPLES
+
+
+
+class ModelAssetSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = ModelAsset
+        fields = [
+            "id", "name", "description", "source", "path", "architecture", "parameter_count", "hf_config",
+            "source_run", "source_step", "created_by", "created_at",
+        ]
+        read_only_fields = fields
+
+
+class ModelRegisterSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    path = serializers.CharField(max_length=1000, help_text="Hugging Face model folder on the server (config.json, weights, tokenizer).")
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class AssetUpdateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Dataset
+        fields = [
+            "id", "name", "description", "sha256", "format", "path", "size_bytes", "row_count", "prompt_field",
+            "label_field", "columns", "splits", "source_campaign_id", "created_by", "created_at",
+        ]
+        read_only_fields = fields
+
+
+class _DatasetInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="", help_text="Defaults to the file name.")
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    format = serializers.ChoiceField(
+        choices=Dataset.Format.choices, required=False, allow_null=True, default=None, help_text="Defaults to the file extension."
+    )
+    prompt_field = serializers.CharField(max_length=200, required=False, default="prompt", help_text="Field (column) holding the prompt.")
+    label_field = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default="label",
+        help_text="Field (column) holding the reference answer; empty for a dataset without labels.",
+    )
+
+
+class DatasetUploadSerializer(_DatasetInputSerializer):
+    file = serializers.FileField(help_text="JSONL, CSV (with a header line) or Parquet; UTF-8 text.")
+
+
+class DatasetRegisterPathSerializer(_DatasetInputSerializer):
+    path = serializers.CharField(max_length=1000, help_text="Absolute path of a data file on the server; it is copied into the store.")
+
+
+class DatasetPreviewSerializer(serializers.Serializer):
+    columns = serializers.ListField(child=serializers.CharField())
+    rows = serializers.ListField(child=serializers.DictField())
+    row_count = serializers.IntegerField()
+    prompt_field = serializers.CharField()
+    label_field = serializers.CharField()
+
+
+class RewardFunctionSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = RewardFunction
+        fields = ["id", "name", "description", "kind", "spec", "source", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class RewardCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    kind = serializers.ChoiceField(choices=KINDS)
+    spec = serializers.JSONField(
+        required=False, default=dict,
+        help_text="The engine's reward spec (rl_engine.config RewardSpec) without weight: e.g. "
+        '{"type": "regex", "pattern": "\\\\d+"}; for kind python, the function name and limits.',
+    )
+    source = serializers.CharField(
+        required=False, allow_blank=True, default="", trim_whitespace=False,
+        help_text="Python code for kind python: reward_func(queries, prompts, labels, **kwargs) or compute_score(...).",
+    )
+
+
+class RewardTrySampleSerializer(serializers.Serializer):
+    prompt = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    response = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    label = serializers.JSONField(required=False, allow_null=True, default=None, help_text="Reference answer (text or number).")
+    metadata = serializers.DictField(required=False, default=dict, help_text="Extra dataset fields (data_source, ...).")
+
+
+class RewardTrySerializer(serializers.Serializer):
+    samples = RewardTrySampleSerializer(many=True, min_length=1, max_length=MAX_TRY_SAMPLES)
+
+
+class RewardTryResultSerializer(serializers.Serializer):
+    scores = serializers.ListField(child=serializers.FloatField(), help_text="Weighted total per sample.")
+    components = serializers.DictField(child=serializers.ListField(child=serializers.FloatField()))
+    errors = serializers.ListField(child=serializers.ListField(child=serializers.CharField()))
+    extra_logs = serializers.DictField(child=serializers.FloatField())

@@ -1,0 +1,67 @@
+"""Admin pages of experiments and runs. States are read-only here: they change only in services."""
+
+from django.contrib import admin
+
+from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, MetricRow, Run, RunLog, RunTransition, Sample
+
+
+class ExperimentRewardInline(admin.TabularInline):
+    model = ExperimentReward
+    extra = 0
+
+
+@admin.register(Experiment)
+class ExperimentAdmin(admin.ModelAdmin):
+    list_display = ["name", "model", "dataset", "created_by", "created_at"]
+    search_fields = ["name", "description"]
+    list_select_related = ["model", "dataset", "created_by"]
+    inlines = [ExperimentRewardInline]
+    raw_id_fields = ["model", "dataset"]
+
+
+class RunTransitionInline(admin.TabularInline):
+    model = RunTransition
+    extra = 0
+    can_delete = False
+    readonly_fields = ["from_state", "to_state", "reason", "at"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "experiment", "state", "seed", "last_step", "created_at", "finished_at"]
+    list_filter = ["state"]
+    search_fields = ["id", "name", "note", "experiment__name"]
+    list_select_related = ["experiment"]
+    readonly_fields = ["id", "experiment", "state", "state_reason", "state_changed_at", "resolved_config", "parent",
+                       "resume_from", "ingest_token_hash", "last_seq", "last_event_at", "last_step", "started_at",
+                       "finished_at", "created_by", "created_at"]
+    inlines = [RunTransitionInline]
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "path", "created_at"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(Sample)
+class SampleAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "index", "reward", "finish_reason", "length"]
+    list_filter = ["finish_reason"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(MetricRow)
+class MetricRowAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "seq"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(RunLog)
+class RunLogAdmin(admin.ModelAdmin):
+    list_display = ["run", "seq", "level", "message"]
+    list_filter = ["level"]
+    raw_id_fields = ["run"]

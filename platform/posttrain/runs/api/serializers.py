@@ -1,0 +1,161 @@
+"""Serializers of the runs API: shapes only. Rules live in posttrain.runs.services."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
+from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunTransition, Sample
+
+
+# --- experiments -----------------------------------------------------------------------------
+
+
+class ExperimentRewardSerializer(serializers.ModelSerializer):
+    reward_name = serializers.CharField(source="reward.name", read_only=True)
+
+    class Meta:
+        model = ExperimentReward
+        fields = ["reward", "reward_name", "weight"]
+
+
+class ExperimentSerializer(serializers.ModelSerializer):
+    rewards = ExperimentRewardSerializer(source="experimentreward_set", many=True, read_only=True)
+    run_count = serializers.IntegerField(read_only=True, default=0)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = Experiment
+        fields = ["id", "name", "description", "model", "dataset", "rewards", "config", "run_count",
+                  "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class RewardWeightSerializer(serializers.Serializer):
+    reward = serializers.PrimaryKeyRelatedField(queryset=RewardFunction.objects.all())
+    weight = serializers.FloatField(default=1.0)
+
+
+class ExperimentCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    model = serializers.PrimaryKeyRelatedField(queryset=ModelAsset.objects.all())
+    dataset = serializers.PrimaryKeyRelatedField(queryset=Dataset.objects.all())
+    rewards = RewardWeightSerializer(many=True, allow_empty=False)
+    config = serializers.JSONField(
+        help_text="Engine run config (rl_engine.config) without model.path, the dataset's data fields, "
+        "rewards and logging.run_dir: those come from the registry and the platform.",
+    )
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+class RunSerializer(serializers.ModelSerializer):
+    experiment_name = serializers.CharField(source="experiment.name", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = Run
+        fields = ["id", "experiment", "experiment_name", "name", "seed", "state", "state_reason", "state_changed_at",
+                  "tags", "note", "parent", "resume_from", "last_seq", "last_step", "last_event_at", "started_at",
+                  "finished_at", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "resolved_config"]
+        read_only_fields = fields
+
+
+class RunLaunchSerializer(serializers.Serializer):
+    seed = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                    help_text="Default: the experiment config's seed (else 0).")
+    tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False, default=list)
+    note = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class RunCloneSerializer(serializers.Serializer):
+    seed = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                    help_text="Default: the source run's seed.")
+    tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False, allow_null=True,
+                                 default=None, help_text="Default: the source run's tags.")
+    note = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class RunResumeSerializer(serializers.Serializer):
+    checkpoint = serializers.PrimaryKeyRelatedField(queryset=Checkpoint.objects.all(),
+                                                    help_text="A checkpoint of this run.")
+
+
+class CheckpointRegisterSerializer(serializers.Serializer):
+    checkpoint = serializers.PrimaryKeyRelatedField(queryset=Checkpoint.objects.all(),
+                                                    help_text="A checkpoint of this run.")
+    name = serializers.CharField(max_length=200, required=False,
+                                 help_text="Model name; default <run>-step-<n>.")
+
+    def validate_checkpoint(self, checkpoint: Checkpoint) -> Checkpoint:
+        if checkpoint.run_id != self.context["run"].pk:
+            raise serializers.ValidationError("not a checkpoint of this run")
+        return checkpoint
+
+
+class RunUpdateSerializer(serializers.Serializer):
+    tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False)
+    note = serializers.CharField(required=False, allow_blank=True)
+
+
+class SampleSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Sample
+        fields = ["id", "step", "index", "group", "prompt", "response", "label", "reward", "components", "advantage",
+                  "length", "finish_reason", "errors", "kept"]
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Checkpoint
+        fields = ["id", "step", "path", "created_at"]
+
+
+class RunTransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunTransition
+        fields = ["from_state", "to_state", "reason", "at"]
+
+
+class MetricSeriesSerializer(serializers.Serializer):
+    steps = serializers.ListField(child=serializers.IntegerField())
+    values = serializers.ListField(child=serializers.FloatField(allow_null=True))
+
+
+class MetricsSerializer(serializers.Serializer):
+    series = serializers.DictField(child=MetricSeriesSerializer(), help_text="Metric name to its points.")
+
+
+class RunLogsSerializer(serializers.Serializer):
+    logs = serializers.CharField(help_text="The Ray job's stdout and stderr (the tail, when truncated).")
+    truncated = serializers.BooleanField()
+    job = serializers.CharField(allow_null=True, help_text="Ray submission id; null when Ray has no job yet.")
+
+
+# --- ingestion (documentation of the engine's protocol) --------------------------------------
+
+
+class EventSerializer(serializers.Serializer):
+    run = serializers.CharField()
+    seq = serializers.IntegerField(min_value=1)
+    type = serializers.ChoiceField(choices=["metrics", "samples", "checkpoint", "log", "status", "heartbeat"])
+    step = serializers.IntegerField(allow_null=True, min_value=0)
+    time = serializers.FloatField()
+    data = serializers.DictField()
+
+
+class EventBatchSerializer(serializers.Serializer):
+    events = EventSerializer(many=True)
+
+
+class EventAckSerializer(serializers.Serializer):
+    acknowledged_seq = serializers.IntegerField(help_text="Every event up to this seq is stored.")
+    stored = serializers.IntegerField(help_text="Events of this batch stored now (repeats are dropped).")

@@ -1,0 +1,341 @@
+"""REST API of experiments and runs: thin views over posttrain.runs.services and selectors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import django_filters
+from django.conf import settings
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import filters, mixins, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from posttrain.accounts.permissions import IsResearcher
+from posttrain.registry.api.errors import service_errors
+from posttrain.registry.api.serializers import ModelAssetSerializer
+from posttrain.registry.services import model_register_checkpoint
+from posttrain.runs import selectors, services
+from posttrain.runs.api import serializers as s
+from posttrain.runs.api.errors import RunsErrorsMixin
+from posttrain.runs.errors import IngestAuthError, InvalidInput, RunsError
+from posttrain.runs.event_schema import parse_batch
+from posttrain.runs.models import Run, RunState
+from posttrain.runs.tokens import token_matches
+
+# Researchers and admins only: annotators never see or call any of these endpoints.
+RESEARCHER_PERMISSIONS = [IsResearcher]
+
+_errors_response = inline_serializer(
+    "ValidationErrors",
+    fields={"errors": serializers.ListField(child=inline_serializer(
+        "FieldError", fields={"loc": serializers.CharField(), "msg": serializers.CharField()}))},
+)
+_conflict_response = inline_serializer(
+    "StateConflict", fields={"detail": serializers.CharField(), "state": serializers.CharField()})
+
+
+def _int_param(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidInput.one(name, f"must be an integer, got {raw[:50]!r}") from None
+
+
+def _text_param(request: Request, name: str) -> str | None:
+    """A free-text query parameter; NUL characters (which Postgres refuses) are dropped."""
+    return request.query_params.get(name, "").replace("\x00", "").strip() or None
+
+
+def _float_param(request: Request, name: str) -> float | None:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise InvalidInput.one(name, f"must be a finite number, got {raw[:50]!r}")
+    return value
+
+
+# --- experiments -----------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Experiments"),
+    retrieve=extend_schema(summary="One experiment"),
+)
+class ExperimentViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = RESEARCHER_PERMISSIONS
+    serializer_class = s.ExperimentSerializer
+    filter_backends = [django_filters.rest_framework.DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
+    filterset_fields = ["model", "dataset"]
+    search_fields = ["name", "description"]
+    ordering_fields = ["created_at", "name"]
+
+    def get_queryset(self):
+        return selectors.experiment_list()
+
+    @extend_schema(
+        summary="Create an experiment",
+        description="The config is validated by the engine's schema, completed with the registry's model, "
+        "dataset and rewards; invalid fields come back as `errors` naming each `loc`.",
+        request=s.ExperimentCreateSerializer,
+        responses={201: s.ExperimentSerializer, 400: _errors_response},
+    )
+    def create(self, request: Request) -> Response:
+        body = s.ExperimentCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        experiment = services.experiment_create(
+            name=data["name"], description=data["description"], model=data["model"], dataset=data["dataset"],
+            rewards=[(item["reward"], item["weight"]) for item in data["rewards"]], config=data["config"],
+            user=request.user,
+        )
+        return Response(s.ExperimentSerializer(selectors.experiment_list().get(pk=experiment.pk)).data, status=201)
+
+    @extend_schema(
+        summary="Launch a run of the experiment",
+        request=s.RunLaunchSerializer,
+        responses={201: s.RunDetailSerializer, 400: _errors_response},
+    )
+    @action(detail=True, methods=["post"])
+    def launch(self, request: Request, pk: str | None = None) -> Response:
+        experiment = self.get_object()
+        body = s.RunLaunchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = services.run_launch(experiment, user=request.user, **body.validated_data)
+        return Response(s.RunDetailSerializer(run).data, status=201)
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+class RunFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=RunState.choices)
+    experiment = django_filters.NumberFilter(field_name="experiment_id")
+    tag = django_filters.CharFilter(method="filter_tag", help_text="Runs carrying this tag.")
+    parent = django_filters.UUIDFilter(field_name="parent_id")
+
+    class Meta:
+        model = Run
+        fields = ["state", "experiment", "tag", "parent"]
+
+    def filter_tag(self, queryset, name, value):
+        return selectors.runs_with_tag(queryset, value)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Runs", description="Filter by state (repeatable), experiment, tag; `search` "
+                       "matches name, note and experiment name."),
+    retrieve=extend_schema(summary="One run, with its resolved config", responses=s.RunDetailSerializer),
+)
+class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = RESEARCHER_PERMISSIONS
+    serializer_class = s.RunSerializer
+    filter_backends = [django_filters.rest_framework.DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
+    filterset_class = RunFilter
+    search_fields = ["name", "note", "experiment__name"]
+    ordering_fields = ["created_at", "state", "name", "finished_at", "last_step"]
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+
+    def get_queryset(self):
+        return selectors.run_list()
+
+    def get_serializer_class(self):
+        return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
+
+    @extend_schema(summary="Edit a run's tags and note", request=s.RunUpdateSerializer,
+                   responses={200: s.RunDetailSerializer, 400: _errors_response})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        body = s.RunUpdateSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        services.run_update(run, **body.validated_data)
+        return Response(s.RunDetailSerializer(run).data)
+
+    @extend_schema(summary="Cancel a run", request=None,
+                   responses={200: s.RunDetailSerializer, 409: _conflict_response})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        run = services.run_cancel(self.get_object(), user=request.user)
+        return Response(s.RunDetailSerializer(run).data)
+
+    @extend_schema(summary="A new run with this run's exact config", request=s.RunCloneSerializer,
+                   responses={201: s.RunDetailSerializer, 400: _errors_response})
+    @action(detail=True, methods=["post"])
+    def clone(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        body = s.RunCloneSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        new = services.run_clone(run, user=request.user, **body.validated_data)
+        return Response(s.RunDetailSerializer(new).data, status=201)
+
+    @extend_schema(summary="A new run continuing this one from a checkpoint", request=s.RunResumeSerializer,
+                   responses={201: s.RunDetailSerializer, 400: _errors_response, 409: _conflict_response})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        body = s.RunResumeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        new = services.run_resume(run, body.validated_data["checkpoint"], user=request.user)
+        return Response(s.RunDetailSerializer(new).data, status=201)
+
+    @extend_schema(
+        summary="Metric series of a run",
+        parameters=[
+            OpenApiParameter("names", OpenApiTypes.STR, description="Comma-separated metric names; default: all."),
+            OpenApiParameter("step_min", OpenApiTypes.INT),
+            OpenApiParameter("step_max", OpenApiTypes.INT),
+        ],
+        responses={200: s.MetricsSerializer, 400: _errors_response},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def metrics(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        names = [n.strip() for n in (_text_param(request, "names") or "").split(",") if n.strip()]
+        if len(names) > 200:
+            raise InvalidInput.one("names", "at most 200 metric names per request")
+        series = selectors.run_metric_series(run, names or None, _int_param(request, "step_min"),
+                                             _int_param(request, "step_max"))
+        return Response({"series": series})
+
+    @extend_schema(
+        summary="Rollout samples of a run (paginated)",
+        parameters=[
+            OpenApiParameter("step", OpenApiTypes.INT),
+            OpenApiParameter("min_reward", OpenApiTypes.FLOAT),
+            OpenApiParameter("max_reward", OpenApiTypes.FLOAT),
+            OpenApiParameter("finish_reason", OpenApiTypes.STR, description="stop or length"),
+            OpenApiParameter("q", OpenApiTypes.STR, description="Text in the prompt, response or label."),
+        ],
+        responses={200: s.SampleSerializer(many=True), 400: _errors_response},
+    )
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def samples(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        queryset = selectors.run_samples(
+            run, step=_int_param(request, "step"), min_reward=_float_param(request, "min_reward"),
+            max_reward=_float_param(request, "max_reward"),
+            finish_reason=_text_param(request, "finish_reason"), q=_text_param(request, "q"),
+        )
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(s.SampleSerializer(page, many=True).data)
+
+    @extend_schema(summary="Checkpoints of a run", responses=s.CheckpointSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def checkpoints(self, request: Request, pk: str | None = None) -> Response:
+        return Response(s.CheckpointSerializer(selectors.run_checkpoints(self.get_object()), many=True).data)
+
+    @extend_schema(summary="Register one of the run's checkpoints as a model (lineage kept)",
+                   request=s.CheckpointRegisterSerializer, responses={201: ModelAssetSerializer, 400: _errors_response})
+    @action(detail=True, methods=["post"], url_path="register-checkpoint")
+    def register_checkpoint(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        body = s.CheckpointRegisterSerializer(data=request.data, context={"run": run})
+        body.is_valid(raise_exception=True)
+        checkpoint = body.validated_data["checkpoint"]
+        with service_errors():
+            model = model_register_checkpoint(run, checkpoint.step, checkpoint.path, body.validated_data.get("name"),
+                                              user=request.user)
+        return Response(ModelAssetSerializer(model).data, status=201)
+
+    @extend_schema(summary="State transitions of a run, with reasons", responses=s.RunTransitionSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def transitions(self, request: Request, pk: str | None = None) -> Response:
+        return Response(s.RunTransitionSerializer(selectors.run_transitions(self.get_object()), many=True).data)
+
+    @extend_schema(
+        summary="Logs of the run's Ray job",
+        parameters=[OpenApiParameter("tail", OpenApiTypes.INT, description="Characters from the end (default 200000).")],
+        responses={200: s.RunLogsSerializer, 503: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def logs(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        tail = _int_param(request, "tail")
+        if tail is not None and tail < 1:
+            raise InvalidInput.one("tail", "must be at least 1")
+        return Response(selectors.run_job_logs(run, tail or selectors.DEFAULT_LOG_TAIL_CHARS))
+
+
+# --- ingestion -------------------------------------------------------------------------------
+
+
+def _bearer_token(request: Request) -> str:
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise IngestAuthError("send the run's ingestion token as 'Authorization: Bearer <token>'", status_code=401)
+    return token.strip()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON; send non-finite numbers as the strings \"nan\", \"inf\", \"-inf\"")
+
+
+def _json_body(request: Request) -> Any:
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise InvalidInput.one("", "invalid Content-Length header") from None
+    if length > settings.INGEST_MAX_BODY_BYTES:
+        error = RunsError(f"the batch has {length} bytes; at most {settings.INGEST_MAX_BODY_BYTES} per request: "
+                          "send fewer events per batch")
+        error.status_code = 413
+        raise error
+    stream = request.stream
+    raw = stream.read(settings.INGEST_MAX_BODY_BYTES + 1) if stream is not None else b""
+    if not raw:
+        raise InvalidInput.one("", 'empty body; expected {"events": [...]}')
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise InvalidInput.one("", "the body must be UTF-8 encoded JSON") from None
+    except RecursionError:
+        raise InvalidInput.one("", "the JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidInput.one("", f"invalid JSON: {exc}") from None
+
+
+class RunEventsView(RunsErrorsMixin, APIView):
+    """The engine posts its events here with the run's own bearer token (no session, no CSRF)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]  # the per-run token is checked in post()
+
+    @extend_schema(
+        summary="Ingest a batch of the run's events (the engine's shipper)",
+        description="Idempotent on (run, seq): events up to the stored `last_seq` are dropped, the rest must "
+        "continue at last_seq + 1 without gaps (else 409 with `expected_seq`). Authorization: Bearer <the run's "
+        "ingestion token>.",
+        request=s.EventBatchSerializer,
+        responses={
+            200: s.EventAckSerializer, 400: _errors_response, 401: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT,
+            409: inline_serializer("SeqConflict", fields={"detail": serializers.CharField(),
+                                                         "expected_seq": serializers.IntegerField()}),
+        },
+    )
+    def post(self, request: Request, pk) -> Response:
+        stored_hash = get_object_or_404(Run.objects.values_list("ingest_token_hash", flat=True), pk=pk)
+        if not token_matches(_bearer_token(request), stored_hash):
+            raise IngestAuthError("this token is not valid for this run", status_code=403)
+        events = parse_batch(_json_body(request), str(pk))
+        result = services.events_ingest(pk, events)
+        return Response({"acknowledged_seq": result.acknowledged_seq, "stored": result.stored})
+
+
+@extend_schema_view(post=extend_schema(exclude=True))
+class RunEventsNoSlashView(RunEventsView):
+    """The same endpoint without the trailing slash (documented once, above)."""

@@ -1,0 +1,153 @@
+"""Experiments and runs. A run's state changes only in services, as compare-and-set updates, each
+recorded with its reason (RunTransition). Events from the engine land in the tables below."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Experiment(models.Model):
+    """A run config (validated by the engine's schema) built from registry assets; it holds any number of runs."""
+
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    model = models.ForeignKey("registry.ModelAsset", on_delete=models.PROTECT, related_name="experiments")
+    dataset = models.ForeignKey("registry.Dataset", on_delete=models.PROTECT, related_name="experiments")
+    rewards = models.ManyToManyField("registry.RewardFunction", through="ExperimentReward", related_name="experiments")
+    config = models.JSONField(help_text="Engine run config without model/data/rewards (filled from the registry at launch).")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ExperimentReward(models.Model):
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE)
+    reward = models.ForeignKey("registry.RewardFunction", on_delete=models.PROTECT)
+    weight = models.FloatField(default=1.0)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [models.UniqueConstraint(fields=["experiment", "reward"], name="unique_reward_per_experiment")]
+
+
+class RunState(models.TextChoices):
+    DRAFT = "draft"
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # also the Ray submission id
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200, blank=True)
+    seed = models.IntegerField(default=0)
+    state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.DRAFT, db_index=True)
+    state_reason = models.TextField(blank=True)
+    state_changed_at = models.DateTimeField(auto_now_add=True)
+    resolved_config = models.JSONField(null=True, blank=True, help_text="The exact config the engine received.")
+    tags = models.JSONField(default=list, blank=True)
+    note = models.TextField(blank=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    resume_from = models.ForeignKey("Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    ingest_token_hash = models.CharField(max_length=64, blank=True)
+    last_seq = models.BigIntegerField(default=0, help_text="Highest event seq stored (events arrive contiguously).")
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    last_step = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name or str(self.id)
+
+
+class RunTransition(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transitions")
+    from_state = models.CharField(max_length=20, choices=RunState.choices)
+    to_state = models.CharField(max_length=20, choices=RunState.choices)
+    reason = models.TextField(blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+
+class MetricRow(models.Model):
+    """All metrics of one `metrics` event: one row per (run, step) keeps ingestion to one insert per step."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_rows")
+    seq = models.BigIntegerField()
+    step = models.IntegerField()
+    time = models.FloatField()
+    values = models.JSONField()
+
+    class Meta:
+        ordering = ["step", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_metric_seq")]
+        indexes = [models.Index(fields=["run", "step"])]
+
+
+class Sample(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
+    step = models.IntegerField()
+    index = models.IntegerField()
+    group = models.IntegerField(default=0)
+    prompt = models.TextField()
+    response = models.TextField()
+    label = models.TextField(null=True, blank=True)
+    reward = models.FloatField(null=True, help_text="Null when the engine reported a non-finite reward.")
+    components = models.JSONField(default=dict)
+    advantage = models.FloatField(null=True)
+    length = models.IntegerField()
+    finish_reason = models.CharField(max_length=20)
+    errors = models.JSONField(default=list)
+    kept = models.BooleanField(default=True, help_text="False when dynamic sampling left the sample out of the update.")
+
+    class Meta:
+        ordering = ["step", "index"]
+        constraints = [models.UniqueConstraint(fields=["run", "step", "index"], name="unique_sample")]
+        indexes = [models.Index(fields=["run", "step"])]
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.IntegerField()
+    path = models.CharField(max_length=1000)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="unique_checkpoint_step")]
+
+
+class RunLog(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="logs")
+    seq = models.BigIntegerField()
+    step = models.IntegerField(null=True)
+    time = models.FloatField()
+    level = models.CharField(max_length=20, default="info")
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["seq"]

@@ -1,0 +1,30 @@
+"""Per-run ingestion tokens (DESIGN.md contract 3): the engine of run R may post events for R only.
+
+The token is derived, not stored: HMAC-SHA256(SECRET_KEY, "posttrain-ingest:<run id>"). The database
+keeps only its sha256 (`Run.ingest_token_hash`), the raw value exists only in the Ray job's
+environment, and it never travels through the broker: the worker re-derives it when it submits the
+job, so a retried or re-dispatched submit hands the engine the same token. Consequence: the web
+processes and the Celery workers must share SECRET_KEY (they share settings anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from django.conf import settings
+
+
+def ingest_token(run_id: object) -> str:
+    return hmac.new(settings.SECRET_KEY.encode(), f"posttrain-ingest:{run_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_matches(token: str, stored_hash: str) -> bool:
+    """Constant-time comparison of the presented token's sha256 with the stored one."""
+    if not stored_hash:
+        return False
+    return hmac.compare_digest(token_hash(token), stored_hash)

@@ -1,0 +1,332 @@
+"""A run's whole life on the real stack: uvicorn (the API and the engine's event endpoint) and a Celery
+worker on the test database, the Redis broker, a real Ray head running the engine as a Ray job.
+
+Every run is tiny (the tiny demo model, a few steps, two prompts per step) so the file stays short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import REPO_ROOT, VENV_BIN, UvicornServer, postgres_url, stop_process_group
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+RUN_TIMEOUT_S = 150
+TERMINAL = {"succeeded", "failed", "cancelled"}
+ROLLOUT = {"prompts_per_step": 2, "samples_per_prompt": 4, "max_new_tokens": 4, "temperature": 1.0}
+
+
+def run_config(steps: int, **sections) -> dict:
+    config = {
+        "rollout": ROLLOUT,
+        "train": {"steps": steps, "lr": 3e-3, "micro_batch_size": 8},
+        "logging": {"eval_every": 0, "heartbeat_s": 1},
+        "checkpoint": {"save_final": False},
+    }
+    config.update(sections)
+    return config
+
+
+@dataclass
+class Stack:
+    web: UvicornServer
+    worker: subprocess.Popen
+    worker_log: Path
+    ray: str
+    storage: Path
+
+
+@pytest.fixture(scope="module")
+def demo_assets(tmp_path_factory) -> Path:
+    from rl_engine.demo.build import build_demo
+
+    out = tmp_path_factory.mktemp("tiny-demo")
+    build_demo(out, seed=0, model_size="tiny", sft_steps=10, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Stack:
+    from django.db import connection
+
+    redis_url = os.environ.get("REDIS_URL")
+    if not redis_url:
+        pytest.fail("the integration suite needs REDIS_URL; run it with `make test`")
+    home = tmp_path_factory.mktemp("runs-stack")
+    env = {
+        **os.environ,
+        "DATABASE_URL": postgres_url(connection.settings_dict),
+        "POSTTRAIN_HOME": str(home),
+        "POSTTRAIN_STORAGE": str(home / "storage"),
+        "POSTTRAIN_SECRET_KEY": secrets.token_urlsafe(32),  # web and worker derive the same ingest tokens
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "RAY_ADDRESS": ray_head,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    web = UvicornServer(env, home / "uvicorn.log")
+    web.start()
+    worker_env = {**env, "POSTTRAIN_PUBLIC_URL": web.url, "POSTTRAIN_RUN_RECONCILE_INTERVAL_S": "2"}
+    worker_log = home / "worker.log"
+    # -B: the periodic reconcile runs as in production (every 2 s here instead of 15 s).
+    worker = subprocess.Popen(
+        [str(VENV_BIN / "celery"), "-A", "workers.celery_app", "worker", "-B", "--pool", "solo", "--loglevel", "INFO",
+         "--without-gossip", "--without-mingle", "--purge", "--schedule", str(home / "celerybeat-schedule")],
+        cwd=REPO_ROOT, env=worker_env, stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while "ready." not in worker_log.read_text():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the Celery worker did not start:\n{worker_log.read_text()[-3000:]}")
+        time.sleep(0.3)
+    stack = Stack(web=web, worker=worker, worker_log=worker_log, ray=ray_head, storage=home / "storage")
+    try:
+        yield stack
+    finally:
+        stop_process_group(worker)
+        web.stop()
+
+
+@pytest.fixture(autouse=True)
+def _after_each_test(stack):
+    """No request may have been a 500; a failed test must not leave an engine running into the next one."""
+    yield
+    with urllib.request.urlopen(f"{stack.ray}/api/jobs/", timeout=10) as response:
+        jobs = json.load(response)
+    for job in jobs:
+        if job.get("submission_id") and job.get("status") in ("PENDING", "RUNNING"):
+            request = urllib.request.Request(f"{stack.ray}/api/jobs/{job['submission_id']}/stop", method="POST")
+            urllib.request.urlopen(request, timeout=10).close()
+    errors = [line for line in stack.web.log().splitlines() if '" 500 ' in line]
+    stack.web.log_path.write_text("")  # each test checks its own requests
+    assert not errors, "\n".join(errors)
+
+
+class Api:
+    def __init__(self, base: str, token: str):
+        self.base = base
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Token {token}"
+
+    def get(self, path: str, expect: int = 200, **params):
+        response = self.session.get(f"{self.base}{path}", params=params, timeout=30)
+        assert response.status_code == expect, response.text[:2000]
+        return response.json()
+
+    def post(self, path: str, body: dict | None = None, expect: int = 201):
+        response = self.session.post(f"{self.base}{path}", json=body or {}, timeout=30)
+        assert response.status_code == expect, response.text[:2000]
+        return response.json()
+
+    def wait_for(self, run_id: str, until, timeout_s: float = RUN_TIMEOUT_S, what: str = "") -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self.get(f"/api/runs/{run_id}/")
+            if until(run):
+                return run
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} did not reach {what or 'the expected state'}: {run}")
+            time.sleep(0.5)
+
+    def wait_until_finished(self, run_id: str, timeout_s: float = RUN_TIMEOUT_S) -> dict:
+        return self.wait_for(run_id, lambda r: r["state"] in TERMINAL, timeout_s, "a final state")
+
+
+@pytest.fixture
+def api(stack) -> Api:
+    from rest_framework.authtoken.models import Token
+
+    from tests.unit.platform.runs_fixtures import a_researcher
+
+    return Api(stack.web.url, Token.objects.create(user=a_researcher()).key)
+
+
+@pytest.fixture
+def registry(demo_assets, tmp_path):
+    """Registry rows for the demo task, straight through the ORM (the registry API is tested elsewhere)."""
+    from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
+
+    train = demo_assets / "data" / "train.jsonl"
+    raising = tmp_path / "raising_reward.py"
+    raising.write_text("def reward_func(queries, prompts, labels, **kwargs):\n"
+                       "    raise RuntimeError('the reward server exploded')\n")
+    broken = tmp_path / "broken_reward.py"
+    broken.write_text("def reward_func(queries, prompts, labels, **kwargs)\n    return [0.0] * len(queries)\n")
+    return {
+        "model": ModelAsset.objects.create(name="tiny demo", path=str(demo_assets / "model")),
+        "dataset": Dataset.objects.create(
+            name="sums", sha256="0" * 64, format="jsonl", path=str(train), size_bytes=train.stat().st_size,
+            row_count=5000, prompt_field="prompt", label_field="label", columns=["prompt", "label"]),
+        "exact": RewardFunction.objects.create(name="correct", kind="builtin", spec={"type": "exact_match"}),
+        "format": RewardFunction.objects.create(name="two_digits", kind="builtin",
+                                                spec={"type": "regex", "pattern": r"^\d\d"}),
+        "raising": RewardFunction.objects.create(name="raising", kind="python",
+                                                 spec={"type": "python", "path": str(raising), "timeout_s": 10}),
+        "broken": RewardFunction.objects.create(name="broken", kind="python",
+                                                spec={"type": "python", "path": str(broken)}),
+    }
+
+
+def create_experiment(api: Api, registry, name: str, config: dict, rewards=(("exact", 1.0), ("format", 0.5)),
+                      model=None) -> dict:
+    return api.post("/api/experiments/", {
+        "name": name, "model": (model or registry["model"]).pk, "dataset": registry["dataset"].pk,
+        "rewards": [{"reward": registry[key].pk, "weight": weight} for key, weight in rewards], "config": config,
+    })
+
+
+def launch(api: Api, experiment: dict, seed: int = 1) -> dict:
+    run = api.post(f"/api/experiments/{experiment['id']}/launch/", {"seed": seed, "tags": ["integration"]})
+    assert run["state"] == "queued"
+    return run
+
+
+def run_folder_events(run: dict) -> list[dict]:
+    from rl_engine.events import read_events
+
+    return read_events(Path(run["resolved_config"]["logging"]["run_dir"]) / "events.jsonl")
+
+
+def ray_job_status(stack: Stack, run_id: str, timeout_s: float = 30) -> str:
+    """The Ray job's final status (the engine process may still be exiting when its run already ended)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(f"{stack.ray}/api/jobs/{run_id}", timeout=10) as response:
+            status = json.load(response)["status"]
+        if status in ("SUCCEEDED", "FAILED", "STOPPED") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.3)
+
+
+def assert_store_matches_the_run_folder(run: dict) -> None:
+    """No gap, no duplicate: what the platform stored is exactly the run folder's events.jsonl."""
+    from posttrain.runs.models import MetricRow, RunLog, Sample
+
+    events = run_folder_events(run)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert run["last_seq"] == len(events)
+    by_type = lambda kind: [e for e in events if e["type"] == kind]  # noqa: E731
+    assert list(MetricRow.objects.filter(run_id=run["id"]).order_by("seq").values_list("seq", flat=True)) == [
+        e["seq"] for e in by_type("metrics")]
+    assert list(RunLog.objects.filter(run_id=run["id"]).order_by("seq").values_list("seq", flat=True)) == [
+        e["seq"] for e in by_type("log")]
+    stored = set(Sample.objects.filter(run_id=run["id"]).values_list("step", "index"))
+    expected = {(e["step"], s["index"]) for e in by_type("samples") for s in e["data"]["samples"]}
+    assert stored == expected
+
+
+# --- (a) -------------------------------------------------------------------------------------
+
+
+def test_a_launched_run_succeeds_with_every_steps_metrics_and_every_sample_stored(api, registry, stack):
+    steps = 3
+    experiment = create_experiment(api, registry, "sums grpo", run_config(steps, checkpoint={"save_final": True}))
+    run = launch(api, experiment)
+    run = api.wait_until_finished(run["id"])
+    assert run["state"] == "succeeded", run
+    assert run["state_reason"] == "engine finished every step"
+
+    series = api.get(f"/api/runs/{run['id']}/metrics/", names="reward/mean,reward/correct,timing/generate")["series"]
+    for name in ("reward/mean", "reward/correct", "timing/generate"):
+        assert series[name]["steps"] == list(range(1, steps + 1)), name
+    samples = api.get(f"/api/runs/{run['id']}/samples/", limit=500)
+    assert samples["count"] == steps * ROLLOUT["prompts_per_step"] * ROLLOUT["samples_per_prompt"]
+    assert {s["step"] for s in samples["results"]} == set(range(1, steps + 1))
+    assert all(s["prompt"] and s["finish_reason"] in ("stop", "length") for s in samples["results"])
+    assert [c["step"] for c in api.get(f"/api/runs/{run['id']}/checkpoints/")] == [steps]
+    assert [(t["from_state"], t["to_state"]) for t in api.get(f"/api/runs/{run['id']}/transitions/")] == [
+        ("draft", "queued"), ("queued", "starting"), ("starting", "running"), ("running", "succeeded")]
+    assert_store_matches_the_run_folder(run)
+    assert ray_job_status(stack, run["id"]) == "SUCCEEDED"
+    assert "run folder:" in api.get(f"/api/runs/{run['id']}/logs/")["logs"]
+
+
+# --- (b) -------------------------------------------------------------------------------------
+
+
+def test_failing_rewards_and_a_missing_model_end_as_the_engine_reports_them(api, registry, stack, demo_assets, tmp_path):
+    from posttrain.registry.models import ModelAsset
+
+    # A reward_func that raises: every sample records the error, the run itself goes on (by design: a
+    # broken reward degrades the signal, it does not kill the run).
+    raising = create_experiment(api, registry, "raising reward", run_config(2), rewards=(("raising", 1.0),))
+    # A reward file the engine cannot load: the engine fails the run and says why.
+    broken = create_experiment(api, registry, "broken reward", run_config(2), rewards=(("broken", 1.0),))
+    # A model folder deleted before the run starts: the engine exits at once; Ray reports the job failed.
+    copy = tmp_path / "model-copy"
+    shutil.copytree(demo_assets / "model", copy)
+    doomed = ModelAsset.objects.create(name="doomed", path=str(copy))
+    missing = create_experiment(api, registry, "missing model", run_config(2), model=doomed)
+    shutil.rmtree(copy)
+
+    runs = {name: launch(api, experiment)["id"] for name, experiment in
+            (("raising", raising), ("broken", broken), ("missing", missing))}
+    finished = {name: api.wait_until_finished(run_id) for name, run_id in runs.items()}
+
+    assert finished["raising"]["state"] == "succeeded", finished["raising"]
+    samples = api.get(f"/api/runs/{runs['raising']}/samples/", limit=500)["results"]
+    assert len(samples) == 2 * 8 and all("the reward server exploded" in s["errors"][0] for s in samples)
+    errors = api.get(f"/api/runs/{runs['raising']}/metrics/", names="reward/errors")["series"]["reward/errors"]
+    assert errors["values"] == [8.0, 8.0]
+
+    assert finished["broken"]["state"] == "failed", finished["broken"]
+    assert finished["broken"]["state_reason"].startswith("ValueError: path:")  # the engine's own status event
+    assert "broken_reward.py" in finished["broken"]["state_reason"] or "line" in finished["broken"]["state_reason"]
+
+    assert finished["missing"]["state"] == "failed", finished["missing"]
+    assert f"model.path: {copy} does not exist" in finished["missing"]["state_reason"]
+    assert ray_job_status(stack, runs["missing"]) == "FAILED"
+
+
+# --- (c) -------------------------------------------------------------------------------------
+
+
+def test_cancel_during_running_ends_cancelled_and_stops_the_ray_job(api, registry, stack):
+    experiment = create_experiment(api, registry, "long run", run_config(2000))
+    run = launch(api, experiment)
+    api.wait_for(run["id"], lambda r: r["state"] == "running" and (r["last_step"] or 0) >= 1, what="running")
+    cancelling = api.post(f"/api/runs/{run['id']}/cancel/", expect=200)
+    assert cancelling["state"] in ("cancelling", "cancelled")
+    run = api.wait_until_finished(run["id"], timeout_s=60)
+    assert run["state"] == "cancelled", run
+    assert ray_job_status(stack, run["id"]) == "STOPPED"
+    assert run["last_step"] < 2000
+    reasons = [t["reason"] for t in api.get(f"/api/runs/{run['id']}/transitions/")]
+    assert "cancel requested by ada" in reasons
+    assert api.post(f"/api/runs/{run['id']}/cancel/", expect=409)["state"] == "cancelled"
+
+
+# --- (d) -------------------------------------------------------------------------------------
+
+
+def test_the_engine_keeps_its_events_through_a_10_second_web_outage_and_delivers_them_all(api, registry, stack):
+    experiment = create_experiment(api, registry, "outage", run_config(100))  # still training when the server goes down
+    run = launch(api, experiment)
+    api.wait_for(run["id"], lambda r: r["state"] == "running" and (r["last_step"] or 0) >= 1, what="running")
+
+    stack.web.stop()
+    down_at = time.time()
+    time.sleep(10)
+    up_at = time.time()
+    stack.web.start()
+
+    run = api.wait_until_finished(run["id"])
+    assert run["state"] == "succeeded", run
+    events = run_folder_events(run)
+    assert any(down_at < e["time"] < up_at for e in events), "the engine wrote nothing during the outage"
+    assert_store_matches_the_run_folder(run)
+    # Delivered by the engine's shipper, not recovered from the run folder by the reconcile afterwards.
+    assert f"of run {run['id']} from" not in stack.worker_log.read_text()

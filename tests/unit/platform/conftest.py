@@ -1,0 +1,67 @@
+"""Platform test fixtures: users by role, API clients signed in as them, a private storage root,
+and a tiny real Hugging Face model folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+PASSWORD = "a-long-test-passphrase"
+
+
+@pytest.fixture(autouse=True)
+def storage_root(settings, tmp_path: Path) -> Path:
+    """Every test writes artifacts (datasets, rewards, model copies) under its own folder."""
+    root = tmp_path / "storage"
+    settings.STORAGE_ROOT = root
+    return root
+
+
+@pytest.fixture
+def make_user(db) -> Callable:
+    """make_user("researcher") -> a user with that role (admin, researcher, annotator)."""
+    from posttrain.accounts.services import user_create
+
+    def make(role: str, username: str | None = None):
+        return user_create(username or f"{role}-user", PASSWORD, role)
+
+    return make
+
+
+@pytest.fixture
+def client_for(make_user) -> Callable[[str], APIClient]:
+    """client_for("annotator") -> an APIClient signed in (session) as a user of that role;
+    client_for("anonymous") -> one that is not signed in."""
+
+    def make(role: str) -> APIClient:
+        client = APIClient()
+        if role != "anonymous":
+            client.force_login(make_user(role))
+        return client
+
+    return make
+
+
+@pytest.fixture
+def researcher(make_user):
+    return make_user("researcher")
+
+
+@pytest.fixture
+def researcher_client(researcher) -> APIClient:
+    client = APIClient()
+    client.force_login(researcher)
+    return client
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (tiny, random) Qwen2 model folder: config.json, model.safetensors, tokenizer."""
+    from rl_engine.demo.build import build_demo
+
+    out = tmp_path_factory.mktemp("tiny-model")
+    build_demo(out, seed=0, model_size="tiny", sft_steps=0, progress=False)
+    return out / "model"

@@ -1,0 +1,144 @@
+"""The permission matrix: every endpoint under /api/ × every role (DESIGN.md, "Who uses it").
+
+MATRIX must list every endpoint the URL resolver serves under /api/: a new endpoint without an
+entry fails `test_every_api_endpoint_is_in_the_matrix`, so nobody ships an endpoint whose access
+was never decided. Each entry says which roles may call it and, for routes with parameters, how
+to make an object to call it on. "Allowed" means the permission check passed: any status but
+401/403 (an empty body may well be a 400) and never a 500. "Refused" means 401 or 403 with a
+JSON `detail`.
+
+To add endpoints (e.g. runs): add `"METHOD /api/route/{pk}/": Access(RESEARCH, pk=a_run)` rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.conftest import free_port
+from tests.unit.platform.api_matrix import api_endpoints
+from tests.unit.platform.registry_factories import a_dataset_row, a_model_row, a_reward_row, an_experiment
+
+pytestmark = pytest.mark.django_db
+
+ANONYMOUS, ANNOTATOR, RESEARCHER, ADMIN = "anonymous", "annotator", "researcher", "admin"
+ROLES = (ANONYMOUS, ANNOTATOR, RESEARCHER, ADMIN)
+
+EVERYONE = frozenset(ROLES)
+SIGNED_IN = frozenset({ANNOTATOR, RESEARCHER, ADMIN})
+RESEARCH = frozenset({RESEARCHER, ADMIN})
+
+
+# Objects for `{pk}` are made fresh for each test (a DELETE removes its own).
+a_model, a_dataset, a_reward = a_model_row, a_dataset_row, a_reward_row
+
+
+def a_run() -> Any:
+    from posttrain.runs.models import Run
+
+    return Run.objects.create(experiment=an_experiment(rewards=[a_reward_row()]), state="running")
+
+
+NOBODY: frozenset[str] = frozenset()  # machine-only: the run's own bearer token, never a user session
+
+
+@dataclass(frozen=True)
+class Access:
+    allowed: frozenset[str]
+    pk: Callable[[], Any] | None = None  # makes the object for `{pk}`
+
+
+MATRIX: dict[str, Access] = {
+    # Public: no data behind them (the API's description is served to anyone, drf-spectacular's default).
+    "GET /api/health/": Access(EVERYONE),
+    "POST /api/auth/token/": Access(EVERYONE),
+    "GET /api/schema/": Access(EVERYONE),
+    "GET /api/docs/": Access(EVERYONE),
+    # Any signed-in user.
+    "GET /api/auth/me/": Access(SIGNED_IN),
+    # Registry: researchers and admins.
+    "GET /api/models/": Access(RESEARCH),
+    "POST /api/models/": Access(RESEARCH),
+    "GET /api/models/{pk}/": Access(RESEARCH, pk=a_model),
+    "PATCH /api/models/{pk}/": Access(RESEARCH, pk=a_model),
+    "DELETE /api/models/{pk}/": Access(RESEARCH, pk=a_model),
+    "GET /api/datasets/": Access(RESEARCH),
+    "POST /api/datasets/": Access(RESEARCH),
+    "GET /api/datasets/{pk}/": Access(RESEARCH, pk=a_dataset),
+    "PATCH /api/datasets/{pk}/": Access(RESEARCH, pk=a_dataset),
+    "DELETE /api/datasets/{pk}/": Access(RESEARCH, pk=a_dataset),
+    "GET /api/datasets/{pk}/preview/": Access(RESEARCH, pk=a_dataset),
+    "GET /api/rewards/": Access(RESEARCH),
+    "POST /api/rewards/": Access(RESEARCH),
+    "GET /api/rewards/{pk}/": Access(RESEARCH, pk=a_reward),
+    "PATCH /api/rewards/{pk}/": Access(RESEARCH, pk=a_reward),
+    "DELETE /api/rewards/{pk}/": Access(RESEARCH, pk=a_reward),
+    "POST /api/rewards/{pk}/try/": Access(RESEARCH, pk=a_reward),
+    # Experiments and runs: researchers and admins.
+    "GET /api/experiments/": Access(RESEARCH),
+    "POST /api/experiments/": Access(RESEARCH),
+    "GET /api/experiments/{pk}/": Access(RESEARCH, pk=an_experiment),
+    "POST /api/experiments/{pk}/launch/": Access(RESEARCH, pk=an_experiment),
+    "GET /api/runs/": Access(RESEARCH),
+    "GET /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
+    "PATCH /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
+    "POST /api/runs/{pk}/cancel/": Access(RESEARCH, pk=a_run),
+    "POST /api/runs/{pk}/clone/": Access(RESEARCH, pk=a_run),
+    "POST /api/runs/{pk}/resume/": Access(RESEARCH, pk=a_run),
+    "POST /api/runs/{pk}/register-checkpoint/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/metrics/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/samples/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/checkpoints/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/transitions/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/logs/": Access(RESEARCH, pk=a_run),
+    # Event ingestion: the engine with its run's token only; no role gets in with a session.
+    "POST /api/runs/{pk}/events": Access(NOBODY, pk=a_run),
+    "POST /api/runs/{pk}/events/": Access(NOBODY, pk=a_run),
+}
+
+ENDPOINTS = {endpoint.key: endpoint for endpoint in api_endpoints()}
+
+
+def test_every_api_endpoint_is_in_the_matrix():
+    missing = sorted(set(ENDPOINTS) - set(MATRIX))
+    assert not missing, f"endpoints without a permission-matrix entry (add them to MATRIX): {missing}"
+
+
+def test_every_matrix_entry_is_a_real_endpoint():
+    stale = sorted(set(MATRIX) - set(ENDPOINTS))
+    assert not stale, f"matrix entries no URL serves any more: {stale}"
+
+
+def test_the_matrix_covers_the_registry():
+    assert {"POST /api/models/", "POST /api/datasets/", "POST /api/rewards/{pk}/try/"} <= set(ENDPOINTS)
+
+
+def _call(client: APIClient, method: str, url: str):
+    if method in ("POST", "PUT", "PATCH"):
+        return getattr(client, method.lower())(url, {}, format="json")
+    return getattr(client, method.lower())(url)
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("key", sorted(MATRIX))
+def test_role_access(key: str, role: str, client_for, settings):
+    settings.RAY_ADDRESS = f"http://127.0.0.1:{free_port()}"  # health answers fast without Ray
+    settings.HEALTH_CHECK_TIMEOUT_S = 0.5
+    access = MATRIX[key]
+    endpoint = ENDPOINTS.get(key)
+    if endpoint is None:
+        pytest.skip("not served (reported by test_every_matrix_entry_is_a_real_endpoint)")
+    client = client_for(role)
+    params = {"pk": access.pk().pk} if access.pk else {}
+    response = _call(client, endpoint.method, endpoint.url(**params))
+    # 500 is a crash; a deliberate 503 (health without Ray) is an answer.
+    assert response.status_code != 500, f"{key} as {role}: {response.status_code}"
+    if role in access.allowed:
+        assert response.status_code not in (401, 403), f"{key} refused {role}: {response.status_code} {response.content[:300]!r}"
+    else:
+        assert response.status_code in (401, 403), f"{key} let {role} in: {response.status_code}"
+        assert "detail" in response.json()

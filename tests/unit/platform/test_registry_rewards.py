@@ -1,0 +1,175 @@
+"""Reward functions: specs validated by the engine's schema, python code checked in the sandbox,
+and "try it" scoring samples the way a run would."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from posttrain.registry.models import RewardFunction
+from rl_engine.config import validate_config
+from tests.unit.platform.registry_factories import an_experiment
+
+pytestmark = pytest.mark.django_db
+
+VERL_SOURCE = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": float(solution_str.strip() == ground_truth), "length": len(solution_str)}
+"""
+
+OPENRLHF_SOURCE = """
+import os
+
+def reward_func(queries, prompts, labels, **kwargs):
+    return {"rewards": [float(os.getpid()) for _ in queries], "extra_logs": {"calls": 1.0}}
+"""
+
+
+def create(client, **body):
+    return client.post("/api/rewards/", body, format="json")
+
+
+def try_(client, reward_id: int, samples: list[dict]):
+    return client.post(f"/api/rewards/{reward_id}/try/", {"samples": samples}, format="json")
+
+
+def test_a_builtin_reward_stores_the_engines_full_spec_named_for_metrics(researcher_client):
+    response = create(researcher_client, name="Has a number", kind="builtin", spec={"type": "regex", "pattern": r"\d+"})
+    assert response.status_code == 201, response.content
+    spec = response.json()["spec"]
+    assert spec == {"type": "regex", "name": "Has_a_number", "pattern": r"\d+", "full_match": False, "score_match": 1.0, "score_miss": 0.0}
+    # The stored spec, plus a weight, is a valid reward of a run config.
+    validate_config({"name": "r", "model": {"path": "m"}, "data": {"path": "d.jsonl"}, "rewards": [{**spec, "weight": 0.5}]})
+
+
+def test_spec_field_errors_come_out_in_the_engines_wording(researcher_client):
+    response = create(researcher_client, name="r", kind="builtin", spec={"type": "regex", "pattern": "(", "full_mach": True})
+    assert response.status_code == 400
+    errors = response.json()
+    assert errors["spec.pattern"][0].startswith("invalid regular expression: missing ), unterminated subpattern")
+    assert errors["spec.full_mach"] == ["unknown field 'full_mach' (did you mean 'full_match'?)"]
+
+
+def test_builtin_try_scores_each_sample_with_its_label(researcher_client):
+    reward = create(researcher_client, name="exact", kind="builtin", spec={"type": "exact_match"}).json()
+    response = try_(
+        researcher_client,
+        reward["id"],
+        [{"prompt": "2+2=", "response": "4", "label": "4"}, {"prompt": "2+3=", "response": "6", "label": 5}, {"prompt": "x", "response": "y"}],
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["scores"] == [1.0, 0.0, 0.0]
+    assert body["components"] == {"exact": [1.0, 0.0, 0.0]}
+    assert body["errors"] == [[], [], ["exact: no label to compare against"]]
+
+
+def test_python_source_is_stored_by_hash_and_scored_in_the_sandbox(researcher_client, storage_root):
+    response = create(researcher_client, name="verl-exact", kind="python", source=VERL_SOURCE)
+    assert response.status_code == 201, response.content
+    reward = response.json()
+    stored = Path(reward["spec"]["path"])
+    assert stored.parent == storage_root / "rewards" and stored.read_text() == VERL_SOURCE
+    assert reward["source"] == VERL_SOURCE
+    assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # the staged file was moved
+
+    body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": " 7 ", "label": "7"}, {"prompt": "p", "response": "8", "label": "7"}]).json()
+    assert body["scores"] == [1.0, 0.0]
+    assert body["extra_logs"] == {"verl-exact/length": 2.0}
+
+
+def test_python_reward_code_never_runs_in_the_web_process(researcher_client):
+    reward = create(researcher_client, name="pid", kind="python", source=OPENRLHF_SOURCE).json()
+    body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "r"}]).json()
+    assert body["errors"] == [[]]
+    assert body["scores"][0] != float(os.getpid())
+
+
+def test_a_python_reward_from_a_server_file_stores_its_text(researcher_client, tmp_path):
+    source = tmp_path / "my_reward.py"
+    source.write_text(VERL_SOURCE)
+    reward = create(researcher_client, name="from-file", kind="python", spec={"path": str(source)}).json()
+    source.write_text("raise SystemExit('edited later')\n")
+    assert reward["source"] == VERL_SOURCE
+    assert Path(reward["spec"]["path"]).read_text() == VERL_SOURCE
+
+
+def test_a_syntax_error_in_python_source_names_the_line(researcher_client, storage_root):
+    response = create(researcher_client, name="bad", kind="python", source="def compute_score(a, b, c):\n    return (\n")
+    assert response.status_code == 400
+    assert "line 2" in response.json()["source"][0]
+    assert not (storage_root / "rewards").exists() or not list((storage_root / "rewards").iterdir())
+
+
+def test_http_reward_is_checked_by_the_engine_schema(researcher_client):
+    ok = create(researcher_client, name="server", kind="http", spec={"url": "http://127.0.0.1:9/score", "retries": 0, "timeout_s": 0.5})
+    assert ok.status_code == 201
+    assert ok.json()["spec"]["type"] == "http"
+    body = try_(researcher_client, ok.json()["id"], [{"prompt": "p", "response": "r"}]).json()
+    assert body["scores"] == [0.0] and "failed" in body["errors"][0][0]
+
+
+def test_a_reward_model_may_be_given_by_registered_model_name(researcher_client, tiny_model):
+    from posttrain.registry.services import model_register
+
+    model_register("tiny-rm", str(tiny_model))
+    response = create(researcher_client, name="rm", kind="reward_model", spec={"path": "tiny-rm"})
+    assert response.status_code == 201, response.content
+    assert response.json()["spec"]["path"] == str(tiny_model.resolve())
+
+
+def test_reward_model_try_runs_in_a_subprocess_and_returns_scores(researcher_client, tiny_model, monkeypatch):
+    from rl_engine.rewards.reward_model import RewardModelReward
+
+    def no_torch_here(self):
+        raise AssertionError("the reward model was loaded in the web process")
+
+    monkeypatch.setattr(RewardModelReward, "load", no_torch_here)  # the child process is unaffected
+    reward = create(researcher_client, name="rm", kind="reward_model", spec={"path": str(tiny_model)}).json()
+    body = try_(researcher_client, reward["id"], [{"prompt": "1+1=", "response": "2"}, {"prompt": "2+2=", "response": "4"}]).json()
+    assert body["errors"] == [[], []], body
+    assert len(body["components"]["rm"]) == 2 and all(isinstance(x, float) for x in body["scores"])
+
+
+def test_reward_model_try_reports_a_timeout_as_sample_errors(researcher_client, tiny_model, settings):
+    settings.REWARD_TRY_TIMEOUT_S = 0.05
+    reward = create(researcher_client, name="rm", kind="reward_model", spec={"path": str(tiny_model)}).json()
+    body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "r"}]).json()
+    assert body["scores"] == [0.0]
+    assert "longer than 0.05s" in body["errors"][0][0]
+
+
+def test_a_reward_can_be_renamed_without_changing_its_metric_name(researcher_client):
+    reward = create(researcher_client, name="first", kind="builtin", spec={"type": "boxed_math"}).json()
+    response = researcher_client.patch(f"/api/rewards/{reward['id']}/", {"name": "second"}, format="json")
+    assert response.json()["name"] == "second"
+    assert response.json()["spec"]["name"] == "first"
+
+
+def test_deleting_a_reward_an_experiment_uses_is_refused_with_409(researcher_client):
+    reward = RewardFunction.objects.get(pk=create(researcher_client, name="used", kind="builtin", spec={"type": "exact_match"}).json()["id"])
+    an_experiment(rewards=[reward], name="scored-by-it")
+    response = researcher_client.delete(f"/api/rewards/{reward.pk}/")
+    assert response.status_code == 409
+    assert "scored-by-it" in response.json()["detail"]
+    assert researcher_client.delete(f"/api/rewards/{create(researcher_client, name='free', kind='builtin', spec={'type': 'exact_match'}).json()['id']}/").status_code == 204
+
+
+def test_rewards_filter_by_kind(researcher_client):
+    create(researcher_client, name="a", kind="builtin", spec={"type": "exact_match"})
+    create(researcher_client, name="b", kind="http", spec={"url": "https://rm.example/score"})
+    assert [r["name"] for r in researcher_client.get("/api/rewards/", {"kind": "http"}).json()["results"]] == ["b"]
+    assert researcher_client.get("/api/rewards/", {"kind": "nope"}).status_code == 400
+
+
+@pytest.mark.timeout(30)
+def test_try_bounds_the_retries_of_an_http_reward_so_the_request_answers_quickly(researcher_client):
+    from tests.conftest import free_port
+
+    spec = {"url": f"http://127.0.0.1:{free_port()}/score", "retries": 6, "backoff_s": 10}
+    reward = create(researcher_client, name="patient", kind="http", spec=spec).json()
+    body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "r"}]).json()
+    assert "failed after 2 attempts" in body["errors"][0][0]
+    assert RewardFunction.objects.get(pk=reward["id"]).spec["retries"] == 6  # runs keep the stored spec

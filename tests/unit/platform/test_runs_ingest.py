@@ -1,0 +1,248 @@
+"""Event ingestion: POST /api/runs/<id>/events with the run's bearer token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posttrain.runs import live
+from posttrain.runs.models import Checkpoint, MetricRow, Run, RunLog, RunState, Sample
+from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
+    auth,
+    event,
+    experiment,
+    make_run,
+    no_dispatch,
+    post_events,
+    registry,
+    researcher,
+    sample_record,
+    storage,
+)
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
+S = RunState
+
+
+@pytest.fixture
+def run(experiment) -> Run:
+    return make_run(experiment, S.STARTING)
+
+
+def a_step(run: Run, first_seq: int, step: int, n_samples: int = 4) -> list[dict]:
+    return [
+        event(run, first_seq, "metrics", step, {"reward/mean": 0.25 * step, "kl/mean": "nan"}),
+        event(run, first_seq + 1, "samples", step, {"samples": [sample_record(i) for i in range(n_samples)]}),
+        event(run, first_seq + 2, "heartbeat", step),
+    ]
+
+
+def test_events_land_in_their_tables_and_move_the_run(client, run):
+    batch = [
+        event(run, 1, "status", None, {"state": "running", "resumed_from": None}),
+        event(run, 2, "log", 0, {"level": "info", "message": "policy Qwen2 with 2,000 parameters"}),
+        *a_step(run, 3, 1),
+        event(run, 6, "checkpoint", 1, {"path": "/storage/runs/x/checkpoints/step_1", "format": "hf"}),
+        event(run, 7, "status", 1, {"state": "succeeded"}),
+    ]
+    response = post_events(client, run, batch)
+    assert response.status_code == 200, response.content
+    assert response.json() == {"acknowledged_seq": 7, "stored": 7}
+    run.refresh_from_db()
+    assert (run.state, run.last_seq, run.last_step) == (S.SUCCEEDED, 7, 1)
+    assert run.last_event_at is not None and run.started_at is not None
+    assert list(run.transitions.values_list("to_state", flat=True)) == ["queued", "running", "succeeded"]
+    metric = MetricRow.objects.get(run=run)
+    assert (metric.step, metric.seq, metric.values["reward/mean"]) == (1, 3, 0.25)
+    assert Sample.objects.filter(run=run, step=1).count() == 4
+    assert Checkpoint.objects.get(run=run).path.endswith("step_1")
+    assert RunLog.objects.get(run=run).message.startswith("policy Qwen2")
+
+
+def test_the_same_event_batch_posted_twice_is_stored_once(client, run):
+    batch = [event(run, 1, "status", None, {"state": "running"}), *a_step(run, 2, 1)]
+    first = post_events(client, run, batch)
+    second = post_events(client, run, batch)
+    assert first.json() == {"acknowledged_seq": 4, "stored": 4}
+    assert second.status_code == 200 and second.json() == {"acknowledged_seq": 4, "stored": 0}
+    assert MetricRow.objects.filter(run=run).count() == 1
+    assert Sample.objects.filter(run=run).count() == 4
+    assert run.transitions.filter(to_state=S.RUNNING).count() == 1
+
+
+def test_a_batch_overlapping_stored_events_stores_only_the_new_ones(client, run):
+    post_events(client, run, a_step(run, 1, 1))
+    response = post_events(client, run, [*a_step(run, 1, 1), *a_step(run, 4, 2)])
+    assert response.json() == {"acknowledged_seq": 6, "stored": 3}
+    assert list(MetricRow.objects.filter(run=run).values_list("seq", flat=True)) == [1, 4]
+
+
+@pytest.mark.parametrize("seqs", [[3, 4], [1, 3], [2, 1], [1, 1]])
+def test_a_batch_that_does_not_continue_the_stored_events_is_a_409_with_the_expected_seq(client, run, seqs):
+    response = post_events(client, run, [event(run, seq) for seq in seqs])
+    assert response.status_code == 409
+    assert response.json()["expected_seq"] == 1
+    run.refresh_from_db()
+    assert run.last_seq == 0  # all or nothing
+
+
+def test_after_a_conflict_the_engine_resends_from_the_expected_seq(client, run):
+    post_events(client, run, [event(run, 1), event(run, 2)])
+    conflict = post_events(client, run, [event(run, 5)])
+    assert conflict.status_code == 409 and conflict.json()["expected_seq"] == 3
+    assert post_events(client, run, [event(run, s) for s in (3, 4, 5)]).json()["acknowledged_seq"] == 5
+
+
+def test_the_events_url_works_without_the_trailing_slash(client, run):
+    response = post_events(client, run, [event(run, 1)], slash=False)
+    assert response.status_code == 200 and response.json()["acknowledged_seq"] == 1
+
+
+def test_the_token_of_another_run_is_refused(client, experiment, run):
+    other = make_run(experiment, S.STARTING)
+    response = post_events(client, run, [event(run, 1)], headers=auth(other))
+    assert response.status_code == 403
+    assert post_events(client, run, [event(run, 1)], headers={}).status_code == 401
+    assert post_events(client, run, [event(run, 1)], headers={"HTTP_AUTHORIZATION": "Bearer nope"}).status_code == 403
+    assert post_events(client, run, [event(run, 1)], headers={"HTTP_AUTHORIZATION": "Basic abc"}).status_code == 401
+    run.refresh_from_db()
+    assert run.last_seq == 0
+
+
+def test_a_logged_in_user_without_the_token_cannot_post_events(client, researcher, run):
+    client.force_login(researcher)
+    assert post_events(client, run, [event(run, 1)], headers={}).status_code == 401
+
+
+def test_events_of_an_unknown_run_are_404(client, run):
+    url = "/api/runs/00000000-0000-0000-0000-000000000000/events/"
+    response = client.post(url, data=json.dumps({"events": []}), content_type="application/json", **auth(run))
+    assert response.status_code == 404
+
+
+def _bad(owner: Run, i: int, **changes) -> dict:
+    e = event(owner, i + 1, "metrics", 1, {"reward/mean": 0.1})
+    e.update(changes)
+    return e
+
+
+BAD_BATCHES = [
+    # (name, body builder, loc named in the error)
+    ("body is a list", lambda r: [], ""),
+    ("no events key", lambda r: {"evts": []}, "events"),
+    ("events not a list", lambda r: {"events": {"seq": 1}}, "events"),
+    ("event not an object", lambda r: {"events": [_bad(r, 0), 7]}, "events[1]"),
+    ("seq missing", lambda r: {"events": [{k: v for k, v in _bad(r, 0).items() if k != "seq"}]}, "events[0].seq"),
+    ("seq a string", lambda r: {"events": [_bad(r, 0), _bad(r, 1), _bad(r, 2), _bad(r, 3, seq="4")]}, "events[3].seq"),
+    ("seq zero", lambda r: {"events": [_bad(r, 0, seq=0)]}, "events[0].seq"),
+    ("seq a bool", lambda r: {"events": [_bad(r, 0, seq=True)]}, "events[0].seq"),
+    ("seq beyond 64 bits", lambda r: {"events": [_bad(r, 0, seq=2**63)]}, "events[0].seq"),
+    ("step beyond 32 bits", lambda r: {"events": [_bad(r, 0, step=2**31)]}, "events[0].step"),
+    ("unknown type", lambda r: {"events": [_bad(r, 0, type="metric")]}, "events[0].type"),
+    ("another run", lambda r: {"events": [_bad(r, 0, run="someone-else")]}, "events[0].run"),
+    ("data not an object", lambda r: {"events": [_bad(r, 0, data=[1, 2])]}, "events[0].data"),
+    ("time a string", lambda r: {"events": [_bad(r, 0, time="now")]}, "events[0].time"),
+    ("negative step", lambda r: {"events": [_bad(r, 0, step=-1)]}, "events[0].step"),
+    ("metrics without step", lambda r: {"events": [_bad(r, 0, step=None)]}, "events[0].step"),
+    ("metric value a dict", lambda r: {"events": [_bad(r, 0, data={"reward/mean": {"x": 1}})]},
+     "events[0].data.reward/mean"),
+    ("samples not a list", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": 3})]},
+     "events[0].data.samples"),
+    ("sample reward a string", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        sample_record(0), sample_record(1, reward="high")]})]}, "events[0].data.samples[1].reward"),
+    ("sample index repeated", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        sample_record(0), sample_record(0)]})]}, "events[0].data.samples[1].index"),
+    ("sample without response", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        {k: v for k, v in sample_record(0).items() if k != "response"}]})]}, "events[0].data.samples[0].response"),
+    ("checkpoint without path", lambda r: {"events": [_bad(r, 0, type="checkpoint", data={})]}, "events[0].data.path"),
+    ("log without message", lambda r: {"events": [_bad(r, 0, type="log", data={"level": "info"})]},
+     "events[0].data.message"),
+    ("unknown engine state", lambda r: {"events": [_bad(r, 0, type="status", data={"state": "paused"})]},
+     "events[0].data.state"),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "loc"), BAD_BATCHES, ids=[b[0] for b in BAD_BATCHES])
+def test_bad_event_batches_are_400_naming_the_field(client, run, name, build, loc):
+    response = client.post(f"/api/runs/{run.id}/events/", data=json.dumps(build(run)),
+                           content_type="application/json", **auth(run))
+    assert response.status_code == 400, response.content
+    errors = response.json()["errors"]
+    assert loc in [e["loc"] for e in errors], errors
+    assert all(e["msg"] for e in errors)
+    run.refresh_from_db()
+    assert run.last_seq == 0
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    (b"", "empty body"),
+    (b"{not json", "invalid JSON"),
+    (b'{"events": [{"seq": NaN}]}', "NaN is not JSON"),
+    (b"\xff\xfe", "UTF-8"),
+])
+def test_a_body_that_is_not_json_is_a_400_saying_why(client, run, body, needle):
+    response = client.post(f"/api/runs/{run.id}/events/", data=body, content_type="application/json", **auth(run))
+    assert response.status_code == 400
+    assert needle in response.json()["errors"][0]["msg"]
+
+
+def test_a_batch_larger_than_the_limit_is_a_413(client, run, settings):
+    settings.INGEST_MAX_BODY_BYTES = 100
+    response = post_events(client, run, [event(run, 1, "log", None, {"message": "x" * 200})])
+    assert response.status_code == 413
+
+
+def test_non_finite_values_and_nul_characters_are_stored_safely(client, run):
+    record = sample_record(0, reward="nan", advantage="-inf", response="4\x002", errors=["exact: boom\x00"])
+    response = post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record]})])
+    assert response.status_code == 200, response.content
+    sample = Sample.objects.get(run=run)
+    assert (sample.reward, sample.advantage, sample.response, sample.errors) == (None, None, "42", ["exact: boom"])
+
+
+def test_the_engines_failure_reason_becomes_the_state_reason(client, run):
+    reason = "ValueError: path: line 2: invalid syntax"
+    post_events(client, run, [event(run, 1, "status", None, {"state": "failed", "reason": reason})])
+    run.refresh_from_db()
+    assert (run.state, run.state_reason) == (S.FAILED, reason)
+
+
+def test_a_failure_reported_while_cancelling_ends_the_run_cancelled(client, experiment):
+    run = make_run(experiment, S.CANCELLING)
+    post_events(client, run, [event(run, 1, "status", None, {"state": "failed", "reason": "interrupted"})])
+    run.refresh_from_db()
+    assert (run.state, run.state_reason) == (S.CANCELLED, "cancelled (engine: interrupted)")
+
+
+def test_events_of_a_finished_run_are_still_stored_but_do_not_change_its_state(client, experiment):
+    run = make_run(experiment, S.FAILED, state_reason="lost: no event for 120s")
+    response = post_events(client, run, [*a_step(run, 1, 1), event(run, 4, "status", 1, {"state": "succeeded"})])
+    assert response.status_code == 200
+    run.refresh_from_db()
+    assert (run.state, run.last_seq) == (S.FAILED, 4)
+
+
+def test_a_heartbeat_only_updates_when_the_run_was_last_heard_of(client, run):
+    post_events(client, run, [event(run, 1, "heartbeat", 3)])
+    run.refresh_from_db()
+    assert run.last_event_at is not None and run.state == S.STARTING
+    assert not MetricRow.objects.exists() and not RunLog.objects.exists()
+
+
+def test_an_accepted_batch_is_published_on_the_runs_live_channel_after_commit(
+        client, run, settings, django_capture_on_commit_callbacks):
+    settings.PUBSUB_BACKEND = "inprocess"
+    batch = a_step(run, 1, 1)
+    with live.subscribe(run.id) as subscription:
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            post_events(client, run, batch)
+        assert subscription.get(timeout=0.05) is None  # nothing before the commit
+        for callback in callbacks:
+            callback()
+        published = subscription.get(timeout=2)
+        with django_capture_on_commit_callbacks(execute=True) as again:
+            post_events(client, run, batch)  # a repeat stores nothing and publishes nothing
+        assert again == [] and subscription.get(timeout=0.1) is None
+    assert [e["seq"] for e in published] == [1, 2, 3]
+    assert published[1]["data"]["samples"][0]["response"] == "1"

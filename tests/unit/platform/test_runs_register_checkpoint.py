@@ -1,0 +1,45 @@
+"""A run's checkpoint registers as a model with its lineage (the run page's "register as model")."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from posttrain.registry.models import ModelAsset
+from posttrain.runs.models import Checkpoint, RunState
+from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
+    api,
+    experiment,
+    make_run,
+    no_dispatch,
+    registry,
+    researcher,
+    storage,
+)
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
+
+
+def test_a_checkpoint_registers_as_a_model_that_remembers_its_run_and_step(api, experiment, tiny_model, tmp_path):
+    run = make_run(experiment, RunState.SUCCEEDED)
+    folder = tmp_path / "runs" / str(run.pk) / "checkpoints" / "step_4"
+    shutil.copytree(tiny_model, folder)
+    checkpoint = Checkpoint.objects.create(run=run, step=4, path=str(folder))
+
+    response = api.post(f"/api/runs/{run.pk}/register-checkpoint/", {"checkpoint": checkpoint.pk, "name": "sums-step-4"},
+                        content_type="application/json")
+
+    assert response.status_code == 201, response.content
+    model = ModelAsset.objects.get(pk=response.json()["id"])
+    assert (model.name, model.source, model.source_run_id, model.source_step) == ("sums-step-4", "checkpoint", run.pk, 4)
+    assert model.architecture == "Qwen2ForCausalLM" and model.parameter_count > 0
+
+
+def test_a_checkpoint_of_another_run_is_refused_naming_the_field(api, experiment, tiny_model):
+    run, other = make_run(experiment, RunState.SUCCEEDED), make_run(experiment, RunState.SUCCEEDED)
+    checkpoint = Checkpoint.objects.create(run=other, step=1, path=str(tiny_model))
+    response = api.post(f"/api/runs/{run.pk}/register-checkpoint/", {"checkpoint": checkpoint.pk},
+                        content_type="application/json")
+    assert response.status_code == 400
+    assert "checkpoint" in response.content.decode()

@@ -1,0 +1,179 @@
+"""The run state machine: compare-and-set transitions with reasons, cancel, and the Ray dispatch
+services against a fake Jobs API (the real one is exercised in tests/integration)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from posttrain.runs import services
+from posttrain.runs.models import Run, RunState, RunTransition
+from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
+    FakeJobs,
+    api,
+    experiment,
+    make_run,
+    no_dispatch,
+    registry,
+    researcher,
+    storage,
+)
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
+S = RunState
+
+
+def states(run: Run) -> list[tuple[str, str]]:
+    return list(RunTransition.objects.filter(run=run).values_list("from_state", "to_state"))
+
+
+def test_a_transition_changes_the_state_once_and_records_its_reason(experiment):
+    run = make_run(experiment)
+    assert services.run_transition(run.id, [S.QUEUED], S.STARTING, "Ray job submitted") is True
+    assert services.run_transition(run.id, [S.QUEUED], S.STARTING, "again") is False  # no longer queued
+    run.refresh_from_db()
+    assert (run.state, run.state_reason) == (S.STARTING, "Ray job submitted")
+    assert states(run) == [("draft", "queued"), ("queued", "starting")]
+    assert RunTransition.objects.filter(run=run).last().reason == "Ray job submitted"
+
+
+def test_terminal_transitions_stamp_start_and_finish_times(experiment):
+    run = make_run(experiment, S.STARTING)
+    services.run_transition(run.id, [S.STARTING], S.RUNNING, "engine started")
+    services.run_transition(run.id, [S.RUNNING], S.SUCCEEDED, "done")
+    run.refresh_from_db()
+    assert run.started_at is not None and run.finished_at >= run.started_at
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (S.SUCCEEDED, S.RUNNING), (S.FAILED, S.QUEUED), (S.CANCELLED, S.CANCELLING), (S.RUNNING, S.QUEUED),
+    (S.CANCELLING, S.RUNNING), (S.DRAFT, S.RUNNING),
+])
+def test_illegal_transitions_are_refused(experiment, old, new):
+    run = make_run(experiment, old)
+    with pytest.raises(ValueError, match="not a transition"):
+        services.run_transition(run.id, [old], new, "no")
+    run.refresh_from_db()
+    assert run.state == old
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_transitions_of_one_run_only_one_wins(experiment):
+    if connection.vendor != "postgresql":
+        pytest.skip("needs a database with concurrent writers (Postgres)")
+    run = make_run(experiment, S.RUNNING)
+    targets = [S.SUCCEEDED, S.FAILED, S.CANCELLING, S.CANCELLED] * 2
+    barrier = threading.Barrier(len(targets))
+    results: dict[int, bool] = {}
+
+    def attempt(i: int, target: str) -> None:
+        try:
+            barrier.wait()
+            results[i] = services.run_transition(run.id, [S.RUNNING], target, f"thread {i}")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=attempt, args=(i, t)) for i, t in enumerate(targets)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results.values()) == [False] * (len(targets) - 1) + [True]
+    winner = next(i for i, won in results.items() if won)
+    run.refresh_from_db()
+    assert run.state == targets[winner] and run.state_reason == f"thread {winner}"
+    assert RunTransition.objects.filter(run=run, from_state=S.RUNNING).count() == 1
+
+
+@pytest.mark.parametrize("state", [S.SUCCEEDED, S.FAILED, S.CANCELLED])
+def test_cancel_of_finished_run_is_refused(api, experiment, state):
+    run = make_run(experiment, state)
+    response = api.post(f"/api/runs/{run.id}/cancel/")
+    assert response.status_code == 409
+    assert response.json()["state"] == state and "already ended" in response.json()["detail"]
+    run.refresh_from_db()
+    assert run.state == state
+
+
+@pytest.mark.parametrize("state", [S.QUEUED, S.STARTING, S.RUNNING])
+def test_cancel_of_an_active_run_goes_to_cancelling_and_stops_the_job_after_commit(
+        api, experiment, no_dispatch, django_capture_on_commit_callbacks, state):
+    run = make_run(experiment, state)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(f"/api/runs/{run.id}/cancel/")
+    assert response.status_code == 200 and response.json()["state"] == S.CANCELLING
+    assert no_dispatch == [("run_cancel", str(run.id))]
+    assert RunTransition.objects.filter(run=run).last().reason == "cancel requested by ada"
+    # Cancelling twice is harmless: still cancelling, nothing dispatched again.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api.post(f"/api/runs/{run.id}/cancel/").status_code == 200
+    assert no_dispatch == [("run_cancel", str(run.id))]
+
+
+def test_cancel_of_an_unknown_run_is_404(api):
+    assert api.post("/api/runs/00000000-0000-0000-0000-000000000000/cancel/").status_code == 404
+    assert api.post("/api/runs/not-a-uuid/cancel/").status_code == 404
+
+
+# --- dispatch (the worker's services) -------------------------------------------------------
+
+
+def test_submit_moves_a_queued_run_to_starting_and_a_repeated_submit_does_nothing(experiment):
+    jobs = FakeJobs()
+    run = make_run(experiment)
+    services.run_submit(run.id, jobs=jobs)
+    services.run_submit(run.id, jobs=jobs)  # a redelivered task: the run is no longer queued
+    run.refresh_from_db()
+    assert run.state == S.STARTING and jobs.submitted == [str(run.id)]
+
+
+def test_a_failed_submit_fails_the_run_with_the_reason(experiment):
+    jobs = FakeJobs()
+    jobs.fail_submit = ConnectionError("Ray dashboard unreachable")
+    run = make_run(experiment)
+    services.run_submit(run.id, jobs=jobs)
+    run.refresh_from_db()
+    assert run.state == S.FAILED and "Ray dashboard unreachable" in run.state_reason
+
+
+def test_a_run_cancelled_while_it_was_submitted_has_its_job_stopped(experiment):
+    run = make_run(experiment)
+
+    class CancelDuringSubmit(FakeJobs):
+        def submit(self, r):
+            services.run_cancel(Run.objects.get(pk=r.pk))  # the user clicks cancel meanwhile
+            return super().submit(r)
+
+    jobs = CancelDuringSubmit()
+    services.run_submit(run.id, jobs=jobs)
+    run.refresh_from_db()
+    assert jobs.stopped == [str(run.id)] and run.state == S.CANCELLED
+
+
+def test_submit_of_a_missing_run_is_a_no_op():
+    services.run_submit("00000000-0000-0000-0000-000000000000", jobs=FakeJobs())
+
+
+def test_stop_stops_the_job_and_ends_the_run_cancelled(experiment):
+    jobs = FakeJobs()
+    run = make_run(experiment, S.CANCELLING)
+    jobs.statuses[str(run.id)] = "RUNNING"
+    services.run_stop(run.id, jobs=jobs, wait_s=1)
+    run.refresh_from_db()
+    assert jobs.stopped == [str(run.id)] and run.state == S.CANCELLED
+
+
+def test_stop_leaves_a_slow_job_cancelling_for_the_reconcile_to_finish(experiment):
+    jobs = FakeJobs()
+    jobs.stop_sets = None  # Ray has not stopped it yet
+    run = make_run(experiment, S.CANCELLING)
+    jobs.statuses[str(run.id)] = "RUNNING"
+    services.run_stop(run.id, jobs=jobs, wait_s=0.2)
+    run.refresh_from_db()
+    assert run.state == S.CANCELLING
+    jobs.statuses[str(run.id)] = "STOPPED"
+    services.runs_reconcile(jobs=jobs)
+    run.refresh_from_db()
+    assert run.state == S.CANCELLED

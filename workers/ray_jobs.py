@@ -1,0 +1,125 @@
+"""Ray Jobs API client for the Celery worker: one Ray job per run, submission id = run id.
+
+This is the only platform module that imports ray, and only the worker imports it (lazily, from the
+services that dispatch). The web process reads job logs over the Jobs HTTP API with urllib instead
+(posttrain.runs.selectors.run_job_logs).
+
+Code shipping. The engine runs as `ENGINE_PYTHON -m rl_engine train …` on the head node. On a local
+head the engine package is importable from the venv (it is pip-installed editable), so no
+`working_dir` is uploaded. A remote cluster whose nodes lack the package needs it shipped with the
+job: add `"py_modules": [<path of the rl_engine package>]` (or a wheel) to the runtime_env built in
+`submit`, and point POSTTRAIN_ENGINE_PYTHON at the cluster's Python; POSTTRAIN_STORAGE must then be
+a path the cluster shares (the run folder is written here and read there).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from functools import lru_cache
+from pathlib import Path
+
+from django.conf import settings
+
+from posttrain.runs.models import Run
+from posttrain.runs.tokens import ingest_token
+
+_NOT_FOUND = ("does not exist", "status code 404")
+
+
+@lru_cache(maxsize=4)
+def _client(address: str):
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(address)
+
+
+def client():
+    return _client(settings.RAY_ADDRESS)
+
+
+def _not_found(exc: Exception) -> bool:
+    return any(marker in str(exc) for marker in _NOT_FOUND)
+
+
+def run_dir(run: Run) -> Path:
+    return Path(run.resolved_config["logging"]["run_dir"])
+
+
+def write_config(run: Run) -> Path:
+    """`<run dir>/config.yaml`: the run's resolved config, as the engine will read it."""
+    from rl_engine.config import dump_config, validate_config
+
+    folder = run_dir(run)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.yaml"
+    path.write_text(dump_config(validate_config(run.resolved_config)))
+    return path
+
+
+def entrypoint(run: Run, config_path: Path) -> str:
+    parts = [settings.ENGINE_PYTHON, "-m", "rl_engine", "train", str(config_path), "--run-dir", str(run_dir(run)),
+             "--no-progress"]
+    if run.resume_from_id is not None:
+        parts += ["--resume", run.resume_from.path]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def engine_env(run: Run) -> dict[str, str]:
+    """The engine's environment: where and how to post events, and the thread/offline settings."""
+    return {
+        "POSTTRAIN_RUN_ID": str(run.id),
+        "POSTTRAIN_EVENTS_URL": f"{settings.PUBLIC_URL}/api/runs/{run.id}/events",
+        "POSTTRAIN_INGEST_TOKEN": ingest_token(run.id),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
+        "PYTHONUNBUFFERED": "1",  # job logs appear while the run goes, not at exit
+    }
+
+
+def submit(run: Run) -> str:
+    """Submit the run's job. A job with this submission id already existing is success: a retried
+    or re-dispatched task must not start a run twice."""
+    config_path = write_config(run)
+    try:
+        client().submit_job(
+            entrypoint=entrypoint(run, config_path),
+            submission_id=str(run.id),
+            runtime_env={"env_vars": engine_env(run)},
+            metadata={"posttrain_run": str(run.id), "experiment": str(run.experiment_id)},
+        )
+    except RuntimeError as exc:
+        if "already exists" not in str(exc):
+            raise
+    return str(run.id)
+
+
+def stop(run: Run) -> bool:
+    """Ask Ray to stop the job (SIGTERM, then SIGKILL); False when there is no such job."""
+    try:
+        return bool(client().stop_job(str(run.id)))
+    except RuntimeError as exc:
+        if _not_found(exc):
+            return False
+        raise
+
+
+def status(run: Run) -> str | None:
+    """PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED; None when Ray has no job for the run."""
+    try:
+        return str(client().get_job_status(str(run.id)).value)
+    except RuntimeError as exc:
+        if _not_found(exc):
+            return None
+        raise
+
+
+def logs(run: Run) -> str:
+    try:
+        return client().get_job_logs(str(run.id))
+    except RuntimeError as exc:
+        if _not_found(exc):
+            return ""
+        raise
