@@ -40,9 +40,12 @@ demo: install
 	@# The demo task: tokenizer, small Qwen2 policy with a supervised warm start, arithmetic data, run.yaml
 	$(BIN)/python -m rl_engine demo build $(DEMO_HOME)/assets
 	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh start
+	@# Browser -> Celery -> Ray job -> engine -> events: the demo experiment starts training now.
+	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py demo_launch $(DEMO_HOME)/assets
 	@echo
 	@echo "Posttrain is up: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/  (login above; 'make stop' to stop)"
-	@echo "Train the demo experiment from the command line: $(BIN)/python -m rl_engine train $(DEMO_HOME)/assets/run.yaml"
+	@echo "The demo run's curves: /api/runs/ (state, metrics, samples); or train without the platform:"
+	@echo "  $(BIN)/python -m rl_engine train $(DEMO_HOME)/assets/run.yaml"
 
 stop:
 	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh stop

@@ -133,14 +133,27 @@ def run_worker(system: str, seed: int, args: argparse.Namespace) -> dict:
         command += ["--set" if system == "ours" else "--trl-set", item]
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    output = process.stdout.read()
+    output = ""
+    for line in process.stdout:  # echoed as it comes, so a long bench shows progress and leaves a trace
+        output += line
+        if _curve_point(line) is not None:
+            print(f"{system} seed {seed}: {line.strip()}", file=sys.stderr, flush=True)
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
-    curve = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    curve = [point for line in output.splitlines() if (point := _curve_point(line)) is not None]
     if process.returncode != 0 or not curve:
         raise RuntimeError(f"{system} seed {seed} failed (exit {process.returncode}); run the worker alone to see why")
     return {"seed": seed, "curve": [(p["train_s"], p["accuracy"]) for p in curve], "steps": curve[-1]["step"],
             "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "process_wall_s": round(time.monotonic() - started, 1)}
+
+
+def _curve_point(line: str) -> dict | None:
+    """A worker's evaluation line; anything else it prints (TRL's own summary dict) is not one."""
+    try:
+        point = json.loads(line)
+    except ValueError:
+        return None
+    return point if isinstance(point, dict) and "accuracy" in point else None
 
 
 def accuracy_at(curve: list[tuple[float, float]], seconds: float) -> float | None:

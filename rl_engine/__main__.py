@@ -165,8 +165,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _die_with_parent() -> None:
+    """A run launched by the platform must not outlive the Ray job supervisor that started it (a
+    stopped head leaves its job drivers behind, and in containers without an init that reaps
+    zombies Ray's own watchdog never fires). Linux only; elsewhere nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent was already gone before the signal was armed
+        sys.exit("error: the process that started this run has exited")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if os.environ.get("POSTTRAIN_RUN_ID"):
+        _die_with_parent()
     from rl_engine.config import ConfigError
     from rl_engine.data import DataError
 

@@ -16,6 +16,8 @@ RAY_GCS_PORT="${POSTTRAIN_RAY_GCS_PORT:-6390}"   # not 6379: that is Redis's
 RAY_TMP="${POSTTRAIN_RAY_TMP:-/tmp/posttrain-ray-$(id -u)}"
 export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:$RAY_DASHBOARD_PORT}"
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+# Where the engine of a run posts its events: this web server.
+export POSTTRAIN_PUBLIC_URL="${POSTTRAIN_PUBLIC_URL:-http://127.0.0.1:$WEB_PORT}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 alive() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }

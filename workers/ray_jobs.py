@@ -62,7 +62,9 @@ def entrypoint(run: Run, config_path: Path) -> str:
              "--no-progress"]
     if run.resume_from_id is not None:
         parts += ["--resume", run.resume_from.path]
-    return " ".join(shlex.quote(p) for p in parts)
+    # `exec`: the engine replaces Ray's shell, so the job supervisor is its direct parent and the
+    # engine's parent-death signal (rl_engine.__main__) fires if the supervisor dies.
+    return "exec " + " ".join(shlex.quote(p) for p in parts)
 
 
 def engine_env(run: Run) -> dict[str, str]:

@@ -110,6 +110,15 @@ DATABASES = {
         conn_max_age=int(os.environ.get("POSTTRAIN_DB_CONN_MAX_AGE", "0")),
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded default is written by the web server (event ingestion) and the worker at once:
+    # WAL lets readers go on during a write, and IMMEDIATE transactions wait for the lock instead
+    # of failing mid-transaction with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 
@@ -43,6 +44,41 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _processes_mentioning(text: str, within_s: float) -> list[str]:
+    """Command lines of live processes that mention `text`, after waiting up to `within_s` for them to go."""
+    deadline = time.monotonic() + within_s
+    while True:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline and str(os.getpid()) != entry:
+                found.append(cmdline)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
+
+
+def _wait_for_demo_run_metrics(opener, base: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    run: dict = {}
+    while time.monotonic() < deadline:
+        runs = json.load(opener.open(f"{base}/api/runs/"))["results"]
+        if runs:
+            run = runs[0]
+            assert run["state"] not in ("failed", "cancelled"), run
+            series = json.load(opener.open(f"{base}/api/runs/{run['id']}/metrics/?names=eval/reward/mean"))["series"]
+            if series["eval/reward/mean"]["steps"]:
+                return run
+        time.sleep(2)
+    raise AssertionError(f"the demo run sent no metrics within {timeout_s}s: {run}")
+
+
 def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_env):
     started = subprocess.run(["make", "-s", "demo"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=600)
     assert started.returncode == 0, started.stdout + started.stderr
@@ -66,6 +102,11 @@ def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_
     assert health["checks"]["database"]["detail"] == "sqlite"
     assert health["checks"]["broker"]["detail"].startswith("sqla+sqlite")
 
+    # The demo experiment was launched: Celery -> Ray job -> engine -> events -> store.
+    run = _wait_for_demo_run_metrics(opener, base, timeout_s=300)
+    assert run["state"] == "running", run
+    assert set(run["tags"]) == {"demo"}
+
     pids = _pids(demo_env["DEMO_HOME"])
     assert set(pids) == {"ray", "worker", "web"}
     bystander = subprocess.Popen(["sleep", "300"])  # something the demo did not start
@@ -73,6 +114,7 @@ def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_
         stopped = subprocess.run(["make", "-s", "stop"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=120)
         assert stopped.returncode == 0, stopped.stderr
         assert not any(_alive(pid) for pid in pids.values())
+        assert _processes_mentioning(demo_env["DEMO_HOME"], within_s=30) == [], "the demo run's engine outlived make stop"
         assert bystander.poll() is None
     finally:
         bystander.kill()

@@ -1,0 +1,61 @@
+"""Registers the demo task's assets and launches the demo experiment (what `make demo` ends with).
+
+Idempotent: assets and the experiment are reused by name, and a new run starts only when the
+experiment has none in flight.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from posttrain.registry.models import ModelAsset, RewardFunction
+from posttrain.registry.services import dataset_register_path, model_register, reward_create
+from posttrain.runs.models import TERMINAL_STATES, Experiment
+from posttrain.runs.services import experiment_create, run_launch
+
+# Fields the platform fills from the registry and per run; the rest of the demo config is the experiment's.
+_FROM_REGISTRY = {"model": ["path", "tokenizer_path"], "data": ["path", "format", "prompt_field", "label_field"],
+                  "logging": ["run_dir"]}
+
+
+class Command(BaseCommand):
+    help = "Register the demo assets (python -m rl_engine demo build DIR) and launch the demo experiment."
+
+    def add_arguments(self, parser):
+        parser.add_argument("assets", type=Path, help="the folder `python -m rl_engine demo build` wrote")
+        parser.add_argument("--username", default="admin")
+
+    def handle(self, *args, assets: Path, username: str, **options):
+        from rl_engine.demo.run_config import demo_run_config
+
+        assets = assets.resolve()
+        if not (assets / "manifest.json").exists():
+            raise CommandError(f"{assets}: no demo build here; run `python -m rl_engine demo build {assets}` first")
+        user = get_user_model().objects.get(username=username)
+        engine_config = demo_run_config(assets).model_dump(mode="json")
+
+        model = ModelAsset.objects.filter(name="demo-qwen2").first() or model_register(
+            "demo-qwen2", str(assets / "model"), description="Demo policy: small Qwen2 with a supervised warm start.",
+            user=user)
+        dataset, _ = dataset_register_path("demo-addition", str(assets / "data" / "train.jsonl"), "jsonl",
+                                           description="Two-digit addition prompts.", user=user)
+        reward = RewardFunction.objects.filter(name="correct").first() or reward_create(
+            "correct", "builtin", {"type": "exact_match", "name": "correct"},
+            description="1 when the answer equals the label.", user=user)
+
+        experiment = Experiment.objects.filter(name=engine_config["name"]).first()
+        if experiment is None:
+            config = {k: v for k, v in engine_config.items() if k != "rewards"}
+            for section, keys in _FROM_REGISTRY.items():
+                config[section] = {k: v for k, v in config[section].items() if k not in keys}
+            config["data"]["eval_path"] = str(assets / "data" / "test.jsonl")
+            experiment = experiment_create(name=engine_config["name"], description=engine_config["description"],
+                                           model=model, dataset=dataset, rewards=[(reward, 1.0)], config=config,
+                                           user=user)
+        active = experiment.runs.exclude(state__in=TERMINAL_STATES).first()
+        run = active or run_launch(experiment, user=user, tags=["demo"])
+        verb = "already running" if active else "launched"
+        self.stdout.write(f"demo run {verb}: {run.pk} (experiment {experiment.pk}, state {run.state})")
