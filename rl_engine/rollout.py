@@ -103,7 +103,9 @@ class TransformersRollout:
                 do_sample=True,
                 temperature=params.temperature,
                 top_p=params.top_p,
-                top_k=params.top_k if params.top_k > 0 else None,
+                # 0 = off, said explicitly: transformers fills a top_k it was never given with 50, and
+                # top-50 samples scored under the full softmax would be off-policy.
+                top_k=params.top_k if params.top_k > 0 else 0,
             )
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
@@ -115,8 +117,9 @@ class TransformersRollout:
         for position, token in enumerate(tokens):
             if token in self.eos_ids:
                 return Sample(prompt_index, tokens[: position + 1], "stop")
-        # No eos: either the budget ran out, or a stop string ended it early (then pads follow).
-        while tokens and tokens[-1] == self.pad_id and self.pad_id not in self.eos_ids:
+        # No eos: either the budget ran out, or a stop string ended it early (then pads follow; a
+        # sampled pad token is otherwise a real action and stays).
+        while params.stop and tokens and tokens[-1] == self.pad_id and self.pad_id not in self.eos_ids:
             tokens = tokens[:-1]
         reason: FinishReason = "length" if len(tokens) >= params.max_new_tokens else "stop"
         return Sample(prompt_index, tokens, reason)
