@@ -142,18 +142,23 @@ def model_register(
     """Register a local Hugging Face model folder (used in place: weights are not copied)."""
     name = _clean_name(name)
     _check_unique_name(ModelAsset, name, "model")
-    info = _inspect_model(path, "path")
+    return _create_model(name, description, ModelAsset.Source.FOLDER, _inspect_model(path, "path"), user)
+
+
+def _create_model(name: str, description: str, source: str, info: ModelFolderInfo,
+                  user: AbstractBaseUser | None, **lineage: Any) -> ModelAsset:
     return _create_named(
         ModelAsset,
         "model",
         name=name,
         description=description,
-        source=ModelAsset.Source.FOLDER,
+        source=source,
         path=str(info.path),
         architecture=info.architecture,
         parameter_count=info.parameter_count,
         hf_config=info.hf_config,
         created_by=_user_or_none(user),
+        **lineage,
     )
 
 
@@ -177,21 +182,8 @@ def model_register_checkpoint(
     source = _inspect_model(path, "path")
     target = _copy_checkpoint(source.path, name)
     try:
-        info = _inspect_model(target, "path")
-        return _create_named(
-            ModelAsset,
-            "model",
-            name=name,
-            description=description,
-            source=ModelAsset.Source.CHECKPOINT,
-            path=str(info.path),
-            architecture=info.architecture,
-            parameter_count=info.parameter_count,
-            hf_config=info.hf_config,
-            source_run=run,
-            source_step=step,
-            created_by=_user_or_none(user),
-        )
+        return _create_model(name, description, ModelAsset.Source.CHECKPOINT, _inspect_model(target, "path"), user,
+                             source_run=run, source_step=step)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
