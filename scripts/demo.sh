@@ -12,6 +12,9 @@ LOGS="$POSTTRAIN_HOME/logs"
 WEB_PORT="${POSTTRAIN_PORT:-8000}"
 RAY_DASHBOARD_PORT="${POSTTRAIN_RAY_DASHBOARD_PORT:-8265}"
 RAY_GCS_PORT="${POSTTRAIN_RAY_GCS_PORT:-6390}"   # not 6379: that is Redis's
+# The job agent's HTTP port (Ray's default 52365): a second head on the machine needs its own, or
+# job submission answers "No available agent" forever.
+RAY_AGENT_PORT="${POSTTRAIN_RAY_AGENT_PORT:-52365}"
 # Unix socket paths must stay under ~107 characters, so Ray's session folder lives in /tmp.
 RAY_TMP="${POSTTRAIN_RAY_TMP:-/tmp/posttrain-ray-$(id -u)}"
 export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:$RAY_DASHBOARD_PORT}"
@@ -44,7 +47,7 @@ start() {
   echo "Starting the Posttrain demo stack (state in $POSTTRAIN_HOME)"
   if [[ "$RAY_ADDRESS" == "http://127.0.0.1:$RAY_DASHBOARD_PORT" ]]; then
     launch ray "$BIN/ray" start --head --block --port "$RAY_GCS_PORT" --dashboard-host 127.0.0.1 \
-      --dashboard-port "$RAY_DASHBOARD_PORT" --num-cpus "$(nproc)" --temp-dir "$RAY_TMP" --disable-usage-stats
+      --dashboard-port "$RAY_DASHBOARD_PORT" --dashboard-agent-listen-port "$RAY_AGENT_PORT" --num-cpus "$(nproc)" --temp-dir "$RAY_TMP" --disable-usage-stats
   fi
   launch worker "$BIN/celery" --workdir "$ROOT" -A workers.celery_app worker -B --pool threads --concurrency 4 \
     --schedule "$POSTTRAIN_HOME/celerybeat-schedule" --loglevel INFO

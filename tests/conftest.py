@@ -76,6 +76,8 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     process = subprocess.Popen(
         [str(VENV_BIN / "ray"), "start", "--head", "--block", "--port", str(gcs_port),
          "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port),
+         # its own job-agent port: a second head (the demo stack test) must not collide on Ray's 52365
+         "--dashboard-agent-listen-port", str(free_port()),
          "--num-cpus", "2", "--temp-dir", str(temp_dir), "--disable-usage-stats"],
         stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )

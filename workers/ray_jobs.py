@@ -21,6 +21,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from posttrain.runs.errors import JobsUnavailable
 from posttrain.runs.models import Run
 from posttrain.runs.tokens import ingest_token
 
@@ -93,9 +94,21 @@ def submit(run: Run) -> str:
             metadata={"posttrain_run": str(run.id), "experiment": str(run.experiment_id)},
         )
     except RuntimeError as exc:
-        if "already exists" not in str(exc):
-            raise
+        if "already exists" in str(exc):
+            return str(run.id)
+        if _transient(exc):
+            raise JobsUnavailable(str(exc)) from exc
+        raise
+    except OSError as exc:  # connection refused/reset, timeouts (requests' errors are OSErrors)
+        raise JobsUnavailable(f"{type(exc).__name__}: {exc}") from exc
     return str(run.id)
+
+
+def _transient(exc: RuntimeError) -> bool:
+    """Ray's client reports HTTP failures as RuntimeError("Request failed with status code 5xx: ...");
+    a fresh head answers "No available agent to submit job" until its job agent is up."""
+    text = str(exc)
+    return "status code 5" in text or "No available agent" in text
 
 
 def stop(run: Run) -> bool:

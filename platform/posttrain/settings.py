@@ -187,6 +187,8 @@ DATASET_MAX_BYTES = int(os.environ.get("POSTTRAIN_DATASET_MAX_BYTES", str(200 * 
 PUBLIC_URL = os.environ.get("POSTTRAIN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 # The Python that runs the engine inside a Ray job (the head's environment for a local head).
 ENGINE_PYTHON = os.environ.get("POSTTRAIN_ENGINE_PYTHON", sys.executable)
+# How long a launched run may wait for Ray to accept its job (head starting, cluster busy) before it fails.
+RUN_SUBMIT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_SUBMIT_TIMEOUT_S", "600"))
 RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S", "120"))
 # Largest event batch the ingestion endpoint reads (a step's samples can be several MB).
 INGEST_MAX_BODY_BYTES = int(os.environ.get("POSTTRAIN_INGEST_MAX_BODY_BYTES", str(64 * 1024 * 1024)))

@@ -25,6 +25,7 @@ def demo_env(tmp_path):
         POSTTRAIN_PORT=str(free_port()),
         POSTTRAIN_RAY_DASHBOARD_PORT=str(free_port()),
         POSTTRAIN_RAY_GCS_PORT=str(free_port()),
+        POSTTRAIN_RAY_AGENT_PORT=str(free_port()),
         POSTTRAIN_RAY_TMP=f"/tmp/pt-ray-demo-{os.getpid()}",
     )
     yield env
@@ -71,7 +72,9 @@ def _wait_for_demo_run_metrics(opener, base: str, timeout_s: float) -> dict:
         runs = json.load(opener.open(f"{base}/api/runs/"))["results"]
         if runs:
             run = runs[0]
-            assert run["state"] not in ("failed", "cancelled"), run
+            if run["state"] in ("failed", "cancelled"):
+                detail = json.load(opener.open(f"{base}/api/runs/{run['id']}/"))
+                raise AssertionError(f"the demo run ended {run['state']}: {detail.get('state_reason')}")
             series = json.load(opener.open(f"{base}/api/runs/{run['id']}/metrics/?names=eval/reward/mean"))["series"]
             if series["eval/reward/mean"]["steps"]:
                 return run

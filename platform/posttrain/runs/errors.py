@@ -67,3 +67,8 @@ class DispatchError(RunsError):
     """Ray could not be reached (the web process reads job logs over the Jobs HTTP API)."""
 
     status_code = 503
+
+
+class JobsUnavailable(Exception):
+    """Ray's Jobs API could not take the request just now (unreachable, its job agent still starting,
+    a 5xx): the submit is retried, and the run stays `queued` meanwhile."""

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs import live
-from posttrain.runs.errors import IllegalTransition, InvalidInput, SeqConflict
+from posttrain.runs.errors import IllegalTransition, InvalidInput, JobsUnavailable, SeqConflict
 from posttrain.runs.event_schema import finite_or_none
 from posttrain.runs.models import (
     TERMINAL_STATES,
@@ -544,6 +544,14 @@ def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None) -> No
     jobs = jobs or _default_jobs()
     try:
         jobs.submit(run)
+    except JobsUnavailable as exc:
+        waited = (timezone.now() - run.state_changed_at).total_seconds()
+        if waited < settings.RUN_SUBMIT_TIMEOUT_S:
+            logger.info("Ray cannot take run %s yet (%s); the submit will be retried", run.pk, exc)
+            raise  # the task retries with backoff; the reconcile resubmits runs left queued
+        run_transition(run.pk, [S.QUEUED], S.FAILED,
+                       f"Ray did not accept the job within {int(waited)} s: {exc}")
+        return
     except Exception as exc:
         logger.warning("submitting run %s failed", run.pk, exc_info=True)
         run_transition(run.pk, [S.QUEUED], S.FAILED, f"submitting the Ray job failed: {type(exc).__name__}: {exc}")
@@ -671,6 +679,9 @@ def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float = 60
         checked += 1
     stale = timezone.now() - timedelta(seconds=queued_grace_s)
     for run_id in Run.objects.filter(state=S.QUEUED, state_changed_at__lt=stale).values_list("pk", flat=True):
-        run_submit(run_id, jobs=jobs)
+        try:
+            run_submit(run_id, jobs=jobs)
+        except JobsUnavailable:
+            pass  # still queued; the next check tries again
         checked += 1
     return checked

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 
 from posttrain.runs import services
+from posttrain.runs.errors import JobsUnavailable
 from posttrain.runs.models import Run, RunState, RunTransition
 from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
     FakeJobs,
@@ -131,11 +132,42 @@ def test_submit_moves_a_queued_run_to_starting_and_a_repeated_submit_does_nothin
 
 def test_a_failed_submit_fails_the_run_with_the_reason(experiment):
     jobs = FakeJobs()
-    jobs.fail_submit = ConnectionError("Ray dashboard unreachable")
+    jobs.fail_submit = RuntimeError("Request failed with status code 400: invalid runtime_env")
     run = make_run(experiment)
     services.run_submit(run.id, jobs=jobs)
     run.refresh_from_db()
-    assert run.state == S.FAILED and "Ray dashboard unreachable" in run.state_reason
+    assert run.state == S.FAILED and "invalid runtime_env" in run.state_reason
+
+
+def test_a_submit_ray_cannot_take_yet_keeps_the_run_queued_for_a_retry(experiment):
+    jobs = FakeJobs()
+    jobs.fail_submit = JobsUnavailable("No available agent to submit job, please try again later.")
+    run = make_run(experiment)
+    with pytest.raises(JobsUnavailable):  # the Celery task retries on it
+        services.run_submit(run.id, jobs=jobs)
+    run.refresh_from_db()
+    assert run.state == S.QUEUED
+
+
+def test_a_run_ray_never_accepts_fails_after_the_submit_timeout(experiment, settings):
+    settings.RUN_SUBMIT_TIMEOUT_S = 0
+    jobs = FakeJobs()
+    jobs.fail_submit = JobsUnavailable("Connection refused")
+    run = make_run(experiment)
+    services.run_submit(run.id, jobs=jobs)
+    run.refresh_from_db()
+    assert run.state == S.FAILED and "did not accept the job" in run.state_reason and "Connection refused" in run.state_reason
+
+
+@pytest.mark.parametrize("message, transient", [
+    ("Request failed with status code 500: No available agent to submit job, please try again later.", True),
+    ("Request failed with status code 503: Service Unavailable", True),
+    ("Request failed with status code 400: invalid runtime_env", False),
+])
+def test_ray_errors_worth_retrying_are_told_apart_from_permanent_ones(message, transient):
+    from workers.ray_jobs import _transient
+
+    assert _transient(RuntimeError(message)) is transient
 
 
 def test_a_run_cancelled_while_it_was_submitted_has_its_job_stopped(experiment):
