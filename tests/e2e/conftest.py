@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, VENV_BIN, free_port, stop_process_group, wait_for_http
+from tests.conftest import REPO_ROOT, UvicornServer, postgres_url
 
 
 SCREENSHOTS = REPO_ROOT / "test-artifacts" / "screenshots"
@@ -21,43 +20,27 @@ CHROMIUM_FLAGS = [
 ]
 
 
-def _database_url(settings_dict: dict) -> str:
-    if settings_dict["ENGINE"] != "django.db.backends.postgresql":
-        pytest.fail("e2e tests need DATABASE_URL pointing at Postgres (the server reads the test database); use `make test`")
-    user = settings_dict.get("USER") or "postgres"
-    password = f":{settings_dict['PASSWORD']}" if settings_dict.get("PASSWORD") else ""
-    host = settings_dict.get("HOST") or "127.0.0.1"
-    port = settings_dict.get("PORT") or 5432
-    return f"postgres://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
-
-
 @pytest.fixture(scope="session")
 def web_server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:
     """uvicorn serving the app against the test database, as `make demo` serves it."""
     from django.db import connection
 
-    port = free_port()
     home = tmp_path_factory.mktemp("web-home")
     env = {
         **os.environ,
-        "DATABASE_URL": _database_url(connection.settings_dict),
+        "DATABASE_URL": postgres_url(connection.settings_dict),
         "POSTTRAIN_HOME": str(home),
         "PYTHONUNBUFFERED": "1",
     }
-    log = home / "uvicorn.log"
-    process = subprocess.Popen(
-        [str(VENV_BIN / "uvicorn"), "--app-dir", str(REPO_ROOT / "platform"), "posttrain.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port)],
-        cwd=REPO_ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server = UvicornServer(env, home / "uvicorn.log")
+    server.start()
     try:
-        wait_for_http(f"{url}/login/", timeout_s=60, process=process)
-        yield url
+        yield server.url
     finally:
-        stop_process_group(process)
-        if process.returncode not in (0, -15, None):
-            sys.stderr.write(log.read_text())
+        crashed = server.process is not None and server.process.poll() is not None
+        server.stop()
+        if crashed:
+            sys.stderr.write(server.log())
 
 
 @pytest.fixture(scope="package")
