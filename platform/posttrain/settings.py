@@ -139,7 +139,17 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = STATE_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns about a missing one
-STATICFILES_DIRS = [REPO_ROOT / "frontend" / "static"]
+
+def _plotly_js_dir() -> Path:
+    """plotly.js as the pinned plotly Python package ships it (the machines are offline: no CDN)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("plotly")
+    assert spec is not None and spec.submodule_search_locations, "the plotly package is missing"
+    return Path(next(iter(spec.submodule_search_locations))) / "package_data"
+
+
+STATICFILES_DIRS = [REPO_ROOT / "frontend" / "static", ("vendor/plotly", _plotly_js_dir())]
 # Static files are served by WhiteNoise straight from the finders (frontend/static and the apps'),
 # so neither the demo nor the tests need a collectstatic step.
 WHITENOISE_USE_FINDERS = True

@@ -4,11 +4,18 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from posttrain.core import views as core_views
+from posttrain.registry import views as registry_views
+from posttrain.runs import views as run_views
 
 urlpatterns = [
     path("", core_views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("runs/", run_views.runs_page, name="runs"),
+    path("runs/<uuid:run_id>/", run_views.run_page, name="run"),
+    path("compare/", run_views.compare_page, name="compare"),
+    path("launch/", run_views.launch_page, name="launch"),
+    path("registry/", registry_views.registry_page, name="registry"),
     path("admin/", admin.site.urls),
     path("api/", include("posttrain.core.api.urls")),
     path("api/", include("posttrain.registry.api.urls")),

@@ -70,6 +70,11 @@ class Run(models.Model):
     last_seq = models.BigIntegerField(default=0, help_text="Highest event seq stored (events arrive contiguously).")
     last_event_at = models.DateTimeField(null=True, blank=True)
     last_step = models.IntegerField(null=True, blank=True)
+    summary = models.JSONField(
+        default=dict, blank=True,
+        help_text='Per metric {"last", "step", "min", "max", "count"} over every step stored (W&B\'s run summary): '
+        "the runs list and compare tables read it instead of the series.",
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -110,6 +115,7 @@ class MetricRow(models.Model):
 
 class Sample(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
+    seq = models.BigIntegerField(default=0, help_text="Seq of the samples event that carried it (live-stream replay).")
     step = models.IntegerField()
     index = models.IntegerField()
     group = models.IntegerField(default=0)
@@ -127,11 +133,12 @@ class Sample(models.Model):
     class Meta:
         ordering = ["step", "index"]
         constraints = [models.UniqueConstraint(fields=["run", "step", "index"], name="unique_sample")]
-        indexes = [models.Index(fields=["run", "step"])]
+        indexes = [models.Index(fields=["run", "step"]), models.Index(fields=["run", "seq"])]
 
 
 class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    seq = models.BigIntegerField(default=0, help_text="Seq of the checkpoint event (live-stream replay).")
     step = models.IntegerField()
     path = models.CharField(max_length=1000)
     created_at = models.DateTimeField(auto_now_add=True)

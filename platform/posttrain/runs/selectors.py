@@ -15,7 +15,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
 from posttrain.runs.errors import DispatchError
-from posttrain.runs.models import Checkpoint, Experiment, MetricRow, Run, RunTransition, Sample
+from posttrain.runs.models import Checkpoint, Experiment, MetricRow, Run, RunLog, RunTransition, Sample
 
 RAY_HTTP_TIMEOUT_S = 5.0
 DEFAULT_LOG_TAIL_CHARS = 200_000
@@ -88,6 +88,13 @@ def run_samples(run: Run, *, step: int | None = None, min_reward: float | None =
     if q:
         samples = samples.filter(Q(prompt__icontains=q) | Q(response__icontains=q) | Q(label__icontains=q))
     return samples.order_by("step", "index")
+
+
+def run_log_entries(run: Run, *, upto_seq: int, limit: int = 500) -> list[dict[str, Any]]:
+    """The engine's last `limit` log events up to `upto_seq`, oldest first (the run page's log tail)."""
+    rows = (RunLog.objects.filter(run=run, seq__lte=upto_seq).order_by("-seq")
+            .values("seq", "step", "time", "level", "message")[:limit])
+    return list(reversed(rows))
 
 
 def run_checkpoints(run: Run) -> QuerySet[Checkpoint]:

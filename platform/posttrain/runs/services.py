@@ -472,9 +472,9 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> None:
         if kind == "metrics":
             metrics.append(MetricRow(run=run, seq=e["seq"], step=step, time=e["time"], values=data))
         elif kind == "samples":
-            samples.extend(_sample_row(run, step, record) for record in data["samples"])
+            samples.extend(_sample_row(run, e["seq"], step, record) for record in data["samples"])
         elif kind == "checkpoint":
-            checkpoints.append(Checkpoint(run=run, step=step, path=data["path"]))
+            checkpoints.append(Checkpoint(run=run, seq=e["seq"], step=step, path=data["path"]))
         elif kind == "log":
             logs.append(RunLog(run=run, seq=e["seq"], step=step, time=e["time"], level=data.get("level", "info"),
                                message=data["message"]))
@@ -486,10 +486,10 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> None:
     RunLog.objects.bulk_create(logs, batch_size=1000)
 
 
-def _sample_row(run: Run, step: int, r: dict[str, Any]) -> Sample:
+def _sample_row(run: Run, seq: int, step: int, r: dict[str, Any]) -> Sample:
     label = r.get("label")
     return Sample(
-        run=run, step=step, index=r["index"], group=r.get("group", 0), prompt=r["prompt"], response=r["response"],
+        run=run, seq=seq, step=step, index=r["index"], group=r.get("group", 0), prompt=r["prompt"], response=r["response"],
         label=None if label is None else str(label), reward=finite_or_none(r.get("reward")),
         components=r.get("components") or {}, advantage=finite_or_none(r.get("advantage")), length=r["length"],
         finish_reason=r["finish_reason"][:20], errors=r.get("errors") or [], kept=r.get("kept", True),
