@@ -44,7 +44,7 @@ demo: install
 	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py demo_launch $(DEMO_HOME)/assets
 	@echo
 	@echo "Posttrain is up: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/  (login above; 'make stop' to stop)"
-	@echo "The demo run's curves: /api/runs/ (state, metrics, samples); or train without the platform:"
+	@echo "Runs: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/runs/ (the demo run's live page is printed above). Or train without the platform:"
 	@echo "  $(BIN)/python -m rl_engine train $(DEMO_HOME)/assets/run.yaml"
 
 stop:

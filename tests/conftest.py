@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -10,6 +12,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -128,3 +132,67 @@ class UvicornServer:
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+@dataclass
+class PlatformStack:
+    """The whole product on real servers: uvicorn (pages, API, the engine's event endpoint) and a Celery
+    worker with beat, on the test database, the Redis broker and pub/sub, and a real Ray head."""
+
+    web: UvicornServer
+    worker: subprocess.Popen
+    worker_log: Path
+    ray: str
+    storage: Path
+
+
+@contextmanager
+def platform_stack(ray_address: str, home: Path, database_url: str, extra_env: dict[str, str] | None = None,
+                   ) -> Iterator[PlatformStack]:
+    redis_url = os.environ.get("REDIS_URL")
+    if not redis_url:
+        pytest.fail("this test needs REDIS_URL; run it with `make test`")
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "POSTTRAIN_HOME": str(home),
+        "POSTTRAIN_STORAGE": str(home / "storage"),
+        "POSTTRAIN_SECRET_KEY": secrets.token_urlsafe(32),  # web and worker derive the same ingest tokens
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": redis_url,
+        "PUBSUB_BACKEND": "redis",
+        "RAY_ADDRESS": ray_address,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        **(extra_env or {}),
+    }
+    web = UvicornServer(env, home / "uvicorn.log")
+    web.start()
+    worker_env = {**env, "POSTTRAIN_PUBLIC_URL": web.url, "POSTTRAIN_RUN_RECONCILE_INTERVAL_S": "2"}
+    worker_log = home / "worker.log"
+    # -B: the periodic reconcile runs as in production (every 2 s here instead of 15 s).
+    worker = subprocess.Popen(
+        [str(VENV_BIN / "celery"), "-A", "workers.celery_app", "worker", "-B", "--pool", "solo", "--loglevel", "INFO",
+         "--without-gossip", "--without-mingle", "--purge", "--schedule", str(home / "celerybeat-schedule")],
+        cwd=REPO_ROOT, env=worker_env, stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while "ready." not in worker_log.read_text():
+            if worker.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Celery worker did not start:\n{worker_log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield PlatformStack(web=web, worker=worker, worker_log=worker_log, ray=ray_address, storage=home / "storage")
+    finally:
+        stop_process_group(worker)
+        web.stop()
+
+
+def stop_ray_jobs(ray_address: str) -> None:
+    """Stops every pending or running Ray job (a failed test must not leave an engine running)."""
+    with urllib.request.urlopen(f"{ray_address}/api/jobs/", timeout=10) as response:
+        jobs = json.load(response)
+    for job in jobs:
+        if job.get("submission_id") and job.get("status") in ("PENDING", "RUNNING"):
+            request = urllib.request.Request(f"{ray_address}/api/jobs/{job['submission_id']}/stop", method="POST")
+            urllib.request.urlopen(request, timeout=10).close()

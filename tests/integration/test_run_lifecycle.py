@@ -7,19 +7,16 @@ Every run is tiny (the tiny demo model, a few steps, two prompts per step) so th
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
-import subprocess
 import time
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.conftest import REPO_ROOT, VENV_BIN, UvicornServer, postgres_url, stop_process_group
+from tests.conftest import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -39,15 +36,6 @@ def run_config(steps: int, **sections) -> dict:
     return config
 
 
-@dataclass
-class Stack:
-    web: UvicornServer
-    worker: subprocess.Popen
-    worker_log: Path
-    ray: str
-    storage: Path
-
-
 @pytest.fixture(scope="module")
 def demo_assets(tmp_path_factory) -> Path:
     from rl_engine.demo.build import build_demo
@@ -58,58 +46,18 @@ def demo_assets(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Stack:
+def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Iterator[PlatformStack]:
     from django.db import connection
 
-    redis_url = os.environ.get("REDIS_URL")
-    if not redis_url:
-        pytest.fail("the integration suite needs REDIS_URL; run it with `make test`")
-    home = tmp_path_factory.mktemp("runs-stack")
-    env = {
-        **os.environ,
-        "DATABASE_URL": postgres_url(connection.settings_dict),
-        "POSTTRAIN_HOME": str(home),
-        "POSTTRAIN_STORAGE": str(home / "storage"),
-        "POSTTRAIN_SECRET_KEY": secrets.token_urlsafe(32),  # web and worker derive the same ingest tokens
-        "REDIS_URL": redis_url,
-        "CELERY_BROKER_URL": redis_url,
-        "RAY_ADDRESS": ray_head,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    web = UvicornServer(env, home / "uvicorn.log")
-    web.start()
-    worker_env = {**env, "POSTTRAIN_PUBLIC_URL": web.url, "POSTTRAIN_RUN_RECONCILE_INTERVAL_S": "2"}
-    worker_log = home / "worker.log"
-    # -B: the periodic reconcile runs as in production (every 2 s here instead of 15 s).
-    worker = subprocess.Popen(
-        [str(VENV_BIN / "celery"), "-A", "workers.celery_app", "worker", "-B", "--pool", "solo", "--loglevel", "INFO",
-         "--without-gossip", "--without-mingle", "--purge", "--schedule", str(home / "celerybeat-schedule")],
-        cwd=REPO_ROOT, env=worker_env, stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    deadline = time.monotonic() + 90
-    while "ready." not in worker_log.read_text():
-        if worker.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"the Celery worker did not start:\n{worker_log.read_text()[-3000:]}")
-        time.sleep(0.3)
-    stack = Stack(web=web, worker=worker, worker_log=worker_log, ray=ray_head, storage=home / "storage")
-    try:
+    with platform_stack(ray_head, tmp_path_factory.mktemp("runs-stack"), postgres_url(connection.settings_dict)) as stack:
         yield stack
-    finally:
-        stop_process_group(worker)
-        web.stop()
 
 
 @pytest.fixture(autouse=True)
 def _after_each_test(stack):
     """No request may have been a 500; a failed test must not leave an engine running into the next one."""
     yield
-    with urllib.request.urlopen(f"{stack.ray}/api/jobs/", timeout=10) as response:
-        jobs = json.load(response)
-    for job in jobs:
-        if job.get("submission_id") and job.get("status") in ("PENDING", "RUNNING"):
-            request = urllib.request.Request(f"{stack.ray}/api/jobs/{job['submission_id']}/stop", method="POST")
-            urllib.request.urlopen(request, timeout=10).close()
+    stop_ray_jobs(stack.ray)
     errors = [line for line in stack.web.log().splitlines() if '" 500 ' in line]
     stack.web.log_path.write_text("")  # each test checks its own requests
     assert not errors, "\n".join(errors)

@@ -6,6 +6,8 @@ experiment has none in flight.
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -59,3 +61,5 @@ class Command(BaseCommand):
         run = active or run_launch(experiment, user=user, tags=["demo"])
         verb = "already running" if active else "launched"
         self.stdout.write(f"demo run {verb}: {run.pk} (experiment {experiment.pk}, state {run.state})")
+        port = os.environ.get("POSTTRAIN_PORT", "8000")
+        self.stdout.write(f"live curves and rollouts: http://127.0.0.1:{port}/runs/{run.pk}/")

@@ -1,0 +1,482 @@
+// The run page: curves that grow as the engine's events arrive (SSE, traces extended in place),
+// RL diagnostics, the rollout browser, checkpoints, logs and the run's actions.
+import { api, el, formatNumber, pageData } from "./api.js";
+import { openRunStream } from "./stream.js";
+
+const run = pageData("run-data");
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const SAMPLES_PAGE = 25;
+
+// --- charts ---------------------------------------------------------------------------------
+
+// Which panel a metric belongs to; null = only on demand ("Add a chart").
+const REWARD_EXCLUDED = new Set(["reward/std", "reward/errors", "reward/group_all_equal_rate"]);
+const TIMING_EXCLUDED = new Set(["timing/step", "timing/eval"]);
+const PANELS = [
+  { id: "reward", title: "Reward (mean and per component)", match: (n) => n.startsWith("reward/") && !REWARD_EXCLUDED.has(n) },
+  { id: "kl", title: "KL to the reference policy", match: (n) => n === "kl/mean" || n === "policy/approx_kl" },
+  { id: "entropy", title: "Policy entropy", match: (n) => n === "policy/entropy" },
+  { id: "clip", title: "Clip ratio", match: (n) => n === "policy/clip_ratio" || n === "critic/clip_ratio" },
+  { id: "length", title: "Response length (tokens)", match: (n) => n === "response/length_mean" || n === "response/length_max" },
+  { id: "truncation", title: "Truncated responses (rate)", match: (n) => n === "response/truncated_rate" },
+  { id: "throughput", title: "Throughput (tokens/s)", match: (n) => n.startsWith("throughput/") },
+  { id: "loss", title: "Losses", match: (n) => n === "policy/loss" || n === "critic/loss" },
+  { id: "eval", title: "Held-out evaluation", match: (n) => n.startsWith("eval/") && n !== "eval/size" },
+  {
+    id: "timing", title: "Where time goes (seconds per step, by phase)", bars: true,
+    match: (n) => n.startsWith("timing/") && !TIMING_EXCLUDED.has(n) && !n.startsWith("timing/reward/"),
+  },
+];
+const DEFAULT_METRICS = ["reward/mean", "kl/mean", "policy/entropy", "policy/clip_ratio", "response/length_mean",
+  "response/truncated_rate", "throughput/tokens_per_s"];
+
+const charts = new Map(); // panel id -> {panel, div, traces: [metric names], lastStep: Map(name -> step)}
+const markerSteps = []; // steps highlighted by an alert link
+
+function panelFor(name) {
+  return PANELS.find((p) => p.match(name)) || null;
+}
+
+function traceLabel(panel, name) {
+  if (panel.bars) return name.slice("timing/".length);
+  return name;
+}
+
+function chartLayout(panel) {
+  return {
+    title: { text: panel.title, font: { size: 14 } },
+    margin: { l: 50, r: 15, t: 40, b: 40 },
+    height: 280,
+    xaxis: { title: { text: "step" } },
+    legend: { orientation: "h", y: -0.25 },
+    barmode: panel.bars ? "stack" : undefined,
+    hovermode: "x unified",
+    shapes: markerShapes(),
+    uirevision: panel.id, // keep the user's zoom when traces grow
+  };
+}
+
+function markerShapes() {
+  return markerSteps.map((step) => ({
+    type: "line", xref: "x", yref: "paper", x0: step, x1: step, y0: 0, y1: 1,
+    line: { color: "#b3261e", width: 1.5, dash: "dot" },
+  }));
+}
+
+function ensureChart(panel) {
+  let chart = charts.get(panel.id);
+  if (chart) return chart;
+  const div = el("div", { class: "chart", id: `chart-${panel.id.replace(/[^\w-]/g, "_")}`, "data-panel": panel.id });
+  document.getElementById("charts").append(div);
+  chart = { panel, div, traces: [], lastStep: new Map() };
+  charts.set(panel.id, chart);
+  Plotly.newPlot(div, [], chartLayout(panel), { responsive: true, displaylogo: false });
+  return chart;
+}
+
+function newTrace(panel, name, xs, ys) {
+  const label = traceLabel(panel, name);
+  if (panel.bars) return { type: "bar", name: label, x: xs, y: ys, hovertemplate: `${label}: %{y:.3g} s<extra></extra>` };
+  return { type: "scatter", mode: "lines", name: label, x: xs, y: ys, connectgaps: false };
+}
+
+// Adds the metric's trace (with its initial points) to its panel; returns [chart, index] or null.
+function ensureTrace(name, xs = [], ys = []) {
+  const panel = panelFor(name);
+  if (!panel) return null;
+  const chart = ensureChart(panel);
+  let index = chart.traces.indexOf(name);
+  if (index === -1) {
+    chart.traces.push(name);
+    index = chart.traces.length - 1;
+    Plotly.addTraces(chart.div, newTrace(panel, name, xs, ys));
+    chart.lastStep.set(name, xs.length ? xs[xs.length - 1] : -Infinity);
+  }
+  return [chart, index];
+}
+
+function addExtraPanel(name) {
+  if (panelFor(name)) return;
+  PANELS.push({ id: `extra:${name}`, title: name, match: (n) => n === name });
+}
+
+async function loadSeries() {
+  const names = new Set([...DEFAULT_METRICS, ...Object.keys(run.summary || {})]);
+  const wanted = [...names].filter((n) => panelFor(n));
+  // Empty panels for the headline metrics, so a fresh run shows where its curves will appear.
+  for (const name of DEFAULT_METRICS) ensureTrace(name);
+  if (!wanted.length) return;
+  const data = await api(`/api/runs/${run.id}/series/`, { params: { names: wanted.join(","), max_points: 2000 } });
+  for (const [name, series] of Object.entries(data.series)) {
+    const pair = ensureTrace(name);
+    if (!pair || !series.x.length) continue;
+    const [chart, index] = pair;
+    Plotly.extendTraces(chart.div, { x: [series.x], y: [series.y] }, [index]);
+    chart.lastStep.set(name, series.x[series.x.length - 1]);
+  }
+}
+
+// Live points are queued and drawn once per animation frame: one extendTraces per chart however many
+// events arrived, and a point at or before a trace's last step is never drawn twice.
+let pendingMetrics = [];
+let flushScheduled = false;
+
+function queueMetrics(message) {
+  pendingMetrics.push(message);
+  if (!flushScheduled) {
+    flushScheduled = true;
+    requestAnimationFrame(flushMetrics);
+  }
+}
+
+function flushMetrics() {
+  flushScheduled = false;
+  const messages = pendingMetrics;
+  pendingMetrics = [];
+  const updates = new Map(); // chart -> Map(index -> {x, y})
+  for (const message of messages) {
+    for (const [name, value] of Object.entries(message.values)) {
+      const pair = ensureTrace(name);
+      if (!pair) continue;
+      const [chart, index] = pair;
+      if (message.step <= chart.lastStep.get(name)) continue;
+      chart.lastStep.set(name, message.step);
+      if (!updates.has(chart)) updates.set(chart, new Map());
+      const points = updates.get(chart);
+      if (!points.has(index)) points.set(index, { x: [], y: [] });
+      points.get(index).x.push(message.step);
+      points.get(index).y.push(typeof value === "number" ? value : null);
+    }
+    updateSummary(message);
+  }
+  for (const [chart, points] of updates) {
+    const indices = [...points.keys()];
+    Plotly.extendTraces(chart.div, { x: indices.map((i) => points.get(i).x), y: indices.map((i) => points.get(i).y) }, indices);
+  }
+  for (const message of messages) {
+    window.dispatchEvent(new CustomEvent("posttrain:rendered", { detail: { seq: message.seq, step: message.step } }));
+  }
+  if (messages.length) scheduleAlerts();
+}
+
+function updateSummary(message) {
+  run.last_step = Math.max(run.last_step ?? -1, message.step);
+  document.getElementById("run-step").textContent = String(run.last_step);
+  for (const name of Object.keys(message.values)) {
+    if (!(name in run.summary)) {
+      run.summary[name] = {};
+      addMetricOption(name);
+    }
+  }
+}
+
+function addMetricOption(name) {
+  const select = document.getElementById("extra-metric");
+  if ([...select.options].some((o) => o.value === name)) return;
+  select.append(el("option", { value: name }, name));
+}
+
+function setupExtraMetrics() {
+  Object.keys(run.summary || {}).sort().forEach(addMetricOption);
+  document.getElementById("extra-metric").addEventListener("change", async (event) => {
+    const name = event.target.value;
+    event.target.value = "";
+    if (!name) return;
+    addExtraPanel(name);
+    const data = await api(`/api/runs/${run.id}/series/`, { params: { names: name, max_points: 2000 } });
+    const series = data.series[name] || { x: [], y: [] };
+    const pair = ensureTrace(name);
+    if (pair && series.x.length && pair[0].lastStep.get(name) === -Infinity) {
+      Plotly.extendTraces(pair[0].div, { x: [series.x], y: [series.y] }, [pair[1]]);
+      pair[0].lastStep.set(name, series.x[series.x.length - 1]);
+    }
+    pair?.[0].div.scrollIntoView({ behavior: "smooth", block: "center" });
+  });
+}
+
+function highlightStep(step) {
+  markerSteps.splice(0, markerSteps.length, step);
+  for (const chart of charts.values()) Plotly.relayout(chart.div, { shapes: markerShapes() });
+  const form = document.getElementById("sample-filters");
+  form.elements.step.value = step;
+  form.elements.follow.checked = false;
+  samples.offset = 0;
+  loadSamples();
+}
+
+// --- diagnostics ----------------------------------------------------------------------------
+
+let alertsTimer = null;
+
+function scheduleAlerts() {
+  // Alerts are recomputed on the server from the stored series; at most every 5 s while points arrive.
+  if (alertsTimer) return;
+  alertsTimer = setTimeout(() => { alertsTimer = null; loadAlerts(); }, 5000);
+}
+
+async function loadAlerts() {
+  const box = document.getElementById("alerts");
+  let data;
+  try {
+    data = await api(`/api/runs/${run.id}/alerts/`);
+  } catch (error) {
+    box.replaceChildren(el("div", { class: "alert" }, `Diagnostics unavailable: ${error.message}`));
+    return;
+  }
+  box.replaceChildren(...data.alerts.map((alert) => el("div", { class: `alert ${alert.severity}`, "data-code": alert.code },
+    el("strong", {}, alert.severity === "critical" ? "Critical: " : "Warning: "),
+    alert.message, " ",
+    el("a", { href: `#step-${alert.step}`, onclick: (e) => { e.preventDefault(); highlightStep(alert.step); } }, `step ${alert.step}`),
+  )));
+}
+
+// --- rollouts -------------------------------------------------------------------------------
+
+const samples = { offset: 0, count: 0, latestStep: run.last_step };
+
+function sampleFilters() {
+  const form = document.getElementById("sample-filters");
+  const follow = form.elements.follow.checked;
+  let step = form.elements.step.value;
+  if (follow) {
+    step = samples.latestStep ?? "";
+    form.elements.step.value = step;
+  }
+  return {
+    step, min_reward: form.elements.min_reward.value, max_reward: form.elements.max_reward.value,
+    finish_reason: form.elements.finish_reason.value, q: form.elements.q.value.trim(),
+  };
+}
+
+function excerpt(text, length = 90) {
+  const flat = (text || "").replace(/\s+/g, " ").trim();
+  return flat.length > length ? `${flat.slice(0, length)}…` : flat;
+}
+
+async function loadSamples() {
+  const params = { ...sampleFilters(), limit: SAMPLES_PAGE, offset: samples.offset };
+  const notice = document.getElementById("samples-notice");
+  let page;
+  try {
+    page = await api(`/api/runs/${run.id}/samples/`, { params });
+  } catch (error) {
+    notice.textContent = error.message;
+    return;
+  }
+  notice.textContent = "";
+  samples.count = page.count;
+  const body = document.querySelector("#samples-table tbody");
+  body.replaceChildren(...page.results.map((s) => el("tr", { class: "clickable", "data-sample": `${s.step}:${s.index}`, onclick: () => openSample(s) },
+    el("td", { class: "num" }, s.step), el("td", { class: "num" }, s.index), el("td", { class: "num" }, s.group),
+    el("td", { class: "num" }, formatNumber(s.reward)), el("td", { class: "num" }, formatNumber(s.advantage)),
+    el("td", { class: "num" }, s.length), el("td", {}, s.finish_reason),
+    el("td", {}, excerpt(s.prompt)), el("td", {}, excerpt(s.response)),
+  )));
+  if (!page.results.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "muted" }, "No samples match.")));
+  const end = Math.min(samples.offset + SAMPLES_PAGE, page.count);
+  document.getElementById("samples-range").textContent = page.count ? `${samples.offset + 1}–${end} of ${page.count}` : "";
+  document.getElementById("samples-prev").disabled = samples.offset === 0;
+  document.getElementById("samples-next").disabled = end >= page.count;
+}
+
+function onSamples(message) {
+  samples.latestStep = Math.max(samples.latestStep ?? -1, message.step);
+  const form = document.getElementById("sample-filters");
+  if (form.elements.follow.checked) {
+    samples.offset = 0;
+    loadSamples();
+  } else {
+    document.getElementById("samples-notice").textContent =
+      `${message.count} new samples at step ${message.step} (tick "follow latest step" to see them).`;
+  }
+}
+
+// Text as the engine stored it; on demand, whitespace and special tokens are made visible.
+const SPECIAL_TOKEN = /(<\|[^|<>]{1,40}\|>|<\/?s>|<pad>|<unk>|\[(?:CLS|SEP|PAD|MASK|UNK)\])/g;
+
+function visibleText(text, showSpecial) {
+  const out = el("pre", { class: "code sample-text" });
+  if (!showSpecial) {
+    out.textContent = text ?? "";
+    return out;
+  }
+  for (const part of (text ?? "").split(SPECIAL_TOKEN)) {
+    if (!part) continue;
+    if (SPECIAL_TOKEN.test(part)) {
+      SPECIAL_TOKEN.lastIndex = 0;
+      out.append(el("span", { class: "special", title: "special token" }, part));
+      continue;
+    }
+    const shown = part
+      .replace(/ /g, "·")
+      .replace(/\t/g, "→\t")
+      .replace(/\r/g, "␍")
+      .replace(/\n/g, "↵\n")
+      .replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+    out.append(shown);
+  }
+  return out;
+}
+
+let openedSample = null;
+
+function renderSample() {
+  const s = openedSample;
+  const showSpecial = document.getElementById("show-special").checked;
+  document.getElementById("sample-title").textContent = `Step ${s.step} · sample ${s.index} (group ${s.group})`;
+  const components = Object.entries(s.components || {});
+  document.getElementById("sample-body").replaceChildren(
+    el("div", { class: "row sample-facts" },
+      el("span", {}, "reward ", el("strong", {}, formatNumber(s.reward))),
+      el("span", {}, "advantage ", el("strong", {}, formatNumber(s.advantage))),
+      el("span", {}, `length ${s.length}`), el("span", {}, `finish ${s.finish_reason}`),
+      s.kept ? null : el("span", { class: "tag" }, "left out of the update"),
+    ),
+    components.length ? el("table", { class: "data compact" },
+      el("tbody", {}, components.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, formatNumber(v)))))) : null,
+    el("h3", {}, "Prompt"), visibleText(s.prompt, showSpecial),
+    el("h3", {}, "Response"), visibleText(s.response, showSpecial),
+    s.label !== null && s.label !== undefined ? [el("h3", {}, "Label"), visibleText(s.label, showSpecial)] : null,
+    (s.errors || []).length ? [el("h3", {}, "Reward errors"), el("pre", { class: "code error" }, s.errors.join("\n"))] : null,
+  );
+}
+
+function openSample(sample) {
+  openedSample = sample;
+  renderSample();
+  document.getElementById("sample-dialog").showModal();
+}
+
+function setupSamples() {
+  const form = document.getElementById("sample-filters");
+  form.addEventListener("submit", (event) => { event.preventDefault(); samples.offset = 0; loadSamples(); });
+  form.elements.step.addEventListener("input", () => { form.elements.follow.checked = false; });
+  form.elements.follow.addEventListener("change", () => { samples.offset = 0; loadSamples(); });
+  document.getElementById("samples-prev").addEventListener("click", () => { samples.offset = Math.max(0, samples.offset - SAMPLES_PAGE); loadSamples(); });
+  document.getElementById("samples-next").addEventListener("click", () => { samples.offset += SAMPLES_PAGE; loadSamples(); });
+  document.getElementById("show-special").addEventListener("change", renderSample);
+  document.getElementById("sample-close").addEventListener("click", () => document.getElementById("sample-dialog").close());
+}
+
+// --- checkpoints, logs, history, actions ----------------------------------------------------
+
+async function loadCheckpoints() {
+  const checkpoints = await api(`/api/runs/${run.id}/checkpoints/`);
+  const body = document.querySelector("#checkpoints-table tbody");
+  body.replaceChildren(...checkpoints.map((c) => el("tr", { "data-step": c.step },
+    el("td", { class: "num" }, c.step), el("td", { class: "path" }, c.path),
+    el("td", { class: "row" },
+      el("button", { type: "button", class: "secondary small", onclick: () => registerCheckpoint(c) }, "Register as model"),
+      el("button", { type: "button", class: "secondary small", onclick: () => resumeFrom(c) }, "Resume from here")),
+  )));
+  if (!checkpoints.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "No checkpoints yet.")));
+}
+
+async function registerCheckpoint(checkpoint) {
+  const name = window.prompt("Name of the new model", `${run.name}-step-${checkpoint.step}`.slice(0, 200));
+  if (name === null) return;
+  const message = document.getElementById("checkpoint-message");
+  try {
+    const model = await api(`/api/runs/${run.id}/register-checkpoint/`, { method: "POST", body: { checkpoint: checkpoint.id, name } });
+    message.replaceChildren("Registered as model ", el("a", { href: "/registry/" }, model.name), ".");
+  } catch (error) {
+    message.replaceChildren(el("span", { class: "error" }, error.message));
+  }
+}
+
+async function resumeFrom(checkpoint) {
+  try {
+    const next = await api(`/api/runs/${run.id}/resume/`, { method: "POST", body: { checkpoint: checkpoint.id } });
+    window.location.assign(`/runs/${next.id}/`);
+  } catch (error) {
+    document.getElementById("checkpoint-message").replaceChildren(el("span", { class: "error" }, error.message));
+  }
+}
+
+const engineLog = document.getElementById("engine-log");
+
+function appendLog(entry) {
+  const step = entry.step === null || entry.step === undefined ? "" : `[step ${entry.step}] `;
+  engineLog.append(`${new Date(entry.time * 1000).toISOString().slice(11, 19)} ${entry.level.toUpperCase()} ${step}${entry.message}\n`);
+  const nearBottom = engineLog.scrollHeight - engineLog.scrollTop - engineLog.clientHeight < 60;
+  if (nearBottom) engineLog.scrollTop = engineLog.scrollHeight;
+}
+
+async function showJobOutput() {
+  const box = document.getElementById("job-log");
+  box.hidden = false;
+  box.textContent = "Reading the Ray job's output…";
+  try {
+    const data = await api(`/api/runs/${run.id}/logs/`, { params: { tail: 100000 } });
+    box.textContent = data.job ? (data.truncated ? "… (earlier output cut)\n" : "") + data.logs : "Ray has no job for this run (yet).";
+    box.scrollTop = box.scrollHeight;
+  } catch (error) {
+    box.textContent = error.message;
+  }
+}
+
+async function loadTransitions() {
+  const transitions = await api(`/api/runs/${run.id}/transitions/`);
+  document.querySelector("#transitions-table tbody").replaceChildren(...transitions.map((t) => el("tr", {},
+    el("td", {}, new Date(t.at).toLocaleString()), el("td", {}, t.from_state), el("td", {}, t.to_state), el("td", {}, t.reason))));
+}
+
+function showState(state, reason) {
+  run.state = state;
+  const badge = document.getElementById("run-state");
+  badge.className = `badge state-${state}`;
+  badge.dataset.state = state;
+  badge.textContent = state;
+  if (reason !== undefined) document.getElementById("run-reason").textContent = reason || "";
+  document.getElementById("cancel-run").hidden = TERMINAL.has(state) || state === "cancelling";
+}
+
+async function cancelRun() {
+  const button = document.getElementById("cancel-run");
+  button.disabled = true;
+  try {
+    const updated = await api(`/api/runs/${run.id}/cancel/`, { method: "POST" });
+    showState(updated.state, updated.state_reason);
+  } catch (error) {
+    document.getElementById("action-error").textContent = error.message;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function showConnection(status) {
+  const labels = { live: "● live", reconnecting: "○ reconnecting…", closed: "" };
+  const node = document.getElementById("stream-status");
+  node.textContent = labels[status] ?? status;
+  node.dataset.status = status;
+}
+
+// --- start ----------------------------------------------------------------------------------
+
+async function main() {
+  showState(run.state);
+  document.getElementById("resolved-config").textContent = JSON.stringify(run.config, null, 2);
+  document.getElementById("cancel-run").addEventListener("click", cancelRun);
+  document.getElementById("job-output").addEventListener("click", showJobOutput);
+  (run.logs || []).forEach(appendLog);
+  setupSamples();
+  setupExtraMetrics();
+  await loadSeries();
+  await Promise.all([loadSamples(), loadCheckpoints(), loadTransitions(), loadAlerts()]);
+  openRunStream(run.id, {
+    lastEventId: run.stream_from_seq,
+    onMetrics: queueMetrics,
+    onSamples,
+    onLog: appendLog,
+    onCheckpoint: () => loadCheckpoints(),
+    onState: (message) => { showState(message.state, message.reason); loadTransitions(); },
+    onEnd: () => { loadAlerts(); },
+    onConnection: showConnection,
+  });
+  document.body.dataset.ready = "true"; // tests wait for this
+}
+
+main().catch((error) => {
+  document.getElementById("action-error").textContent = `The page could not load: ${error.message}`;
+  throw error;
+});
