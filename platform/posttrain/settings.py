@@ -214,6 +214,10 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- Live pub/sub and Ray -----------------------------------------------------------------------
 PUBSUB_BACKEND = "redis" if REDIS_URL else "inprocess"
+# The run page's Server-Sent Events: a comment every KEEPALIVE_S keeps proxies from closing an idle
+# stream; a stream ends after MAX_STREAM_S (workers can recycle) and EventSource resumes it by itself.
+SSE_KEEPALIVE_S = float(os.environ.get("POSTTRAIN_SSE_KEEPALIVE_S", "15"))
+SSE_MAX_STREAM_S = float(os.environ.get("POSTTRAIN_SSE_MAX_STREAM_S", "300"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
 HEALTH_CHECK_TIMEOUT_S = float(os.environ.get("POSTTRAIN_HEALTH_TIMEOUT_S", "2"))
 

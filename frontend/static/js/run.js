@@ -45,10 +45,10 @@ function traceLabel(panel, name) {
 function chartLayout(panel) {
   return {
     title: { text: panel.title, font: { size: 14 } },
-    margin: { l: 50, r: 15, t: 40, b: 40 },
-    height: 280,
+    margin: { l: 50, r: 15, t: 40, b: 60 },
+    height: 300,
     xaxis: { title: { text: "step" } },
-    legend: { orientation: "h", y: -0.25 },
+    legend: { orientation: "h", y: -0.3 },
     barmode: panel.bars ? "stack" : undefined,
     hovermode: "x unified",
     shapes: markerShapes(),
@@ -232,7 +232,7 @@ async function loadAlerts() {
 
 // --- rollouts -------------------------------------------------------------------------------
 
-const samples = { offset: 0, count: 0, latestStep: run.last_step };
+const samples = { offset: 0, count: 0, latestStep: run.last_step, request: 0 };
 
 function sampleFilters() {
   const form = document.getElementById("sample-filters");
@@ -256,13 +256,15 @@ function excerpt(text, length = 90) {
 async function loadSamples() {
   const params = { ...sampleFilters(), limit: SAMPLES_PAGE, offset: samples.offset };
   const notice = document.getElementById("samples-notice");
+  const request = ++samples.request;
   let page;
   try {
     page = await api(`/api/runs/${run.id}/samples/`, { params });
   } catch (error) {
-    notice.textContent = error.message;
+    if (request === samples.request) notice.textContent = error.message;
     return;
   }
+  if (request !== samples.request) return; // a newer request (a later step, other filters) owns the table
   notice.textContent = "";
   samples.count = page.count;
   const body = document.querySelector("#samples-table tbody");

@@ -113,6 +113,31 @@ class MetricRow(models.Model):
         indexes = [models.Index(fields=["run", "step"])]
 
 
+class MetricBlock(models.Model):
+    """A column-store chunk of one metric of one run (posttrain.runs.series): its points among a run of
+    BLOCK_POINTS consecutive metrics events, as packed little-endian float64 arrays in seq order.
+    Written once, never updated. Reading one metric of a long run reads a few dozen blocks instead of
+    every wide MetricRow; MetricRow stays the raw event log (and holds the unsealed tail)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_blocks")
+    name = models.CharField(max_length=200)
+    index = models.IntegerField(help_text="Position of the block in the metric's series, from 0.")
+    through_seq = models.BigIntegerField(
+        help_text="Every metrics event of the run up to this seq is in blocks; later ones are read from MetricRow.")
+    count = models.IntegerField()
+    first_step = models.IntegerField()
+    last_step = models.IntegerField()
+    min = models.FloatField(null=True, help_text="Over the finite values; null when there is none.")
+    max = models.FloatField(null=True)
+    steps = models.BinaryField()
+    values = models.BinaryField(help_text="NaN where the engine reported a non-finite value (or null).")
+    times = models.BinaryField(help_text="Event time (seconds since the epoch) of each point.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "name", "index"], name="unique_metric_block")]
+        indexes = [models.Index(fields=["run", "through_seq"], name="runs_metricblock_sealed_idx")]
+
+
 class Sample(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
     seq = models.BigIntegerField(default=0, help_text="Seq of the samples event that carried it (live-stream replay).")

@@ -27,7 +27,8 @@ def experiment_list() -> QuerySet[Experiment]:
 
 
 def run_list() -> QuerySet[Run]:
-    return Run.objects.select_related("experiment", "created_by")
+    # The list serializer names each run's model and dataset: joined here, so a page is one query.
+    return Run.objects.select_related("experiment__model", "experiment__dataset", "created_by")
 
 
 def runs_with_tag(queryset: QuerySet[Run], tag: str) -> QuerySet[Run]:

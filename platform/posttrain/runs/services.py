@@ -29,7 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
-from posttrain.runs import live
+from posttrain.runs import live, series
 from posttrain.runs.errors import IllegalTransition, InvalidInput, JobsUnavailable, SeqConflict
 from posttrain.runs.event_schema import finite_or_none
 from posttrain.runs.models import (
@@ -71,6 +71,7 @@ _PLATFORM_FIELDS = {
     "rewards": "comes from the experiment's rewards (registry reward functions with weights)",
     "logging.run_dir": "is set per run by the platform (<storage>/runs/<run id>)",
 }
+PLATFORM_FIELDS: tuple[str, ...] = tuple(_PLATFORM_FIELDS)  # the launch form leaves these out
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\- ]+")
 _REWARD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
 MAX_TAGS = 20
@@ -186,6 +187,39 @@ def _check_rewards(rewards: Sequence[tuple[RewardFunction, float]]) -> list[tupl
     return [(reward, float(weight)) for reward, weight in rewards]
 
 
+@dataclass(frozen=True)
+class CheckedExperiment:
+    rewards: list[tuple[RewardFunction, float]]
+    # Validated, defaults filled in: what a run of the experiment gets, before its seed and run_dir.
+    engine_config: dict[str, Any]
+
+
+def experiment_check(
+    *,
+    name: str,
+    model: ModelAsset,
+    dataset: Dataset,
+    rewards: Sequence[tuple[RewardFunction, float]],
+    config: dict[str, Any],
+) -> CheckedExperiment:
+    """Every check `experiment_create` makes, writing nothing: the launch form validates with it as
+    the researcher types, so the form and the create can never disagree."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput.one("name", "required")
+    if len(name) > 200:
+        raise InvalidInput.one("name", "at most 200 characters")
+    if not isinstance(config, dict):
+        raise InvalidInput.one("config", f"must be an object (the engine run config), got {type(config).__name__}")
+    nul = _nul_at(config)
+    if nul is not None:
+        raise InvalidInput.one(nul or "config", "contains a NUL character")
+    rewards = _check_rewards(rewards)
+    _check_platform_fields(config)
+    if "seed" in config:  # the launch defaults to it, so a seed the launch refuses is refused here already
+        _clean_seed(config["seed"], 0)
+    return CheckedExperiment(rewards, _validated(build_engine_config(config, model, dataset, rewards, name=name)))
+
+
 def experiment_create(
     *,
     name: str,
@@ -199,18 +233,7 @@ def experiment_create(
     """An experiment whose config, completed from the registry, passes the engine's validation.
 
     `config` is stored as given (without model.path, data.* of the dataset, rewards, logging.run_dir)."""
-    if not isinstance(name, str) or not name.strip():
-        raise InvalidInput.one("name", "required")
-    if len(name) > 200:
-        raise InvalidInput.one("name", "at most 200 characters")
-    if not isinstance(config, dict):
-        raise InvalidInput.one("config", f"must be an object (the engine run config), got {type(config).__name__}")
-    nul = _nul_at(config)
-    if nul is not None:
-        raise InvalidInput.one(nul or "config", "contains a NUL character")
-    rewards = _check_rewards(rewards)
-    _check_platform_fields(config)
-    _validated(build_engine_config(config, model, dataset, rewards, name=name))
+    rewards = experiment_check(name=name, model=model, dataset=dataset, rewards=rewards, config=config).rewards
     with transaction.atomic():
         experiment = Experiment.objects.create(
             name=name.strip(), description=description or "", model=model, dataset=dataset, config=config,
@@ -253,6 +276,9 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
         for old in from_states:
             if Run.objects.filter(pk=run_id, state=old).update(**fields):
                 RunTransition.objects.create(run_id=run_id, from_state=old, to_state=to_state, reason=reason)
+                # Open run pages learn of it on the live channel (the SSE stream re-reads the run).
+                change = {"type": "state", "run": str(run_id), "from_state": old, "state": to_state, "reason": reason}
+                transaction.on_commit(lambda: live.publish(run_id, [change]))
                 return True
     return False
 
@@ -450,7 +476,9 @@ def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touc
                 )
         update: dict[str, Any] = {"last_event_at": now} if touch else {}
         if new:
-            _store_events(run, new)
+            summary = _store_events(run, new)
+            if summary is not run.summary:
+                update["summary"] = summary
             steps = [e["step"] for e in new if e.get("step") is not None]
             update["last_seq"] = new[-1]["seq"]
             if steps:
@@ -465,12 +493,15 @@ def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touc
         return IngestResult(acknowledged_seq=update.get("last_seq", run.last_seq), stored=len(new))
 
 
-def _store_events(run: Run, events: list[dict[str, Any]]) -> None:
-    metrics, samples, checkpoints, logs = [], [], [], []
+def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Insert the events' rows; returns the run summary with the batch's metrics (the same object
+    when the batch has none)."""
+    metrics, metric_events, samples, checkpoints, logs = [], [], [], [], []
     for e in events:
         kind, data, step = e["type"], e["data"], e.get("step")
         if kind == "metrics":
             metrics.append(MetricRow(run=run, seq=e["seq"], step=step, time=e["time"], values=data))
+            metric_events.append(e)
         elif kind == "samples":
             samples.extend(_sample_row(run, e["seq"], step, record) for record in data["samples"])
         elif kind == "checkpoint":
@@ -479,11 +510,13 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> None:
             logs.append(RunLog(run=run, seq=e["seq"], step=step, time=e["time"], level=data.get("level", "info"),
                                message=data["message"]))
     MetricRow.objects.bulk_create(metrics, batch_size=1000)
+    summary = series.append_metrics(run.pk, run.summary, metric_events)  # the column store the charts read
     # (run, step, index) and (run, step) are unique: a step recorded twice (an engine re-running a
     # step into the same run) keeps its first rows rather than refusing the whole batch.
     Sample.objects.bulk_create(samples, batch_size=1000, ignore_conflicts=True)
     Checkpoint.objects.bulk_create(checkpoints, ignore_conflicts=True)
     RunLog.objects.bulk_create(logs, batch_size=1000)
+    return summary
 
 
 def _sample_row(run: Run, seq: int, step: int, r: dict[str, Any]) -> Sample:

@@ -19,6 +19,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from tests.unit.platform.registry_factories import a_reward_row, write_model_folder
+from tests.unit.platform.registry_factories import an_experiment
+from tests.unit.platform.registry_factories import a_dataset_row, a_model_row
 
 pytestmark = pytest.mark.django_db
 
@@ -128,6 +130,36 @@ def duplicate_model_name(client: APIClient, ctx: Ctx) -> Any:
     return client.post("/api/models/", {"name": "twice", "path": str(folder)}, format="json")
 
 
+def config_yaml(text: str) -> Callable[[APIClient, Ctx], Any]:
+    return lambda client, ctx: client.post("/api/config/yaml/", {"yaml": text}, format="json")
+
+
+def experiment_validate(config: Any) -> Callable[[APIClient, Ctx], Any]:
+    return lambda client, ctx: client.post("/api/experiments/validate/", {
+        "name": "e", "model": a_model_row().pk, "dataset": a_dataset_row().pk,
+        "rewards": [{"reward": a_reward_row().pk, "weight": 1}], "config": config}, format="json")
+
+
+def run_get(path: str, params: dict[str, Any]) -> Callable[[APIClient, Ctx], Any]:
+    """GET /api/runs/<a new run>/<path> with these query parameters."""
+    def send(client: APIClient, ctx: Ctx) -> Any:
+        from posttrain.runs.models import Run
+
+        run = Run.objects.create(experiment=an_experiment(), state="running")
+        return client.get(f"/api/runs/{run.pk}/{path}", params)
+    return send
+
+
+def compare_get(path: str, params: dict[str, Any], with_run: bool = False) -> Callable[[APIClient, Ctx], Any]:
+    """GET /api/compare/<path> with these query parameters (and `runs` = a new run, if asked)."""
+    def send(client: APIClient, ctx: Ctx) -> Any:
+        from posttrain.runs.models import Run
+
+        runs = {"runs": str(Run.objects.create(experiment=an_experiment(), state="running").pk)} if with_run else {}
+        return client.get(f"/api/compare/{path}", {**runs, **params})
+    return send
+
+
 GOOD = '{"prompt": "1+1=", "label": "2"}\n'
 
 CASES: list[Case] = [
@@ -196,6 +228,26 @@ CASES: list[Case] = [
     Case("model-path-is-a-file", model(lambda ctx: ctx.file("weights.bin", b"x")), "is not a folder"),
     Case("model-duplicate-name", duplicate_model_name, "a model named 'twice' already exists"),
     Case("model-empty-name", model(folder_without_config, name=""), "This field may not be blank"),
+    # --- run config (launch form) ---
+    Case("config-yaml-bad-indentation", config_yaml("rollout:\n  top_k: 4\n top_p: 0.9\n"), "YAML syntax error at line 3"),
+    Case("config-yaml-duplicate-key", config_yaml("seed: 1\nseed: 2\n"), "duplicate key 'seed' (first at line 1)"),
+    Case("config-yaml-a-list", config_yaml("- seed\n"), "must be a mapping of sections, got a list"),
+    Case("config-yaml-alias-bomb", config_yaml("a: &a [0,0,0,0,0,0,0,0,0,0]\n" + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(6))), "is an alias expanding without end?"),
+    Case("config-validate-unknown-field", experiment_validate({"rollout": {"temprature": 0.7}}), "unknown field 'temprature' (did you mean 'temperature'?)"),
+    Case("config-validate-platform-field", experiment_validate({"data": {"path": "/x.jsonl"}}), "comes from the experiment's registry dataset"),
+    # --- metric series, export, compare ---
+    Case("series-unknown-x-axis", run_get("series/", {"x": "wall"}), "must be one of step, samples, tokens, time, got 'wall'"),
+    Case("series-max-points-too-small", run_get("series/", {"max_points": 5}), "must be between 10 and 20000"),
+    Case("series-max-points-not-a-number", run_get("series/", {"max_points": "all"}), "must be an integer, got 'all'"),
+    Case("export-unknown-format", run_get("export/", {"format": "xlsx"}), "must be one of csv, jsonl, got 'xlsx'"),
+    Case("compare-without-runs", compare_get("", {}), "required: one or more run ids"),
+    Case("compare-run-id-not-a-uuid", compare_get("", {"runs": "run-1,run-2"}), "'run-1' is not a run id"),
+    Case("compare-unknown-run", compare_get("", {"runs": "00000000-0000-4000-8000-000000000000"}), "no run with id 00000000-0000-4000-8000-000000000000"),
+    Case("compare-unknown-x-axis", compare_get("", {"x": "epoch"}, with_run=True), "must be one of step, samples, tokens, time"),
+    Case("compare-prompts-without-runs", compare_get("prompts/", {"q": "2+2"}), "required: one or more run ids"),
+    Case("compare-samples-without-prompt", compare_get("samples/", {}, with_run=True), "required: the exact prompt text"),
+    Case("compare-samples-step-not-a-number", compare_get("samples/", {"prompt": "p", "step": "last"}, with_run=True), "must be an integer, got 'last'"),
+    Case("stream-last-event-id-not-a-seq", run_get("stream/", {"last_event_id": "12abc"}), "last_event_id msg: must be an event seq (an integer between 0 and 9223372036854775807), got '12abc'"),
 ]
 
 

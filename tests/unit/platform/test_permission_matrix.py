@@ -43,6 +43,13 @@ def a_run() -> Any:
     return Run.objects.create(experiment=an_experiment(rewards=[a_reward_row()]), state="running")
 
 
+def a_finished_run() -> Any:
+    """A run that ended: its live stream sends what is stored, then `end`, and the response ends."""
+    from posttrain.runs.models import Run
+
+    return Run.objects.create(experiment=an_experiment(rewards=[a_reward_row()]), state="succeeded")
+
+
 NOBODY: frozenset[str] = frozenset()  # machine-only: the run's own bearer token, never a user session
 
 
@@ -83,6 +90,9 @@ MATRIX: dict[str, Access] = {
     "POST /api/experiments/": Access(RESEARCH),
     "GET /api/experiments/{pk}/": Access(RESEARCH, pk=an_experiment),
     "POST /api/experiments/{pk}/launch/": Access(RESEARCH, pk=an_experiment),
+    "POST /api/experiments/validate/": Access(RESEARCH),
+    "GET /api/config/schema/": Access(RESEARCH),
+    "POST /api/config/yaml/": Access(RESEARCH),
     "GET /api/runs/": Access(RESEARCH),
     "GET /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
     "PATCH /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
@@ -95,6 +105,13 @@ MATRIX: dict[str, Access] = {
     "GET /api/runs/{pk}/checkpoints/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/transitions/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/logs/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/stream/": Access(RESEARCH, pk=a_finished_run),
+    "GET /api/runs/{pk}/alerts/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/series/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/export/": Access(RESEARCH, pk=a_run),
+    "GET /api/compare/": Access(RESEARCH),
+    "GET /api/compare/prompts/": Access(RESEARCH),
+    "GET /api/compare/samples/": Access(RESEARCH),
     # Event ingestion: the engine with its run's token only; no role gets in with a session.
     "POST /api/runs/{pk}/events": Access(NOBODY, pk=a_run),
     "POST /api/runs/{pk}/events/": Access(NOBODY, pk=a_run),

@@ -54,13 +54,23 @@ class ExperimentCreateSerializer(serializers.Serializer):
 class RunSerializer(serializers.ModelSerializer):
     experiment_name = serializers.CharField(source="experiment.name", read_only=True)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    algorithm = serializers.SerializerMethodField(help_text="The engine config's algorithm.name (grpo, ppo, ...).")
+    model_name = serializers.CharField(source="experiment.model.name", read_only=True)
+    dataset_name = serializers.CharField(source="experiment.dataset.name", read_only=True)
+    summary = serializers.JSONField(
+        read_only=True, help_text='Per metric {"last", "step", "min", "max", "count"} over the whole run.')
 
     class Meta:
         model = Run
         fields = ["id", "experiment", "experiment_name", "name", "seed", "state", "state_reason", "state_changed_at",
                   "tags", "note", "parent", "resume_from", "last_seq", "last_step", "last_event_at", "started_at",
-                  "finished_at", "created_by", "created_at"]
+                  "finished_at", "created_by", "created_at", "algorithm", "model_name", "dataset_name", "summary"]
         read_only_fields = fields
+
+    def get_algorithm(self, run: Run) -> str | None:
+        config = run.resolved_config if isinstance(run.resolved_config, dict) else {}
+        algorithm = config.get("algorithm")
+        return algorithm.get("name") if isinstance(algorithm, dict) else None
 
 
 class RunDetailSerializer(RunSerializer):

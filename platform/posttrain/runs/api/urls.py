@@ -1,7 +1,9 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from posttrain.runs.api import views
+from posttrain.runs.api import compare, config_views, views
+from posttrain.runs.api.diagnostics import RunAlertsView
+from posttrain.runs.api.stream import run_stream_view
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -9,8 +11,17 @@ router.register("experiments", views.ExperimentViewSet, basename="experiment")
 router.register("runs", views.RunViewSet, basename="run")
 
 urlpatterns = [
+    # Before the router: `experiments/validate/` is not an experiment's id.
+    path("experiments/validate/", config_views.ExperimentValidateView.as_view(), name="experiment-validate"),
+    path("config/schema/", config_views.ConfigSchemaView.as_view(), name="config-schema"),
+    path("config/yaml/", config_views.ConfigYamlView.as_view(), name="config-yaml"),
     # The engine posts with or without the trailing slash (a POST cannot be redirected).
     path("runs/<uuid:pk>/events", views.RunEventsNoSlashView.as_view(), name="run-events-no-slash"),
     path("runs/<uuid:pk>/events/", views.RunEventsView.as_view(), name="run-events"),
+    path("runs/<uuid:pk>/stream/", run_stream_view, name="run-stream"),
+    path("runs/<uuid:pk>/alerts/", RunAlertsView.as_view(), name="run-alerts"),
+    path("compare/", compare.CompareView.as_view(), name="api-compare"),
+    path("compare/prompts/", compare.ComparePromptsView.as_view(), name="api-compare-prompts"),
+    path("compare/samples/", compare.CompareSamplesView.as_view(), name="api-compare-samples"),
     *router.urls,
 ]

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import django_filters
 from django.conf import settings
+from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import filters, mixins, serializers, viewsets
 from rest_framework.decorators import action
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -22,6 +26,7 @@ from posttrain.registry.api.errors import service_errors
 from posttrain.registry.api.serializers import ModelAssetSerializer
 from posttrain.registry.services import model_register_checkpoint
 from posttrain.runs import selectors, services
+from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
 from posttrain.runs.api.errors import RunsErrorsMixin
 from posttrain.runs.errors import IngestAuthError, InvalidInput, RunsError
@@ -31,6 +36,7 @@ from posttrain.runs.tokens import token_matches
 
 # Researchers and admins only: annotators never see or call any of these endpoints.
 RESEARCHER_PERMISSIONS = [IsResearcher]
+MAX_SERIES_NAMES = 200
 
 _errors_response = inline_serializer(
     "ValidationErrors",
@@ -67,6 +73,70 @@ def _float_param(request: Request, name: str) -> float | None:
     if value != value or value in (float("inf"), float("-inf")):
         raise InvalidInput.one(name, f"must be a finite number, got {raw[:50]!r}")
     return value
+
+
+@dataclass(frozen=True)
+class SeriesQuery:
+    names: list[str] | None  # None: every metric
+    x_axis: str
+    max_points: int
+
+
+def series_query(request: Request) -> SeriesQuery:
+    """`names`, `x` and `max_points` of the series and compare endpoints."""
+    names = [n.strip() for n in (_text_param(request, "names") or "").split(",") if n.strip()]
+    if len(names) > MAX_SERIES_NAMES:
+        raise InvalidInput.one("names", f"at most {MAX_SERIES_NAMES} metric names per request")
+    x_axis = _text_param(request, "x") or "step"
+    if x_axis not in run_series.X_AXES:
+        raise InvalidInput.one("x", f"must be one of {', '.join(run_series.X_AXES)}, got {x_axis[:50]!r}")
+    max_points = _int_param(request, "max_points")
+    if max_points is None:
+        max_points = run_series.DEFAULT_MAX_POINTS
+    elif not run_series.MIN_MAX_POINTS <= max_points <= run_series.MAX_MAX_POINTS:
+        raise InvalidInput.one("max_points",
+                               f"must be between {run_series.MIN_MAX_POINTS} and {run_series.MAX_MAX_POINTS}")
+    return SeriesQuery(list(dict.fromkeys(names)) or None, x_axis, max_points)
+
+
+SERIES_PARAMETERS = [
+    OpenApiParameter("names", OpenApiTypes.STR, description="Comma-separated metric names; default: all."),
+    OpenApiParameter("x", OpenApiTypes.STR, enum=list(run_series.X_AXES),
+                     description="x axis: step, samples (progress/samples at the step), tokens (progress/tokens) "
+                     "or time (seconds since the run's first metrics event). Default step."),
+    OpenApiParameter("max_points", OpenApiTypes.INT,
+                     description=f"Points per series at most ({run_series.MIN_MAX_POINTS}.."
+                     f"{run_series.MAX_MAX_POINTS}, default {run_series.DEFAULT_MAX_POINTS}); longer series are "
+                     "downsampled (M4: first, min, max, last per bucket)."),
+]
+
+
+class ChartSeriesSerializer(serializers.Serializer):
+    """One metric as a chart reads it (documentation of the series and compare answers)."""
+
+    x = serializers.ListField(child=serializers.FloatField())
+    y = serializers.ListField(child=serializers.FloatField(allow_null=True), help_text="null: not finite (a gap).")
+    step = serializers.ListField(child=serializers.IntegerField())
+    points = serializers.IntegerField(help_text="Points stored (before downsampling).")
+    downsampled = serializers.BooleanField()
+
+
+RUN_SERIES_RESPONSE = inline_serializer("RunSeries", fields={
+    "run": serializers.UUIDField(),
+    "x_axis": serializers.ChoiceField(choices=list(run_series.X_AXES)),
+    "last_seq": serializers.IntegerField(help_text="Highest seq of a metrics event included."),
+    "series": serializers.DictField(child=ChartSeriesSerializer(), help_text="Metric name to its chart series."),
+})
+
+
+class _ExportNegotiation(BaseContentNegotiation):
+    """The export's `format` parameter names the file type, not a DRF renderer; errors answer in JSON."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return JSONRenderer(), JSONRenderer.media_type
 
 
 # --- experiments -----------------------------------------------------------------------------
@@ -268,6 +338,44 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         if tail is not None and tail < 1:
             raise InvalidInput.one("tail", "must be at least 1")
         return Response(selectors.run_job_logs(run, tail or selectors.DEFAULT_LOG_TAIL_CHARS))
+
+    @extend_schema(
+        summary="Metric series of a run for charts (downsampled on the server)",
+        description="Each series: `x` on the chosen axis, `y` (null where the value was not finite), `step`, "
+        "`points` (stored points) and `downsampled`. `last_seq`: the highest metrics event seq included; live "
+        "events after it extend the curves.",
+        parameters=SERIES_PARAMETERS,
+        responses={200: RUN_SERIES_RESPONSE, 400: _errors_response},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def series(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        query = series_query(request)
+        found = run_series.runs_series([run], query.names, query.x_axis, query.max_points)[str(run.pk)]
+        return Response({"run": str(run.pk), "x_axis": query.x_axis, "last_seq": found.last_seq,
+                         "series": found.series})
+
+    @extend_schema(
+        summary="Download the raw per-step metrics (CSV or JSON lines)",
+        description="Every stored metrics event in step order. CSV: `step,time,<metric names sorted>`, non-finite "
+        "values as nan/inf, empty where a step has no value. JSONL: one `{\"step\", \"time\", \"values\"}` per line.",
+        parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=list(run_series.EXPORT_FORMATS),
+                                     description="csv (default) or jsonl")],
+        responses={(200, "text/csv"): OpenApiTypes.STR, (200, "application/x-ndjson"): OpenApiTypes.STR,
+                   400: _errors_response},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[],
+            content_negotiation_class=_ExportNegotiation)
+    def export(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
+        run = self.get_object()
+        kind = _text_param(request, "format") or "csv"
+        if kind not in run_series.EXPORT_FORMATS:
+            raise InvalidInput.one("format",
+                                   f"must be one of {', '.join(run_series.EXPORT_FORMATS)}, got {kind[:50]!r}")
+        content_type, lines = run_series.EXPORT_FORMATS[kind]
+        response = StreamingHttpResponse(lines(run), content_type=content_type)
+        response["Content-Disposition"] = f'attachment; filename="{run_series.export_filename(run, kind)}"'
+        return response
 
 
 # --- ingestion -------------------------------------------------------------------------------

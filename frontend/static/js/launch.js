@@ -1,0 +1,425 @@
+// The launch page: an experiment (model, dataset, rewards) plus a run config form generated from the
+// engine's schema, validated by the server as you type (the same checks as creating it), a YAML
+// pane to copy or edit, and Launch. `?from_run=<id>` and `?experiment=<id>` pre-fill everything.
+
+import { api, ApiError, el } from "./api.js";
+import { datasetLabel, listAll, modelLabel, rewardSummary } from "./assets.js";
+import { SchemaForm } from "./schema_form.js";
+
+const VALIDATE_DELAY_MS = 400;
+// Config keys the experiment card already covers (its name and description) or nobody chooses.
+const NOT_IN_FORM = ["schema_version", "name", "description"];
+const OPEN_SECTIONS = ["general", "algorithm", "rollout", "train"];
+const EXPERIMENT_FIELDS = ["name", "description", "model", "dataset", "tags", "note"];
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  platformFields: [],
+  defaultSeed: 0,
+  models: new Map(), // id -> registry model
+  datasets: new Map(),
+  rewards: new Map(),
+  chosen: [], // [{reward: id, weightInput, errorNode}] in the experiment's order
+  form: null,
+  source: null, // {experiment, body, what}: launching it unchanged starts a new run of that experiment
+  timer: null,
+  sequence: 0,
+  lastYaml: "",
+  yamlDirty: false,
+};
+
+function fieldBox(loc) {
+  return document.querySelector(`.lf-field[data-loc="${loc}"]`);
+}
+
+// --- the experiment body -------------------------------------------------------------------
+
+function parseWeight(text) {
+  const trimmed = text.trim();
+  return trimmed !== "" && Number.isFinite(Number(trimmed)) ? Number(trimmed) : trimmed;
+}
+
+function experimentBody() {
+  return {
+    name: $("exp-name").value,
+    description: $("exp-description").value,
+    model: $("exp-model").value ? Number($("exp-model").value) : null,
+    dataset: $("exp-dataset").value ? Number($("exp-dataset").value) : null,
+    rewards: state.chosen.map((item) => ({ reward: item.reward, weight: parseWeight(item.weightInput.value) })),
+    config: state.form.values(),
+  };
+}
+
+function runBody(config) {
+  const tags = $("run-tags").value.split(",").map((tag) => tag.trim()).filter(Boolean);
+  // Explicit even when it is the default: the experiment launched may carry another seed.
+  return { seed: config.seed ?? state.defaultSeed, tags, note: $("run-note").value };
+}
+
+// The seed is a launch parameter as much as a config value: a clone with a new seed is still the
+// same experiment.
+function withoutSeed(body) {
+  const { seed, ...config } = body.config;
+  return JSON.stringify({ ...body, config });
+}
+
+function isUnchangedSource(body) {
+  return state.source !== null && withoutSeed(body) === withoutSeed(state.source.body);
+}
+
+function refreshLaunchLabel() {
+  const unchanged = isUnchangedSource(experimentBody());
+  $("launch-button").textContent = unchanged ? `Launch a new run of “${state.source.name}”` : "Create experiment and launch";
+}
+
+// --- rewards -------------------------------------------------------------------------------
+
+function renderRewardChoices() {
+  const taken = new Set(state.chosen.map((item) => item.reward));
+  const select = $("reward-add");
+  select.replaceChildren(
+    el("option", { value: "" }, "Add a reward…"),
+    ...[...state.rewards.values()]
+      .filter((reward) => !taken.has(reward.id))
+      .map((reward) => el("option", { value: reward.id }, `${reward.name} — ${rewardSummary(reward)}`)),
+  );
+  $("reward-table").hidden = state.chosen.length === 0;
+}
+
+function addReward(rewardId, weight = 1) {
+  const reward = state.rewards.get(rewardId);
+  const weightInput = el("input", { type: "text", inputmode: "decimal", class: "weight", value: String(weight),
+    "aria-label": `Weight of ${reward ? reward.name : rewardId}`, oninput: changed });
+  const errorNode = el("div", { class: "field-error", hidden: true });
+  const item = { reward: rewardId, weightInput, errorNode };
+  item.row = el(
+    "tr", { "data-reward": rewardId },
+    el("td", {}, reward ? reward.name : `#${rewardId}`, errorNode),
+    el("td", { class: "muted" }, reward ? rewardSummary(reward) : ""),
+    el("td", { class: "num" }, weightInput),
+    el("td", {}, el("button", { type: "button", class: "secondary small", onclick: () => removeReward(item) }, "Remove")),
+  );
+  state.chosen.push(item);
+  $("reward-rows").append(item.row);
+  renderRewardChoices();
+}
+
+function removeReward(item) {
+  state.chosen = state.chosen.filter((other) => other !== item);
+  item.row.remove();
+  renderRewardChoices();
+  changed();
+}
+
+// --- errors --------------------------------------------------------------------------------
+
+function clearExperimentErrors() {
+  for (const node of document.querySelectorAll(".lf-field > .field-error")) {
+    node.hidden = true;
+    node.textContent = "";
+  }
+  for (const item of state.chosen) {
+    item.errorNode.hidden = true;
+    item.errorNode.textContent = "";
+  }
+}
+
+function showIn(node, text) {
+  node.append(el("div", {}, text));
+  node.hidden = false;
+}
+
+// Each error goes next to what it names: an experiment field, a reward row, a config field or
+// section; whatever names none of them is listed in the summary.
+function showErrors(errors) {
+  clearExperimentErrors();
+  const configErrors = [];
+  const unplaced = [];
+  for (const error of errors) {
+    const loc = String(error.loc || "");
+    const rewardMatch = loc.match(/^rewards(?:\[(\d+)\]|\.(\d+))(?:\.(.+))?$/);
+    const item = rewardMatch ? state.chosen[Number(rewardMatch[1] ?? rewardMatch[2])] : undefined;
+    // "model" alone is the experiment's model; "model.dtype" is a config field.
+    const experimentField = loc.startsWith("rewards") ? "rewards" : loc.startsWith("tags[") ? "tags" : loc;
+    if (item) {
+      showIn(item.errorNode, rewardMatch[3] && rewardMatch[3] !== "reward" ? `${rewardMatch[3]}: ${error.msg}` : error.msg);
+    } else if (experimentField === "rewards" || EXPERIMENT_FIELDS.includes(experimentField)) {
+      const box = fieldBox(experimentField);
+      showIn(box.querySelector(":scope > .field-error"), loc === experimentField ? error.msg : `${loc}: ${error.msg}`);
+    } else {
+      configErrors.push(error);
+    }
+  }
+  unplaced.push(...state.form.showErrors(configErrors));
+  const summary = $("error-summary");
+  summary.replaceChildren();
+  summary.hidden = unplaced.length === 0;
+  if (unplaced.length) {
+    summary.append(el("strong", {}, "The config has problems the form has no field for:"));
+    summary.append(el("ul", {}, ...unplaced.map((error) => el("li", {}, error.loc ? `${error.loc}: ${error.msg}` : error.msg))));
+    summary.append(el("div", { class: "muted" }, "Fix them in the YAML pane and apply it."));
+  }
+  return errors.length;
+}
+
+// --- validation ----------------------------------------------------------------------------
+
+// Experiment fields not filled in yet: while typing, "required" is no news, so their errors wait
+// for the launch. (The config itself is checked once these are set.)
+function blankExperimentFields() {
+  const blank = [];
+  if (!$("exp-name").value.trim()) blank.push("name");
+  if (!$("exp-model").value) blank.push("model");
+  if (!$("exp-dataset").value) blank.push("dataset");
+  if (!state.chosen.length) blank.push("rewards");
+  return blank;
+}
+
+function changed() {
+  refreshLaunchLabel();
+  clearTimeout(state.timer);
+  state.timer = setTimeout(validate, VALIDATE_DELAY_MS);
+}
+
+function setStatus(text, kind = "") {
+  const node = $("validation-status");
+  node.textContent = text;
+  node.className = kind || "muted";
+}
+
+function setYaml(text) {
+  state.lastYaml = text;
+  if (!state.yamlDirty) $("yaml-text").value = text;
+}
+
+async function validate() {
+  const sequence = ++state.sequence;
+  const body = experimentBody();
+  setStatus("Checking…");
+  try {
+    const result = await api("/api/experiments/validate/", { method: "POST", body });
+    if (sequence !== state.sequence) return; // a newer check is on its way
+    showErrors([]);
+    setYaml(result.yaml);
+    $("full-config").textContent = JSON.stringify(result.config, null, 2);
+    setStatus("✓ Valid: ready to launch", "valid");
+  } catch (error) {
+    if (sequence !== state.sequence) return;
+    if (!(error instanceof ApiError) || error.status !== 400) {
+      setStatus(`Could not check the config: ${error.message}`, "error");
+      return;
+    }
+    const blank = blankExperimentFields();
+    const count = showErrors(error.errors.filter((item) => !blank.includes(item.loc)));
+    if (count) setStatus(`${count} problem${count === 1 ? "" : "s"} to fix`, "error");
+    else setStatus(`Still to choose: ${blank.join(", ")} (the config is checked once they are set)`);
+    $("full-config").textContent = "Valid configs only.";
+    // Keep the YAML in step with the form even while it is invalid.
+    try {
+      const converted = await api("/api/config/yaml/", { method: "POST", body: { config: body.config } });
+      if (sequence === state.sequence) setYaml(converted.yaml);
+    } catch { /* the errors above already say what is wrong */ }
+  }
+}
+
+// --- YAML pane -----------------------------------------------------------------------------
+
+function withoutPlatformFields(config) {
+  const out = structuredClone(config);
+  const dropped = [];
+  for (const dotted of state.platformFields) {
+    const [section, key] = dotted.split(".");
+    if (!key && section in out) {
+      delete out[section];
+      dropped.push(dotted);
+    } else if (key && out[section] && typeof out[section] === "object" && key in out[section]) {
+      delete out[section][key];
+      dropped.push(dotted);
+    }
+  }
+  return { config: out, dropped };
+}
+
+function setYamlDirty(dirty) {
+  state.yamlDirty = dirty;
+  $("yaml-discard").hidden = !dirty;
+  if (dirty) $("yaml-status").textContent = "Edited: apply it to update the form.";
+}
+
+async function applyYaml() {
+  const yamlError = $("yaml-error");
+  yamlError.hidden = true;
+  yamlError.textContent = "";
+  try {
+    const result = await api("/api/config/yaml/", { method: "POST", body: { yaml: $("yaml-text").value } });
+    const { config, dropped } = withoutPlatformFields(result.config);
+    state.form.setValues(config);
+    setYamlDirty(false);
+    const notes = ["Applied."];
+    if (dropped.length) notes.push(`Ignored ${dropped.join(", ")}: the platform fills them in.`);
+    const unknown = state.form.extraKeys().filter((key) => !NOT_IN_FORM.includes(key));
+    if (unknown.length) notes.push(`Not in the form: ${unknown.join(", ")}.`);
+    $("yaml-status").textContent = notes.join(" ");
+    clearTimeout(state.timer);
+    refreshLaunchLabel();
+    await validate();
+  } catch (error) {
+    const errors = error instanceof ApiError && error.errors.length ? error.errors : [{ loc: "", msg: error.message }];
+    for (const item of errors) showIn(yamlError, item.msg);
+    $("yaml-status").textContent = "";
+  }
+}
+
+async function copyYaml() {
+  const text = $("yaml-text").value;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    $("yaml-text").select(); // the clipboard API needs a secure context; the old way still works
+    document.execCommand("copy");
+  }
+  $("yaml-status").textContent = "Copied.";
+}
+
+// --- launch --------------------------------------------------------------------------------
+
+async function launch() {
+  clearTimeout(state.timer);
+  state.sequence += 1; // answers of checks still on their way are stale now
+  const button = $("launch-button");
+  button.disabled = true;
+  $("launch-failure").hidden = true;
+  setStatus("Launching…");
+  const body = experimentBody();
+  try {
+    let experimentId;
+    if (isUnchangedSource(body)) experimentId = state.source.experiment;
+    else {
+      const experiment = await api("/api/experiments/", { method: "POST", body });
+      experimentId = experiment.id;
+      // Should the launch itself be refused, trying again launches this experiment, not a copy.
+      state.source = { experiment: experiment.id, name: experiment.name, body };
+    }
+    const run = await api(`/api/experiments/${experimentId}/launch/`, { method: "POST", body: runBody(body.config) });
+    setStatus("Launched: opening the run…", "valid");
+    window.location.assign(`/runs/${run.id}/`);
+  } catch (error) {
+    button.disabled = false;
+    refreshLaunchLabel();
+    if (error instanceof ApiError && error.status === 400) {
+      const count = showErrors(error.errors);
+      setStatus(`Not launched: ${count} problem${count === 1 ? "" : "s"} to fix`, "error");
+    } else {
+      setStatus("Not launched", "error");
+      $("launch-failure").textContent = `The launch failed: ${error.message}`;
+      $("launch-failure").hidden = false;
+    }
+  }
+}
+
+// --- set-up --------------------------------------------------------------------------------
+
+function fillSelect(select, rows, label) {
+  select.append(...rows.map((row) => el("option", { value: row.id }, label(row))));
+}
+
+function showAssetFacts() {
+  const model = state.models.get(Number($("exp-model").value));
+  $("model-facts").textContent = model ? `model.path: ${model.path}` : "";
+  const dataset = state.datasets.get(Number($("exp-dataset").value));
+  $("dataset-facts").textContent = dataset
+    ? `data.prompt_field: ${dataset.prompt_field}, data.label_field: ${dataset.label_field || "(none)"}, columns: ${(dataset.columns || []).join(", ")}`
+    : "";
+}
+
+async function prefill(params) {
+  let run = null;
+  let experimentId = params.get("experiment");
+  if (params.get("from_run")) {
+    run = await api(`/api/runs/${encodeURIComponent(params.get("from_run"))}/`);
+    experimentId = run.experiment;
+  }
+  if (!experimentId) return false;
+  const experiment = await api(`/api/experiments/${encodeURIComponent(experimentId)}/`);
+  $("exp-name").value = experiment.name;
+  $("exp-description").value = experiment.description || "";
+  $("exp-model").value = String(experiment.model);
+  $("exp-dataset").value = String(experiment.dataset);
+  for (const link of experiment.rewards) addReward(link.reward, link.weight);
+  const config = withoutPlatformFields(experiment.config || {}).config;
+  if (run) {
+    config.seed = run.seed;
+    $("run-tags").value = (run.tags || []).join(", ");
+  }
+  state.form.setValues(config);
+  state.source = { experiment: experiment.id, name: experiment.name, body: experimentBody() };
+  const source = $("launch-source");
+  source.replaceChildren(
+    run ? `Pre-filled from run “${run.name}” of experiment “${experiment.name}”. ` : `Pre-filled from experiment “${experiment.name}”. `,
+    "Launched unchanged (seed, tags and note aside), it becomes a new run of that experiment; any other change creates a new experiment.",
+  );
+  source.hidden = false;
+  return true;
+}
+
+async function init() {
+  const [schemaInfo, models, datasets, rewards] = await Promise.all([
+    api("/api/config/schema/"), listAll("/api/models/"), listAll("/api/datasets/"), listAll("/api/rewards/"),
+  ]);
+  state.platformFields = schemaInfo.platform_fields;
+  state.defaultSeed = schemaInfo.schema.properties?.seed?.default ?? 0;
+  state.models = new Map(models.map((row) => [row.id, row]));
+  state.datasets = new Map(datasets.map((row) => [row.id, row]));
+  state.rewards = new Map(rewards.map((row) => [row.id, row]));
+  $("platform-fields").textContent = state.platformFields.join(", ");
+  $("registry-hint").hidden = models.length > 0 && datasets.length > 0 && rewards.length > 0;
+
+  state.form = new SchemaForm(schemaInfo.schema, {
+    skip: [...state.platformFields, ...NOT_IN_FORM], open: OPEN_SECTIONS, onChange: changed,
+  });
+  $("config-form").replaceChildren(state.form.node);
+
+  fillSelect($("exp-model"), models, modelLabel);
+  fillSelect($("exp-dataset"), datasets, datasetLabel);
+  renderRewardChoices();
+
+  for (const id of ["exp-name", "exp-description"]) $(id).addEventListener("input", changed);
+  for (const id of ["exp-model", "exp-dataset"]) {
+    $(id).addEventListener("change", () => { showAssetFacts(); changed(); });
+  }
+  $("reward-add").addEventListener("change", (event) => {
+    if (!event.target.value) return;
+    addReward(Number(event.target.value));
+    changed();
+  });
+  $("yaml-text").addEventListener("input", () => setYamlDirty($("yaml-text").value !== state.lastYaml));
+  $("yaml-discard").addEventListener("click", () => {
+    setYamlDirty(false);
+    $("yaml-text").value = state.lastYaml;
+    $("yaml-status").textContent = "";
+  });
+  $("yaml-apply").addEventListener("click", applyYaml);
+  $("yaml-copy").addEventListener("click", copyYaml);
+  $("launch-button").addEventListener("click", launch);
+
+  const params = new URLSearchParams(window.location.search);
+  const prefilled = await prefill(params).catch((error) => {
+    $("launch-failure").textContent = `Could not pre-fill the form: ${error.message}`;
+    $("launch-failure").hidden = false;
+    return false;
+  });
+  showAssetFacts();
+  refreshLaunchLabel();
+  if (prefilled) await validate();
+  else {
+    const converted = await api("/api/config/yaml/", { method: "POST", body: { config: state.form.values() } });
+    setYaml(converted.yaml);
+  }
+  document.body.dataset.ready = "true"; // the page is wired up (tests wait for this)
+}
+
+init().catch((error) => {
+  $("launch-failure").textContent = `The launch page could not load: ${error.message}`;
+  $("launch-failure").hidden = false;
+});

@@ -1,0 +1,71 @@
+"""`GET /api/runs/<id>/stream/`: the run page's live stream, Server-Sent Events (see posttrain.runs.stream).
+
+An async view: under ASGI an open stream costs a coroutine and, while it waits, a pooled thread, not a
+worker process. Access is the runs API's (session user, researcher or admin); errors take the API's
+shapes (`{"detail": ...}`, `{"errors": [{"loc", "msg"}]}`) since EventSource callers and tests read them.
+
+The resume point is the `Last-Event-ID` header (EventSource sends it when it reconnects), else
+`?last_event_id=` (the page's first connection: the seq its initial REST reads covered), else 0.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.http import require_GET
+
+from posttrain.accounts.roles import Role
+from posttrain.accounts.selectors import user_role, user_roles
+from posttrain.runs.errors import InvalidInput
+from posttrain.runs.event_schema import MAX_INT64
+from posttrain.runs.models import Run
+from posttrain.runs.stream import run_stream
+
+ALLOWED_ROLES = frozenset({Role.RESEARCHER, Role.ADMIN})
+
+
+async def _refusal(request: HttpRequest) -> JsonResponse | None:
+    """DRF's answers for the runs API: 403 when not signed in (session authentication sends no
+    challenge, so DRF never says 401), 403 naming the role otherwise."""
+    user = await request.auser()
+    if not user.is_authenticated:
+        return JsonResponse({"detail": "Authentication credentials were not provided."}, status=403)
+    if not await sync_to_async(user_roles)(user) & ALLOWED_ROLES:
+        role = await sync_to_async(user_role)(user)
+        detail = f"Only researchers and admins may use this endpoint; your role is {role or 'none (ask an admin)'}."
+        return JsonResponse({"detail": detail}, status=403)
+    return None
+
+
+def resume_point(request: HttpRequest) -> int:
+    """The seq the client already has; InvalidInput naming the header or parameter when it is not one."""
+    header = request.headers.get("Last-Event-ID", "").strip()
+    loc, raw = ("Last-Event-ID", header) if header else ("last_event_id", request.GET.get("last_event_id", "").strip())
+    if not raw:
+        return 0
+    if not raw.isdigit() or not raw.isascii() or int(raw) > MAX_INT64:
+        raise InvalidInput.one(loc, f"must be an event seq (an integer between 0 and {MAX_INT64}), got {raw[:50]!r}")
+    return int(raw)
+
+
+@require_GET
+async def run_stream_view(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    refusal = await _refusal(request)
+    if refusal is not None:
+        return refusal
+    try:
+        after = resume_point(request)
+    except InvalidInput as exc:
+        return JsonResponse(exc.payload(), status=400)
+    if not await sync_to_async(Run.objects.filter(pk=pk).exists)():
+        return JsonResponse({"detail": "No Run matches the given query."}, status=404)
+    response = StreamingHttpResponse(
+        run_stream(pk, after, keepalive_s=settings.SSE_KEEPALIVE_S, max_s=settings.SSE_MAX_STREAM_S),
+        content_type="text/event-stream",
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx and friends must pass each message on at once
+    return response

@@ -1,0 +1,172 @@
+"""The whole product in a real browser on real servers: a researcher uploads a dataset, launches a run
+from the form, watches its curves and rollouts grow live (browser → Celery → Ray job → engine → events
+→ SSE → plotly), opens a sample, cancels another run and compares the two with a config diff.
+
+The web server ends every live stream after 3 s (POSTTRAIN_SSE_MAX_STREAM_S), so the page's
+EventSource reconnects with Last-Event-ID many times during the run: the curve it drew must hold every
+step exactly once, as the API stores them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.conftest import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
+from tests.e2e.conftest import screenshot
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+PASSWORD = "correct-horse-battery"
+RUN_TIMEOUT_MS = 180_000
+REWARD_POINTS = "() => { const d = document.getElementById('chart-reward'); return d && d.data && d.data.length ? d.data[0].x.length : 0; }"
+
+
+@pytest.fixture(scope="module")
+def demo_assets(tmp_path_factory) -> Path:
+    from rl_engine.demo.build import build_demo
+
+    out = tmp_path_factory.mktemp("journey-demo")
+    build_demo(out, seed=0, model_size="tiny", sft_steps=10, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Iterator[PlatformStack]:
+    from django.db import connection
+
+    home = tmp_path_factory.mktemp("journey-stack")
+    with platform_stack(ray_head, home, postgres_url(connection.settings_dict),
+                        extra_env={"POSTTRAIN_SSE_MAX_STREAM_S": "3"}) as stack:
+        try:
+            yield stack
+        finally:
+            stop_ray_jobs(ray_head)
+
+
+def log_in(page, base: str, username: str) -> None:
+    page.goto(f"{base}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")
+
+
+def open_ready(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]")
+
+
+def config_input(page, loc: str):
+    return page.locator(f'.sf-field[data-loc="{loc}"] input')
+
+
+def launch_from_form(page, base: str, assets: dict, *, name: str, steps: int, seed: int) -> str:
+    open_ready(page, f"{base}/launch/")
+    page.fill("#exp-name", name)
+    page.select_option("#exp-model", str(assets["model"].pk))
+    page.select_option("#exp-dataset", str(assets["dataset"].pk))
+    page.select_option("#reward-add", str(assets["reward"].pk))
+    for section in ("checkpoint", "logging"):  # folded by default
+        page.click(f'details.sf-section[data-loc="{section}"] > summary')
+    config_input(page, "seed").fill(str(seed))
+    config_input(page, "train.steps").fill(str(steps))
+    config_input(page, "rollout.prompts_per_step").fill("2")
+    config_input(page, "rollout.samples_per_prompt").fill("4")
+    config_input(page, "rollout.max_new_tokens").fill("4")
+    config_input(page, "logging.eval_every").fill("0")
+    config_input(page, "logging.heartbeat_s").fill("1")
+    config_input(page, "checkpoint.every_steps").fill("10")
+    expect(page.locator("#validation-status")).to_contain_text("Valid", timeout=20_000)
+    page.click("#launch-button")
+    page.wait_for_url(re.compile(r".*/runs/[0-9a-f-]{36}/$"))
+    page.wait_for_selector("body[data-ready=true]")
+    return page.url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack, page, demo_assets):
+    from posttrain.accounts.services import user_create
+    from posttrain.registry.services import model_register, reward_create
+    from posttrain.registry.models import Dataset
+    from posttrain.runs.models import MetricRow
+
+    base = stack.web.url
+    researcher = user_create("barbara", PASSWORD, "researcher")
+    assets = {"model": model_register("tiny demo", str(demo_assets / "model"), user=researcher),
+              "reward": reward_create("correct", "builtin", {"type": "exact_match"}, user=researcher)}
+    log_in(page, base, "barbara")
+
+    # Upload the prompts on the registry page.
+    open_ready(page, f"{base}/registry/")
+    page.set_input_files("#dataset-file", str(demo_assets / "data" / "train.jsonl"))
+    page.fill("#dataset-name", "sums")
+    page.fill("#dataset-prompt-field", "prompt")
+    page.fill("#dataset-label-field", "label")
+    page.click("#dataset-form button[type=submit]")
+    expect(page.locator("#dataset-rows tr", has_text="sums")).to_contain_text("5000")
+    assets["dataset"] = Dataset.objects.get(name="sums")
+
+    # Launch from the form; the browser lands on the run page and stays there (no reload from here on).
+    first = launch_from_form(page, base, assets, name="sums journey", steps=40, seed=1)
+    page.evaluate("window.__sameDocument = true")
+
+    # Record, inside the page, how the reward curve and the rollout browser change as events arrive:
+    # however fast the engine is on this machine, the growth is observed, not raced against.
+    page.evaluate(f"""() => {{
+        window.__seen = {{points: [], steps: []}};
+        setInterval(() => {{
+            const points = ({REWARD_POINTS})();
+            const step = document.querySelector('#sample-filters input[name=step]').value;
+            const rows = document.querySelectorAll('#samples-table tbody tr[data-sample]').length;
+            if (window.__seen.points.at(-1) !== points) window.__seen.points.push(points);
+            if (step && rows && window.__seen.steps.at(-1) !== step) window.__seen.steps.push(step);
+        }}, 50);
+    }}""")
+    page.wait_for_function(f"({REWARD_POINTS})() >= 3", timeout=RUN_TIMEOUT_MS)
+    expect(page.locator("#stream-status")).to_have_attribute("data-status", re.compile("live|reconnecting"))
+    screenshot(page, "journey-run-live")
+    expect(page.locator("#samples-table tbody tr[data-sample]")).to_have_count(8)  # 2 prompts × 4 samples
+
+    # Open a sample, with special tokens and whitespace made visible on demand.
+    page.locator("#samples-table tbody tr[data-sample]").first.click()
+    dialog = page.locator("#sample-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("Prompt")
+    expect(dialog).to_contain_text("Response")
+    page.check("#show-special")
+    expect(dialog.locator("pre.sample-text").first).to_have_text(re.compile(r"^\d+\+\d+=$"))
+    screenshot(page, "journey-sample")
+    page.click("#sample-close")
+
+    # The run finishes; the page saw every step exactly once through all the stream reconnects.
+    expect(page.locator("#run-state")).to_have_attribute("data-state", "succeeded", timeout=RUN_TIMEOUT_MS)
+    stored = list(MetricRow.objects.filter(run_id=first).order_by("step").values_list("step", flat=True))
+    assert stored == list(range(1, 41))
+    page.wait_for_function(f"({REWARD_POINTS})() >= 40", timeout=30_000)
+    drawn = page.evaluate("() => document.getElementById('chart-reward').data[0].x")
+    assert drawn == stored
+    expect(page.locator("#checkpoints-table tbody tr[data-step]").first).to_be_visible()
+    assert page.evaluate("window.__sameDocument") is True
+    seen = page.evaluate("window.__seen")
+    # The curve grew in place several times, and new steps' samples replaced the table, without a reload.
+    assert len(seen["points"]) >= 4 and seen["points"] == sorted(seen["points"]), seen
+    assert len(seen["steps"]) >= 2 and [int(s) for s in seen["steps"]] == sorted(int(s) for s in seen["steps"]), seen
+    screenshot(page, "journey-run-finished")
+
+    # Cancel another run: a clone with a longer schedule, cancelled from its page while it trains.
+    second = launch_from_form(page, base, assets, name="sums journey long", steps=2000, seed=2)
+    expect(page.locator("#run-state")).to_have_attribute("data-state", "running", timeout=RUN_TIMEOUT_MS)
+    page.click("#cancel-run")
+    expect(page.locator("#run-state")).to_have_attribute("data-state", "cancelled", timeout=90_000)
+    screenshot(page, "journey-cancelled")
+
+    # Compare the two runs: the config diff shows exactly the fields that differ.
+    page.goto(f"{base}/compare/?runs={first},{second}")
+    page.wait_for_selector("#config tr[data-path]")
+    differing = set(page.eval_on_selector_all("#config tr[data-path]", "rows => rows.map(r => r.dataset.path)"))
+    assert {"seed", "train.steps", "name"} <= differing
+    assert "rollout.samples_per_prompt" not in differing
+    screenshot(page, "journey-compare")

@@ -1,0 +1,74 @@
+"""What the runs list shows per run: its algorithm, model, dataset and metric summary, in a constant
+number of queries however many runs the page holds."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from posttrain.registry.models import Dataset, ModelAsset
+from posttrain.runs.models import Experiment, Run, RunState
+from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
+    api,
+    experiment,
+    make_run,
+    no_dispatch,
+    registry,
+    researcher,
+    storage,
+)
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
+
+SUMMARY = {
+    "reward/mean": {"last": 0.62, "step": 40, "min": 0.1, "max": 0.71, "count": 40},
+    "eval/reward/mean": {"last": 0.55, "step": 40, "min": 0.2, "max": 0.58, "count": 5},
+}
+
+
+def test_each_listed_run_names_its_algorithm_model_dataset_and_summary(api, experiment):
+    run = make_run(experiment, RunState.RUNNING, summary=SUMMARY)
+    response = api.get("/api/runs/")
+    assert response.status_code == 200
+    (listed,) = response.json()["results"]
+    assert listed["id"] == str(run.id)
+    assert (listed["algorithm"], listed["model_name"], listed["dataset_name"]) == ("grpo", "tiny", "sums")
+    assert listed["summary"] == SUMMARY
+    assert set(listed) == {
+        "id", "experiment", "experiment_name", "name", "seed", "state", "state_reason", "state_changed_at", "tags",
+        "note", "parent", "resume_from", "last_seq", "last_step", "last_event_at", "started_at", "finished_at",
+        "created_by", "created_at", "algorithm", "model_name", "dataset_name", "summary"}
+
+
+def test_a_run_never_launched_has_no_algorithm(api, experiment):
+    Run.objects.create(experiment=experiment, state=RunState.DRAFT)
+    (listed,) = api.get("/api/runs/").json()["results"]
+    assert listed["algorithm"] is None and listed["summary"] == {}
+
+
+def test_the_run_detail_carries_the_same_fields_and_the_resolved_config(api, experiment):
+    run = make_run(experiment, RunState.RUNNING, summary=SUMMARY)
+    detail = api.get(f"/api/runs/{run.id}/").json()
+    assert detail["algorithm"] == "grpo" and detail["summary"] == SUMMARY
+    assert detail["resolved_config"]["algorithm"]["name"] == "grpo"
+
+
+def test_listing_more_runs_takes_no_more_queries(api, experiment, registry):
+    make_run(experiment, RunState.RUNNING)
+
+    def queries_of_a_list() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert api.get("/api/runs/").status_code == 200
+        return len(captured)
+
+    one = queries_of_a_list()
+    for i in range(3):  # each run on its own experiment, model and dataset
+        model = ModelAsset.objects.create(name=f"model-{i}", path="/nonexistent")
+        dataset = Dataset.objects.create(name=f"data-{i}", sha256=f"{i}" * 64, format="jsonl", path="/nonexistent",
+                                         size_bytes=1, row_count=1)
+        other = Experiment.objects.create(name=f"exp-{i}", model=model, dataset=dataset, config={})
+        Run.objects.create(experiment=other, state=RunState.SUCCEEDED, summary=SUMMARY)
+    assert queries_of_a_list() == one
+    names = {r["model_name"] for r in api.get("/api/runs/").json()["results"]}
+    assert names == {"tiny", "model-0", "model-1", "model-2"}
