@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from posttrain.core import views as core_views
 from posttrain.registry import views as registry_views
+from posttrain.review import views as review_views
 from posttrain.runs import views as run_views
 
 urlpatterns = [
@@ -16,11 +17,17 @@ urlpatterns = [
     path("compare/", run_views.compare_page, name="compare"),
     path("launch/", run_views.launch_page, name="launch"),
     path("registry/", registry_views.registry_page, name="registry"),
+    path("review/", review_views.campaigns_page, name="review"),
+    path("review/new/", review_views.campaign_new_page, name="review-new"),
+    path("review/campaigns/<int:campaign_id>/", review_views.campaign_page, name="review-campaign-page"),
+    path("annotate/", review_views.queue_page, name="annotate"),
+    path("annotate/<int:campaign_id>/", review_views.work_page, name="annotate-campaign"),
     path("admin/", admin.site.urls),
     path("api/", include("posttrain.core.api.urls")),
     path("api/", include("posttrain.registry.api.urls")),
     path("api/", include("posttrain.runs.api.urls")),
     path("api/", include("posttrain.accounts.api.urls")),
+    path("api/", include("posttrain.review.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

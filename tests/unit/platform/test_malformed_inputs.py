@@ -160,6 +160,27 @@ def compare_get(path: str, params: dict[str, Any], with_run: bool = False) -> Ca
     return send
 
 
+def review_campaign(**overrides: Any) -> Callable[[APIClient, Ctx], Any]:
+    """POST /api/review/campaigns/ with a body over a new run (it has no samples), changed by `overrides`."""
+    def send(client: APIClient, ctx: Ctx) -> Any:
+        from posttrain.runs.models import Run
+
+        run = Run.objects.create(experiment=an_experiment(), state="running")
+        body = {"name": "c", "questions": [{"key": "ok", "kind": "pass_fail", "label": "OK?"}],
+                "source": {"runs": [str(run.pk)], "rule": "random", "k": 1}, **overrides}
+        return client.post("/api/review/campaigns/", body, format="json")
+    return send
+
+
+def review_export(params: dict[str, Any]) -> Callable[[APIClient, Ctx], Any]:
+    def send(client: APIClient, ctx: Ctx) -> Any:
+        from posttrain.review.models import Campaign
+
+        campaign = Campaign.objects.create(name="c", questions=[], source={})
+        return client.get(f"/api/review/campaigns/{campaign.pk}/export/", params)
+    return send
+
+
 GOOD = '{"prompt": "1+1=", "label": "2"}\n'
 
 CASES: list[Case] = [
@@ -248,6 +269,14 @@ CASES: list[Case] = [
     Case("compare-samples-without-prompt", compare_get("samples/", {}, with_run=True), "required: the exact prompt text"),
     Case("compare-samples-step-not-a-number", compare_get("samples/", {"prompt": "p", "step": "last"}, with_run=True), "must be an integer, got 'last'"),
     Case("stream-last-event-id-not-a-seq", run_get("stream/", {"last_event_id": "12abc"}), "last_event_id msg: must be an event seq (an integer between 0 and 9223372036854775807), got '12abc'"),
+    # --- review campaigns ---
+    Case("review-rating-max-below-min", review_campaign(questions=[{"key": "q", "kind": "rating", "label": "Q", "min": 5, "max": 1}]), "questions[0].max msg: must be greater than min (5)"),
+    Case("review-pairwise-in-single-campaign", review_campaign(questions=[{"key": "p", "kind": "pairwise", "label": "Better?"}]), "pairwise questions need a pair campaign"),
+    Case("review-tags-without-options", review_campaign(questions=[{"key": "t", "kind": "tags", "label": "Tags"}]), "questions[0].options msg: required: a list of at least one tag"),
+    Case("review-unknown-rule", review_campaign(source={"runs": ["00000000-0000-4000-8000-000000000000"], "rule": "median"}), "source.rule msg: must be one of random, lowest_reward"),
+    Case("review-unknown-run", review_campaign(source={"runs": ["00000000-0000-4000-8000-000000000000"]}), "no run with id 00000000-0000-4000-8000-000000000000"),
+    Case("review-source-selects-nothing", review_campaign(), "selects no items"),
+    Case("review-export-unknown-format", review_export({"format": "xlsx"}), "must be one of trl, openai, ratings_jsonl, ratings_csv, got 'xlsx'"),
 ]
 
 

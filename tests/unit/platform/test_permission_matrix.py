@@ -31,6 +31,7 @@ ROLES = (ANONYMOUS, ANNOTATOR, RESEARCHER, ADMIN)
 EVERYONE = frozenset(ROLES)
 SIGNED_IN = frozenset({ANNOTATOR, RESEARCHER, ADMIN})
 RESEARCH = frozenset({RESEARCHER, ADMIN})
+ANNOTATION = frozenset({ANNOTATOR, ADMIN})  # review work: the queue and its items
 
 
 # Objects for `{pk}` are made fresh for each test (a DELETE removes its own).
@@ -48,6 +49,23 @@ def a_finished_run() -> Any:
     from posttrain.runs.models import Run
 
     return Run.objects.create(experiment=an_experiment(rewards=[a_reward_row()]), state="succeeded")
+
+
+def a_campaign() -> Any:
+    """A review campaign nobody is assigned to: annotators reach it only by assignment (404 otherwise)."""
+    from posttrain.review.models import Campaign
+
+    return Campaign.objects.create(name="c", questions=[{"key": "ok", "kind": "pass_fail", "label": "OK?",
+                                                         "required": True, "help": ""}], source={})
+
+
+def a_review_item() -> Any:
+    from posttrain.review.models import ReviewItem
+    from posttrain.runs.models import Sample
+
+    sample = Sample.objects.create(run=a_run(), step=0, index=0, prompt="p", response="r", length=1,
+                                   finish_reason="stop")
+    return ReviewItem.objects.create(campaign=a_campaign(), position=0, sample_a=sample)
 
 
 NOBODY: frozenset[str] = frozenset()  # machine-only: the run's own bearer token, never a user session
@@ -112,6 +130,24 @@ MATRIX: dict[str, Access] = {
     "GET /api/compare/": Access(RESEARCH),
     "GET /api/compare/prompts/": Access(RESEARCH),
     "GET /api/compare/samples/": Access(RESEARCH),
+    # Annotator review: researchers and admins run campaigns; annotators (and admins) work their queue.
+    "GET /api/review/campaigns/": Access(RESEARCH),
+    "POST /api/review/campaigns/": Access(RESEARCH),
+    "GET /api/review/campaigns/{pk}/": Access(RESEARCH, pk=a_campaign),
+    "PATCH /api/review/campaigns/{pk}/": Access(RESEARCH, pk=a_campaign),
+    "POST /api/review/campaigns/{pk}/activate/": Access(RESEARCH, pk=a_campaign),
+    "POST /api/review/campaigns/{pk}/close/": Access(RESEARCH, pk=a_campaign),
+    "GET /api/review/campaigns/{pk}/items/": Access(RESEARCH, pk=a_campaign),
+    "GET /api/review/campaigns/{pk}/results/": Access(RESEARCH, pk=a_campaign),
+    "GET /api/review/campaigns/{pk}/agreement/": Access(RESEARCH, pk=a_campaign),
+    "GET /api/review/campaigns/{pk}/export/": Access(RESEARCH, pk=a_campaign),
+    "POST /api/review/campaigns/{pk}/export/register/": Access(RESEARCH, pk=a_campaign),
+    "GET /api/review/annotators/": Access(RESEARCH),
+    "GET /api/review/queue/": Access(ANNOTATION),
+    "POST /api/review/campaigns/{pk}/next/": Access(ANNOTATION, pk=a_campaign),
+    "POST /api/review/items/{pk}/judgement/": Access(ANNOTATION, pk=a_review_item),
+    "POST /api/review/items/{pk}/skip/": Access(ANNOTATION, pk=a_review_item),
+    "POST /api/review/items/{pk}/release/": Access(ANNOTATION, pk=a_review_item),
     # Event ingestion: the engine with its run's token only; no role gets in with a session.
     "POST /api/runs/{pk}/events": Access(NOBODY, pk=a_run),
     "POST /api/runs/{pk}/events/": Access(NOBODY, pk=a_run),

@@ -1,0 +1,467 @@
+// The new-campaign form: runs picked by search, which of their samples become items, the questions
+// (a small builder per kind), and the annotators. The server validates everything in one request;
+// each error it names comes back next to its field. `?runs=<id>,<id>` pre-selects runs.
+
+import { api, ApiError, el } from "./api.js";
+
+const SEARCH_DELAY_MS = 250;
+const RUN_RESULTS = 10;
+const COMPONENT_SAMPLE_LIMIT = 200;
+const DISAGREEMENT_RULES = new Set(["component_disagreement", "reward_vs_component"]);
+const KIND_NAMES = {
+  rating: "Rating", pass_fail: "Pass / fail", pairwise: "Which is better", tags: "Tags", comment: "Comment",
+};
+const RULE_HELP = {
+  random: "A random sample of each step.",
+  lowest_reward: "The samples the reward scored lowest: where the policy fails, or the reward is wrong.",
+  highest_reward: "The samples the reward scored highest: is the reward being gamed?",
+  component_disagreement: "Samples whose reward components (two or more, chosen below) disagree most.",
+  reward_vs_component: "Samples whose reward differs most from one component (e.g. the verifier).",
+};
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  runs: new Map(), // id -> run (as the runs API lists it), in the order chosen
+  questions: [], // editor state: {kind, key, keyEdited, label, required, help, min, max, labels, options}
+  questionsTouched: false, // untouched defaults follow the campaign kind
+  searchTimer: null,
+  searchGeneration: 0,
+  componentsGeneration: 0,
+};
+
+// --- questions ------------------------------------------------------------------------------
+
+function newQuestion(kind, label) {
+  return {
+    kind, key: "", keyEdited: false, label, required: kind !== "tags" && kind !== "comment", help: "",
+    min: "1", max: "5", labels: "", options: "",
+  };
+}
+
+function defaultQuestions(kind) {
+  if (kind === "pair") return [newQuestion("pairwise", "Which response is better?")];
+  return [newQuestion("rating", "Overall quality"), newQuestion("pass_fail", "Is the answer correct?")];
+}
+
+const DEFAULT_LABELS = {
+  rating: "Overall quality", pass_fail: "Is the answer correct?", pairwise: "Which response is better?",
+  tags: "Problems", comment: "Anything else?",
+};
+
+function slug(text) {
+  const cleaned = text.toLowerCase().replace(/[^a-z0-9]+/g, "_").replace(/^[^a-z]+|_+$/g, "");
+  return cleaned.slice(0, 40).replace(/_+$/, "");
+}
+
+// Keys follow the labels until typed by hand; they stay unique, as the server requires.
+function refreshKeys() {
+  const taken = new Set(state.questions.filter((q) => q.keyEdited).map((q) => q.key));
+  state.questions.forEach((question, i) => {
+    if (question.keyEdited) return;
+    const base = slug(question.label) || `${question.kind}_${i + 1}`;
+    let key = base;
+    for (let n = 2; taken.has(key); n += 1) key = `${base.slice(0, 36)}_${n}`;
+    question.key = key;
+    taken.add(key);
+    const input = document.querySelector(`.q-editor[data-index="${i}"] input[data-field="key"]`);
+    if (input) input.value = key;
+  });
+}
+
+function splitList(text) {
+  return text.split(",").map((part) => part.trim()).filter(Boolean);
+}
+
+function integerOrText(text) {
+  const trimmed = String(text).trim();
+  return /^-?\d+$/.test(trimmed) ? Number(trimmed) : trimmed;
+}
+
+function questionSpec(question) {
+  const spec = { key: question.key, kind: question.kind, label: question.label, required: question.required };
+  if (question.help.trim()) spec.help = question.help;
+  if (question.kind === "rating") {
+    spec.min = integerOrText(question.min);
+    spec.max = integerOrText(question.max);
+    if (question.labels.trim()) spec.labels = splitList(question.labels);
+  }
+  if (question.kind === "tags") spec.options = splitList(question.options);
+  return spec;
+}
+
+function editorField(question, index, field, label, attrs = {}) {
+  const input = el("input", {
+    type: "text", value: question[field], "data-field": field, id: `q${index}-${field}`, ...attrs,
+    oninput: (event) => {
+      question[field] = event.target.value;
+      state.questionsTouched = true;
+      if (field === "key") question.keyEdited = true;
+      if (field === "label") refreshKeys();
+    },
+  });
+  return el("div", { class: "rf-field", "data-loc": `questions[${index}].${field}` },
+    el("label", { for: input.id }, label), input, el("div", { class: "field-error", hidden: true }));
+}
+
+function questionEditor(question, index) {
+  const kindFields = [];
+  if (question.kind === "rating") {
+    kindFields.push(
+      editorField(question, index, "min", "Lowest", { inputmode: "numeric", class: "short" }),
+      editorField(question, index, "max", "Highest", { inputmode: "numeric", class: "short" }),
+      editorField(question, index, "labels", "Point labels (optional, comma-separated, lowest first)",
+        { placeholder: "awful, poor, ok, good, great" }),
+    );
+  } else if (question.kind === "tags") {
+    kindFields.push(editorField(question, index, "options", "Tags (comma-separated)",
+      { placeholder: "rude, wrong format, rambling" }));
+  }
+  const required = el("input", {
+    type: "checkbox", checked: question.required, "data-field": "required",
+    onchange: (event) => { question.required = event.target.checked; state.questionsTouched = true; },
+  });
+  const last = state.questions.length - 1;
+  return el("fieldset", { class: "q-editor", "data-index": index, "data-kind": question.kind, "data-loc": `questions[${index}]` },
+    el("legend", {}, `${index + 1}. ${KIND_NAMES[question.kind]}`),
+    el("div", { class: "q-editor-actions" },
+      el("button", { type: "button", class: "secondary small", disabled: index === 0, "aria-label": `Move question ${index + 1} up`,
+        onclick: () => moveQuestion(index, -1) }, "↑"),
+      el("button", { type: "button", class: "secondary small", disabled: index === last, "aria-label": `Move question ${index + 1} down`,
+        onclick: () => moveQuestion(index, 1) }, "↓"),
+      el("button", { type: "button", class: "secondary small q-remove", onclick: () => removeQuestion(index) }, "Remove")),
+    el("div", { class: "field-error", hidden: true }),
+    el("div", { class: "q-editor-grid" },
+      editorField(question, index, "label", "Question", { class: "q-label-input" }),
+      editorField(question, index, "key", "Key (in exports)", { class: "code" }),
+      ...kindFields,
+      editorField(question, index, "help", "Help for annotators (optional)"),
+      el("div", { class: "rf-field", "data-loc": `questions[${index}].required` },
+        el("label", { class: "check" }, required, " Required"), el("div", { class: "field-error", hidden: true }))),
+  );
+}
+
+function renderQuestions() {
+  refreshKeys();
+  $("question-editors").replaceChildren(...state.questions.map(questionEditor));
+  const pairwise = $("question-add").querySelector('option[value="pairwise"]');
+  pairwise.disabled = campaignKind() !== "pair";
+}
+
+function addQuestion(kind) {
+  state.questions.push(newQuestion(kind, DEFAULT_LABELS[kind]));
+  state.questionsTouched = true;
+  renderQuestions();
+  const input = document.querySelector(`.q-editor[data-index="${state.questions.length - 1}"] .q-label-input`);
+  input.focus();
+  input.select();
+}
+
+function removeQuestion(index) {
+  state.questions.splice(index, 1);
+  state.questionsTouched = true;
+  renderQuestions();
+}
+
+function moveQuestion(index, by) {
+  const [question] = state.questions.splice(index, 1);
+  state.questions.splice(index + by, 0, question);
+  state.questionsTouched = true;
+  renderQuestions();
+}
+
+// --- the campaign kind ----------------------------------------------------------------------
+
+function campaignKind() {
+  return document.querySelector('input[name="kind"]:checked').value;
+}
+
+function kindChanged() {
+  const kind = campaignKind();
+  if (!state.questionsTouched) state.questions = defaultQuestions(kind);
+  else if (kind === "single") state.questions = state.questions.filter((q) => q.kind !== "pairwise");
+  else if (!state.questions.some((q) => q.kind === "pairwise")) {
+    state.questions.unshift(newQuestion("pairwise", DEFAULT_LABELS.pairwise));
+  }
+  $("k-label").textContent = kind === "pair" ? "Pairs per step" : "Items per run and step";
+  renderQuestions();
+  sourceChanged();
+}
+
+// --- runs -----------------------------------------------------------------------------------
+
+function runLabel(run) {
+  return run.name || String(run.id).slice(0, 8);
+}
+
+function renderChosenRuns() {
+  $("chosen-runs").replaceChildren(...[...state.runs.values()].map((run) => el("span", {
+    class: "run-chip", "data-run-id": run.id,
+  },
+  el("span", {}, runLabel(run)),
+  el("span", { class: "muted small" }, ` ${run.experiment_name || ""} · steps ≤ ${run.last_step ?? "—"}`),
+  el("button", { type: "button", class: "chip-remove", "aria-label": `Remove ${runLabel(run)}`,
+    onclick: () => { state.runs.delete(run.id); runsChanged(); } }, "×"))));
+}
+
+function chooseRun(run) {
+  state.runs.set(String(run.id), run);
+  $("run-search").value = "";
+  $("run-results").hidden = true;
+  runsChanged();
+  $("run-search").focus();
+}
+
+function runsChanged() {
+  renderChosenRuns();
+  sourceChanged();
+  loadComponents();
+}
+
+async function searchRuns() {
+  const generation = ++state.searchGeneration;
+  const results = $("run-results");
+  try {
+    const page = await api("/api/runs/", {
+      params: { search: $("run-search").value.trim(), limit: RUN_RESULTS, ordering: "-created_at" },
+    });
+    if (generation !== state.searchGeneration) return;
+    const offered = page.results.filter((run) => !state.runs.has(String(run.id)));
+    results.replaceChildren(...(offered.length ? offered.map((run) => el("li", {},
+      el("button", { type: "button", class: "run-result", "data-run-id": run.id, onclick: () => chooseRun(run) },
+        el("strong", {}, runLabel(run)),
+        el("span", { class: "muted small" }, `${run.experiment_name} · ${run.state} · step ${run.last_step ?? "—"}`))))
+      : [el("li", { class: "muted" }, "No other runs match.")]));
+    results.hidden = false;
+  } catch (error) {
+    results.replaceChildren(el("li", { class: "error" }, `Could not search runs: ${error.message}`));
+    results.hidden = false;
+  }
+}
+
+function wireRunSearch() {
+  const input = $("run-search");
+  input.addEventListener("input", () => {
+    clearTimeout(state.searchTimer);
+    state.searchTimer = setTimeout(searchRuns, SEARCH_DELAY_MS);
+  });
+  input.addEventListener("focus", searchRuns);
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "ArrowDown") {
+      const first = $("run-results").querySelector("button");
+      if (first) { event.preventDefault(); first.focus(); }
+    } else if (event.key === "Escape") {
+      $("run-results").hidden = true;
+    }
+  });
+  $("run-results").addEventListener("keydown", (event) => {
+    const buttons = [...$("run-results").querySelectorAll("button")];
+    const at = buttons.indexOf(document.activeElement);
+    if (event.key === "ArrowDown" && at < buttons.length - 1) { event.preventDefault(); buttons[at + 1].focus(); }
+    if (event.key === "ArrowUp") { event.preventDefault(); (at > 0 ? buttons[at - 1] : input).focus(); }
+    if (event.key === "Escape") { $("run-results").hidden = true; input.focus(); }
+  });
+  document.addEventListener("click", (event) => {
+    if (!event.target.closest(".run-picker")) $("run-results").hidden = true;
+  });
+}
+
+async function preselectRuns() {
+  const ids = (new URLSearchParams(window.location.search).get("runs") || "").split(",").filter(Boolean);
+  for (const id of ids) {
+    try {
+      const run = await api(`/api/runs/${encodeURIComponent(id)}/`);
+      state.runs.set(String(run.id), run);
+    } catch {
+      // An unknown id in the link: simply not chosen.
+    }
+  }
+  if (ids.length) runsChanged();
+}
+
+// Component names are read from the chosen runs' samples: they are what the disagreement rules score.
+async function loadComponents() {
+  const generation = ++state.componentsGeneration;
+  const box = $("component-options");
+  const chosenBefore = new Set(chosenComponents());
+  if (!state.runs.size) {
+    box.replaceChildren(el("span", { class: "muted" }, "Choose runs to see their components."));
+    return;
+  }
+  const names = new Set();
+  await Promise.all([...state.runs.keys()].map(async (id) => {
+    try {
+      const page = await api(`/api/runs/${id}/samples/`, { params: { limit: COMPONENT_SAMPLE_LIMIT } });
+      for (const sample of page.results) Object.keys(sample.components || {}).forEach((name) => names.add(name));
+    } catch {
+      // The run's components stay unknown; the server still checks the rule.
+    }
+  }));
+  if (generation !== state.componentsGeneration) return;
+  box.replaceChildren(...(names.size ? [...names].sort().map((name) => el("label", { class: "check" },
+    el("input", { type: "checkbox", name: "component", value: name, checked: chosenBefore.has(name) }), ` ${name}`))
+    : [el("span", { class: "muted" }, "These runs' samples have no reward components.")]));
+}
+
+function chosenComponents() {
+  return [...document.querySelectorAll('input[name="component"]:checked')].map((input) => input.value);
+}
+
+function sourceChanged() {
+  const rule = $("c-rule").value;
+  $("components-field").hidden = !DISAGREEMENT_RULES.has(rule);
+  $("rule-help").textContent = RULE_HELP[rule] || "";
+  $("pair-steps-field").hidden = !(campaignKind() === "pair" && state.runs.size === 2);
+}
+
+// --- annotators -----------------------------------------------------------------------------
+
+async function loadAnnotators() {
+  const box = $("annotator-options");
+  try {
+    const annotators = await api("/api/review/annotators/");
+    box.replaceChildren(...(annotators.length ? annotators.map((user) => el("label", { class: "check" },
+      el("input", { type: "checkbox", name: "annotator", value: user.username }), ` ${user.username}`))
+      : [el("span", { class: "muted" }, "No user has the annotator role yet: an admin gives it.")]));
+  } catch (error) {
+    box.replaceChildren(el("span", { class: "error" }, `Could not load annotators: ${error.message}`));
+  }
+}
+
+// --- the request ----------------------------------------------------------------------------
+
+function stepsSource() {
+  const mode = document.querySelector('input[name="steps-mode"]:checked').value;
+  if (mode === "list") return { steps: $("steps-list").value.split(/[\s,]+/).filter(Boolean).map(integerOrText) };
+  if (mode === "range") return { step_range: [integerOrText($("step-first").value), integerOrText($("step-last").value)] };
+  return {};
+}
+
+function campaignBody() {
+  const kind = campaignKind();
+  const rule = $("c-rule").value;
+  const source = {
+    runs: [...state.runs.keys()], rule, k: integerOrText($("c-k").value), seed: integerOrText($("c-seed").value),
+    ...stepsSource(),
+  };
+  if (DISAGREEMENT_RULES.has(rule)) source.components = chosenComponents();
+  if (kind === "pair" && state.runs.size === 2) source.pair_steps = $("c-pair-steps").value;
+  return {
+    name: $("c-name").value,
+    description: $("c-description").value,
+    instructions: $("c-instructions").value,
+    kind,
+    questions: state.questions.map(questionSpec),
+    source,
+    blind: $("c-blind").checked,
+    overlap: integerOrText($("c-overlap").value),
+    lock_ttl_s: integerOrText($("c-lock-ttl").value),
+    annotators: [...document.querySelectorAll('input[name="annotator"]:checked')].map((input) => input.value),
+  };
+}
+
+// --- errors ---------------------------------------------------------------------------------
+
+// "questions[1].labels[2]" -> ["questions[1].labels[2]", "questions[1].labels", "questions[1]", "questions"]
+function locPrefixes(loc) {
+  const prefixes = [];
+  let rest = loc;
+  while (rest) {
+    prefixes.push(rest);
+    const cut = Math.max(rest.lastIndexOf("."), rest.lastIndexOf("["));
+    rest = cut > 0 ? rest.slice(0, cut) : "";
+  }
+  return prefixes;
+}
+
+function errorBoxFor(loc) {
+  for (const prefix of locPrefixes(loc)) {
+    const owner = document.querySelector(`#campaign-form [data-loc~="${CSS.escape(prefix)}"]`);
+    if (owner) return { owner, exact: prefix === loc };
+  }
+  return null;
+}
+
+function clearErrors() {
+  for (const node of document.querySelectorAll("#campaign-form .field-error")) {
+    node.hidden = true;
+    node.replaceChildren();
+  }
+  document.querySelectorAll("#campaign-form .has-error").forEach((node) => node.classList.remove("has-error"));
+  $("error-summary").hidden = true;
+  $("form-failure").hidden = true;
+}
+
+function showErrors(errors) {
+  clearErrors();
+  const unplaced = [];
+  let first = null;
+  for (const error of errors) {
+    const loc = String(error.loc || "");
+    const found = loc ? errorBoxFor(loc) : null;
+    if (!found) {
+      unplaced.push(error);
+      continue;
+    }
+    const node = found.owner.querySelector(":scope > .field-error");
+    node.append(el("div", {}, found.exact ? error.msg : `${loc}: ${error.msg}`));
+    node.hidden = false;
+    found.owner.classList.add("has-error");
+    first = first || found.owner;
+  }
+  if (unplaced.length) {
+    $("error-summary").replaceChildren(el("strong", {}, "Please fix:"),
+      el("ul", {}, ...unplaced.map((error) => el("li", {}, error.loc ? `${error.loc}: ${error.msg}` : error.msg))));
+    $("error-summary").hidden = false;
+    first = first || $("error-summary");
+  }
+  if (first) {
+    first.scrollIntoView({ block: "center" });
+    const input = first.querySelector("input, select, textarea");
+    if (input) input.focus({ preventScroll: true });
+  }
+}
+
+async function submit(event) {
+  event.preventDefault();
+  const button = $("create-button");
+  button.disabled = true;
+  $("form-status").textContent = "Creating the campaign and sampling its items…";
+  try {
+    const campaign = await api("/api/review/campaigns/", { method: "POST", body: campaignBody() });
+    window.location.href = `/review/campaigns/${campaign.id}/`;
+  } catch (error) {
+    button.disabled = false;
+    if (error instanceof ApiError && error.errors.length) {
+      showErrors(error.errors);
+      $("form-status").textContent = `${error.errors.length} problem${error.errors.length === 1 ? "" : "s"} to fix`;
+    } else {
+      clearErrors();
+      $("form-status").textContent = "";
+      $("form-failure").textContent = `Could not create the campaign: ${error.message}`;
+      $("form-failure").hidden = false;
+    }
+  }
+}
+
+// --- wiring ---------------------------------------------------------------------------------
+
+document.querySelectorAll('input[name="kind"]').forEach((input) => input.addEventListener("change", kindChanged));
+$("c-rule").addEventListener("change", sourceChanged);
+$("question-add").addEventListener("change", (event) => {
+  if (event.target.value) addQuestion(event.target.value);
+  event.target.value = "";
+});
+// Typing into a step field picks its mode: nobody types steps they do not mean to use.
+$("steps-list").addEventListener("input", () => { document.querySelector('input[name="steps-mode"][value="list"]').checked = true; });
+for (const id of ["step-first", "step-last"]) {
+  $(id).addEventListener("input", () => { document.querySelector('input[name="steps-mode"][value="range"]').checked = true; });
+}
+$("campaign-form").addEventListener("submit", submit);
+wireRunSearch();
+state.questions = defaultQuestions(campaignKind());
+renderQuestions();
+sourceChanged();
+await Promise.all([loadAnnotators(), preselectRuns()]);
+$("c-name").focus();
+document.body.dataset.ready = "true"; // tests wait for this

@@ -1,0 +1,296 @@
+"""REST API of annotator review: thin views over posttrain.review services, selectors and export.
+
+Researchers and admins manage campaigns (CampaignViewSet, AnnotatorListView). Annotators and admins work
+their queue (QueueView and the item views) and reach only campaigns they are assigned to: anything
+else is a 404, as if it did not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import mixins, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from posttrain.accounts.permissions import IsAnnotator, IsResearcher
+from posttrain.accounts.roles import Role
+from posttrain.registry.api.serializers import DatasetSerializer
+from posttrain.review import export, selectors, services
+from posttrain.review.api import serializers as s
+from posttrain.review.models import Campaign, ReviewItem
+from posttrain.review.questions import swap_pairwise
+from posttrain.runs.api.errors import RunsErrorsMixin
+from posttrain.runs.errors import InvalidInput
+
+_errors_response = inline_serializer(
+    "ReviewValidationErrors",
+    fields={"errors": serializers.ListField(child=inline_serializer(
+        "ReviewFieldError", fields={"loc": serializers.CharField(), "msg": serializers.CharField()}))},
+)
+_conflict_response = inline_serializer(
+    "ReviewStateConflict", fields={"detail": serializers.CharField(), "state": serializers.CharField()})
+_busy_response = inline_serializer("ReviewItemUnavailable", fields={"detail": serializers.CharField()})
+
+
+class _FileNegotiation(BaseContentNegotiation):
+    """`?format=` names the export's file type, not a DRF renderer; errors answer in JSON."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return JSONRenderer(), JSONRenderer.media_type
+
+
+def _text_param(request: Request, name: str) -> str | None:
+    return request.query_params.get(name, "").replace("\x00", "").strip() or None
+
+
+# --- researchers ----------------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Review campaigns", description="Filter with `state` (draft, active, closed)."),
+    retrieve=extend_schema(summary="One campaign, with its questions, source and progress",
+                           responses=s.CampaignDetailSerializer),
+)
+class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = [IsResearcher]
+    serializer_class = s.CampaignSerializer
+    filterset_fields = ["state", "kind"]
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        return selectors.campaign_list()
+
+    def get_serializer_class(self):
+        return s.CampaignSerializer if self.action == "list" else s.CampaignDetailSerializer
+
+    def _detail(self, campaign: Campaign, status: int = 200) -> Response:
+        return Response(s.CampaignDetailSerializer(selectors.campaign_list().get(pk=campaign.pk)).data, status=status)
+
+    @extend_schema(
+        summary="Create a campaign (a draft, its items already sampled from the runs)",
+        description="Questions and source are validated in full; every problem comes back as `errors` naming its "
+        "`loc` (`questions[1].max`, `source.runs[0]`, `annotators[0]`).",
+        request=s.CampaignCreateSerializer,
+        responses={201: s.CampaignDetailSerializer, 400: _errors_response},
+    )
+    def create(self, request: Request) -> Response:
+        body = s.CampaignCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        campaign = services.campaign_create(**body.validated_data, user=request.user)
+        return self._detail(campaign, status=201)
+
+    @extend_schema(summary="Edit a campaign's texts and annotators", request=s.CampaignUpdateSerializer,
+                   responses={200: s.CampaignDetailSerializer, 400: _errors_response})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        campaign = self.get_object()
+        body = s.CampaignUpdateSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        services.campaign_update(campaign, **body.validated_data)
+        return self._detail(campaign)
+
+    @extend_schema(summary="Open the campaign to its annotators (draft → active)", request=None,
+                   responses={200: s.CampaignDetailSerializer, 409: _conflict_response})
+    @action(detail=True, methods=["post"])
+    def activate(self, request: Request, pk: str | None = None) -> Response:
+        return self._detail(services.campaign_activate(self.get_object()))
+
+    @extend_schema(summary="Close the campaign (draft or active → closed)", request=None,
+                   responses={200: s.CampaignDetailSerializer, 409: _conflict_response})
+    @action(detail=True, methods=["post"])
+    def close(self, request: Request, pk: str | None = None) -> Response:
+        return self._detail(services.campaign_close(self.get_object()))
+
+    @extend_schema(summary="The campaign's items in queue order (paginated)", responses=s.ReviewItemSerializer(many=True))
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def items(self, request: Request, pk: str | None = None) -> Response:
+        page = self.paginate_queryset(selectors.campaign_items(self.get_object()))
+        return self.get_paginated_response(s.ReviewItemSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Judgements next to the rewards, per item (paginated)",
+        description="Pairs: `reward_preferred` vs `human_preferred` (\"A\" = samples.A). Singles: `human_score` "
+        "(first pass/fail pass rate, else first rating scaled to 0..1) vs `reward_rank` (the reward's standing "
+        "among the campaign's items, 0..1). `disagrees` when they are ≥ 0.5 apart or name different samples.",
+        parameters=[
+            OpenApiParameter("ordering", OpenApiTypes.STR, enum=list(selectors.RESULT_ORDERINGS),
+                             description="Default position; unknown values (no judgement, no reward) sort last."),
+            OpenApiParameter("disagrees", OpenApiTypes.BOOL, description="true: only items flagged as disagreeing."),
+        ],
+        responses={200: s.ResultRowSerializer(many=True), 400: _errors_response},
+    )
+    @action(detail=True, methods=["get"], filter_backends=[])
+    def results(self, request: Request, pk: str | None = None) -> Response:
+        campaign = self.get_object()
+        ordering = _text_param(request, "ordering") or "position"
+        if ordering not in selectors.RESULT_ORDERINGS:
+            raise InvalidInput.one("ordering", f"must be one of {', '.join(selectors.RESULT_ORDERINGS)}, "
+                                   f"got {ordering[:50]!r}")
+        only = (_text_param(request, "disagrees") or "").lower() in ("1", "true", "yes")
+        rows = selectors.campaign_results(campaign, ordering=ordering, disagreements_only=only)
+        return self.get_paginated_response(self.paginate_queryset(rows))
+
+    @extend_schema(summary="Agreement per question and statistics per annotator", responses=s.AgreementSerializer)
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def agreement(self, request: Request, pk: str | None = None) -> Response:
+        return Response(selectors.agreement(self.get_object()))
+
+    @extend_schema(
+        summary="Download the judgements as a file",
+        description="trl and openai: preference pairs (pair campaigns; the items' plurality answer A or B; ties, "
+        "both_bad and level votes give no pair). ratings_jsonl / ratings_csv: one row per judgement.",
+        parameters=[
+            OpenApiParameter("format", OpenApiTypes.STR, enum=list(export.EXPORT_FORMATS), required=True),
+            OpenApiParameter("question", OpenApiTypes.STR, description="trl/openai: the pairwise question key "
+                             "(default: the first)."),
+        ],
+        responses={(200, "application/x-ndjson"): OpenApiTypes.STR, (200, "text/csv"): OpenApiTypes.STR,
+                   400: _errors_response},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[],
+            content_negotiation_class=_FileNegotiation)
+    def export(self, request: Request, pk: str | None = None) -> HttpResponse:
+        campaign = self.get_object()
+        fmt = export.check_format(_text_param(request, "format"))
+        built = export.export_campaign(campaign, fmt, _text_param(request, "question"))
+        response = HttpResponse("".join(built.lines), content_type=export.EXPORT_FORMATS[fmt].content_type)
+        response["Content-Disposition"] = f'attachment; filename="{export.export_filename(campaign, fmt)}"'
+        return response
+
+    @extend_schema(
+        summary="Register an export as a registry dataset (lineage: source_campaign_id)",
+        description="201 with the new dataset; 200 with the existing one when the same content was registered "
+        "before. openai cannot be registered (its prompt is nested); register trl.",
+        request=s.ExportRegisterSerializer,
+        responses={201: DatasetSerializer, 200: DatasetSerializer, 400: _errors_response},
+    )
+    @action(detail=True, methods=["post"], url_path="export/register")
+    def export_register(self, request: Request, pk: str | None = None) -> Response:
+        campaign = self.get_object()
+        body = s.ExportRegisterSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        dataset, created = export.campaign_export_register(
+            campaign, data["format"], data["name"] or None, request.user, description=data["description"],
+            question=data["question"])
+        return Response(DatasetSerializer(dataset).data, status=201 if created else 200)
+
+
+class AnnotatorListView(RunsErrorsMixin, APIView):
+    permission_classes = [IsResearcher]
+
+    @extend_schema(summary="Users who may be assigned to campaigns (annotator role)",
+                   responses=s.AnnotatorSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        users = (get_user_model().objects.filter(is_active=True, groups__name=Role.ANNOTATOR)
+                 .order_by("username").distinct())
+        return Response([{"id": user.pk, "username": user.get_username()} for user in users])
+
+
+# --- annotators -----------------------------------------------------------------------------------
+
+
+def _next_payload(campaign: Campaign, request: Request) -> dict[str, Any] | None:
+    """Claim the user's next item of the campaign: the payload the page shows, or None when none is left."""
+    item = services.item_claim_next(campaign, request.user)
+    if item is None:
+        return None
+    return {"campaign": selectors.campaign_for_annotator(campaign),
+            "item": selectors.item_for_annotator(item, request.user),
+            "progress": selectors.annotator_progress(campaign, request.user)}
+
+
+class _AnnotatorView(RunsErrorsMixin, APIView):
+    permission_classes = [IsAnnotator]
+
+    def _item(self, request: Request, pk: int) -> ReviewItem:
+        return get_object_or_404(selectors.annotator_items(request.user), pk=pk)
+
+
+class QueueView(_AnnotatorView):
+    @extend_schema(summary="My active campaigns, with my progress in each", responses=s.QueueEntrySerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response([
+            {**selectors.campaign_for_annotator(campaign), "description": campaign.description, "progress": progress}
+            for campaign, progress in selectors.annotator_queue(request.user)
+        ])
+
+
+class CampaignNextView(_AnnotatorView):
+    @extend_schema(
+        summary="Claim my next item (locked to me for the campaign's lock_ttl_s)",
+        description="The item I hold already comes back first (lock renewed). Unskipped items before skipped ones; "
+        "never an item I judged; never one another annotator holds. 204 when nothing is available to me now "
+        "(`GET /api/review/queue/` tells done from waiting on others' locks). Blind campaigns show no reward, "
+        "components, run, step or sample id.",
+        request=None,
+        responses={200: s.NextItemSerializer, 204: OpenApiResponse(description="Nothing left for me now."),
+                   404: OpenApiTypes.OBJECT, 409: _conflict_response},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        campaign = get_object_or_404(selectors.annotator_campaigns(request.user), pk=pk)
+        payload = _next_payload(campaign, request)
+        return Response(status=204) if payload is None else Response(payload)
+
+
+class ItemJudgementView(_AnnotatorView):
+    @extend_schema(
+        summary="Submit my answers on an item (again: replaces my answers)",
+        description="Pairwise answers name the responses as shown (A is the first shown). Needs the item free "
+        "for me: I hold its lock, or nobody holds an unexpired one. Releases the lock. With `claim_next`, the "
+        "response carries my next item (`next`, null when none) so the page needs one request per item.",
+        request=s.JudgementBodySerializer,
+        responses={201: s.JudgementResponseSerializer, 200: s.JudgementResponseSerializer, 400: _errors_response,
+                   404: OpenApiTypes.OBJECT, 409: _busy_response},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        item = self._item(request, pk)
+        body = s.JudgementBodySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        judgement, created = services.judgement_submit(item, request.user, data["answers"], data["seconds"])
+        payload: dict[str, Any] = {
+            "judgement": {"item": item.pk,
+                          "answers": swap_pairwise(item.campaign.questions, judgement.answers, item.display_swap),
+                          "seconds": judgement.seconds, "created_at": judgement.created_at,
+                          "updated_at": judgement.updated_at},
+            "created": created,
+            "progress": selectors.annotator_progress(item.campaign, request.user),
+        }
+        if data["claim_next"]:
+            payload["next"] = _next_payload(item.campaign, request)
+        return Response(payload, status=201 if created else 200)
+
+
+class ItemSkipView(_AnnotatorView):
+    @extend_schema(summary="Skip an item for now (it comes back after my other items)",
+                   request=s.ClaimNextBodySerializer,
+                   responses={200: s.SkipResponseSerializer, 404: OpenApiTypes.OBJECT, 409: _busy_response})
+    def post(self, request: Request, pk: int) -> Response:
+        item = self._item(request, pk)
+        body = s.ClaimNextBodySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.item_skip(item, request.user)
+        payload: dict[str, Any] = {"skipped": True, "progress": selectors.annotator_progress(item.campaign, request.user)}
+        if body.validated_data["claim_next"]:
+            payload["next"] = _next_payload(item.campaign, request)
+        return Response(payload)
+
+
+class ItemReleaseView(_AnnotatorView):
+    @extend_schema(summary="Give an item back unjudged (idempotent)", request=None,
+                   responses={200: s.ReleaseResponseSerializer, 404: OpenApiTypes.OBJECT})
+    def post(self, request: Request, pk: int) -> Response:
+        return Response({"released": services.item_release(self._item(request, pk), request.user)})

@@ -1,0 +1,253 @@
+"""The questions of a campaign and the answers to them: validation and normalisation (no database).
+
+A question is a JSON object:
+
+    {"key": "quality", "kind": "rating", "label": "Overall quality", "required": true, "help": "...",
+     "min": 1, "max": 5, "labels": ["awful", "poor", "ok", "good", "great"]}      # rating
+    {"key": "correct", "kind": "pass_fail", "label": "Is the answer correct?"}     # true / false
+    {"key": "better", "kind": "pairwise", "label": "Which response is better?"}    # "A" | "B" | "tie" | "both_bad"
+    {"key": "issues", "kind": "tags", "label": "Problems", "options": ["rude", "wrong"]}  # a list of options
+    {"key": "note", "kind": "comment", "label": "Anything else?"}                   # free text
+
+`required` defaults to true, except for tags and comments (an empty tag list is the answer "none apply"). Pairwise questions exist only in pair campaigns.
+Every error names its field (`questions[2].max`, `answers.quality`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from posttrain.runs.errors import InvalidInput
+
+QUESTION_KINDS: tuple[str, ...] = ("rating", "pass_fail", "pairwise", "tags", "comment")
+PAIRWISE_CHOICES: tuple[str, ...] = ("A", "B", "tie", "both_bad")
+_KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+MAX_QUESTIONS = 20
+MAX_LABEL_CHARS = 500
+MAX_HELP_CHARS = 5000
+MAX_SCALE_POINTS = 101
+MAX_TAG_OPTIONS = 50
+MAX_TAG_CHARS = 100
+MAX_COMMENT_CHARS = 10_000
+_COMMON_FIELDS = {"key", "kind", "label", "required", "help"}
+_KIND_FIELDS = {"rating": {"min", "max", "labels"}, "tags": {"options"}}
+
+
+def _integer(value: Any) -> int | None:
+    """An int from JSON (2 or 2.0), None for anything else (booleans included)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _text(value: Any, loc: str, errors: list[dict[str, str]], *, limit: int, required: bool) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        errors.append({"loc": loc, "msg": "must be a string"})
+        return ""
+    value = value.strip()
+    if required and not value:
+        errors.append({"loc": loc, "msg": "is required"})
+    elif len(value) > limit:
+        errors.append({"loc": loc, "msg": f"is {len(value)} characters long; at most {limit}"})
+    elif "\x00" in value:
+        errors.append({"loc": loc, "msg": "must not contain NUL characters"})
+    return value
+
+
+def validate_questions(raw: Any, campaign_kind: str) -> list[dict[str, Any]]:
+    """The campaign's questions, normalised (defaults filled in); InvalidInput naming each bad field."""
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput.one("questions", "required: a list of at least one question")
+    if len(raw) > MAX_QUESTIONS:
+        raise InvalidInput.one("questions", f"at most {MAX_QUESTIONS} questions per campaign")
+    errors: list[dict[str, str]] = []
+    questions: list[dict[str, Any]] = []
+    seen_keys: set[str] = set()
+    for i, question in enumerate(raw):
+        loc = f"questions[{i}]"
+        if not isinstance(question, dict):
+            errors.append({"loc": loc, "msg": "must be an object with key, kind and label"})
+            continue
+        checked = _question(question, loc, campaign_kind, errors)
+        if checked is None:
+            continue
+        if checked["key"] in seen_keys:
+            errors.append({"loc": f"{loc}.key", "msg": f"key {checked['key']!r} is used by an earlier question"})
+        seen_keys.add(checked["key"])
+        questions.append(checked)
+    if not errors and campaign_kind == "pair" and not any(q["kind"] == "pairwise" for q in questions):
+        errors.append({"loc": "questions", "msg": "a pair campaign needs a pairwise question (which response is better)"})
+    if errors:
+        raise InvalidInput(errors)
+    return questions
+
+
+def _question(raw: dict[str, Any], loc: str, campaign_kind: str, errors: list[dict[str, str]]) -> dict[str, Any] | None:
+    kind = raw.get("kind")
+    if kind not in QUESTION_KINDS:
+        errors.append({"loc": f"{loc}.kind", "msg": f"must be one of {', '.join(QUESTION_KINDS)}, got {kind!r}"[:300]})
+        return None
+    before = len(errors)
+    unknown = sorted(set(raw) - _COMMON_FIELDS - _KIND_FIELDS.get(kind, set()))
+    for name in unknown:
+        errors.append({"loc": f"{loc}.{name}"[:300], "msg": f"unknown field for a {kind} question"})
+    key = raw.get("key")
+    if not isinstance(key, str) or not _KEY.match(key):
+        errors.append({"loc": f"{loc}.key", "msg": "must be 1-40 lowercase letters, digits or _, starting with a letter"})
+    if kind == "pairwise" and campaign_kind != "pair":
+        errors.append({"loc": f"{loc}.kind", "msg": "pairwise questions need a pair campaign (kind 'pair')"})
+    required = raw.get("required", kind not in ("tags", "comment"))
+    if not isinstance(required, bool):
+        errors.append({"loc": f"{loc}.required", "msg": "must be true or false"})
+    question: dict[str, Any] = {
+        "key": key,
+        "kind": kind,
+        "label": _text(raw.get("label"), f"{loc}.label", errors, limit=MAX_LABEL_CHARS, required=True),
+        "required": required,
+        "help": _text(raw.get("help"), f"{loc}.help", errors, limit=MAX_HELP_CHARS, required=False),
+    }
+    if kind == "rating":
+        question.update(_rating_scale(raw, loc, errors))
+    elif kind == "tags":
+        question["options"] = _tag_options(raw.get("options"), f"{loc}.options", errors)
+    elif kind == "pairwise":
+        question["choices"] = list(PAIRWISE_CHOICES)
+    return question if len(errors) == before else None
+
+
+def _rating_scale(raw: dict[str, Any], loc: str, errors: list[dict[str, str]]) -> dict[str, Any]:
+    low, high = _integer(raw.get("min")), _integer(raw.get("max"))
+    if low is None:
+        errors.append({"loc": f"{loc}.min", "msg": "required: the lowest rating, an integer"})
+    if high is None:
+        errors.append({"loc": f"{loc}.max", "msg": "required: the highest rating, an integer"})
+    if low is None or high is None:
+        return {}
+    if high <= low:
+        errors.append({"loc": f"{loc}.max", "msg": f"must be greater than min ({low})"})
+        return {}
+    points = high - low + 1
+    if points > MAX_SCALE_POINTS:
+        errors.append({"loc": f"{loc}.max", "msg": f"the scale has {points} points; at most {MAX_SCALE_POINTS}"})
+        return {}
+    labels = raw.get("labels", [])
+    if labels is None:
+        labels = []
+    if not isinstance(labels, list) or (labels and len(labels) != points):
+        errors.append({"loc": f"{loc}.labels", "msg": f"must be a list of {points} labels, one per point from {low} to {high}"})
+        return {}
+    cleaned = [_text(label, f"{loc}.labels[{i}]", errors, limit=MAX_LABEL_CHARS, required=True)
+               for i, label in enumerate(labels)]
+    return {"min": low, "max": high, "labels": cleaned}
+
+
+def _tag_options(raw: Any, loc: str, errors: list[dict[str, str]]) -> list[str]:
+    if not isinstance(raw, list) or not raw:
+        errors.append({"loc": loc, "msg": "required: a list of at least one tag"})
+        return []
+    if len(raw) > MAX_TAG_OPTIONS:
+        errors.append({"loc": loc, "msg": f"at most {MAX_TAG_OPTIONS} tags"})
+        return []
+    options: list[str] = []
+    for i, option in enumerate(raw):
+        text = _text(option, f"{loc}[{i}]", errors, limit=MAX_TAG_CHARS, required=True)
+        if text and text in options:
+            errors.append({"loc": f"{loc}[{i}]", "msg": f"tag {text!r} is listed twice"})
+        options.append(text)
+    return options
+
+
+# --- answers ----------------------------------------------------------------------------------
+
+
+def validate_answers(questions: list[dict[str, Any]], raw: Any, loc: str = "answers") -> dict[str, Any]:
+    """An annotator's answers, normalised: unanswered optional questions are left out, tags follow the
+    order of the options, comments are stripped. Pairwise answers stay as the annotator saw them."""
+    if not isinstance(raw, dict):
+        raise InvalidInput.one(loc, "must be an object of question key to answer")
+    errors: list[dict[str, str]] = []
+    known = {q["key"] for q in questions}
+    for key in raw:
+        if key not in known:
+            errors.append({"loc": f"{loc}.{key}"[:300], "msg": f"no question has this key (the keys: {', '.join(sorted(known))})"})
+    answers: dict[str, Any] = {}
+    for question in questions:
+        key = question["key"]
+        here = f"{loc}.{key}"
+        value = _answer(question, raw.get(key), here, errors)
+        if value is None:
+            if question["required"] and not any(e["loc"] == here for e in errors):
+                errors.append({"loc": here, "msg": f"required: {question['label']}"})
+            continue
+        answers[key] = value
+    if errors:
+        raise InvalidInput(errors)
+    return answers
+
+
+def _answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[str, str]]) -> Any:
+    """The normalised answer, or None when there is none (an error is appended for a wrong one)."""
+    if value is None:
+        return None
+    kind = question["kind"]
+    if kind == "rating":
+        rating = _integer(value)
+        if rating is None or not question["min"] <= rating <= question["max"]:
+            errors.append({"loc": loc, "msg": f"must be an integer from {question['min']} to {question['max']}"})
+            return None
+        return rating
+    if kind == "pass_fail":
+        if not isinstance(value, bool):
+            errors.append({"loc": loc, "msg": "must be true (pass) or false (fail)"})
+            return None
+        return value
+    if kind == "pairwise":
+        if value not in PAIRWISE_CHOICES:
+            errors.append({"loc": loc, "msg": f"must be one of {', '.join(PAIRWISE_CHOICES)}"})
+            return None
+        return value
+    if kind == "tags":
+        if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
+            errors.append({"loc": loc, "msg": "must be a list of tags"})
+            return None
+        unknown = [tag for tag in value if tag not in question["options"]]
+        if unknown:
+            errors.append({"loc": loc, "msg": f"unknown tag {unknown[0][:100]!r}; the tags: {', '.join(question['options'])}"})
+            return None
+        chosen = [option for option in question["options"] if option in value]
+        return chosen if chosen or not question["required"] else None
+    # comment
+    if not isinstance(value, str):
+        errors.append({"loc": loc, "msg": "must be a string"})
+        return None
+    text = value.strip()
+    if len(text) > MAX_COMMENT_CHARS:
+        errors.append({"loc": loc, "msg": f"is {len(text)} characters long; at most {MAX_COMMENT_CHARS}"})
+        return None
+    if "\x00" in text:
+        errors.append({"loc": loc, "msg": "must not contain NUL characters"})
+        return None
+    return text or None
+
+
+# --- pairwise answers: as shown vs as stored ---------------------------------------------------
+
+_SWAPPED = {"A": "B", "B": "A"}
+
+
+def swap_pairwise(questions: list[dict[str, Any]], answers: dict[str, Any], swap: bool) -> dict[str, Any]:
+    """Pairwise answers between what the annotator saw and what is stored ("A" = the item's sample_a).
+
+    The same mapping works both ways: when the item showed sample_b as A, "A" and "B" trade places."""
+    if not swap:
+        return dict(answers)
+    pairwise = {q["key"] for q in questions if q["kind"] == "pairwise"}
+    return {key: _SWAPPED.get(value, value) if key in pairwise else value for key, value in answers.items()}
