@@ -27,15 +27,11 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +55,9 @@ except ImportError:  # run with another Python: re-run under the project's venv
     if Path(sys.executable) != OURS_BIN / "python" and (OURS_BIN / "python").exists():
         os.execv(str(OURS_BIN / "python"), [str(OURS_BIN / "python"), *sys.argv])
     raise
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest import free_port, stop_process_group, wait_for_http  # noqa: E402  (the ingest bench's helpers)
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -87,38 +86,6 @@ class BenchError(Exception):
 
 def log(message: str) -> None:
     print(f"[live-latency {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_http(url: str, timeout_s: float, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server for {url} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except urllib.error.HTTPError:
-            return  # it answered
-        except Exception:
-            time.sleep(0.3)
-    raise TimeoutError(f"{url} did not answer within {timeout_s}s")
-
-
-def stop_process_group(process: subprocess.Popen | None, timeout_s: float = 20) -> None:
-    if process is None or process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def check_run_page() -> None:

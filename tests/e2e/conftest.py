@@ -79,3 +79,20 @@ def screenshot(page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+PASSWORD = "correct-horse-battery"  # every e2e user's password
+
+
+def log_in(page, base: str, username: str, next_path: str = "/") -> None:
+    page.goto(f"{base}/login/?next={next_path}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}{next_path}")
+
+
+def open_ready(page, url: str) -> None:
+    """Opens a page and waits until its script has loaded what it shows (pages set body[data-ready])."""
+    page.goto(url)
+    page.wait_for_selector("body[data-ready=true]")

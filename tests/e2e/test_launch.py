@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PASSWORD = "correct-horse-battery"
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +44,6 @@ def model_and_reward(researcher, tiny_model_folder):
     model = services.model_register("tiny-qwen", str(tiny_model_folder), user=researcher)
     reward = services.reward_create("exact answer", "builtin", {"type": "exact_match"}, user=researcher)
     return model, reward
-
-
-def log_in(page, web_server: str, username: str) -> None:
-    page.goto(f"{web_server}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/")
-
-
-def open_ready(page, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector("body[data-ready=true]")
 
 
 def config_field(page, loc: str):

@@ -16,11 +16,10 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-PASSWORD = "correct-horse-battery"
 RUN_TIMEOUT_MS = 180_000
 REWARD_POINTS = "() => { const d = document.getElementById('chart-reward'); return d && d.data && d.data.length ? d.data[0].x.length : 0; }"
 
@@ -45,19 +44,6 @@ def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Ite
             yield stack
         finally:
             stop_ray_jobs(ray_head)
-
-
-def log_in(page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
-
-
-def open_ready(page, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector("body[data-ready=true]")
 
 
 def config_input(page, loc: str):

@@ -20,12 +20,11 @@ from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.review.models import Campaign, Judgement, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import PASSWORD, open_ready, screenshot
 from tests.unit.platform.runs_fixtures import BASE_CONFIG, sample_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PASSWORD = "correct-horse-battery"
 RUN_NAME = "secret-run-name"
 ANNOTATORS = ("ann", "bob")
 INSTRUCTIONS = "Judge the arithmetic: is the answer to the sum right, and is it said plainly?"
@@ -140,11 +139,6 @@ def _run_with_samples(folder: Path, user) -> Run:
 
 
 # --- browser helpers ------------------------------------------------------------------------------
-
-
-def open_ready(page: Page, url: str) -> None:
-    page.goto(url)
-    page.wait_for_selector("body[data-ready=true]")
 
 
 def log_in(page: Page, web_server: str, username: str) -> None:

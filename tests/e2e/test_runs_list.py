@@ -10,25 +10,16 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import screenshot
+from tests.e2e.conftest import PASSWORD, log_in, screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PASSWORD = "correct-horse-battery"
 
 
 def a_researcher(username: str):
     from posttrain.accounts.services import user_create
 
     return user_create(username, PASSWORD, "researcher")
-
-
-def log_in(page, web_server: str, username: str) -> None:
-    page.goto(f"{web_server}/login/?next=/runs/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/runs/")
 
 
 def an_experiment(name: str):
@@ -63,7 +54,7 @@ def row(page, run):
 
 def test_a_researcher_sees_runs_with_metrics_and_filters_them(web_server, page):
     a_researcher("rosalind")
-    log_in(page, web_server, "rosalind")
+    log_in(page, web_server, "rosalind", next_path="/runs/")
     expect(page.locator(".runs-empty")).to_contain_text("No runs yet")
     screenshot(page, "runs-list-empty")
 
@@ -111,7 +102,7 @@ def test_a_state_badge_changes_live_and_two_selected_runs_open_compare(web_serve
     experiment = an_experiment("gsm ppo")
     first = a_run(experiment, "ppo seed 1", "running", reward=(0.3, 0.3))
     second = a_run(experiment, "ppo seed 2", "succeeded", reward=(0.5, 0.6), finished_at=timezone.now())
-    log_in(page, web_server, "barbara")
+    log_in(page, web_server, "barbara", next_path="/runs/")
     expect(row(page, first).locator(".badge")).to_have_text("running")
 
     assert run_transition(first.id, ["running"], "succeeded", "finished in the e2e test")
