@@ -134,7 +134,8 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
     page.wait_for_function(f"({REWARD_POINTS})() >= 40", timeout=30_000)
     drawn = page.evaluate("() => document.getElementById('chart-reward').data[0].x")
     assert drawn == stored
-    expect(page.locator("#checkpoints-table tbody tr[data-step]").first).to_be_visible()
+    expect(page.locator('#checkpoints-table tr[data-step="40"]')).to_contain_text("Register as model")
+    expect(page.locator('#checkpoints-table tr[data-step="10"]')).to_contain_text("pruned")  # keep_last=2
     assert page.evaluate("window.__sameDocument") is True
     seen = page.evaluate("window.__seen")
     # The curve grew in place several times, and new steps' samples replaced the table, without a reload.

@@ -365,11 +365,12 @@ function setupSamples() {
 async function loadCheckpoints() {
   const checkpoints = await api(`/api/runs/${run.id}/checkpoints/`);
   const body = document.querySelector("#checkpoints-table tbody");
-  body.replaceChildren(...checkpoints.map((c) => el("tr", { "data-step": c.step },
+  body.replaceChildren(...checkpoints.map((c) => el("tr", { "data-step": c.step, class: c.available ? null : "muted" },
     el("td", { class: "num" }, c.step), el("td", { class: "path" }, c.path),
-    el("td", { class: "row" },
-      el("button", { type: "button", class: "secondary small", onclick: () => registerCheckpoint(c) }, "Register as model"),
-      el("button", { type: "button", class: "secondary small", onclick: () => resumeFrom(c) }, "Resume from here")),
+    el("td", { class: "row" }, c.available
+      ? [el("button", { type: "button", class: "secondary small", onclick: () => registerCheckpoint(c) }, "Register as model"),
+        el("button", { type: "button", class: "secondary small", onclick: () => resumeFrom(c) }, "Resume from here")]
+      : "pruned (checkpoint.keep_last)"),
   )));
   if (!checkpoints.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "No checkpoints yet.")));
 }

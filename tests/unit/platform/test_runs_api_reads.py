@@ -152,3 +152,12 @@ def test_logs_of_a_run_without_a_job_are_empty_and_an_unreachable_ray_is_a_503(a
     settings.RAY_ADDRESS = "http://127.0.0.1:1"
     status, body = get(api, f"/api/runs/{run.id}/logs/")
     assert status == 503 and "cannot read the job's logs" in body["detail"]
+
+
+def test_a_checkpoint_whose_folder_the_engine_pruned_is_listed_as_unavailable(api, run, tmp_path):
+    kept = tmp_path / "step_4"
+    kept.mkdir()
+    Checkpoint.objects.create(run=run, step=2, path=str(tmp_path / "step_2"))  # pruned by keep_last
+    Checkpoint.objects.create(run=run, step=4, path=str(kept))
+    _, checkpoints = get(api, f"/api/runs/{run.id}/checkpoints/")
+    assert [(c["step"], c["available"]) for c in checkpoints] == [(2, False), (4, True)]

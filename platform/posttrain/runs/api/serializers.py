@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rest_framework import serializers
 
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
@@ -124,9 +126,16 @@ class SampleSerializer(serializers.ModelSerializer):
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
+    available = serializers.SerializerMethodField(
+        help_text="False once the engine pruned the folder (checkpoint.keep_last): it can no longer be "
+        "registered or resumed from.")
+
     class Meta:
         model = Checkpoint
-        fields = ["id", "step", "path", "created_at"]
+        fields = ["id", "step", "path", "available", "created_at"]
+
+    def get_available(self, checkpoint: Checkpoint) -> bool:
+        return Path(checkpoint.path).is_dir()
 
 
 class RunTransitionSerializer(serializers.ModelSerializer):
