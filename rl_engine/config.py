@@ -796,3 +796,34 @@ __all__ = [
     "load_config",
     "validate_config",
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# What this engine build can run
+# --------------------------------------------------------------------------------------------
+
+# The schema describes every option of the distributed engine; until an option's backend exists it is
+# refused with this message instead of being silently ignored (a run would otherwise train with
+# something other than what its config says).
+_NOT_AVAILABLE = "is not available in this engine yet (the distributed-engine work); use {fallback}"
+
+
+def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
+    """`{"loc", "msg"}` for each option `cfg` sets that the engine cannot run yet ([] = runnable)."""
+    be, pl = cfg.backends, cfg.placement
+    checks = [
+        ("backends.rollout", be.rollout == "vllm", "'transformers'"),
+        ("backends.training", be.training == "deepspeed", "'torch'"),
+        ("backends.async_rollout", be.async_rollout, "false"),
+        ("placement.mode", pl.mode == "separate", "'colocate'"),
+        ("placement.rollout_engines", pl.rollout_engines > 1, "1"),
+        ("placement.trainer_ranks", pl.trainer_ranks > 1, "1"),
+    ]
+    return [{"loc": loc, "msg": _NOT_AVAILABLE.format(fallback=fallback)} for loc, refused, fallback in checks if refused]
+
+
+def check_runnable(cfg: RunConfig) -> None:
+    """Raises ConfigError naming every option the engine cannot run yet."""
+    errors = unsupported_errors(cfg)
+    if errors:
+        raise ConfigError(errors)

@@ -31,7 +31,7 @@ from rl_engine.algorithms import (
     reinforce_pp_advantages,
 )
 from rl_engine.checkpoint import EngineState, capture_rng, load_engine_state, restore_rng, save_checkpoint
-from rl_engine.config import RunConfig, dump_config
+from rl_engine.config import RunConfig, check_runnable, dump_config
 from rl_engine.data import Prompt, PromptData, PromptSampler
 from rl_engine.events import Heartbeat, JsonlEventSink
 from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
@@ -92,6 +92,7 @@ def load_policy(path: str | Path, cfg: RunConfig) -> torch.nn.Module:
 
 
 def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
+    check_runnable(cfg)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)

@@ -130,12 +130,14 @@ def build_engine_config(
 
 def _validated(full: dict[str, Any]) -> dict[str, Any]:
     """The engine's own validation (rl_engine.config): ConfigError becomes a 400 naming each `loc`."""
-    from rl_engine.config import ConfigError, validate_config
+    from rl_engine.config import ConfigError, check_runnable, validate_config
 
     try:
-        return validate_config(full).model_dump(mode="json")
+        config = validate_config(full)
+        check_runnable(config)  # refused at launch, not as a failed run later
     except ConfigError as exc:
         raise InvalidInput(exc.errors) from None
+    return config.model_dump(mode="json")
 
 
 def _nul_at(value: Any, loc: str = "") -> str | None:

@@ -14,6 +14,7 @@ from rl_engine.config import (
     REWARD_TYPES,
     ConfigError,
     RunConfig,
+    check_runnable,
     config_json_schema,
     dump_config,
     load_config,
@@ -446,3 +447,26 @@ def test_validate_config_rejects_a_non_mapping():
 def test_constructing_the_model_directly_still_runs_cross_field_rules():
     with pytest.raises(ValidationError, match="rollout.samples_per_prompt"):
         RunConfig.model_validate(with_changes({"rollout.samples_per_prompt": 1}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "loc"),
+    [
+        pytest.param({"backends.rollout": "vllm"}, "backends.rollout", id="vllm-rollout"),
+        pytest.param({"backends.training": "deepspeed"}, "backends.training", id="deepspeed"),
+        pytest.param({"backends.async_rollout": True}, "backends.async_rollout", id="async"),
+        pytest.param({"placement.mode": "separate"}, "placement.mode", id="separate-placement"),
+        pytest.param({"placement.rollout_engines": 2}, "placement.rollout_engines", id="two-rollout-engines"),
+        pytest.param({"placement.trainer_ranks": 2}, "placement.trainer_ranks", id="two-trainer-ranks"),
+    ],
+)
+def test_options_the_engine_cannot_run_yet_are_refused_naming_the_field(changes, loc):
+    cfg = validate_config(with_changes(changes))  # the schema describes them ...
+    with pytest.raises(ConfigError) as refused:  # ... the engine refuses to pretend it runs them
+        check_runnable(cfg)
+    assert [e["loc"] for e in refused.value.errors] == [loc]
+    assert "not available in this engine yet" in refused.value.errors[0]["msg"]
+
+
+def test_the_default_config_is_runnable():
+    check_runnable(validate_config(minimal()))
