@@ -96,7 +96,7 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
     assets["dataset"] = Dataset.objects.get(name="sums")
 
     # Launch from the form; the browser lands on the run page and stays there (no reload from here on).
-    first = launch_from_form(page, base, assets, name="sums journey", steps=40, seed=1)
+    first = launch_from_form(page, base, assets, name="sums journey", steps=60, seed=1)
     page.evaluate("window.__sameDocument = true")
 
     # Record, inside the page, how the reward curve and the rollout browser change as events arrive:
@@ -105,10 +105,10 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
         window.__seen = {{points: [], steps: []}};
         setInterval(() => {{
             const points = ({REWARD_POINTS})();
-            const step = document.querySelector('#sample-filters input[name=step]').value;
-            const rows = document.querySelectorAll('#samples-table tbody tr[data-sample]').length;
+            const row = document.querySelector('#samples-table tbody tr[data-sample]');
+            const step = row ? row.dataset.sample.split(':')[0] : null;  // the step the table shows
             if (window.__seen.points.at(-1) !== points) window.__seen.points.push(points);
-            if (step && rows && window.__seen.steps.at(-1) !== step) window.__seen.steps.push(step);
+            if (step && window.__seen.steps.at(-1) !== step) window.__seen.steps.push(step);
         }}, 50);
     }}""")
     page.wait_for_function(f"({REWARD_POINTS})() >= 3", timeout=RUN_TIMEOUT_MS)
@@ -130,12 +130,12 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
     # The run finishes; the page saw every step exactly once through all the stream reconnects.
     expect(page.locator("#run-state")).to_have_attribute("data-state", "succeeded", timeout=RUN_TIMEOUT_MS)
     stored = list(MetricRow.objects.filter(run_id=first).order_by("step").values_list("step", flat=True))
-    assert stored == list(range(1, 41))
-    page.wait_for_function(f"({REWARD_POINTS})() >= 40", timeout=30_000)
+    assert stored == list(range(1, 61))
+    page.wait_for_function(f"({REWARD_POINTS})() >= 60", timeout=30_000)
     drawn = page.evaluate("() => document.getElementById('chart-reward').data[0].x")
     assert drawn == stored
-    expect(page.locator('#checkpoints-table tr[data-step="40"]')).to_contain_text("Register as model")
-    expect(page.locator('#checkpoints-table tr[data-step="10"]')).to_contain_text("pruned")  # keep_last=2
+    expect(page.locator('#checkpoints-table tr[data-step="60"]')).to_contain_text("Register as model")
+    expect(page.locator('#checkpoints-table tr[data-step="10"]')).to_contain_text("pruned")  # keep_last=2 of 10, 20, …, 60
     assert page.evaluate("window.__sameDocument") is True
     seen = page.evaluate("window.__seen")
     # The curve grew in place several times, and new steps' samples replaced the table, without a reload.

@@ -232,7 +232,7 @@ async function loadAlerts() {
 
 // --- rollouts -------------------------------------------------------------------------------
 
-const samples = { offset: 0, count: 0, latestStep: run.last_step, request: 0 };
+const samples = { offset: 0, count: 0, latestStep: run.last_step };
 
 function sampleFilters() {
   const form = document.getElementById("sample-filters");
@@ -253,18 +253,38 @@ function excerpt(text, length = 90) {
   return flat.length > length ? `${flat.slice(0, length)}…` : flat;
 }
 
+// One samples request at a time: a change while one is in flight (a new step, a filter) asks for one
+// more read when it returns. Under a fast stream every answer is still drawn, none is dropped as stale.
+let samplesInFlight = false;
+let samplesAgain = false;
+
 async function loadSamples() {
+  if (samplesInFlight) {
+    samplesAgain = true;
+    return;
+  }
+  samplesInFlight = true;
+  try {
+    await readSamplesPage();
+  } finally {
+    samplesInFlight = false;
+    if (samplesAgain) {
+      samplesAgain = false;
+      loadSamples();
+    }
+  }
+}
+
+async function readSamplesPage() {
   const params = { ...sampleFilters(), limit: SAMPLES_PAGE, offset: samples.offset };
   const notice = document.getElementById("samples-notice");
-  const request = ++samples.request;
   let page;
   try {
     page = await api(`/api/runs/${run.id}/samples/`, { params });
   } catch (error) {
-    if (request === samples.request) notice.textContent = error.message;
+    notice.textContent = error.message;
     return;
   }
-  if (request !== samples.request) return; // a newer request (a later step, other filters) owns the table
   notice.textContent = "";
   samples.count = page.count;
   const body = document.querySelector("#samples-table tbody");
