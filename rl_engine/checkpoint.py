@@ -39,14 +39,15 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, state: EngineState,
-                    keep_last: int) -> Path:
+                    keep_last: int, weights: dict[str, torch.Tensor] | None = None) -> Path:
     """Writes into a temporary folder and renames it, so a crash never leaves a half checkpoint that
-    `latest_checkpoint` would pick up."""
+    `latest_checkpoint` would pick up. `weights`: the model's whole state dict when its parameters do
+    not hold it (DeepSpeed ZeRO-3); default `model.state_dict()`."""
     final = checkpoint_dir(run_dir, step)
     partial = final.with_name(final.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    model.save_pretrained(partial, safe_serialization=True)
+    model.save_pretrained(partial, state_dict=weights, safe_serialization=True)
     tokenizer.save_pretrained(partial)
     torch.save(state.__dict__, partial / ENGINE_STATE)
     shutil.rmtree(final, ignore_errors=True)

@@ -11,7 +11,7 @@ import os
 import random
 import statistics
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -96,22 +96,56 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
-    model = load_policy(weights_from or cfg.model.path, cfg)
-    ref_model = None
-    if cfg.algorithm.kl.coef > 0:
-        ref_model = load_policy(cfg.model.path, cfg).eval().requires_grad_(False)
-    critic = None
-    if cfg.algorithm.needs_critic:
-        critic = ValueModel.from_pretrained(cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code)
+    with _model_construction(cfg):
+        model = load_policy(weights_from or cfg.model.path, cfg)
+        ref_model = None
+        if cfg.algorithm.kl.coef > 0:
+            ref_model = load_policy(cfg.model.path, cfg).eval().requires_grad_(False)
+        critic = None
+        if cfg.algorithm.needs_critic:
+            critic = ValueModel.from_pretrained(cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code)
     data = PromptData.load(cfg.data, tokenizer, cfg.seed)
     return Engine(
         cfg=cfg, tokenizer=tokenizer, model=model,
-        trainer=TorchTrainer(cfg, model, ref_model, critic),
-        rollout=TransformersRollout(model, tokenizer),
+        trainer=_trainer_class(cfg)(cfg, model, ref_model, critic),
+        rollout=_rollout_backend(cfg, tokenizer, model, weights_from),
         reward=build_reward([spec.model_dump() for spec in cfg.rewards]),
         data=data,
         sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
     )
+
+
+def _model_construction(cfg: RunConfig) -> AbstractContextManager[None]:
+    """Where the models are loaded: partitioned as they load under DeepSpeed ZeRO-3."""
+    if cfg.backends.training != "deepspeed":
+        return nullcontext()
+    from rl_engine.backends.deepspeed_trainer import model_construction  # deepspeed only when chosen
+
+    return model_construction(cfg)
+
+
+def _trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
+    if cfg.backends.training == "deepspeed":
+        from rl_engine.backends.deepspeed_trainer import DeepSpeedTrainer
+
+        return DeepSpeedTrainer
+    return TorchTrainer
+
+
+def _rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module,
+                     weights_from: Path | None) -> RolloutBackend:
+    if cfg.backends.rollout != "vllm":
+        return TransformersRollout(model, tokenizer)
+    from rl_engine.backends.vllm_rollout import VLLMRollout  # vllm only when chosen
+
+    # Room for the longest prompt plus the longest response, within what the model's positions allow.
+    longest = cfg.data.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.logging.eval_max_new_tokens or 0)
+    positions = getattr(model.config, "max_position_embeddings", None) or longest
+    # On resume the engine starts from the checkpoint's weights, as the policy does.
+    return VLLMRollout(weights_from or cfg.model.path, tokenizer,
+                       tokenizer_path=cfg.model.tokenizer_path or cfg.model.path, dtype=cfg.model.dtype,
+                       seed=cfg.seed, max_model_len=min(longest, positions),
+                       kv_cache_gb=cfg.backends.vllm_kv_cache_gb, trust_remote_code=cfg.model.trust_remote_code)
 
 
 # --- one step ------------------------------------------------------------------------------------
@@ -182,6 +216,7 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
             # from the training forward pass (ratio exactly 1), so the extra pass is skipped.
             old = trainer.forward(batch, "policy") if (not single_update or kl_in_reward) else None
             values = trainer.forward(batch, "values") if trainer.critic is not None else None
+            metrics.update(_logprob_gap(trainer, batch, [samples[i] for i in kept], old))
         token_rewards = None
         if kl_in_reward:
             kl = kl_estimate(old, ref, alg.kl.estimator, mask)
@@ -194,7 +229,7 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         experience = Experience(batch, advantages, old, ref if alg.kl.placement == "loss" else None, values, returns)
         with timer.phase("train"):
             metrics.update(trainer.update(experience))
-        with timer.phase("weight_sync"):
+        with timer.phase("weight_sync"), trainer.full_weights():  # whole weights even when ZeRO-3 partitions them
             engine.rollout.sync_weights(engine.model)
         if "kl/loss_term" in metrics:
             metrics["kl/mean"] = metrics.pop("kl/loss_term")
@@ -220,6 +255,30 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         for i, s in enumerate(samples)
     ]
     return metrics, records
+
+
+# Samples whose log-probs the trainer recomputes for `rollout/logprob_diff_*` when the step computes no
+# old log-probs itself: one small no-grad forward (a few % of a step) is enough to watch for drift.
+_GAP_SAMPLES = 16
+
+
+def _logprob_gap(trainer: TorchTrainer, batch: TokenBatch, samples: list[Sample],
+                 old: torch.Tensor | None) -> dict[str, float]:
+    """|rollout engine log-prob - trainer log-prob| of the sampled tokens under the same weights: the
+    off-policy gap a separate rollout engine adds (numerics, dtype, a stale sync, top-k/top-p truncation).
+    Nothing when the backend reports no log-probs (transformers samples from the trained module itself)."""
+    if not samples or any(s.logprobs is None for s in samples):
+        return {}
+    if old is None:
+        count = min(len(samples), _GAP_SAMPLES)
+        batch, samples = batch.select(slice(0, count)), samples[:count]
+        old = trainer.forward(batch, "policy")
+    engine = torch.zeros_like(old)
+    for row, sample in enumerate(samples):
+        engine[row, : len(sample.logprobs)] = torch.tensor(sample.logprobs, dtype=old.dtype)
+    mask = batch.response_mask
+    diff = (engine - old).abs() * mask
+    return {"rollout/logprob_diff_max": float(diff.max()), "rollout/logprob_diff_mean": float(masked_mean(diff, mask))}
 
 
 def _rollout_metrics(reward: Any, task_scores: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor,
@@ -350,7 +409,8 @@ def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbe
         if due_ckpt:
             state = EngineState(step=step, trainer=engine.trainer.state_dict(), sampler=engine.sampler.state_dict(),
                                 rng=capture_rng(), metrics_so_far=dict(counters))
-            path = save_checkpoint(run_dir, step, engine.model, engine.tokenizer, state, cfg.checkpoint.keep_last)
+            path = save_checkpoint(run_dir, step, engine.model, engine.tokenizer, state, cfg.checkpoint.keep_last,
+                                   weights=engine.trainer.full_state_dict())
             sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
         last = metrics
     sink.emit("status", {"state": "succeeded"}, step=cfg.train.steps)
@@ -358,7 +418,7 @@ def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbe
 
 
 def _describe(engine: Engine) -> str:
-    params = sum(p.numel() for p in engine.model.parameters())
+    params = sum(getattr(p, "ds_numel", p.numel()) for p in engine.model.parameters())  # ZeRO-3: p is a placeholder
     data = engine.data
     text = (f"policy {type(engine.model).__name__} with {params:,} parameters; {len(data.train)} training prompts, "
             f"{len(data.eval)} held-out")

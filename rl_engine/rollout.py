@@ -30,6 +30,9 @@ class Sample:
     prompt_index: int          # index into the prompts passed to `generate`
     response_ids: list[int]    # generated tokens, the stop token included when one ended it
     finish_reason: FinishReason
+    # The engine's log-prob of each response token under the distribution it sampled from (None when
+    # the backend does not report them). Only for measuring the gap to the trainer, never for the loss.
+    logprobs: tuple[float, ...] | None = None
 
 
 class RolloutBackend(Protocol):
@@ -53,6 +56,18 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     return ids, mask
 
 
+def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
+    """The tokens that end a response: the generation config's eos ids plus the tokenizer's."""
+    configured = getattr(generation_config, "eos_token_id", None)
+    ids = configured if isinstance(configured, list) else [configured]
+    ids = [i for i in ids if i is not None]
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError("the model has no eos token (generation_config.eos_token_id and tokenizer.eos_token_id are unset)")
+    return ids
+
+
 class TransformersRollout:
     """Samples with `model.generate` from the very module being trained (one process, colocated), so a
     weight sync costs nothing. Prompts are left-padded and generated in chunks of `batch_size`."""
@@ -61,18 +76,8 @@ class TransformersRollout:
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        self.eos_ids = self._eos_ids()
+        self.eos_ids = eos_token_ids(model.generation_config, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
-
-    def _eos_ids(self) -> list[int]:
-        configured = getattr(self.model.generation_config, "eos_token_id", None)
-        ids = configured if isinstance(configured, list) else [configured]
-        ids = [i for i in ids if i is not None]
-        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in ids:
-            ids.append(self.tokenizer.eos_token_id)
-        if not ids:
-            raise ValueError("the model has no eos token (generation_config.eos_token_id and tokenizer.eos_token_id are unset)")
-        return ids
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:

@@ -1,12 +1,16 @@
 """Policy (and critic) training on one process with a torch optimizer — the simplest real backend.
 
-The DeepSpeed backend plugs in behind the same three calls: `forward` (log-probs, values),
-`update` (one RL step's optimisation over an `Experience`), and `state_dict`/`load_state_dict`.
+The DeepSpeed backend (`rl_engine.backends.deepspeed_trainer`) plugs in behind the same calls:
+`forward` (log-probs, values), `update` (one RL step's optimisation over an `Experience`),
+`state_dict`/`load_state_dict`, and `full_state_dict`/`full_weights` (the whole policy, for weight
+sync and checkpoints). It reuses this class's update logic and replaces only the four hooks below
+"the hooks a backend replaces": where forward passes run, how losses go backward, zeroing, the step.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,9 +160,9 @@ class TorchTrainer:
         for start in range(0, len(batch), micro):
             part = batch.select(slice(start, start + micro))
             if which == "values":
-                outputs.append(self.critic(part))
+                outputs.append(self._runner("critic")(part))
             else:
-                model = self.model if which == "policy" else self.ref_model
+                model = self._runner(which)
                 tokens = part.sequences[:, part.prompt_width:]
                 outputs.append(token_logprobs(response_logits(model, part, temperature), tokens))
         return torch.cat(outputs)
@@ -186,9 +190,7 @@ class TorchTrainer:
         for _ in range(cfg.train.epochs_per_batch):
             for mini_index in self._minibatches(len(exp.batch)):
                 mini = exp.select(mini_index)
-                self.optimizer.zero_grad(set_to_none=True)
-                if self.critic_optimizer is not None:
-                    self.critic_optimizer.zero_grad(set_to_none=True)
+                self._zero_grad()
                 total_tokens = float(mini.batch.response_mask.sum().clamp(min=1))
                 for start in range(0, len(mini.batch), cfg.train.micro_batch_size):
                     micro = mini.select(torch.arange(start, min(start + cfg.train.micro_batch_size, len(mini.batch))))
@@ -196,9 +198,9 @@ class TorchTrainer:
                     stats = self._micro_step(micro, share)
                     for name, value in stats.items():
                         record(name, value)
-                record("policy/grad_norm", self._clip_and_step(self.model, self.optimizer))
-                if self.critic_optimizer is not None:
-                    record("critic/grad_norm", self._clip_and_step(self.critic, self.critic_optimizer))
+                record("policy/grad_norm", self._clip_and_step("policy"))
+                if self.critic is not None:
+                    record("critic/grad_norm", self._clip_and_step("critic"))
         self.scheduler.step()
         metrics = {name: sums[name] / counts[name] for name in sums}
         metrics["policy/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -214,7 +216,7 @@ class TorchTrainer:
         alg = self.cfg.algorithm
         mask = exp.batch.response_mask
         tokens = exp.batch.sequences[:, exp.batch.prompt_width:]
-        logits = response_logits(self.model, exp.batch, self.cfg.rollout.temperature)
+        logits = response_logits(self._runner("policy"), exp.batch, self.cfg.rollout.temperature)
         logprobs = token_logprobs(logits, tokens)
         old = exp.old_logprobs if exp.old_logprobs is not None else logprobs.detach()
         norm = self.cfg.rollout.max_new_tokens
@@ -233,22 +235,49 @@ class TorchTrainer:
             kl = kl_estimate(logprobs, exp.ref_logprobs, alg.kl.estimator, mask)
             loss = loss + alg.kl.coef * aggregate(kl, mask, alg.loss_agg, norm)
             out["kl/loss_term"] = float(masked_mean(kl.detach(), mask))
-        (loss * share).backward()
+        self._backward(loss * share, "policy")
         if self.critic is not None:
-            values = self.critic(exp.batch)
+            values = self._runner("critic")(exp.batch)
             v_loss, v_stats = value_loss(values, exp.old_values, exp.returns, mask, alg.value_clip, alg.loss_agg, norm)
-            (alg.value_coef * v_loss * share).backward()
+            self._backward(alg.value_coef * v_loss * share, "critic")
             out["critic/loss"] = float(v_loss.detach())
             out["critic/clip_ratio"] = float(v_stats["clip_ratio"])
         return out
 
-    def _clip_and_step(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> float:
+    # --- the hooks a backend replaces ----------------------------------------------------------
+
+    def _runner(self, which: str) -> nn.Module:
+        """What runs `which`'s ("policy", "reference", "critic") forward passes."""
+        return {"policy": self.model, "reference": self.ref_model, "critic": self.critic}[which]
+
+    def _backward(self, loss: torch.Tensor, which: str) -> None:
+        loss.backward()
+
+    def _zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.zero_grad(set_to_none=True)
+
+    def _clip_and_step(self, which: str) -> float:
+        """Clips `which`'s ("policy", "critic") gradients, takes its optimizer step; returns the
+        gradient norm before clipping."""
+        module, optimizer = (self.model, self.optimizer) if which == "policy" else (self.critic, self.critic_optimizer)
         clip = self.cfg.train.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(module.parameters(), clip if clip else float("inf"))
         optimizer.step()
         return float(norm)
 
     # --- state -----------------------------------------------------------------------------------
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's whole weights under Hugging Face's names (tied weights still share storage),
+        for checkpoints. Valid until the next update."""
+        return self.model.state_dict()
+
+    def full_weights(self) -> AbstractContextManager[None]:
+        """Inside, `self.model`'s parameters hold the whole weights (a weight sync reads them there);
+        always so on one process."""
+        return nullcontext()
 
     def state_dict(self) -> dict[str, Any]:
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),

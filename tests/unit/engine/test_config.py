@@ -452,8 +452,7 @@ def test_constructing_the_model_directly_still_runs_cross_field_rules():
 @pytest.mark.parametrize(
     ("changes", "loc"),
     [
-        pytest.param({"backends.rollout": "vllm"}, "backends.rollout", id="vllm-rollout"),
-        pytest.param({"backends.training": "deepspeed"}, "backends.training", id="deepspeed"),
+        pytest.param({"backends.training": "deepspeed", "model.dtype": "float16"}, "model.dtype", id="deepspeed-fp16"),
         pytest.param({"backends.async_rollout": True}, "backends.async_rollout", id="async"),
         pytest.param({"placement.mode": "separate"}, "placement.mode", id="separate-placement"),
         pytest.param({"placement.rollout_engines": 2}, "placement.rollout_engines", id="two-rollout-engines"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
 from rl_engine.events import read_events
 from rl_engine.loop import train
+from tests.unit.engine.conftest import stop_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -133,10 +133,7 @@ def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo,
 
     # "Stop" after step 2: a run folder holding only what existed when step 2's checkpoint was written.
     stopped = tmp_path / "stopped"
-    shutil.copytree(tmp_path / "straight" / "checkpoints" / "step_2", stopped / "checkpoints" / "step_2")
-    lines = (tmp_path / "straight" / "events.jsonl").read_text().splitlines(keepends=True)
-    upto = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "checkpoint")
-    (stopped / "events.jsonl").write_text("".join(lines[: upto + 1]))
+    stop_at_first_checkpoint(tmp_path / "straight", stopped, step=2)
 
     train(cfg, stopped, resume=stopped / "checkpoints" / "step_2")
     events = read_events(stopped / "events.jsonl")

@@ -1,0 +1,217 @@
+"""vLLM rollout backend: batched sampling with `n` samples per prompt and the sampled tokens' log-probs,
+from a local HF folder; after every policy update the new weights go into the running engine in place.
+
+Weight sync uses vLLM's own reload path: the policy's state dict is written to a safetensors file in
+/dev/shm, and a `worker_extension_cls` method (run through `LLM.collective_rpc`) feeds it to the model
+runner's `reload_weights(weights_iterator=...)`, which handles the CPU backend's repacked weights
+(`model.load_weights()` alone does not). The prefix cache is reset after every sync: cached KV blocks
+were computed with the old weights.
+
+vllm is imported lazily, inside this module only, so importing `rl_engine` never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rl_engine.rollout import FinishReason, Sample, SamplingParams, eos_token_ids
+
+# Engine core in its own process (vLLM's default): in-process, vLLM's worker would seed the trainer's
+# global torch RNG, replace `torch.set_num_threads` process-wide, own (and at shutdown destroy) the
+# process's torch.distributed group, and run without its OpenMP thread binding. Set before the engine
+# starts unless the caller chose otherwise.
+_ENV_DEFAULTS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+
+_EXTENSION = "rl_engine.backends.vllm_rollout.WeightSyncExtension"
+_SHM = Path("/dev/shm")
+
+
+class WeightSyncError(RuntimeError):
+    """A weight sync failed; the engine must not sample until a full sync succeeds."""
+
+
+class WeightSyncExtension:
+    """Mixed into vLLM's worker class (`worker_extension_cls`); `LLM.collective_rpc` calls its methods
+    inside the worker process, where `self` is the worker."""
+
+    def posttrain_reload_weights(self, path: str) -> int:
+        """Loads every tensor of the safetensors file at `path` into the running model; returns the count."""
+        loaded = 0
+
+        def tensors() -> Iterator[tuple[str, torch.Tensor]]:
+            nonlocal loaded
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as f:
+                for name in f.keys():
+                    loaded += 1
+                    yield name, f.get_tensor(name)
+
+        self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]  # vLLM's worker method
+        return loaded
+
+
+class VLLMRollout:
+    """A colocated vLLM engine that samples from a local HF model folder and takes the trainer's weights
+    in place after each update."""
+
+    def __init__(self, model_path: str | Path, tokenizer: Any, *, tokenizer_path: str | Path | None = None,
+                 dtype: str = "float32", seed: int = 0, max_model_len: int | None = None,
+                 kv_cache_gb: float = 1.0, block_size: int | None = None, enforce_eager: bool = True,
+                 trust_remote_code: bool = False):
+        for key, value in _ENV_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        from transformers import GenerationConfig
+        from vllm import LLM
+
+        try:
+            generation_config = GenerationConfig.from_pretrained(str(model_path))
+        except OSError:  # no generation_config.json: the tokenizer's eos alone
+            generation_config = None
+        self.eos_ids = eos_token_ids(generation_config, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self._usable = True
+        self._layout = _checkpoint_layout(Path(model_path))
+        self.llm = LLM(
+            model=str(model_path),
+            tokenizer=str(tokenizer_path or model_path),
+            dtype=dtype,
+            seed=seed,  # per-request seeds crash on CPU; the engine seed makes runs repeatable
+            max_model_len=max_model_len,
+            kv_cache_memory_bytes=int(kv_cache_gb * 2**30),  # auto sizing misreads these VMs
+            enforce_eager=enforce_eager,
+            # The n samples of a prompt share its prefill, in whole KV blocks (vLLM's CPU default: 128 tokens).
+            enable_prefix_caching=True,
+            block_size=block_size,
+            # Log-probs of the distribution actually sampled from (after temperature, top-k, top-p).
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=_EXTENSION,
+            trust_remote_code=trust_remote_code,
+        )
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
+        if not self._usable:
+            raise WeightSyncError("the vLLM engine holds partly updated weights after a failed sync; "
+                                  "sync_weights must succeed before it can sample again")
+        from vllm import SamplingParams as VllmSamplingParams
+
+        # vLLM refuses n > 1 with greedy decoding: ask for the identical copies one request each.
+        copies = params.n if params.greedy else 1
+        sampling = VllmSamplingParams(
+            n=1 if params.greedy else params.n,
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=1.0 if params.greedy else params.top_p,
+            top_k=0 if params.greedy or params.top_k <= 0 else params.top_k,  # vLLM: 0 = off
+            max_tokens=params.max_new_tokens,
+            stop=list(params.stop) or None,
+            stop_token_ids=self.eos_ids,
+            logprobs=0,  # the sampled token's log-prob only
+            detokenize=bool(params.stop),  # text is only needed to find stop strings
+        )
+        requests = [{"prompt_token_ids": ids} for ids in prompts for _ in range(copies)]
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        samples: list[Sample] = []
+        for request_index, output in enumerate(outputs):
+            for completion in sorted(output.outputs, key=lambda c: c.index):
+                samples.append(self._to_sample(request_index // copies, completion))
+        return samples
+
+    @staticmethod
+    def _to_sample(prompt_index: int, completion: Any) -> Sample:
+        if completion.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"vLLM ended a request with finish reason {completion.finish_reason!r}")
+        tokens = list(completion.token_ids)
+        logprobs = tuple(step[token].logprob for step, token in zip(completion.logprobs, tokens))
+        reason: FinishReason = completion.finish_reason
+        return Sample(prompt_index, tokens, reason, logprobs)
+
+    def sync_weights(self, model: torch.nn.Module) -> float:
+        started = time.perf_counter()
+        state, aliases = _full_state_dict(model)
+        # Checked before anything is sent: vLLM 0.32's reload keeps a half-loaded layer's buffered
+        # tensors after a failure, so a later sync fails as well and the engine is lost.
+        if self._layout is not None:
+            _check_layout(state, aliases, self._layout)
+        directory = _SHM if _SHM.is_dir() else Path(tempfile.gettempdir())
+        handle, name = tempfile.mkstemp(prefix="posttrain-weights-", suffix=".safetensors", dir=directory)
+        os.close(handle)
+        try:
+            from safetensors.torch import save_file
+
+            save_file(state, name)
+            self._usable = False
+            try:
+                counts = self.llm.collective_rpc("posttrain_reload_weights", args=(name,))
+            except Exception as exc:
+                raise WeightSyncError(f"the vLLM engine failed while loading new weights and holds partly updated "
+                                      f"ones; it cannot sample until a sync succeeds: {exc}") from exc
+            if any(count != len(state) for count in counts):
+                raise WeightSyncError(f"the vLLM workers loaded {counts} of {len(state)} tensors")
+        finally:
+            os.unlink(name)
+        if not self.llm.reset_prefix_cache():
+            raise WeightSyncError("the vLLM engine refused to reset its prefix cache (requests still running)")
+        self._usable = True
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        # The engine core's shutdown stops its processes and frees their /dev/shm segments; without it
+        # they outlive the run.
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+
+
+def _full_state_dict(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """The policy's tensors under Hugging Face's names, and the names that alias an earlier one (tied
+    weights). Aliases go too, as copies (safetensors refuses shared storage): on CPU vLLM repacks the
+    lm_head's matmul weight apart from the embedding it is tied to, and a reload repacks only the layers
+    it is given tensors for — without `lm_head.weight` the engine kept the old head (log-probs off by up to 1.3)."""
+    state: dict[str, torch.Tensor] = {}
+    aliases: set[str] = set()
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    for name, tensor in model.state_dict().items():
+        if tensor.numel() == 0:
+            raise WeightSyncError(f"{name} is empty here (a partitioned parameter?); gather the full weights first")
+        key = (tensor.data_ptr(), tuple(tensor.shape))
+        tensor = tensor.detach().to("cpu").contiguous()
+        if key in seen:
+            aliases.add(name)
+            tensor = tensor.clone()
+        seen.add(key)
+        state[name] = tensor
+    return state, aliases
+
+
+def _checkpoint_layout(folder: Path) -> dict[str, tuple[int, ...]] | None:
+    """Name -> shape of every tensor in the folder's safetensors files (headers only; None if it has none)."""
+    from safetensors import safe_open
+
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        return None
+    layout: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                layout[name] = tuple(f.get_slice(name).get_shape())
+    return layout
+
+
+def _check_layout(state: dict[str, torch.Tensor], aliases: set[str], layout: dict[str, tuple[int, ...]]) -> None:
+    problems = [f"{name} is missing" for name in layout if name not in state]
+    problems += [f"{name} has shape {tuple(state[name].shape)}, the engine's {shape}"
+                 for name, shape in layout.items() if name in state and tuple(state[name].shape) != shape]
+    problems += [f"{name} is not in the engine's checkpoint" for name in state
+                 if name not in layout and name not in aliases]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+        raise WeightSyncError(f"the policy's weights do not fit the vLLM engine, nothing was sent: {shown}")
