@@ -316,3 +316,27 @@ def test_an_api_error_is_shown_in_the_page(web_server, page):
     _log_in(page, web_server, "/compare/?runs=not-a-run,also-not")
     page.wait_for_selector("#compare-error [role=alert]")
     assert "not a run id" in page.inner_text("#compare-error")
+
+
+def test_curves_of_runs_still_going_grow_on_the_compare_page_without_a_reload(web_server, page, setup):
+    user, registry = setup
+    done = _launched_run("sums finished", 1e-5, 1, registry, user)
+    going = _launched_run("sums going", 3e-5, 2, registry, user)
+    _ingest_history(done, CURVES["lr-low"], {})
+    services.events_ingest(going.pk, [
+        {"run": str(going.id), "seq": 1, "type": "status", "step": None, "time": time.time(), "data": {"state": "running"}},
+        {"run": str(going.id), "seq": 2, "type": "metrics", "step": 1, "time": time.time(), "data": {"reward/mean": 0.1}},
+    ])
+    _log_in(page, web_server, f"/compare/?runs={done.id},{going.id}")
+    _wait_for_traces(page, "reward/mean", 2)
+    page.evaluate("window.__sameDocument = true")
+    assert [len(t["x"]) for t in _traces(page, "reward/mean")] == [5, 1]
+
+    services.events_ingest(going.pk, [
+        {"run": str(going.id), "seq": 3, "type": "metrics", "step": 2, "time": time.time(), "data": {"reward/mean": 0.3}},
+    ])
+    page.wait_for_function(  # the page re-reads every 10 s while a run is not finished
+        """() => { const d = document.querySelector('#charts [data-metric="reward/mean"]');
+                   return d && d.data.length === 2 && d.data[1].x.length === 2; }""", timeout=30_000)
+    assert _traces(page, "reward/mean")[1]["y"] == [0.1, 0.3]
+    assert page.evaluate("window.__sameDocument") is True

@@ -727,6 +727,20 @@ function wire() {
   });
 }
 
+// While any compared run is still going, its curves and summary are re-read every 10 s (the run page
+// streams; here one request serves all runs). Not while a control has focus, so a redraw never
+// steals a select or input from the user; the charts keep their zoom (uirevision).
+const LIVE_REFRESH_MS = 10_000;
+const TERMINAL_STATES = new Set(["succeeded", "failed", "cancelled"]);
+
+function refreshWhileLive() {
+  setInterval(() => {
+    if (document.hidden || !compared || !compared.runs.some((run) => !TERMINAL_STATES.has(run.state))) return;
+    if (document.activeElement?.closest("#compare-app input, #compare-app select, #compare-app textarea")) return;
+    loadCompare();
+  }, LIVE_REFRESH_MS);
+}
+
 function main() {
   settings = readSettings(window.location.search);
   colors = assignColors(settings.runs);
@@ -734,6 +748,7 @@ function main() {
   renderChips();
   loadCompare();
   loadPrompts();
+  refreshWhileLive();
 }
 
 // Importing the module elsewhere (to check the functions above) starts nothing.
