@@ -16,8 +16,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.negotiation import BaseContentNegotiation
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -29,31 +27,11 @@ from posttrain.review import export, selectors, services
 from posttrain.review.api import serializers as s
 from posttrain.review.models import Campaign, ReviewItem
 from posttrain.review.questions import swap_pairwise
-from posttrain.runs.api.errors import RunsErrorsMixin
+from posttrain.runs.api.errors import CONFLICT_RESPONSE, ERRORS_RESPONSE, FileFormatNegotiation, RunsErrorsMixin
+from posttrain.runs.api.params import text_param
 from posttrain.runs.errors import InvalidInput
 
-_errors_response = inline_serializer(
-    "ReviewValidationErrors",
-    fields={"errors": serializers.ListField(child=inline_serializer(
-        "ReviewFieldError", fields={"loc": serializers.CharField(), "msg": serializers.CharField()}))},
-)
-_conflict_response = inline_serializer(
-    "ReviewStateConflict", fields={"detail": serializers.CharField(), "state": serializers.CharField()})
 _busy_response = inline_serializer("ReviewItemUnavailable", fields={"detail": serializers.CharField()})
-
-
-class _FileNegotiation(BaseContentNegotiation):
-    """`?format=` names the export's file type, not a DRF renderer; errors answer in JSON."""
-
-    def select_parser(self, request, parsers):
-        return parsers[0] if parsers else None
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        return JSONRenderer(), JSONRenderer.media_type
-
-
-def _text_param(request: Request, name: str) -> str | None:
-    return request.query_params.get(name, "").replace("\x00", "").strip() or None
 
 
 # --- researchers ----------------------------------------------------------------------------------
@@ -84,7 +62,7 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         description="Questions and source are validated in full; every problem comes back as `errors` naming its "
         "`loc` (`questions[1].max`, `source.runs[0]`, `annotators[0]`).",
         request=s.CampaignCreateSerializer,
-        responses={201: s.CampaignDetailSerializer, 400: _errors_response},
+        responses={201: s.CampaignDetailSerializer, 400: ERRORS_RESPONSE},
     )
     def create(self, request: Request) -> Response:
         body = s.CampaignCreateSerializer(data=request.data)
@@ -93,7 +71,7 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         return self._detail(campaign, status=201)
 
     @extend_schema(summary="Edit a campaign's texts and annotators", request=s.CampaignUpdateSerializer,
-                   responses={200: s.CampaignDetailSerializer, 400: _errors_response})
+                   responses={200: s.CampaignDetailSerializer, 400: ERRORS_RESPONSE})
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         campaign = self.get_object()
         body = s.CampaignUpdateSerializer(data=request.data, partial=True)
@@ -102,13 +80,13 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         return self._detail(campaign)
 
     @extend_schema(summary="Open the campaign to its annotators (draft → active)", request=None,
-                   responses={200: s.CampaignDetailSerializer, 409: _conflict_response})
+                   responses={200: s.CampaignDetailSerializer, 409: CONFLICT_RESPONSE})
     @action(detail=True, methods=["post"])
     def activate(self, request: Request, pk: str | None = None) -> Response:
         return self._detail(services.campaign_activate(self.get_object()))
 
     @extend_schema(summary="Close the campaign (draft or active → closed)", request=None,
-                   responses={200: s.CampaignDetailSerializer, 409: _conflict_response})
+                   responses={200: s.CampaignDetailSerializer, 409: CONFLICT_RESPONSE})
     @action(detail=True, methods=["post"])
     def close(self, request: Request, pk: str | None = None) -> Response:
         return self._detail(services.campaign_close(self.get_object()))
@@ -129,16 +107,16 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
                              description="Default position; unknown values (no judgement, no reward) sort last."),
             OpenApiParameter("disagrees", OpenApiTypes.BOOL, description="true: only items flagged as disagreeing."),
         ],
-        responses={200: s.ResultRowSerializer(many=True), 400: _errors_response},
+        responses={200: s.ResultRowSerializer(many=True), 400: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["get"], filter_backends=[])
     def results(self, request: Request, pk: str | None = None) -> Response:
         campaign = self.get_object()
-        ordering = _text_param(request, "ordering") or "position"
+        ordering = text_param(request, "ordering") or "position"
         if ordering not in selectors.RESULT_ORDERINGS:
             raise InvalidInput.one("ordering", f"must be one of {', '.join(selectors.RESULT_ORDERINGS)}, "
                                    f"got {ordering[:50]!r}")
-        only = (_text_param(request, "disagrees") or "").lower() in ("1", "true", "yes")
+        only = (text_param(request, "disagrees") or "").lower() in ("1", "true", "yes")
         rows = selectors.campaign_results(campaign, ordering=ordering, disagreements_only=only)
         return self.get_paginated_response(self.paginate_queryset(rows))
 
@@ -157,14 +135,14 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
                              "(default: the first)."),
         ],
         responses={(200, "application/x-ndjson"): OpenApiTypes.STR, (200, "text/csv"): OpenApiTypes.STR,
-                   400: _errors_response},
+                   400: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[],
-            content_negotiation_class=_FileNegotiation)
+            content_negotiation_class=FileFormatNegotiation)
     def export(self, request: Request, pk: str | None = None) -> HttpResponse:
         campaign = self.get_object()
-        fmt = export.check_format(_text_param(request, "format"))
-        built = export.export_campaign(campaign, fmt, _text_param(request, "question"))
+        fmt = export.check_format(text_param(request, "format"))
+        built = export.export_campaign(campaign, fmt, text_param(request, "question"))
         response = HttpResponse("".join(built.lines), content_type=export.EXPORT_FORMATS[fmt].content_type)
         response["Content-Disposition"] = f'attachment; filename="{export.export_filename(campaign, fmt)}"'
         return response
@@ -174,7 +152,7 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         description="201 with the new dataset; 200 with the existing one when the same content was registered "
         "before. openai cannot be registered (its prompt is nested); register trl.",
         request=s.ExportRegisterSerializer,
-        responses={201: DatasetSerializer, 200: DatasetSerializer, 400: _errors_response},
+        responses={201: DatasetSerializer, 200: DatasetSerializer, 400: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["post"], url_path="export/register")
     def export_register(self, request: Request, pk: str | None = None) -> Response:
@@ -237,7 +215,7 @@ class CampaignNextView(_AnnotatorView):
         "components, run, step or sample id.",
         request=None,
         responses={200: s.NextItemSerializer, 204: OpenApiResponse(description="Nothing left for me now."),
-                   404: OpenApiTypes.OBJECT, 409: _conflict_response},
+                   404: OpenApiTypes.OBJECT, 409: CONFLICT_RESPONSE},
     )
     def post(self, request: Request, pk: int) -> Response:
         campaign = get_object_or_404(selectors.annotator_campaigns(request.user), pk=pk)
@@ -252,7 +230,7 @@ class ItemJudgementView(_AnnotatorView):
         "for me: I hold its lock, or nobody holds an unexpired one. Releases the lock. With `claim_next`, the "
         "response carries my next item (`next`, null when none) so the page needs one request per item.",
         request=s.JudgementBodySerializer,
-        responses={201: s.JudgementResponseSerializer, 200: s.JudgementResponseSerializer, 400: _errors_response,
+        responses={201: s.JudgementResponseSerializer, 200: s.JudgementResponseSerializer, 400: ERRORS_RESPONSE,
                    404: OpenApiTypes.OBJECT, 409: _busy_response},
     )
     def post(self, request: Request, pk: int) -> Response:

@@ -13,16 +13,9 @@ from rest_framework.views import APIView
 from posttrain.runs import comparison
 from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
-from posttrain.runs.api.errors import RunsErrorsMixin
-from posttrain.runs.api.views import (
-    RESEARCHER_PERMISSIONS,
-    SERIES_PARAMETERS,
-    ChartSeriesSerializer,
-    _errors_response,
-    _int_param,
-    _text_param,
-    series_query,
-)
+from posttrain.runs.api.errors import ERRORS_RESPONSE, RunsErrorsMixin
+from posttrain.runs.api.params import int_param, text_param
+from posttrain.runs.api.views import RESEARCHER_PERMISSIONS, SERIES_PARAMETERS, ChartSeriesSerializer, series_query
 from posttrain.runs.errors import InvalidInput
 from posttrain.runs.models import Run
 
@@ -64,7 +57,7 @@ class CompareView(RunsErrorsMixin, APIView):
     @extend_schema(
         summary="Compare runs: their metadata, summaries and metric curves on one x axis",
         parameters=[RUNS_PARAMETER, *SERIES_PARAMETERS],
-        responses={200: _compare_response, 400: _errors_response},
+        responses={200: _compare_response, 400: ERRORS_RESPONSE},
     )
     def get(self, request: Request) -> Response:
         runs = comparison.runs_in_order(request.query_params.getlist("runs"))
@@ -88,11 +81,11 @@ class ComparePromptsView(RunsErrorsMixin, APIView):
                 "prompt": serializers.CharField(),
                 "counts": serializers.DictField(child=serializers.IntegerField(), help_text="Run id to samples."),
             })),
-        }), 400: _errors_response},
+        }), 400: ERRORS_RESPONSE},
     )
     def get(self, request: Request) -> Response:
         runs = comparison.runs_in_order(request.query_params.getlist("runs"))
-        prompts = comparison.shared_prompts(runs, _text_param(request, "q"))
+        prompts = comparison.shared_prompts(runs, text_param(request, "q"))
         return Response({"prompts": [{"prompt": p.prompt, "counts": p.counts} for p in prompts]})
 
 
@@ -111,14 +104,14 @@ class CompareSamplesView(RunsErrorsMixin, APIView):
                 "step": serializers.IntegerField(allow_null=True),
                 "samples": s.SampleSerializer(many=True),
             })),
-        }), 400: _errors_response},
+        }), 400: ERRORS_RESPONSE},
     )
     def get(self, request: Request) -> Response:
         runs = comparison.runs_in_order(request.query_params.getlist("runs"))
         prompt = request.query_params.get("prompt", "").replace("\x00", "")
         if not prompt:
             raise InvalidInput.one("prompt", "required: the exact prompt text")
-        step = _int_param(request, "step")
+        step = int_param(request, "step")
         shown = comparison.samples_of_prompt(runs, prompt, step)
         return Response({"runs": [
             {"id": str(item.run.pk), "step": item.step, "samples": s.SampleSerializer(item.samples, many=True).data}

@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.runs import services
-from posttrain.runs.api.errors import RunsErrorsMixin
+from posttrain.runs.api.errors import ERRORS_RESPONSE, RunsErrorsMixin
 from posttrain.runs.api.serializers import ExperimentCreateSerializer
 from posttrain.runs.errors import InvalidInput
 
@@ -27,11 +27,7 @@ MAX_YAML_CHARS = 200_000
 # Far more values than any run config has; YAML aliases can expand a few lines into billions.
 MAX_YAML_VALUES = 20_000
 
-_errors_response = inline_serializer(
-    "ConfigErrors",
-    fields={"errors": serializers.ListField(child=inline_serializer(
-        "ConfigFieldError", fields={"loc": serializers.CharField(), "msg": serializers.CharField()}))},
-)
+
 
 
 def config_to_yaml(config: dict[str, Any]) -> str:
@@ -112,7 +108,7 @@ class ExperimentValidateView(RunsErrorsMixin, APIView):
         "are set at launch); `yaml` is the experiment's own config (without the platform's fields) as YAML.",
         request=ExperimentCreateSerializer,
         responses={200: inline_serializer("ExperimentValidation", fields={
-            "config": serializers.DictField(), "yaml": serializers.CharField()}), 400: _errors_response},
+            "config": serializers.DictField(), "yaml": serializers.CharField()}), 400: ERRORS_RESPONSE},
     )
     def post(self, request: Request) -> Response:
         body = ExperimentCreateSerializer(data=request.data)
@@ -148,7 +144,7 @@ class ConfigYamlView(RunsErrorsMixin, APIView):
         request=ConfigTextSerializer,
         responses={200: inline_serializer("ConfigConversion", fields={
             "config": serializers.DictField(required=False), "yaml": serializers.CharField(required=False)}),
-            400: _errors_response},
+            400: ERRORS_RESPONSE},
         examples=[
             OpenApiExample("Parse", value={"yaml": "rollout:\n  samples_per_prompt: 4\n"}, request_only=True),
             OpenApiExample("A syntax error", response_only=True, status_codes=["400"], value={"errors": [{

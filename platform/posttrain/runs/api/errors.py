@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework import exceptions
+from drf_spectacular.utils import inline_serializer
+from rest_framework import exceptions, serializers
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -53,3 +56,23 @@ class RunsErrorsMixin:
 
     def get_exception_handler(self):
         return runs_exception_handler
+
+
+# The OpenAPI shapes of the two error bodies, for `extend_schema(responses={400: ..., 409: ...})`.
+ERRORS_RESPONSE = inline_serializer(
+    "ValidationErrors",
+    fields={"errors": serializers.ListField(child=inline_serializer(
+        "FieldError", fields={"loc": serializers.CharField(), "msg": serializers.CharField()}))},
+)
+CONFLICT_RESPONSE = inline_serializer(
+    "StateConflict", fields={"detail": serializers.CharField(), "state": serializers.CharField()})
+
+
+class FileFormatNegotiation(BaseContentNegotiation):
+    """For file downloads whose `?format=` names the file type, not a DRF renderer; errors answer in JSON."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return JSONRenderer(), JSONRenderer.media_type

@@ -14,9 +14,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import filters, mixins, serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.permissions import AllowAny
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -28,7 +26,8 @@ from posttrain.registry.services import model_register_checkpoint
 from posttrain.runs import selectors, services
 from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
-from posttrain.runs.api.errors import RunsErrorsMixin
+from posttrain.runs.api.errors import CONFLICT_RESPONSE, ERRORS_RESPONSE, FileFormatNegotiation, RunsErrorsMixin
+from posttrain.runs.api.params import float_param, int_param, text_param
 from posttrain.runs.errors import IngestAuthError, InvalidInput, RunsError
 from posttrain.runs.event_schema import parse_batch
 from posttrain.runs.models import Run, RunState
@@ -37,42 +36,6 @@ from posttrain.runs.tokens import token_matches
 # Researchers and admins only: annotators never see or call any of these endpoints.
 RESEARCHER_PERMISSIONS = [IsResearcher]
 MAX_SERIES_NAMES = 200
-
-_errors_response = inline_serializer(
-    "ValidationErrors",
-    fields={"errors": serializers.ListField(child=inline_serializer(
-        "FieldError", fields={"loc": serializers.CharField(), "msg": serializers.CharField()}))},
-)
-_conflict_response = inline_serializer(
-    "StateConflict", fields={"detail": serializers.CharField(), "state": serializers.CharField()})
-
-
-def _int_param(request: Request, name: str) -> int | None:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidInput.one(name, f"must be an integer, got {raw[:50]!r}") from None
-
-
-def _text_param(request: Request, name: str) -> str | None:
-    """A free-text query parameter; NUL characters (which Postgres refuses) are dropped."""
-    return request.query_params.get(name, "").replace("\x00", "").strip() or None
-
-
-def _float_param(request: Request, name: str) -> float | None:
-    raw = request.query_params.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise InvalidInput.one(name, f"must be a finite number, got {raw[:50]!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -84,13 +47,13 @@ class SeriesQuery:
 
 def series_query(request: Request) -> SeriesQuery:
     """`names`, `x` and `max_points` of the series and compare endpoints."""
-    names = [n.strip() for n in (_text_param(request, "names") or "").split(",") if n.strip()]
+    names = [n.strip() for n in (text_param(request, "names") or "").split(",") if n.strip()]
     if len(names) > MAX_SERIES_NAMES:
         raise InvalidInput.one("names", f"at most {MAX_SERIES_NAMES} metric names per request")
-    x_axis = _text_param(request, "x") or "step"
+    x_axis = text_param(request, "x") or "step"
     if x_axis not in run_series.X_AXES:
         raise InvalidInput.one("x", f"must be one of {', '.join(run_series.X_AXES)}, got {x_axis[:50]!r}")
-    max_points = _int_param(request, "max_points")
+    max_points = int_param(request, "max_points")
     if max_points is None:
         max_points = run_series.DEFAULT_MAX_POINTS
     elif not run_series.MIN_MAX_POINTS <= max_points <= run_series.MAX_MAX_POINTS:
@@ -129,16 +92,6 @@ RUN_SERIES_RESPONSE = inline_serializer("RunSeries", fields={
 })
 
 
-class _ExportNegotiation(BaseContentNegotiation):
-    """The export's `format` parameter names the file type, not a DRF renderer; errors answer in JSON."""
-
-    def select_parser(self, request, parsers):
-        return parsers[0] if parsers else None
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        return JSONRenderer(), JSONRenderer.media_type
-
-
 # --- experiments -----------------------------------------------------------------------------
 
 
@@ -162,7 +115,7 @@ class ExperimentViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
         description="The config is validated by the engine's schema, completed with the registry's model, "
         "dataset and rewards; invalid fields come back as `errors` naming each `loc`.",
         request=s.ExperimentCreateSerializer,
-        responses={201: s.ExperimentSerializer, 400: _errors_response},
+        responses={201: s.ExperimentSerializer, 400: ERRORS_RESPONSE},
     )
     def create(self, request: Request) -> Response:
         body = s.ExperimentCreateSerializer(data=request.data)
@@ -178,7 +131,7 @@ class ExperimentViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
     @extend_schema(
         summary="Launch a run of the experiment",
         request=s.RunLaunchSerializer,
-        responses={201: s.RunDetailSerializer, 400: _errors_response},
+        responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["post"])
     def launch(self, request: Request, pk: str | None = None) -> Response:
@@ -227,7 +180,7 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
 
     @extend_schema(summary="Edit a run's tags and note", request=s.RunUpdateSerializer,
-                   responses={200: s.RunDetailSerializer, 400: _errors_response})
+                   responses={200: s.RunDetailSerializer, 400: ERRORS_RESPONSE})
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         body = s.RunUpdateSerializer(data=request.data, partial=True)
@@ -236,14 +189,14 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         return Response(s.RunDetailSerializer(run).data)
 
     @extend_schema(summary="Cancel a run", request=None,
-                   responses={200: s.RunDetailSerializer, 409: _conflict_response})
+                   responses={200: s.RunDetailSerializer, 409: CONFLICT_RESPONSE})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = services.run_cancel(self.get_object(), user=request.user)
         return Response(s.RunDetailSerializer(run).data)
 
     @extend_schema(summary="A new run with this run's exact config", request=s.RunCloneSerializer,
-                   responses={201: s.RunDetailSerializer, 400: _errors_response})
+                   responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE})
     @action(detail=True, methods=["post"])
     def clone(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
@@ -253,7 +206,7 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         return Response(s.RunDetailSerializer(new).data, status=201)
 
     @extend_schema(summary="A new run continuing this one from a checkpoint", request=s.RunResumeSerializer,
-                   responses={201: s.RunDetailSerializer, 400: _errors_response, 409: _conflict_response})
+                   responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE, 409: CONFLICT_RESPONSE})
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
@@ -269,16 +222,16 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
             OpenApiParameter("step_min", OpenApiTypes.INT),
             OpenApiParameter("step_max", OpenApiTypes.INT),
         ],
-        responses={200: s.MetricsSerializer, 400: _errors_response},
+        responses={200: s.MetricsSerializer, 400: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def metrics(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        names = [n.strip() for n in (_text_param(request, "names") or "").split(",") if n.strip()]
+        names = [n.strip() for n in (text_param(request, "names") or "").split(",") if n.strip()]
         if len(names) > 200:
             raise InvalidInput.one("names", "at most 200 metric names per request")
-        series = selectors.run_metric_series(run, names or None, _int_param(request, "step_min"),
-                                             _int_param(request, "step_max"))
+        series = selectors.run_metric_series(run, names or None, int_param(request, "step_min"),
+                                             int_param(request, "step_max"))
         return Response({"series": series})
 
     @extend_schema(
@@ -290,15 +243,15 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
             OpenApiParameter("finish_reason", OpenApiTypes.STR, description="stop or length"),
             OpenApiParameter("q", OpenApiTypes.STR, description="Text in the prompt, response or label."),
         ],
-        responses={200: s.SampleSerializer(many=True), 400: _errors_response},
+        responses={200: s.SampleSerializer(many=True), 400: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["get"], filter_backends=[])
     def samples(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         queryset = selectors.run_samples(
-            run, step=_int_param(request, "step"), min_reward=_float_param(request, "min_reward"),
-            max_reward=_float_param(request, "max_reward"),
-            finish_reason=_text_param(request, "finish_reason"), q=_text_param(request, "q"),
+            run, step=int_param(request, "step"), min_reward=float_param(request, "min_reward"),
+            max_reward=float_param(request, "max_reward"),
+            finish_reason=text_param(request, "finish_reason"), q=text_param(request, "q"),
         )
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(s.SampleSerializer(page, many=True).data)
@@ -309,7 +262,7 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         return Response(s.CheckpointSerializer(selectors.run_checkpoints(self.get_object()), many=True).data)
 
     @extend_schema(summary="Register one of the run's checkpoints as a model (lineage kept)",
-                   request=s.CheckpointRegisterSerializer, responses={201: ModelAssetSerializer, 400: _errors_response})
+                   request=s.CheckpointRegisterSerializer, responses={201: ModelAssetSerializer, 400: ERRORS_RESPONSE})
     @action(detail=True, methods=["post"], url_path="register-checkpoint")
     def register_checkpoint(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
@@ -334,7 +287,7 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def logs(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        tail = _int_param(request, "tail")
+        tail = int_param(request, "tail")
         if tail is not None and tail < 1:
             raise InvalidInput.one("tail", "must be at least 1")
         return Response(selectors.run_job_logs(run, tail or selectors.DEFAULT_LOG_TAIL_CHARS))
@@ -345,7 +298,7 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         "`points` (stored points) and `downsampled`. `last_seq`: the highest metrics event seq included; live "
         "events after it extend the curves.",
         parameters=SERIES_PARAMETERS,
-        responses={200: RUN_SERIES_RESPONSE, 400: _errors_response},
+        responses={200: RUN_SERIES_RESPONSE, 400: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def series(self, request: Request, pk: str | None = None) -> Response:
@@ -362,13 +315,13 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=list(run_series.EXPORT_FORMATS),
                                      description="csv (default) or jsonl")],
         responses={(200, "text/csv"): OpenApiTypes.STR, (200, "application/x-ndjson"): OpenApiTypes.STR,
-                   400: _errors_response},
+                   400: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[],
-            content_negotiation_class=_ExportNegotiation)
+            content_negotiation_class=FileFormatNegotiation)
     def export(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
         run = self.get_object()
-        kind = _text_param(request, "format") or "csv"
+        kind = text_param(request, "format") or "csv"
         if kind not in run_series.EXPORT_FORMATS:
             raise InvalidInput.one("format",
                                    f"must be one of {', '.join(run_series.EXPORT_FORMATS)}, got {kind[:50]!r}")
@@ -430,7 +383,7 @@ class RunEventsView(RunsErrorsMixin, APIView):
         "ingestion token>.",
         request=s.EventBatchSerializer,
         responses={
-            200: s.EventAckSerializer, 400: _errors_response, 401: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT,
+            200: s.EventAckSerializer, 400: ERRORS_RESPONSE, 401: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT,
             409: inline_serializer("SeqConflict", fields={"detail": serializers.CharField(),
                                                          "expected_seq": serializers.IntegerField()}),
         },
