@@ -72,6 +72,23 @@ def registry(db, tmp_path) -> dict[str, Any]:
     }
 
 
+def create_body(registry, **overrides) -> dict:
+    """A POST /api/experiments/ body over the `registry` fixture's objects."""
+    body = {
+        "name": "sums grpo",
+        "model": registry["model"].pk,
+        "dataset": registry["dataset"].pk,
+        "rewards": [{"reward": registry["exact"].pk, "weight": 1.0}, {"reward": registry["format"].pk, "weight": 0.5}],
+        "config": BASE_CONFIG,
+    }
+    body.update(overrides)
+    return body
+
+
+def post(api, url: str, body) -> object:
+    return api.post(url, data=json.dumps(body), content_type="application/json")
+
+
 @pytest.fixture
 def experiment(registry, researcher):
     return services.experiment_create(

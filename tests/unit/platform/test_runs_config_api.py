@@ -3,7 +3,6 @@ YAML in and out."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import yaml
@@ -12,29 +11,15 @@ from posttrain.runs.models import Experiment, ExperimentReward, Run
 from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
     BASE_CONFIG,
     api,
+    create_body,
     no_dispatch,
+    post,
     registry,
     researcher,
     storage,
 )
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
-
-
-def body_for(registry, **overrides) -> dict:
-    body = {
-        "name": "sums grpo",
-        "model": registry["model"].pk,
-        "dataset": registry["dataset"].pk,
-        "rewards": [{"reward": registry["exact"].pk, "weight": 1.0}, {"reward": registry["format"].pk, "weight": 0.5}],
-        "config": BASE_CONFIG,
-    }
-    body.update(overrides)
-    return body
-
-
-def post(api, url: str, body) -> object:
-    return api.post(url, data=json.dumps(body), content_type="application/json")
 
 
 def stored_rows() -> tuple[int, int, int]:
@@ -61,7 +46,7 @@ def test_every_listed_platform_field_is_refused_in_an_experiment_config(api, reg
     for dotted in fields:
         section, _, key = dotted.partition(".")
         config = {**BASE_CONFIG, section: {**BASE_CONFIG.get(section, {}), key: "x"} if key else []}
-        response = post(api, "/api/experiments/validate/", body_for(registry, config=config))
+        response = post(api, "/api/experiments/validate/", create_body(registry, config=config))
         assert response.status_code == 400, dotted
         assert dotted in [e["loc"] for e in response.json()["errors"]], (dotted, response.json())
 
@@ -71,10 +56,10 @@ def test_every_listed_platform_field_is_refused_in_an_experiment_config(api, reg
 
 def test_validate_answers_the_config_a_launched_run_gets(api, registry, storage):
     config = {**BASE_CONFIG, "seed": 5, "rollout": {**BASE_CONFIG["rollout"], "temperature": 0.7}}
-    validated = post(api, "/api/experiments/validate/", body_for(registry, config=config))
+    validated = post(api, "/api/experiments/validate/", create_body(registry, config=config))
     assert validated.status_code == 200, validated.json()
 
-    created = post(api, "/api/experiments/", body_for(registry, config=config))
+    created = post(api, "/api/experiments/", create_body(registry, config=config))
     assert created.status_code == 201, created.json()
     launched = post(api, f"/api/experiments/{created.json()['id']}/launch/", {})
     assert launched.status_code == 201, launched.json()
@@ -88,7 +73,7 @@ def test_validate_answers_the_config_a_launched_run_gets(api, registry, storage)
 
 
 def test_validate_yaml_is_the_experiment_config_without_the_platform_fields(api, registry):
-    response = post(api, "/api/experiments/validate/", body_for(registry))
+    response = post(api, "/api/experiments/validate/", create_body(registry))
     text = response.json()["yaml"]
     assert yaml.safe_load(text) == BASE_CONFIG
     assert "path" not in text and "rewards" not in text
@@ -110,7 +95,7 @@ def test_validate_yaml_is_the_experiment_config_without_the_platform_fields(api,
     ({"rewards": [{"reward": 987654}]}, "rewards[0].reward"),
 ])
 def test_validate_gives_exactly_the_errors_create_gives_and_writes_nothing(api, registry, overrides, loc):
-    body = body_for(registry, **overrides)
+    body = create_body(registry, **overrides)
     validated = post(api, "/api/experiments/validate/", body)
     assert validated.status_code == 400, validated.content
     assert loc in [e["loc"] for e in validated.json()["errors"]], validated.json()
@@ -123,13 +108,13 @@ def test_validate_gives_exactly_the_errors_create_gives_and_writes_nothing(api, 
 
 def test_a_reward_listed_twice_is_refused_at_its_index(api, registry):
     exact = registry["exact"].pk
-    response = post(api, "/api/experiments/validate/", body_for(registry, rewards=[{"reward": exact}, {"reward": exact}]))
+    response = post(api, "/api/experiments/validate/", create_body(registry, rewards=[{"reward": exact}, {"reward": exact}]))
     assert response.status_code == 400
     assert [e["loc"] for e in response.json()["errors"]] == ["rewards[1].reward"]
 
 
 def test_a_valid_experiment_is_validated_without_writing_anything(api, registry, no_dispatch):
-    response = post(api, "/api/experiments/validate/", body_for(registry))
+    response = post(api, "/api/experiments/validate/", create_body(registry))
     assert response.status_code == 200
     assert stored_rows() == (0, 0, 0)
     assert no_dispatch == []

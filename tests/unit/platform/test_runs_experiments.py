@@ -11,31 +11,17 @@ from posttrain.runs.tokens import ingest_token, token_hash
 from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
     BASE_CONFIG,
     api,
+    create_body,
     experiment,
     make_run,
     no_dispatch,
+    post,
     registry,
     researcher,
     storage,
 )
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
-
-
-def create_body(registry, **overrides) -> dict:
-    body = {
-        "name": "sums grpo",
-        "model": registry["model"].pk,
-        "dataset": registry["dataset"].pk,
-        "rewards": [{"reward": registry["exact"].pk, "weight": 1.0}, {"reward": registry["format"].pk, "weight": 0.5}],
-        "config": BASE_CONFIG,
-    }
-    body.update(overrides)
-    return body
-
-
-def post(api, url: str, body) -> object:
-    return api.post(url, data=json.dumps(body), content_type="application/json")
 
 
 def locs(response) -> list[str]:
