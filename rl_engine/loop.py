@@ -2,7 +2,13 @@
 → weight sync, every phase timed and emitted as `timing/<phase>`; all rollout samples emitted per step.
 
 One `Experience` record drives both the update and the logging. The loop is backend-agnostic: it
-talks to a `RolloutBackend` and a trainer; this module wires the single-process ones.
+talks to a `RolloutBackend`, a trainer and a reward; this module wires the one-process ones, and
+`rl_engine.distributed` the same calls onto Ray actors (several engines or ranks, `separate` placement).
+
+Async mode (`backends.async_rollout`): the next batch is generated while this one is scored and
+trained, from the weights before this update (staleness bounded by one step); the weight sync waits
+for that batch to finish, so a sync never lands in a half-generated batch. The off-policy gap is
+logged as `kl/rollout_vs_policy`.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, Valu
 @dataclass
 class StepTimer:
     timings: dict[str, float] = field(default_factory=dict)
+    overlapped_generate: float | None = None  # async mode: generation seconds spent off the critical path
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -55,20 +62,55 @@ class StepTimer:
 
 @dataclass
 class Engine:
-    """Everything a run holds between steps."""
+    """Everything a run holds between steps. With Ray roles (`roles`), `model` is None: the policy
+    lives in the trainer ranks, and `trainer`, `rollout` and `reward` are the roles' proxies."""
 
     cfg: RunConfig
     tokenizer: Any
-    model: torch.nn.Module
-    trainer: TorchTrainer
-    rollout: RolloutBackend
-    reward: CompositeReward
+    model: torch.nn.Module | None
+    trainer: Any  # TorchTrainer, or distributed.RayTrainer
+    rollout: Any  # RolloutBackend, or distributed.RayRollout
+    reward: Any   # CompositeReward, or distributed.RayReward
     data: PromptData
     sampler: PromptSampler
+    roles: Any = None  # distributed.RayRoles when the roles are actors
+    pending: Any = None  # async mode: the batch being generated for the next step
+
+    def sync_weights(self) -> float:
+        if self.roles is not None:
+            return self.roles.sync_weights()
+        with self.trainer.full_weights():  # whole weights even when ZeRO-3 partitions them
+            return self.rollout.sync_weights(self.model)
+
+    def save_checkpoint(self, run_dir: Path, step: int, state: EngineState) -> Path:
+        keep = self.cfg.checkpoint.keep_last
+        if self.roles is not None:
+            return self.trainer.save_checkpoint(run_dir, step, state, keep)
+        return save_checkpoint(run_dir, step, self.model, self.tokenizer, state, keep,
+                               weights=self.trainer.full_state_dict())
+
+    def peak_memory(self) -> dict[str, float]:
+        """Peak resident GiB of each role's process (with its children, e.g. vLLM's engine core)."""
+        from rl_engine.distributed import peak_rss_gb
+
+        # With actors, the driver's children are a local Ray's own processes: the driver alone then.
+        memory = {"memory/driver_peak_gb": peak_rss_gb(children=self.roles is None)}
+        if self.roles is not None:
+            memory.update(self.roles.peak_memory_gb())
+        return memory
+
+    def parameter_count(self) -> int:
+        if self.model is None:
+            return self.trainer.parameter_count()
+        return sum(getattr(p, "ds_numel", p.numel()) for p in self.model.parameters())  # ZeRO-3: placeholders
 
     def close(self) -> None:
-        self.rollout.close()
-        self.reward.close()
+        try:
+            self.rollout.close()
+            self.reward.close()
+        finally:
+            if self.roles is not None:
+                self.roles.close()
 
 
 def load_tokenizer(cfg: RunConfig) -> Any:
@@ -96,7 +138,15 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
-    with _model_construction(cfg):
+    from rl_engine.distributed import RayRoles, uses_actors
+
+    if uses_actors(cfg):
+        data = PromptData.load(cfg.data, tokenizer, cfg.seed)
+        roles = RayRoles(cfg, weights_from)
+        return Engine(cfg=cfg, tokenizer=tokenizer, model=None, trainer=roles.trainer, rollout=roles.rollout,
+                      reward=roles.reward, data=data, sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
+                      roles=roles)
+    with model_construction(cfg):
         model = load_policy(weights_from or cfg.model.path, cfg)
         ref_model = None
         if cfg.algorithm.kl.coef > 0:
@@ -107,15 +157,15 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     data = PromptData.load(cfg.data, tokenizer, cfg.seed)
     return Engine(
         cfg=cfg, tokenizer=tokenizer, model=model,
-        trainer=_trainer_class(cfg)(cfg, model, ref_model, critic),
-        rollout=_rollout_backend(cfg, tokenizer, model, weights_from),
+        trainer=trainer_class(cfg)(cfg, model, ref_model, critic),
+        rollout=rollout_backend(cfg, tokenizer, model, weights_from),
         reward=build_reward([spec.model_dump() for spec in cfg.rewards]),
         data=data,
         sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
     )
 
 
-def _model_construction(cfg: RunConfig) -> AbstractContextManager[None]:
+def model_construction(cfg: RunConfig) -> AbstractContextManager[None]:
     """Where the models are loaded: partitioned as they load under DeepSpeed ZeRO-3."""
     if cfg.backends.training != "deepspeed":
         return nullcontext()
@@ -124,7 +174,7 @@ def _model_construction(cfg: RunConfig) -> AbstractContextManager[None]:
     return model_construction(cfg)
 
 
-def _trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
+def trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
     if cfg.backends.training == "deepspeed":
         from rl_engine.backends.deepspeed_trainer import DeepSpeedTrainer
 
@@ -132,15 +182,24 @@ def _trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
     return TorchTrainer
 
 
-def _rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module,
-                     weights_from: Path | None) -> RolloutBackend:
+def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | None,
+                    weights_from: Path | None) -> RolloutBackend:
+    """The generation engine; `model` is the policy module (shared by the transformers backend), None
+    in a rollout actor, which always runs vLLM through here."""
     if cfg.backends.rollout != "vllm":
         return TransformersRollout(model, tokenizer)
     from rl_engine.backends.vllm_rollout import VLLMRollout  # vllm only when chosen
 
     # Room for the longest prompt plus the longest response, within what the model's positions allow.
     longest = cfg.data.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.logging.eval_max_new_tokens or 0)
-    positions = getattr(model.config, "max_position_embeddings", None) or longest
+    if model is None:
+        from transformers import AutoConfig
+
+        model_config = AutoConfig.from_pretrained(str(weights_from or cfg.model.path),
+                                                  trust_remote_code=cfg.model.trust_remote_code)
+    else:
+        model_config = model.config
+    positions = getattr(model_config, "max_position_embeddings", None) or longest
     # On resume the engine starts from the checkpoint's weights, as the policy does.
     return VLLMRollout(weights_from or cfg.model.path, tokenizer,
                        tokenizer_path=cfg.model.tokenizer_path or cfg.model.path, dtype=cfg.model.dtype,
@@ -181,11 +240,7 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     timer = StepTimer()
     started = time.perf_counter()
 
-    prompts = [engine.data.train[i] for i in engine.sampler.next_batch(ro.prompts_per_step)]
-    params = SamplingParams(n=ro.samples_per_prompt, temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
-                            max_new_tokens=ro.max_new_tokens, stop=tuple(ro.stop))
-    with timer.phase("generate"):
-        samples = engine.rollout.generate([p.token_ids for p in prompts], params)
+    prompts, samples = _take_rollouts(engine, step, timer)
     texts = tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
     lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float32)
 
@@ -210,13 +265,20 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         kept_scores = scores[kept]
         single_update = cfg.train.epochs_per_batch == 1 and (cfg.train.mini_batch_size or len(kept)) >= len(kept)
         kl_in_reward = alg.kl.coef > 0 and alg.kl.placement == "reward"
-        with timer.phase("forward"):
-            ref = trainer.forward(batch, "reference") if trainer.ref_model is not None else None
+        ref = old = values = None
+        if trainer.ref_model is not None:
+            with timer.phase("forward_reference"):
+                ref = trainer.forward(batch, "reference")
+        with timer.phase("forward_policy"):
             # With one update per batch the old policy is the current one: its log-probs come free
-            # from the training forward pass (ratio exactly 1), so the extra pass is skipped.
-            old = trainer.forward(batch, "policy") if (not single_update or kl_in_reward) else None
-            values = trainer.forward(batch, "values") if trainer.critic is not None else None
+            # from the training forward pass (ratio exactly 1), so the extra pass is skipped — except
+            # in async mode, where they measure how far the samples' policy is behind.
+            if not single_update or kl_in_reward or cfg.backends.async_rollout:
+                old = trainer.forward(batch, "policy")
             metrics.update(_logprob_gap(trainer, batch, [samples[i] for i in kept], old))
+        if trainer.critic is not None:
+            with timer.phase("forward_values"):
+                values = trainer.forward(batch, "values")
         token_rewards = None
         if kl_in_reward:
             kl = kl_estimate(old, ref, alg.kl.estimator, mask)
@@ -229,8 +291,12 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         experience = Experience(batch, advantages, old, ref if alg.kl.placement == "loss" else None, values, returns)
         with timer.phase("train"):
             metrics.update(trainer.update(experience))
-        with timer.phase("weight_sync"), trainer.full_weights():  # whole weights even when ZeRO-3 partitions them
-            engine.rollout.sync_weights(engine.model)
+        if engine.pending is not None:
+            # Async: the next batch finishes generating from the weights it started with before they change.
+            with timer.phase("wait_rollout"):
+                engine.pending.finish(engine.rollout)
+        with timer.phase("weight_sync"):
+            engine.sync_weights()
         if "kl/loss_term" in metrics:
             metrics["kl/mean"] = metrics.pop("kl/loss_term")
         metrics["advantages/mean"] = float(masked_mean(advantages, mask))
@@ -241,9 +307,14 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     generated_tokens = float(lengths.sum())
     metrics.update(_rollout_metrics(reward, task_scores, scores, lengths, samples, ro.samples_per_prompt))
     metrics["batch/kept_fraction"] = float(keep.float().mean())
-    metrics["throughput/tokens_per_s"] = generated_tokens / max(timer.timings["generate"], 1e-9)
-    for phase in ("generate", "reward", "forward", "train", "weight_sync"):
-        metrics[f"timing/{phase}"] = timer.timings.get(phase, 0.0)
+    generate_s = timer.timings["generate"] if timer.overlapped_generate is None else timer.overlapped_generate
+    metrics["throughput/tokens_per_s"] = generated_tokens / max(generate_s, 1e-9)
+    if timer.overlapped_generate is not None:
+        metrics["rollout/overlapped_generate_s"] = timer.overlapped_generate
+    for phase in ("generate", "reward", "forward_reference", "forward_policy", "forward_values", "train",
+                  "weight_sync", "wait_rollout"):
+        if phase in timer.timings or phase in ("reward", "forward_policy", "train", "weight_sync"):
+            metrics[f"timing/{phase}"] = timer.timings.get(phase, 0.0)
     metrics["timing/step"] = time.perf_counter() - started
 
     records = [
@@ -255,6 +326,56 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         for i, s in enumerate(samples)
     ]
     return metrics, records
+
+
+def _sampling_params(cfg: RunConfig) -> SamplingParams:
+    ro = cfg.rollout
+    return SamplingParams(n=ro.samples_per_prompt, temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
+                          max_new_tokens=ro.max_new_tokens, stop=tuple(ro.stop))
+
+
+@dataclass
+class PendingRollout:
+    """Async mode: a batch submitted to the rollout engines ahead of its step."""
+
+    prompts: list[Prompt]
+    handles: Any
+    samples: list[Sample] | None = None
+    seconds: float = 0.0
+
+    def finish(self, rollout: Any) -> None:
+        if self.samples is None:
+            self.samples, self.seconds = rollout.collect(self.handles)
+
+
+def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], list[Sample]]:
+    """This step's prompts and samples. Sync: generated now. Async: the batch submitted during the
+    previous step (finished before the last weight sync), and the next one submitted now, to be
+    generated from the current weights while this one is scored and trained."""
+    cfg = engine.cfg
+
+    def next_prompts() -> list[Prompt]:
+        return [engine.data.train[i] for i in engine.sampler.next_batch(cfg.rollout.prompts_per_step)]
+
+    if not cfg.backends.async_rollout:
+        prompts = next_prompts()
+        with timer.phase("generate"):
+            return prompts, engine.rollout.generate([p.token_ids for p in prompts], _sampling_params(cfg))
+
+    def submit() -> PendingRollout:
+        prompts = next_prompts()
+        return PendingRollout(prompts, engine.rollout.submit([p.token_ids for p in prompts], _sampling_params(cfg)))
+
+    current = engine.pending or submit()  # none ahead on the first step (or the first after a resume)
+    engine.pending = None
+    with timer.phase("wait_rollout"):
+        current.finish(engine.rollout)
+    # The engines' own time, overlapped with the previous step's work: not a phase of this step's critical
+    # path (`timing/wait_rollout` is), reported as `rollout/overlapped_generate_s`.
+    timer.overlapped_generate = current.seconds
+    if step < cfg.train.steps:
+        engine.pending = submit()
+    return current.prompts, current.samples
 
 
 # Samples whose log-probs the trainer recomputes for `rollout/logprob_diff_*` when the step computes no
@@ -278,7 +399,10 @@ def _logprob_gap(trainer: TorchTrainer, batch: TokenBatch, samples: list[Sample]
         engine[row, : len(sample.logprobs)] = torch.tensor(sample.logprobs, dtype=old.dtype)
     mask = batch.response_mask
     diff = (engine - old).abs() * mask
-    return {"rollout/logprob_diff_max": float(diff.max()), "rollout/logprob_diff_mean": float(masked_mean(diff, mask))}
+    # k1 estimate of KL(rollout policy || trainer policy) on tokens drawn from the rollout policy: ~0
+    # when in sync (numerics only), the staleness cost in async mode.
+    return {"rollout/logprob_diff_max": float(diff.max()), "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
+            "kl/rollout_vs_policy": float(masked_mean(engine - old, mask))}
 
 
 def _rollout_metrics(reward: Any, task_scores: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor,
@@ -328,7 +452,7 @@ def evaluate(engine: Engine, prompts: list[Prompt], max_new_tokens: int, batch_s
 # --- the run -------------------------------------------------------------------------------------
 
 
-def _configure_threads() -> None:
+def configure_threads() -> None:
     threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
     if threads > 0:
         torch.set_num_threads(threads)
@@ -337,7 +461,7 @@ def _configure_threads() -> None:
 def train(cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: str | None = None,
           progress: bool = False) -> dict[str, float]:
     """Runs (or resumes) a whole run into `run_dir`; returns the last metrics (eval ones included)."""
-    _configure_threads()
+    configure_threads()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
@@ -393,6 +517,7 @@ def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbe
         counters["progress/tokens"] += sum(r["length"] for r in records)
         counters["progress/train_time_s"] += metrics["timing/step"]
         metrics.update(counters)
+        metrics.update(engine.peak_memory())
         due_eval = cfg.logging.eval_every > 0 and (step % cfg.logging.eval_every == 0 or step == cfg.train.steps)
         if due_eval and eval_prompts:
             started = time.perf_counter()
@@ -409,8 +534,7 @@ def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbe
         if due_ckpt:
             state = EngineState(step=step, trainer=engine.trainer.state_dict(), sampler=engine.sampler.state_dict(),
                                 rng=capture_rng(), metrics_so_far=dict(counters))
-            path = save_checkpoint(run_dir, step, engine.model, engine.tokenizer, state, cfg.checkpoint.keep_last,
-                                   weights=engine.trainer.full_state_dict())
+            path = engine.save_checkpoint(run_dir, step, state)
             sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
         last = metrics
     sink.emit("status", {"state": "succeeded"}, step=cfg.train.steps)
@@ -418,10 +542,12 @@ def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbe
 
 
 def _describe(engine: Engine) -> str:
-    params = sum(getattr(p, "ds_numel", p.numel()) for p in engine.model.parameters())  # ZeRO-3: p is a placeholder
     data = engine.data
-    text = (f"policy {type(engine.model).__name__} with {params:,} parameters; {len(data.train)} training prompts, "
+    policy = type(engine.model).__name__ if engine.model is not None else "policy"
+    text = (f"policy {policy} with {engine.parameter_count():,} parameters; {len(data.train)} training prompts, "
             f"{len(data.eval)} held-out")
+    if engine.roles is not None:
+        text += f"; {engine.roles.describe()}"
     if data.dropped_too_long:
         text += f"; dropped {data.dropped_too_long} prompts longer than data.max_prompt_tokens"
     return text

@@ -6,6 +6,7 @@ the layout every group estimator relies on.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -69,13 +70,17 @@ def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
 
 
 class TransformersRollout:
-    """Samples with `model.generate` from the very module being trained (one process, colocated), so a
-    weight sync costs nothing. Prompts are left-padded and generated in chunks of `batch_size`."""
+    """Samples with `model.generate`. In one process it is the very module being trained, so a weight
+    sync costs nothing; as a rollout actor (`rl_engine.distributed`) it holds its own copy, loaded from
+    the trainer's weights file after each update, and reports log-probs (`report_logprobs`) from one
+    teacher-forced pass over the samples — those of the sampling distribution when top-k/top-p are off.
+    Prompts are left-padded and generated in chunks of `batch_size`."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 512):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 512, report_logprobs: bool = False):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.report_logprobs = report_logprobs
         self.eos_ids = eos_token_ids(model.generation_config, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
@@ -89,9 +94,20 @@ class TransformersRollout:
             for start in range(0, len(expanded), self.batch_size):
                 chunk = expanded[start : start + self.batch_size]
                 samples.extend(self._generate_chunk(chunk, params))
+            if self.report_logprobs and not params.greedy:
+                samples = self._with_logprobs(prompts, samples, params.temperature)
         finally:
             self.model.train(was_training)
         return samples
+
+    def _with_logprobs(self, prompts: list[list[int]], samples: list[Sample], temperature: float) -> list[Sample]:
+        from rl_engine.trainer import TokenBatch, batched_logprobs  # trainer imports this module
+
+        batch = TokenBatch.build([prompts[s.prompt_index] for s in samples], [s.response_ids for s in samples],
+                                 self.pad_id)
+        logprobs = batched_logprobs(self.model, batch, 64, temperature)
+        return [Sample(s.prompt_index, s.response_ids, s.finish_reason, tuple(logprobs[i, : len(s.response_ids)].tolist()))
+                for i, s in enumerate(samples)]
 
     def _generate_chunk(self, chunk: list[tuple[int, list[int]]], params: SamplingParams) -> list[Sample]:
         input_ids, attention_mask = left_pad([ids for _, ids in chunk], self.pad_id)
@@ -131,6 +147,14 @@ class TransformersRollout:
 
     def sync_weights(self, model: torch.nn.Module) -> float:
         return 0.0  # same module: nothing to move
+
+    def load_weights_file(self, path: str) -> float:
+        """Takes the weights a trainer wrote (`write_weights_file`); returns seconds spent."""
+        started = time.perf_counter()
+        from safetensors.torch import load_file
+
+        self.model.load_state_dict(load_file(path), strict=True)
+        return time.perf_counter() - started
 
     def close(self) -> None:
         pass

@@ -114,6 +114,16 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+@torch.no_grad()
+def batched_logprobs(model: nn.Module, batch: TokenBatch, micro: int, temperature: float) -> torch.Tensor:
+    """Log-probs `[B, T]` of `batch`'s response tokens under `model`, `micro` rows at a time."""
+    outputs = []
+    for start in range(0, len(batch), micro):
+        part = batch.select(slice(start, start + micro))
+        outputs.append(token_logprobs(response_logits(model, part, temperature), part.sequences[:, part.prompt_width:]))
+    return torch.cat(outputs)
+
+
 def _lr_lambda(cfg: RunConfig):
     total, warmup, schedule = cfg.train.steps, cfg.train.warmup_steps, cfg.train.lr_schedule
 
@@ -128,12 +138,28 @@ def _lr_lambda(cfg: RunConfig):
     return factor
 
 
-class TorchTrainer:
-    """AdamW on one process. `micro_batch_size` bounds memory (gradient accumulation); the optimiser
-    steps once per mini-batch; the learning-rate schedule advances once per RL step."""
+def refuse_rank_states(state: dict[str, Any]) -> None:
+    """A state written by several trainer ranks (`rl_engine.distributed`) cannot resume one process."""
+    if "ranks" in state:
+        raise ValueError(f"the checkpoint's trainer state is from {len(state['ranks'])} trainer ranks, this run is one "
+                         "process (placement): resume with the placement it was written with")
 
-    def __init__(self, cfg: RunConfig, model: nn.Module, ref_model: nn.Module | None, critic: ValueModel | None):
+
+class TorchTrainer:
+    """AdamW on one process, or data parallel over `world` processes (one per rank, gloo or NCCL).
+    `micro_batch_size` bounds memory (gradient accumulation); the optimiser steps once per mini-batch;
+    the learning-rate schedule advances once per RL step.
+
+    Data parallel: every rank receives the whole `Experience` and draws the same shuffled mini-batches
+    (same generator seed); rank r trains rows r, r+world, ... of each, each micro-batch's loss weighted
+    by its share of the *whole* mini-batch times `world`, so averaging the gradients over ranks gives
+    exactly the one-process gradient."""
+
+    def __init__(self, cfg: RunConfig, model: nn.Module, ref_model: nn.Module | None, critic: ValueModel | None,
+                 *, rank: int = 0, world: int = 1):
         self.cfg = cfg
+        self.rank = rank
+        self.world = world
         self.model = model
         self.ref_model = ref_model
         self.critic = critic
@@ -154,18 +180,12 @@ class TorchTrainer:
     def forward(self, batch: TokenBatch, which: str) -> torch.Tensor:
         """Log-probs of the response tokens under the `policy` or `reference`, or the critic's `values`,
         computed micro-batch by micro-batch."""
-        micro = self.cfg.train.micro_batch_size
-        temperature = self.cfg.rollout.temperature
-        outputs = []
-        for start in range(0, len(batch), micro):
-            part = batch.select(slice(start, start + micro))
-            if which == "values":
-                outputs.append(self._runner("critic")(part))
-            else:
-                model = self._runner(which)
-                tokens = part.sequences[:, part.prompt_width:]
-                outputs.append(token_logprobs(response_logits(model, part, temperature), tokens))
-        return torch.cat(outputs)
+        if which == "values":
+            micro = self.cfg.train.micro_batch_size
+            return torch.cat([self._runner("critic")(batch.select(slice(s, s + micro)))
+                              for s in range(0, len(batch), micro)])
+        return batched_logprobs(self._runner(which), batch, self.cfg.train.micro_batch_size,
+                                self.cfg.rollout.temperature)
 
     # --- the update ------------------------------------------------------------------------------
 
@@ -191,13 +211,11 @@ class TorchTrainer:
             for mini_index in self._minibatches(len(exp.batch)):
                 mini = exp.select(mini_index)
                 self._zero_grad()
-                total_tokens = float(mini.batch.response_mask.sum().clamp(min=1))
-                for start in range(0, len(mini.batch), cfg.train.micro_batch_size):
-                    micro = mini.select(torch.arange(start, min(start + cfg.train.micro_batch_size, len(mini.batch))))
-                    share = self._share(micro, len(mini.batch), total_tokens)
+                for micro, share in self._local_micro_batches(mini):
                     stats = self._micro_step(micro, share)
-                    for name, value in stats.items():
-                        record(name, value)
+                    if share > 0:  # a padding micro-batch (share 0) only keeps the ranks' collectives in step
+                        for name, value in stats.items():
+                            record(name, value)
                 record("policy/grad_norm", self._clip_and_step("policy"))
                 if self.critic is not None:
                     record("critic/grad_norm", self._clip_and_step("critic"))
@@ -205,6 +223,22 @@ class TorchTrainer:
         metrics = {name: sums[name] / counts[name] for name in sums}
         metrics["policy/lr"] = self.optimizer.param_groups[0]["lr"]
         return metrics
+
+    def _local_micro_batches(self, mini: Experience) -> list[tuple[Experience, float]]:
+        """This rank's micro-batches of `mini` with the weight of each one's loss. Every rank gets the
+        same number of micro-batches (a rank one row short trains a copy of row 0 with weight 0): under
+        ZeRO each backward and step is a collective that all ranks must enter."""
+        micro_size = self.cfg.train.micro_batch_size
+        total_tokens = float(mini.batch.response_mask.sum().clamp(min=1))
+        rows = torch.arange(self.rank, len(mini.batch), self.world)
+        most_rows = -(-len(mini.batch) // self.world)
+        parts: list[tuple[Experience, float]] = []
+        for start in range(0, len(rows), micro_size):
+            micro = mini.select(rows[start : start + micro_size])
+            parts.append((micro, self._share(micro, len(mini.batch), total_tokens) * self.world))
+        while len(parts) < -(-most_rows // micro_size):
+            parts.append((mini.select(torch.tensor([0])), 0.0))
+        return parts
 
     def _share(self, micro: Experience, mini_size: int, mini_tokens: float) -> float:
         """Weight of a micro-batch's loss in its mini-batch, so accumulation equals one big batch."""
@@ -262,10 +296,29 @@ class TorchTrainer:
         """Clips `which`'s ("policy", "critic") gradients, takes its optimizer step; returns the
         gradient norm before clipping."""
         module, optimizer = (self.model, self.optimizer) if which == "policy" else (self.critic, self.critic_optimizer)
+        self._average_gradients(module)
         clip = self.cfg.train.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(module.parameters(), clip if clip else float("inf"))
         optimizer.step()
         return float(norm)
+
+    def _average_gradients(self, module: nn.Module) -> None:
+        """Data parallel: the mean of every rank's gradient (each already weighted `world` times its
+        share), i.e. the gradient of the whole mini-batch. One flat all-reduce, not one per tensor."""
+        if self.world == 1:
+            return
+        import torch.distributed as dist
+
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -288,6 +341,7 @@ class TorchTrainer:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        refuse_rank_states(state)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])

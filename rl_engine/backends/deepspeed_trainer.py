@@ -2,7 +2,10 @@
 accumulation, one optimizer step per mini-batch, the LR schedule per RL step, PPO critic, reference
 forward) run by DeepSpeed engines with ZeRO stage 0–3, optional optimizer offload, fp32 or bf16.
 
-One process: rank 0 of a world of one over gloo (DS_ACCELERATOR=cpu where there is no GPU).
+One process (rank 0 of a world of one over gloo; DS_ACCELERATOR=cpu where there is no GPU), or one
+rank of a data-parallel world whose RANK/WORLD_SIZE/MASTER_* the caller set (`rl_engine.distributed`'s
+trainer actors): DeepSpeed reduces (ZeRO: reduce-scatters) the gradients in `step()`, the trainer's
+boundary.
 
 JIT-compiled ops: the optimizer is a torch AdamW (a client optimizer, with offload too), so no
 DeepSpeed optimizer op is ever compiled. DeepSpeed's communication layer still loads its shared-memory
@@ -29,7 +32,7 @@ import torch
 from torch import nn
 
 from rl_engine.config import RunConfig
-from rl_engine.trainer import TorchTrainer, ValueModel
+from rl_engine.trainer import TorchTrainer, ValueModel, refuse_rank_states
 
 SETUP_COMMAND = "python -m rl_engine.backends.deepspeed_trainer build-ops"
 
@@ -41,7 +44,7 @@ def ops_dir() -> Path:
     return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
 
 
-def _free_port() -> str:
+def free_port() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return str(s.getsockname()[1])
@@ -55,7 +58,7 @@ def single_process_env() -> None:
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(ops_dir()))
     if "RANK" not in os.environ:
         # A free port, not a fixed one: other runs on this machine have their own world of one.
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
 
 
 def _jit_op_builders() -> list[Any]:
@@ -164,8 +167,9 @@ class DeepSpeedTrainer(TorchTrainer):
     """`TorchTrainer` whose policy (and critic) run as DeepSpeed engines around the very same AdamW
     and LambdaLR; under ZeRO-3 the reference model runs as an engine too (its weights are partitioned)."""
 
-    def __init__(self, cfg: RunConfig, model: nn.Module, ref_model: nn.Module | None, critic: ValueModel | None):
-        super().__init__(cfg, model, ref_model, critic)
+    def __init__(self, cfg: RunConfig, model: nn.Module, ref_model: nn.Module | None, critic: ValueModel | None,
+                 *, rank: int = 0, world: int = 1):
+        super().__init__(cfg, model, ref_model, critic, rank=rank, world=world)
         prepare()
         import deepspeed
 
@@ -200,7 +204,9 @@ class DeepSpeedTrainer(TorchTrainer):
     def _clip_and_step(self, which: str) -> float:
         engine = self.engine if which == "policy" else self.critic_engine
         if not self.wrapped:
-            # The gradients are the module's own (one process: no reduction pending): clip as TorchTrainer.
+            # The gradients are the module's own: averaged over the ranks first (DeepSpeed's own
+            # reduction in step() then averages equal tensors), clipped as TorchTrainer does.
+            self._average_gradients(engine.module)
             clip = self.cfg.train.grad_clip
             norm = float(torch.nn.utils.clip_grad_norm_(engine.module.parameters(), clip if clip else float("inf")))
             engine.step()
@@ -236,6 +242,7 @@ class DeepSpeedTrainer(TorchTrainer):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        refuse_rank_states(state)
         if state.get("format") != self._format():
             raise ValueError(f"the checkpoint's trainer state is from {state.get('format') or 'the torch backend'}, "
                              f"this run is {self._format()}: resume with the backend settings it was written with")

@@ -134,28 +134,34 @@ class VLLMRollout:
 
     def sync_weights(self, model: torch.nn.Module) -> float:
         started = time.perf_counter()
-        state, aliases = _full_state_dict(model)
+        path = write_weights_file(model)
+        try:
+            self.load_weights_file(path)
+        finally:
+            os.unlink(path)
+        return time.perf_counter() - started
+
+    def load_weights_file(self, path: str) -> float:
+        """Loads a file written by `write_weights_file` (here or in a trainer process) into the running
+        engine in place, then drops the prefix cache; returns seconds spent."""
+        started = time.perf_counter()
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as f:
+            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+            aliases = set(filter(None, (f.metadata() or {}).get("aliases", "").split(",")))
         # Checked before anything is sent: vLLM 0.32's reload keeps a half-loaded layer's buffered
         # tensors after a failure, so a later sync fails as well and the engine is lost.
         if self._layout is not None:
-            _check_layout(state, aliases, self._layout)
-        directory = _SHM if _SHM.is_dir() else Path(tempfile.gettempdir())
-        handle, name = tempfile.mkstemp(prefix="posttrain-weights-", suffix=".safetensors", dir=directory)
-        os.close(handle)
+            _check_layout(shapes, aliases, self._layout)
+        self._usable = False
         try:
-            from safetensors.torch import save_file
-
-            save_file(state, name)
-            self._usable = False
-            try:
-                counts = self.llm.collective_rpc("posttrain_reload_weights", args=(name,))
-            except Exception as exc:
-                raise WeightSyncError(f"the vLLM engine failed while loading new weights and holds partly updated "
-                                      f"ones; it cannot sample until a sync succeeds: {exc}") from exc
-            if any(count != len(state) for count in counts):
-                raise WeightSyncError(f"the vLLM workers loaded {counts} of {len(state)} tensors")
-        finally:
-            os.unlink(name)
+            counts = self.llm.collective_rpc("posttrain_reload_weights", args=(path,))
+        except Exception as exc:
+            raise WeightSyncError(f"the vLLM engine failed while loading new weights and holds partly updated "
+                                  f"ones; it cannot sample until a sync succeeds: {exc}") from exc
+        if any(count != len(shapes) for count in counts):
+            raise WeightSyncError(f"the vLLM workers loaded {counts} of {len(shapes)} tensors")
         if not self.llm.reset_prefix_cache():
             raise WeightSyncError("the vLLM engine refused to reset its prefix cache (requests still running)")
         self._usable = True
@@ -191,6 +197,23 @@ def _full_state_dict(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], s
     return state, aliases
 
 
+def write_weights_file(model: torch.nn.Module) -> str:
+    """The policy's whole weights as a safetensors file in /dev/shm (tied names listed in its metadata);
+    returns its path, which the caller deletes once every engine loaded it."""
+    state, aliases = _full_state_dict(model)
+    directory = _SHM if _SHM.is_dir() else Path(tempfile.gettempdir())
+    handle, name = tempfile.mkstemp(prefix="posttrain-weights-", suffix=".safetensors", dir=directory)
+    os.close(handle)
+    try:
+        from safetensors.torch import save_file
+
+        save_file(state, name, metadata={"aliases": ",".join(sorted(aliases))})
+    except BaseException:
+        os.unlink(name)
+        raise
+    return name
+
+
 def _checkpoint_layout(folder: Path) -> dict[str, tuple[int, ...]] | None:
     """Name -> shape of every tensor in the folder's safetensors files (headers only; None if it has none)."""
     from safetensors import safe_open
@@ -206,10 +229,10 @@ def _checkpoint_layout(folder: Path) -> dict[str, tuple[int, ...]] | None:
     return layout
 
 
-def _check_layout(state: dict[str, torch.Tensor], aliases: set[str], layout: dict[str, tuple[int, ...]]) -> None:
+def _check_layout(state: dict[str, tuple[int, ...]], aliases: set[str], layout: dict[str, tuple[int, ...]]) -> None:
     problems = [f"{name} is missing" for name in layout if name not in state]
-    problems += [f"{name} has shape {tuple(state[name].shape)}, the engine's {shape}"
-                 for name, shape in layout.items() if name in state and tuple(state[name].shape) != shape]
+    problems += [f"{name} has shape {state[name]}, the engine's {shape}"
+                 for name, shape in layout.items() if name in state and state[name] != shape]
     problems += [f"{name} is not in the engine's checkpoint" for name in state
                  if name not in layout and name not in aliases]
     if problems:

@@ -257,6 +257,36 @@ def test_cancel_during_running_ends_cancelled_and_stops_the_ray_job(api, registr
     assert api.post(f"/api/runs/{run['id']}/cancel/", expect=409)["state"] == "cancelled"
 
 
+def ray_state(stack: PlatformStack, kind: str) -> list[dict]:
+    """Ray's state API (`actors`, `placement_groups`) over HTTP, as the dashboard reads it."""
+    with urllib.request.urlopen(f"{stack.ray}/api/v0/{kind}?limit=1000", timeout=10) as response:
+        return json.load(response)["data"]["result"]["result"]
+
+
+def test_a_run_with_separate_placement_runs_its_roles_as_actors_of_its_job_and_cancel_removes_them(
+        api, registry, stack):
+    config = run_config(2000, placement={"mode": "separate", "cpus_per_trainer": 0.5, "cpus_per_rollout_engine": 0.5})
+    run = launch(api, create_experiment(api, registry, "separate roles", config))
+    run = api.wait_for(run["id"], lambda r: r["state"] == "running" and (r["last_step"] or 0) >= 2, what="two steps")
+    described = next(e["data"]["message"] for e in run_folder_events(run) if e["type"] == "log")
+    assert "placement separate" in described and "rollout_0 pid" in described
+    alive = [a for a in ray_state(stack, "actors") if a["state"] == "ALIVE" and a["class_name"].endswith("Worker")]
+    assert sorted(a["class_name"] for a in alive) == ["RewardWorker", "RolloutWorker", "TrainerWorker"]
+    memory = api.get(f"/api/runs/{run['id']}/metrics/", names="memory/rollout_0_peak_gb")["series"]
+    assert memory["memory/rollout_0_peak_gb"]["values"][0] > 0
+
+    api.post(f"/api/runs/{run['id']}/cancel/", expect=200)
+    assert api.wait_until_finished(run["id"], timeout_s=60)["state"] == "cancelled"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        alive = [a for a in ray_state(stack, "actors") if a["state"] == "ALIVE" and a["class_name"].endswith("Worker")]
+        groups = [g for g in ray_state(stack, "placement_groups") if g["state"] == "CREATED"]
+        if not alive and not groups:
+            break
+        time.sleep(0.5)
+    assert not alive and not groups, (alive, groups)
+
+
 # --- (d) -------------------------------------------------------------------------------------
 
 

@@ -20,6 +20,11 @@ const PANELS = [
   { id: "length", title: "Response length (tokens)", match: (n) => n === "response/length_mean" || n === "response/length_max" },
   { id: "truncation", title: "Truncated responses (rate)", match: (n) => n === "response/truncated_rate" },
   { id: "throughput", title: "Throughput (tokens/s)", match: (n) => n.startsWith("throughput/") },
+  {
+    id: "offpolicy", title: "Rollout engine vs trainer (log-prob gap, off-policy KL)",
+    match: (n) => n === "kl/rollout_vs_policy" || n === "rollout/logprob_diff_max" || n === "rollout/logprob_diff_mean",
+  },
+  { id: "memory", title: "Peak memory per role (GiB)", match: (n) => n.startsWith("memory/") },
   { id: "loss", title: "Losses", match: (n) => n === "policy/loss" || n === "critic/loss" },
   { id: "eval", title: "Held-out evaluation", match: (n) => n.startsWith("eval/") && n !== "eval/size" },
   {

@@ -450,21 +450,29 @@ def test_constructing_the_model_directly_still_runs_cross_field_rules():
 
 
 @pytest.mark.parametrize(
-    ("changes", "loc"),
+    ("changes", "loc", "message"),
     [
-        pytest.param({"backends.training": "deepspeed", "model.dtype": "float16"}, "model.dtype", id="deepspeed-fp16"),
-        pytest.param({"backends.async_rollout": True}, "backends.async_rollout", id="async"),
-        pytest.param({"placement.mode": "separate"}, "placement.mode", id="separate-placement"),
-        pytest.param({"placement.rollout_engines": 2}, "placement.rollout_engines", id="two-rollout-engines"),
-        pytest.param({"placement.trainer_ranks": 2}, "placement.trainer_ranks", id="two-trainer-ranks"),
+        pytest.param({"backends.training": "deepspeed", "model.dtype": "float16"}, "model.dtype", "bfloat16",
+                     id="deepspeed-fp16"),
+        pytest.param({"backends.async_rollout": True}, "backends.async_rollout", "placement.mode 'separate'",
+                     id="async-colocated"),
     ],
 )
-def test_options_the_engine_cannot_run_yet_are_refused_naming_the_field(changes, loc):
+def test_combinations_the_engine_cannot_run_are_refused_naming_the_field(changes, loc, message):
     cfg = validate_config(with_changes(changes))  # the schema describes them ...
     with pytest.raises(ConfigError) as refused:  # ... the engine refuses to pretend it runs them
         check_runnable(cfg)
     assert [e["loc"] for e in refused.value.errors] == [loc]
-    assert "not available in this engine yet" in refused.value.errors[0]["msg"]
+    assert message in refused.value.errors[0]["msg"]
+
+
+@pytest.mark.parametrize("changes", [
+    {"placement.mode": "separate", "backends.async_rollout": True},
+    {"placement.rollout_engines": 2, "placement.trainer_ranks": 2},
+    {"backends.training": "deepspeed", "backends.zero_stage": 3, "placement.trainer_ranks": 2},
+])
+def test_placement_and_async_options_are_runnable(changes):
+    check_runnable(validate_config(with_changes(changes)))
 
 
 def test_the_default_config_is_runnable():

@@ -177,7 +177,7 @@ def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo,
 
     def curve(events: list[dict]) -> dict[int, dict]:
         return {e["step"]: {k: v for k, v in e["data"].items()
-                            if not k.startswith(("timing/", "throughput/")) and k != "progress/train_time_s"}
+                            if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"}
                 for e in events if e["type"] == "metrics"}
 
     for step in (3, 4):

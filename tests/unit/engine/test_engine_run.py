@@ -46,7 +46,7 @@ def by_type(events: list[dict], kind: str) -> list[dict]:
 def comparable(metrics: dict) -> dict:
     """Metrics that must be identical between equal runs (wall-clock ones excluded)."""
     return {k: v for k, v in metrics.items()
-            if not k.startswith(("timing/", "throughput/")) and k != "progress/train_time_s"}
+            if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"}
 
 
 def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint(tiny_demo, tmp_path):

@@ -223,8 +223,8 @@ def test_openapi_schema_documents_the_runs_endpoints(api):
         assert path in paths, path
 
 
-def test_an_experiment_asking_for_a_backend_the_engine_cannot_run_yet_is_refused_at_create(api, registry):
-    body = {"name": "async please", "model": registry["model"].pk, "dataset": registry["dataset"].pk,
+def test_an_experiment_asking_for_a_combination_the_engine_cannot_run_is_refused_at_create(api, registry):
+    body = {"name": "async colocated", "model": registry["model"].pk, "dataset": registry["dataset"].pk,
             "rewards": [{"reward": registry["exact"].pk}], "config": {**BASE_CONFIG, "backends": {"async_rollout": True}}}
     response = api.post("/api/experiments/", body, content_type="application/json")
     assert response.status_code == 400

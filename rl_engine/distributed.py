@@ -1,0 +1,509 @@
+"""The run's roles as Ray actors in one placement group: rollout engines, trainer ranks, the reference
+model and the reward worker. The driver (the Ray job's entrypoint, or `python -m rl_engine train`,
+which starts a local Ray) keeps the loop; these classes give it the same `generate` / `forward` /
+`update` calls as the one-process engine.
+
+Placement (`placement.mode`):
+- `colocate` (hybrid engine): bundle i holds trainer rank i and rollout engine i, which share its CPUs
+  and GPUs and take turns (the loop never runs them at once); bundle 0 also holds the reference and
+  reward workers. With one engine and one rank all roles stay in the driver process itself — the same
+  sharing without an actor hop, and a weight sync that costs nothing with the transformers backend.
+- `separate`: every rollout engine and every trainer rank has a bundle of its own (`cpus_per_*`,
+  `gpus_per_*`); the reference and reward workers share trainer rank 0's (they run between generation
+  and the update, as the trainer does). Needed for async mode, where generation runs during training.
+
+Weight sync: trainer ranks write the whole policy (gathered under ZeRO-3: every rank takes part) to a
+safetensors file in /dev/shm, which every engine loads in place (vLLM's reload path, then a prefix-cache
+reset); on GPU hosts the same calls, the file stays on the node. A role that dies (OOM kill, crash) fails
+the run with `RoleDied` naming it, its pid and Ray's reason, at the next call that needs it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rl_engine.config import RunConfig
+from rl_engine.rollout import Sample, SamplingParams
+from rl_engine.trainer import Experience, TokenBatch
+
+GiB = 2**30
+
+
+class RoleDied(RuntimeError):
+    """A role's actor died; the run cannot go on."""
+
+
+class PlacementUnavailable(RuntimeError):
+    """The Ray cluster cannot hold the run's placement group."""
+
+
+# --- placement plan (pure) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoleSlot:
+    bundle: int
+    cpus: float
+    gpus: float
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    bundles: list[dict[str, float]]
+    roles: dict[str, RoleSlot]  # "rollout_0", "trainer_0", "reference", "reward"
+
+
+def uses_actors(cfg: RunConfig) -> bool:
+    """Whether the roles run as Ray actors (otherwise all of them share the driver process)."""
+    pl = cfg.placement
+    return pl.mode == "separate" or pl.rollout_engines > 1 or pl.trainer_ranks > 1
+
+
+def plan_placement(cfg: RunConfig) -> PlacementPlan:
+    """Bundles and each role's share of its bundle: the actors of one bundle split its resources evenly."""
+    pl = cfg.placement
+    engines = [f"rollout_{i}" for i in range(pl.rollout_engines)]
+    ranks = [f"trainer_{i}" for i in range(pl.trainer_ranks)]
+    aux = (["reference"] if cfg.algorithm.kl.coef > 0 else []) + ["reward"]
+    members: list[list[str]] = []
+    resources: list[tuple[float, float]] = []
+    if pl.mode == "colocate":
+        for i in range(max(len(engines), len(ranks))):
+            members.append(([ranks[i]] if i < len(ranks) else []) + ([engines[i]] if i < len(engines) else []))
+            resources.append((max(pl.cpus_per_trainer, pl.cpus_per_rollout_engine),
+                              max(pl.gpus_per_trainer, pl.gpus_per_rollout_engine)))
+    else:
+        for rank in ranks:
+            members.append([rank])
+            resources.append((pl.cpus_per_trainer, pl.gpus_per_trainer))
+        for engine in engines:
+            members.append([engine])
+            resources.append((pl.cpus_per_rollout_engine, pl.gpus_per_rollout_engine))
+    members[0].extend(aux)
+    bundles: list[dict[str, float]] = []
+    roles: dict[str, RoleSlot] = {}
+    for index, ((cpus, gpus), names) in enumerate(zip(resources, members)):
+        bundle = {k: v for k, v in (("CPU", cpus), ("GPU", gpus)) if v > 0}
+        if not bundle:
+            raise PlacementUnavailable("placement.cpus_per_trainer / cpus_per_rollout_engine: a bundle needs some "
+                                       "CPU or GPU; all of them are 0")
+        bundles.append(bundle)
+        for name in names:
+            roles[name] = RoleSlot(index, cpus / len(names), _gpu_share(gpus, names, name))
+    return PlacementPlan(bundles, roles)
+
+
+def _gpu_share(gpus: float, names: list[str], name: str) -> float:
+    """GPUs go to the trainer ranks and engines of a bundle, not to the reward worker."""
+    users = [n for n in names if n != "reward"]
+    return gpus / len(users) if gpus and name in users else 0.0
+
+
+# --- process facts -------------------------------------------------------------------------------
+
+
+def peak_rss_gb(pid: int | None = None, children: bool = True) -> float:
+    """Peak resident memory (VmHWM) of a process plus that of its live descendants (vLLM's engine core
+    runs in a child), in GiB; Linux /proc, 0 elsewhere."""
+    pid = pid or os.getpid()
+    total = 0
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            total += next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) * 1024
+            for task in Path(f"/proc/{current}/task").iterdir() if children else ():
+                stack.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total / GiB
+
+
+# --- the actors (plain classes; `ray.remote` wraps them when the driver places them) --------------
+
+
+class _Role:
+    def ready(self) -> int:
+        return os.getpid()
+
+    def peak_memory_gb(self) -> float:
+        return peak_rss_gb()
+
+
+class RolloutWorker(_Role):
+    """One rollout engine (vLLM, or transformers `generate` on its own copy of the policy)."""
+
+    def __init__(self, cfg: RunConfig, weights_from: str | None):
+        from rl_engine.loop import configure_threads, load_policy, load_tokenizer, rollout_backend
+        from rl_engine.rollout import TransformersRollout
+
+        configure_threads()
+        torch.manual_seed(cfg.seed)
+        tokenizer = load_tokenizer(cfg)
+        path = weights_from or cfg.model.path
+        if cfg.backends.rollout == "vllm":
+            self.backend = rollout_backend(cfg, tokenizer, None, Path(path))
+        else:
+            self.backend = TransformersRollout(load_policy(path, cfg).eval(), tokenizer, report_logprobs=True)
+
+    def pad_id(self) -> int:
+        return self.backend.pad_id
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> tuple[list[Sample], float]:
+        started = time.perf_counter()
+        samples = self.backend.generate(prompts, params)
+        return samples, time.perf_counter() - started
+
+    def load_weights_file(self, path: str) -> float:
+        return self.backend.load_weights_file(path)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class TrainerWorker(_Role):
+    """One rank of the policy (and PPO critic) trainer; ranks > 1 form a gloo (NCCL on GPU) group."""
+
+    def __init__(self, cfg: RunConfig, weights_from: str | None, rank: int, world: int, master_port: int):
+        from rl_engine.loop import configure_threads, load_policy, load_tokenizer, model_construction, trainer_class
+        from rl_engine.trainer import DTYPES, ValueModel
+
+        configure_threads()
+        os.environ.update(RANK=str(rank), LOCAL_RANK="0" if torch.cuda.is_available() else str(rank),
+                          WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port))
+        if world > 1 and cfg.backends.training == "torch":
+            import torch.distributed as dist
+
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=rank, world_size=world)
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.rank = cfg, rank
+        self.tokenizer = load_tokenizer(cfg)
+        with model_construction(cfg):
+            self.model = load_policy(weights_from or cfg.model.path, cfg)
+            critic = None
+            if cfg.algorithm.needs_critic:
+                critic = ValueModel.from_pretrained(cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code)
+        # The reference model is a role of its own (`ReferenceWorker`).
+        self.trainer = trainer_class(cfg)(cfg, self.model, None, critic, rank=rank, world=world)
+
+    def parameter_count(self) -> int:
+        return sum(getattr(p, "ds_numel", p.numel()) for p in self.model.parameters())
+
+    def forward(self, batch: TokenBatch, which: str) -> torch.Tensor:
+        return self.trainer.forward(batch, which)
+
+    def update(self, exp: Experience) -> dict[str, float]:
+        return self.trainer.update(exp)
+
+    def write_weights_file(self) -> str | None:
+        """Every rank takes part (ZeRO-3 gathers); rank 0 writes the file and returns its path."""
+        from rl_engine.backends.vllm_rollout import write_weights_file
+
+        with self.trainer.full_weights():
+            return write_weights_file(self.model) if self.rank == 0 else None
+
+    def save_checkpoint(self, run_dir: str, step: int, state: Any, keep_last: int) -> str | None:
+        from rl_engine.checkpoint import save_checkpoint
+
+        weights = self.trainer.full_state_dict()  # a collective under ZeRO-3
+        if self.rank != 0:
+            return None
+        return str(save_checkpoint(Path(run_dir), step, self.model, self.tokenizer, state, keep_last, weights=weights))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.trainer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.trainer.load_state_dict(state)
+
+
+class ReferenceWorker(_Role):
+    """The frozen initial policy, for KL."""
+
+    def __init__(self, cfg: RunConfig):
+        from rl_engine.loop import configure_threads, load_policy
+
+        configure_threads()
+        self.cfg = cfg
+        self.model = load_policy(cfg.model.path, cfg).eval().requires_grad_(False)
+
+    def forward(self, batch: TokenBatch) -> torch.Tensor:
+        from rl_engine.trainer import batched_logprobs
+
+        return batched_logprobs(self.model, batch, self.cfg.train.micro_batch_size, self.cfg.rollout.temperature)
+
+
+class RewardWorker(_Role):
+    def __init__(self, cfg: RunConfig):
+        from rl_engine.loop import configure_threads
+        from rl_engine.rewards import build_reward
+
+        configure_threads()
+        self.reward = build_reward([spec.model_dump() for spec in cfg.rewards])
+
+    def score(self, batch: Any) -> Any:
+        return self.reward.score(batch)
+
+    def close(self) -> None:
+        self.reward.close()
+
+
+# --- the driver's side ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Actor:
+    role: str
+    handle: Any
+    pid: int = 0
+
+
+class RayRoles:
+    """Places the roles, and gives the loop `rollout` (a RolloutBackend), `trainer` (the TorchTrainer
+    calls it makes) and `reward` objects backed by them."""
+
+    def __init__(self, cfg: RunConfig, weights_from: Path | None = None, *, ready_timeout_s: float = 600.0):
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.cfg = cfg
+        self._started_ray = False
+        if not ray.is_initialized():
+            # The Ray job's cluster (RAY_ADDRESS is set for a job's entrypoint), else a local one.
+            ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True,
+                     configure_logging=False)
+            self._started_ray = not os.environ.get("RAY_ADDRESS")
+        self.plan = plan_placement(cfg)
+        self.group = placement_group(self.plan.bundles, strategy="PACK")
+        self._remove_group = remove_placement_group
+        self.actors: dict[str, _Actor] = {}
+        try:
+            try:
+                ray.get(self.group.ready(), timeout=min(ready_timeout_s, 120.0))
+            except ray.exceptions.GetTimeoutError:
+                need = {k: sum(b.get(k, 0) for b in self.plan.bundles) for k in ("CPU", "GPU")}
+                raise PlacementUnavailable(
+                    f"placement: the run needs bundles {self.plan.bundles} ({need['CPU']:g} CPU, {need['GPU']:g} GPU "
+                    f"in all), the Ray cluster has {ray.available_resources()} free; lower placement.cpus_per_* or "
+                    f"the counts, or use a larger cluster") from None
+
+            def place(role: str, cls: type, *args: Any) -> None:
+                slot = self.plan.roles[role]
+                options = dict(num_cpus=slot.cpus, num_gpus=slot.gpus, max_restarts=0, max_concurrency=1,
+                               scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                   self.group, placement_group_bundle_index=slot.bundle))
+                self.actors[role] = _Actor(role, ray.remote(cls).options(**options).remote(*args))
+
+            weights = str(weights_from) if weights_from else None
+            from rl_engine.backends.deepspeed_trainer import free_port
+
+            port = free_port()
+            pl = cfg.placement
+            for rank in range(pl.trainer_ranks):
+                place(f"trainer_{rank}", TrainerWorker, cfg, weights, rank, pl.trainer_ranks, port)
+            for index in range(pl.rollout_engines):
+                place(f"rollout_{index}", RolloutWorker, cfg, weights)
+            if "reference" in self.plan.roles:
+                place("reference", ReferenceWorker, cfg)
+            place("reward", RewardWorker, cfg)
+            pids = self._get({role: a.handle.ready.remote() for role, a in self.actors.items()}, ready_timeout_s)
+            for role, pid in pids.items():
+                self.actors[role].pid = pid
+        except BaseException:
+            self.close()
+            raise
+        self.engines = [self.actors[f"rollout_{i}"] for i in range(pl.rollout_engines)]
+        self.ranks = [self.actors[f"trainer_{i}"] for i in range(pl.trainer_ranks)]
+        self.rollout = RayRollout(self)
+        self.trainer = RayTrainer(self)
+        self.reward = RayReward(self)
+
+    # --- calls -----------------------------------------------------------------------------------
+
+    def _get(self, refs: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """Results by role; a dead role fails the run naming it instead of hanging the loop."""
+        import ray
+
+        try:
+            values = ray.get(list(refs.values()), timeout=timeout)
+        except ray.exceptions.RayActorError as exc:
+            raise RoleDied(self._death_message(exc, list(refs))) from None
+        return dict(zip(refs, values))
+
+    def _death_message(self, exc: Exception, roles: list[str]) -> str:
+        import ray
+
+        dead = []
+        for role in roles:
+            actor = self.actors[role]
+            try:
+                ray.get(actor.handle.ready.remote(), timeout=10)
+            except Exception:  # noqa: BLE001 -- any failure to answer means this one is gone
+                dead.append(f"{role} (pid {actor.pid})" if actor.pid else role)
+        cause = str(exc).strip().splitlines()
+        reason = next((line for line in cause if "killed" in line.lower() or "exit" in line.lower()), cause[0] if cause else "")
+        return f"the run's {', '.join(dead) or ' / '.join(roles)} actor died: {reason.strip()}"
+
+    def call(self, roles: list[str], method: str, *args: Any) -> dict[str, Any]:
+        return self._get({role: getattr(self.actors[role].handle, method).remote(*args) for role in roles})
+
+    def submit(self, role: str, method: str, *args: Any) -> Any:
+        return getattr(self.actors[role].handle, method).remote(*args)
+
+    def sync_weights(self) -> float:
+        """Trainer ranks write the policy once; every engine loads it in place. Seconds, end to end."""
+        started = time.perf_counter()
+        written = self.call([a.role for a in self.ranks], "write_weights_file")
+        path = written[self.ranks[0].role]
+        try:
+            self.call([a.role for a in self.engines], "load_weights_file", path)
+        finally:
+            os.unlink(path)
+        return time.perf_counter() - started
+
+    def peak_memory_gb(self) -> dict[str, float]:
+        memory = self.call(list(self.actors), "peak_memory_gb")
+        return {f"memory/{role}_peak_gb": value for role, value in memory.items()}
+
+    def describe(self) -> str:
+        parts = [f"{role} pid {a.pid} (bundle {self.plan.roles[role].bundle}, {self.plan.roles[role].cpus:g} CPU"
+                 + (f", {self.plan.roles[role].gpus:g} GPU" if self.plan.roles[role].gpus else "") + ")"
+                 for role, a in self.actors.items()]
+        return f"placement {self.cfg.placement.mode}, bundles {self.plan.bundles}: " + "; ".join(parts)
+
+    def close(self) -> None:
+        import ray
+
+        for actor in self.actors.values():
+            if actor.role.startswith(("rollout_", "reward")):
+                try:  # vLLM's engine core and the reward sandboxes are child processes: stop them first
+                    ray.get(actor.handle.close.remote(), timeout=60)
+                except Exception:  # noqa: BLE001 -- a dead or stuck actor is killed below all the same
+                    pass
+        for actor in self.actors.values():
+            ray.kill(actor.handle, no_restart=True)
+        self.actors = {}
+        try:
+            self._remove_group(self.group)
+        except Exception:  # noqa: BLE001 -- the cluster may already be gone
+            pass
+        if self._started_ray:
+            ray.shutdown()
+
+
+class RayRollout:
+    """The rollout engines as one backend: prompts split into contiguous shards, one per engine,
+    samples returned prompt-major as the one-process backends return them."""
+
+    def __init__(self, roles: RayRoles):
+        self.roles = roles
+        self.pad_id = roles.call([roles.engines[0].role], "pad_id")[roles.engines[0].role]
+
+    def submit(self, prompts: list[list[int]], params: SamplingParams) -> list[tuple[str, int, Any]]:
+        shards = _shards(len(prompts), len(self.roles.engines))
+        return [(engine.role, start, self.roles.submit(engine.role, "generate", prompts[start:stop], params))
+                for engine, (start, stop) in zip(self.roles.engines, shards) if stop > start]
+
+    def collect(self, pending: list[tuple[str, int, Any]]) -> tuple[list[Sample], float]:
+        """The samples and the engines' generation seconds (the slowest engine's)."""
+        results = self.roles._get({role: ref for role, _, ref in pending})
+        samples: list[Sample] = []
+        seconds = 0.0
+        for role, start, _ in pending:
+            shard, took = results[role]
+            seconds = max(seconds, took)
+            samples.extend(Sample(s.prompt_index + start, s.response_ids, s.finish_reason, s.logprobs) for s in shard)
+        return samples, seconds
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
+        return self.collect(self.submit(prompts, params))[0]
+
+    def sync_weights(self, model: Any = None) -> float:
+        return self.roles.sync_weights()
+
+    def close(self) -> None:
+        pass  # RayRoles.close stops the engines
+
+
+class RayTrainer:
+    """The calls the loop makes of a trainer, on the trainer ranks (and the reference worker)."""
+
+    def __init__(self, roles: RayRoles):
+        self.roles = roles
+        self.ranks = [a.role for a in roles.ranks]
+        self.ref_model = "reference" if "reference" in roles.actors else None  # the loop asks "is there one"
+        self.critic = "critic" if roles.cfg.algorithm.needs_critic else None
+
+    def forward(self, batch: TokenBatch, which: str) -> torch.Tensor:
+        if which == "reference":
+            return self.roles.call(["reference"], "forward", batch)["reference"]
+        # Rows split over the ranks, padded to equal shards: under ZeRO-3 every forward is a collective.
+        world = len(self.ranks)
+        size = math.ceil(len(batch) / world)
+        padded = torch.cat([torch.arange(len(batch)), torch.zeros(size * world - len(batch), dtype=torch.long)])
+        parts = self.roles._get({rank: self.roles.submit(rank, "forward", batch.select(padded[i * size:(i + 1) * size]),
+                                                          which) for i, rank in enumerate(self.ranks)})
+        return torch.cat([parts[rank] for rank in self.ranks])[: len(batch)]
+
+    def update(self, exp: Experience) -> dict[str, float]:
+        import ray
+
+        shared = ray.put(exp)  # one copy in the object store for all ranks
+        per_rank = self.roles._get({rank: self.roles.submit(rank, "update", shared) for rank in self.ranks})
+        names = per_rank[self.ranks[0]].keys()
+        return {name: sum(m[name] for m in per_rank.values()) / len(per_rank) for name in names}
+
+    def full_weights(self) -> Any:
+        return nullcontext()  # the ranks gather for themselves when asked to write
+
+    def state_dict(self) -> dict[str, Any]:
+        # Every rank's own (ZeRO partitions the optimizer state), restored rank by rank.
+        states = self.roles.call(self.ranks, "state_dict")
+        return {"ranks": [states[rank] for rank in self.ranks]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ranks = state.get("ranks")
+        if ranks is None or len(ranks) != len(self.ranks):
+            found = "one process" if ranks is None else f"{len(ranks)} trainer ranks"
+            raise ValueError(f"the checkpoint's trainer state is from {found}, this run has "
+                             f"{len(self.ranks)} (placement): resume with the placement it was written with")
+        self.roles._get({rank: self.roles.submit(rank, "load_state_dict", s) for rank, s in zip(self.ranks, ranks)})
+
+    def save_checkpoint(self, run_dir: Path, step: int, state: Any, keep_last: int) -> Path:
+        paths = self.roles.call(self.ranks, "save_checkpoint", str(run_dir), step, state, keep_last)
+        return Path(paths[self.ranks[0]])
+
+    def parameter_count(self) -> int:
+        return self.roles.call(self.ranks[:1], "parameter_count")[self.ranks[0]]
+
+
+class RayReward:
+    def __init__(self, roles: RayRoles):
+        self.roles = roles
+
+    def score(self, batch: Any) -> Any:
+        return self.roles.call(["reward"], "score", batch)["reward"]
+
+    def close(self) -> None:
+        pass  # RayRoles.close stops the worker
+
+
+def _shards(count: int, parts: int) -> list[tuple[int, int]]:
+    """`parts` contiguous [start, stop) ranges covering `count` items, sizes differing by at most one."""
+    base, extra = divmod(count, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
