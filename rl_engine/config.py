@@ -78,6 +78,22 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class LoraConfig(_Section):
+    """LoRA adapters on the policy (peft): only the adapters train; the reference is the base model."""
+
+    enabled: bool = Field(default=False, description="Train LoRA adapters instead of every weight.")
+    rank: int = Field(default=16, ge=1, description="Adapter rank r.")
+    alpha: float = Field(default=32.0, gt=0, description="Adapter scaling numerator (scale = alpha / rank).")
+    dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1, description="Names of the linear layers that get adapters ('all-linear' alone = every one).",
+    )
+    quantize_base: Literal["none", "4bit"] = Field(
+        default="none", description="QLoRA: keep the frozen base in 4-bit (bitsandbytes; CUDA GPUs only)."
+    )
+
+
 class ModelConfig(_Section):
     """The policy model: a local Hugging Face folder."""
 
@@ -92,6 +108,7 @@ class ModelConfig(_Section):
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in the backward pass: less memory, ~30% slower."
     )
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA / QLoRA adapters on the policy.")
 
 
 class DataConfig(_Section):
@@ -451,6 +468,36 @@ class LoggingConfig(_Section):
     heartbeat_s: float = Field(default=10, gt=0, description="Seconds between heartbeat events.")
 
 
+class EnvironmentConfig(_Section):
+    """A multi-turn environment from a Python file (see rl_engine/environments): the model acts, the
+    environment answers with an observation and a reward, until it says done or the turns run out."""
+
+    path: str = Field(min_length=1, description="Python file defining the environment class.")
+    name: str = Field(default="Environment", min_length=1, description="Name of the class in the file.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the class.")
+    max_turns: int = Field(default=4, ge=1, le=64, description="Most model turns per episode.")
+    max_observation_tokens: int = Field(
+        default=64, ge=1, description="An observation longer than this is cut to its first tokens."
+    )
+    timeout_s: float = Field(default=5.0, gt=0, description="Time limit of each reset/step call.")
+    memory_mb: float = Field(default=1024, gt=0, description="Address-space cap of the environment process.")
+
+
+class AgentConfig(_Section):
+    """An external agent program as the executor, through an OpenAI-compatible endpoint the engine
+    serves while the run trains (see rl_engine/agent_endpoint.py)."""
+
+    host: str = Field(default="127.0.0.1", min_length=1, description="Interface the endpoint listens on.")
+    port: int = Field(default=0, ge=0, le=65535, description="Port of the endpoint (0 = any free port).")
+    command: str | None = Field(
+        default=None, description="Agent command the engine starts itself, with POSTTRAIN_AGENT_URL set (optional)."
+    )
+    max_turns: int = Field(default=8, ge=1, le=256, description="Most chat completions per session.")
+    step_timeout_s: float = Field(
+        default=600.0, gt=0, description="Sessions still open this long after a step began end with reward 0."
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # The run config
 # --------------------------------------------------------------------------------------------
@@ -468,7 +515,14 @@ class RunConfig(_Section):
     model: ModelConfig = Field(description="The policy model.")
     data: DataConfig = Field(description="The prompt dataset.")
     rewards: list[RewardSpec] = Field(
-        min_length=1, description="Reward components; the reward is their weighted sum."
+        default_factory=list,
+        description="Reward components; the reward is their weighted sum (plus the environment's, if any).",
+    )
+    environment: EnvironmentConfig | None = Field(
+        default=None, description="Multi-turn environment (none = one response per prompt)."
+    )
+    agent: AgentConfig | None = Field(
+        default=None, description="External agent executor over an OpenAI-compatible endpoint (none = off)."
     )
     algorithm: AlgorithmConfig = Field(
         default_factory=AlgorithmConfig, description="RL algorithm: advantage estimator, policy loss, KL."
@@ -512,8 +566,14 @@ def _cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
     alg, ro, tr, be = c.algorithm, c.rollout, c.train, c.backends
     n = c.samples_per_step
 
+    if not c.rewards and c.environment is None and c.agent is None:
+        errors.append(("rewards", "at least one reward component is needed (or an environment or agent that gives rewards)"))
+    if c.environment is not None and c.agent is not None:
+        errors.append(("agent", "a run has one executor: an environment or an agent, not both"))
     seen: set[str] = set()
     for i, r in enumerate(c.rewards):
+        if r.name == "environment" and (c.environment is not None or c.agent is not None):
+            errors.append((f"rewards.{i}.name", "'environment' is the environment's own component; rename this one"))
         if r.name in seen:
             errors.append((f"rewards.{i}.name", f"duplicate reward name {r.name!r}; give each component its own name"))
         seen.add(r.name)
@@ -812,6 +872,8 @@ def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
         # Colocated roles take turns on the same resources: there is nothing to overlap generation with.
         ("backends.async_rollout", be.async_rollout and pl.mode != "separate",
          "async rollout needs placement.mode 'separate' (colocated roles take turns on the same resources)"),
+        ("backends.async_rollout", be.async_rollout and (cfg.environment is not None or cfg.agent is not None),
+         "async rollout runs single-turn generation only; environments and agents run synchronously"),
     ]
     return [{"loc": loc, "msg": msg} for loc, refused, msg in checks if refused]
 

@@ -72,7 +72,7 @@ def plan_placement(cfg: RunConfig) -> PlacementPlan:
     pl = cfg.placement
     engines = [f"rollout_{i}" for i in range(pl.rollout_engines)]
     ranks = [f"trainer_{i}" for i in range(pl.trainer_ranks)]
-    aux = (["reference"] if cfg.algorithm.kl.coef > 0 else []) + ["reward"]
+    aux = (["reference"] if cfg.algorithm.kl.coef > 0 else []) + (["reward"] if cfg.rewards else [])
     members: list[list[str]] = []
     resources: list[tuple[float, float]] = []
     if pl.mode == "colocate":
@@ -315,7 +315,8 @@ class RayRoles:
                 place(f"rollout_{index}", RolloutWorker, cfg, weights)
             if "reference" in self.plan.roles:
                 place("reference", ReferenceWorker, cfg)
-            place("reward", RewardWorker, cfg)
+            if "reward" in self.plan.roles:
+                place("reward", RewardWorker, cfg)
             pids = self._get({role: a.handle.ready.remote() for role, a in self.actors.items()}, ready_timeout_s)
             for role, pid in pids.items():
                 self.actors[role].pid = pid
@@ -326,7 +327,7 @@ class RayRoles:
         self.ranks = [self.actors[f"trainer_{i}"] for i in range(pl.trainer_ranks)]
         self.rollout = RayRollout(self)
         self.trainer = RayTrainer(self)
-        self.reward = RayReward(self)
+        self.reward = RayReward(self) if "reward" in self.actors else None
 
     # --- calls -----------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from rl_engine.config import RunConfig, check_runnable, dump_config
 from rl_engine.data import Prompt, PromptData, PromptSampler
 from rl_engine.events import Heartbeat, JsonlEventSink
 from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
+from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
 from rl_engine.shipper import shipper_from_env
 from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel
@@ -75,6 +76,11 @@ class Engine:
     sampler: PromptSampler
     roles: Any = None  # distributed.RayRoles when the roles are actors
     pending: Any = None  # async mode: the batch being generated for the next step
+    executor: Any = None  # executors.SingleTurnExecutor / EnvironmentExecutor over `rollout`
+
+    def __post_init__(self) -> None:
+        if self.executor is None:
+            self.executor = build_executor(self.cfg, self.rollout, self.tokenizer)
 
     def sync_weights(self) -> float:
         if self.roles is not None:
@@ -106,11 +112,30 @@ class Engine:
 
     def close(self) -> None:
         try:
+            self.executor.close()
             self.rollout.close()
-            self.reward.close()
+            if self.reward is not None:
+                self.reward.close()
         finally:
             if self.roles is not None:
                 self.roles.close()
+
+
+def build_executor(cfg: RunConfig, rollout: Any, tokenizer: Any) -> Any:
+    from rl_engine.executors import EnvironmentExecutor, SingleTurnExecutor
+
+    if cfg.agent is not None:
+        from rl_engine.agent_endpoint import AgentExecutor
+
+        return AgentExecutor(rollout, tokenizer, cfg)
+    if cfg.environment is not None:
+        return EnvironmentExecutor(rollout, tokenizer, cfg.environment)
+    return SingleTurnExecutor(rollout)
+
+
+def build_reward_or_none(cfg: RunConfig) -> CompositeReward | None:
+    """The configured reward components; None when an environment gives the only reward."""
+    return build_reward([spec.model_dump() for spec in cfg.rewards]) if cfg.rewards else None
 
 
 def load_tokenizer(cfg: RunConfig) -> Any:
@@ -159,7 +184,7 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
         cfg=cfg, tokenizer=tokenizer, model=model,
         trainer=trainer_class(cfg)(cfg, model, ref_model, critic),
         rollout=rollout_backend(cfg, tokenizer, model, weights_from),
-        reward=build_reward([spec.model_dump() for spec in cfg.rewards]),
+        reward=build_reward_or_none(cfg),
         data=data,
         sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
     )
@@ -192,6 +217,10 @@ def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | Non
 
     # Room for the longest prompt plus the longest response, within what the model's positions allow.
     longest = cfg.data.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.logging.eval_max_new_tokens or 0)
+    if cfg.environment is not None:  # every turn's action and observation stay in the context
+        env = cfg.environment
+        longest += (env.max_turns + 1) * (max(cfg.rollout.max_new_tokens, cfg.logging.eval_max_new_tokens or 0)
+                                          + env.max_observation_tokens)
     if model is None:
         from transformers import AutoConfig
 
@@ -208,6 +237,23 @@ def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | Non
 
 
 # --- one step ------------------------------------------------------------------------------------
+
+
+def _score(engine: Engine, prompts: list[Prompt], rollouts: Any, texts: list[str]) -> RewardResult:
+    """The configured rewards (on the model's last turn when an environment ran) plus the environment's
+    own reward as the `environment` component."""
+    samples = rollouts.samples
+    if engine.reward is not None:
+        scored = rollouts.final_texts if rollouts.final_texts is not None else texts
+        result = engine.reward.score(_reward_batch(prompts, samples, scored))
+    else:
+        result = RewardResult([0.0] * len(samples), {}, [[] for _ in samples], {}, {})
+    if rollouts.env_rewards is not None:
+        result.total = [t + r for t, r in zip(result.total, rollouts.env_rewards)]
+        result.components = {"environment": list(rollouts.env_rewards), **result.components}
+        result.errors = [errors + env for errors, env in zip(result.errors, rollouts.errors)]
+        result.timings = {"environment": rollouts.env_seconds, **result.timings}
+    return result
 
 
 def _reward_batch(prompts: list[Prompt], samples: list[Sample], texts: list[str]) -> RewardBatch:
@@ -240,12 +286,15 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     timer = StepTimer()
     started = time.perf_counter()
 
-    prompts, samples = _take_rollouts(engine, step, timer)
+    prompts, rollouts = _take_rollouts(engine, step, timer)
+    samples = rollouts.samples
     texts = tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
-    lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.float32)
+    # The policy's own tokens: observations an environment inserted are not part of what it generated.
+    lengths = torch.tensor([sum(s.action_mask) if s.action_mask is not None else len(s.response_ids) for s in samples],
+                           dtype=torch.float32)
 
     with timer.phase("reward"):
-        reward = engine.reward.score(_reward_batch(prompts, samples, texts))
+        reward = _score(engine, prompts, rollouts, texts)
     task_scores = torch.tensor(reward.total, dtype=torch.float32)
     scores = task_scores.clone()
     if alg.overlong.enabled:
@@ -260,7 +309,8 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     kept = keep.nonzero().squeeze(-1)
     if len(kept) > 0:
         batch = TokenBatch.build([prompts[samples[i].prompt_index].token_ids for i in kept],
-                                 [samples[i].response_ids for i in kept], engine.rollout.pad_id)
+                                 [samples[i].response_ids for i in kept], engine.rollout.pad_id,
+                                 [samples[i].action_mask for i in kept])
         mask = batch.response_mask
         kept_scores = scores[kept]
         single_update = cfg.train.epochs_per_batch == 1 and (cfg.train.mini_batch_size or len(kept)) >= len(kept)
@@ -307,12 +357,13 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     generated_tokens = float(lengths.sum())
     metrics.update(_rollout_metrics(reward, task_scores, scores, lengths, samples, ro.samples_per_prompt))
     metrics["batch/kept_fraction"] = float(keep.float().mean())
+    metrics.update(rollouts.metrics())
     generate_s = timer.timings["generate"] if timer.overlapped_generate is None else timer.overlapped_generate
     metrics["throughput/tokens_per_s"] = generated_tokens / max(generate_s, 1e-9)
     if timer.overlapped_generate is not None:
         metrics["rollout/overlapped_generate_s"] = timer.overlapped_generate
-    for phase in ("generate", "reward", "forward_reference", "forward_policy", "forward_values", "train",
-                  "weight_sync", "wait_rollout"):
+    for phase in ("generate", "environment", "reward", "forward_reference", "forward_policy", "forward_values",
+                  "train", "weight_sync", "wait_rollout"):
         if phase in timer.timings or phase in ("reward", "forward_policy", "train", "weight_sync"):
             metrics[f"timing/{phase}"] = timer.timings.get(phase, 0.0)
     metrics["timing/step"] = time.perf_counter() - started
@@ -321,10 +372,13 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         {"index": i, "group": s.prompt_index, "prompt": prompts[s.prompt_index].text, "response": texts[i],
          "label": prompts[s.prompt_index].label, "reward": float(scores[i]),
          "components": {name: values[i] for name, values in reward.components.items()},
-         "advantage": float(advantages_per_sample[i]), "length": len(s.response_ids),
+         "advantage": float(advantages_per_sample[i]), "length": int(lengths[i]),
          "finish_reason": s.finish_reason, "errors": reward.errors[i], "kept": bool(keep[i])}
         for i, s in enumerate(samples)
     ]
+    if rollouts.turns is not None:
+        for record, turns, logs in zip(records, rollouts.turns, rollouts.logs):
+            record["turns"], record["env"] = turns, logs
     return metrics, records
 
 
@@ -348,8 +402,8 @@ class PendingRollout:
             self.samples, self.seconds = rollout.collect(self.handles)
 
 
-def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], list[Sample]]:
-    """This step's prompts and samples. Sync: generated now. Async: the batch submitted during the
+def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], Any]:
+    """This step's prompts and `Rollouts`. Sync: generated now. Async: the batch submitted during the
     previous step (finished before the last weight sync), and the next one submitted now, to be
     generated from the current weights while this one is scored and trained."""
     cfg = engine.cfg
@@ -360,7 +414,11 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
     if not cfg.backends.async_rollout:
         prompts = next_prompts()
         with timer.phase("generate"):
-            return prompts, engine.rollout.generate([p.token_ids for p in prompts], _sampling_params(cfg))
+            rollouts = engine.executor.run(prompts, _sampling_params(cfg))
+        if rollouts.env_seconds:  # the environment's share of the turns, as a phase of its own
+            timer.timings["generate"] -= rollouts.env_seconds
+            timer.timings["environment"] = rollouts.env_seconds
+        return prompts, rollouts
 
     def submit() -> PendingRollout:
         prompts = next_prompts()
@@ -375,7 +433,9 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
     timer.overlapped_generate = current.seconds
     if step < cfg.train.steps:
         engine.pending = submit()
-    return current.prompts, current.samples
+    from rl_engine.executors import Rollouts
+
+    return current.prompts, Rollouts(current.samples)
 
 
 # Samples whose log-probs the trainer recomputes for `rollout/logprob_diff_*` when the step computes no
@@ -428,24 +488,29 @@ def _rollout_metrics(reward: Any, task_scores: torch.Tensor, scores: torch.Tenso
 
 
 def evaluate(engine: Engine, prompts: list[Prompt], max_new_tokens: int, batch_size: int = 256) -> dict[str, float]:
-    """Greedy decoding on held-out prompts, scored with the run's own rewards."""
+    """Greedy decoding on held-out prompts (whole episodes when an environment runs), scored with the
+    run's own rewards."""
     params = SamplingParams(n=1, max_new_tokens=max_new_tokens, stop=tuple(engine.cfg.rollout.stop), greedy=True)
     totals: list[float] = []
     components: dict[str, list[float]] = {}
-    lengths: list[int] = []
+    lengths: list[float] = []
+    env_logs: list[dict[str, float]] = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        samples = engine.rollout.generate([p.token_ids for p in chunk], params)
-        texts = engine.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
-        result = engine.reward.score(_reward_batch(chunk, samples, texts))
+        rollouts = engine.executor.run(chunk, params)
+        env_logs.extend(rollouts.logs or [])
+        texts = engine.tokenizer.batch_decode([s.response_ids for s in rollouts.samples], skip_special_tokens=True)
+        result = _score(engine, chunk, rollouts, texts)
         totals.extend(result.total)
         for name, values in result.components.items():
             components.setdefault(name, []).extend(values)
-        lengths.extend(len(s.response_ids) for s in samples)
+        lengths.extend(sum(s.action_mask) if s.action_mask is not None else len(s.response_ids) for s in rollouts.samples)
     metrics = {"eval/reward/mean": statistics.fmean(totals), "eval/response/length_mean": statistics.fmean(lengths),
                "eval/size": float(len(prompts))}
     for name, values in components.items():
         metrics[f"eval/reward/{name}"] = statistics.fmean(values)
+    for name in sorted({k for log in env_logs for k in log}):
+        metrics[f"eval/env/{name}"] = statistics.fmean(log[name] for log in env_logs if name in log)
     return metrics
 
 
@@ -548,6 +613,8 @@ def _describe(engine: Engine) -> str:
             f"{len(data.eval)} held-out")
     if engine.roles is not None:
         text += f"; {engine.roles.describe()}"
+    if hasattr(engine.executor, "describe"):
+        text += f"; {engine.executor.describe()}"
     if data.dropped_too_long:
         text += f"; dropped {data.dropped_too_long} prompts longer than data.max_prompt_tokens"
     return text

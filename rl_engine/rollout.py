@@ -34,6 +34,9 @@ class Sample:
     # The engine's log-prob of each response token under the distribution it sampled from (None when
     # the backend does not report them). Only for measuring the gap to the trainer, never for the loss.
     logprobs: tuple[float, ...] | None = None
+    # Multi-turn trajectories (`rl_engine.executors`): 1 where the token is the policy's action, 0 where
+    # it is an observation the environment inserted (no gradient, no KL, no entropy). None = all actions.
+    action_mask: tuple[int, ...] | None = None
 
 
 class RolloutBackend(Protocol):

@@ -35,7 +35,11 @@ class TokenBatch:
     prompt_width: int             # P
 
     @classmethod
-    def build(cls, prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> TokenBatch:
+    def build(cls, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+              action_masks: list[tuple[int, ...] | None] | None = None) -> TokenBatch:
+        """`action_masks`: per response, 1 for the policy's tokens and 0 for observations inserted by an
+        environment (None = every token is an action); observations stay in the sequence as context
+        but out of `response_mask`, so no loss term sees them."""
         p_width = max(len(p) for p in prompts)
         t_width = max(1, max(len(r) for r in responses))
         batch = len(prompts)
@@ -48,7 +52,11 @@ class TokenBatch:
                 sequences[row, p_width : p_width + len(response)] = torch.tensor(response, dtype=torch.long)
                 attention[row, p_width : p_width + len(response)] = 1
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-        return cls(sequences, attention, positions, attention[:, p_width:].float(), p_width)
+        response_mask = attention[:, p_width:].float()
+        for row, mask in enumerate(action_masks or []):
+            if mask is not None:
+                response_mask[row, : len(mask)] *= torch.tensor(mask, dtype=torch.float32)
+        return cls(sequences, attention, positions, response_mask, p_width)
 
     def __len__(self) -> int:
         return self.sequences.shape[0]

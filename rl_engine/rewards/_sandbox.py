@@ -7,6 +7,9 @@ user's file imports it. Messages are JSON in
 prints. JSON (not pickle) on the way back means the parent never unpickles anything the user
 code could have forged.
 
+Reward functions; or, when the first message has ``"kind": "environment"``, a multi-turn
+environment class (``rl_engine/environments``), one instance per episode.
+
 Protocol (parent -> child):
     {"op": "batch", "kwargs": {...}}          call the OpenRLHF-shaped function once
     {"op": "samples", "items": [[i, {...}]]}  call the verl-shaped function per sample
@@ -15,6 +18,10 @@ Child -> parent:
     {"op": "ready", "function": name, "batch": bool} | {"op": "load_error", "problems": [...]}
     {"op": "result", "value": ..., "restart": bool} | {"op": "error", "reason": ..., "restart": bool}
     {"op": "sample", "index": i, "ok": bool, "value"/"reason": ...} ... {"op": "done", "restart": bool}
+Environments (parent -> child; each answered by one "sample" reply per item, then "done"):
+    {"op": "reset", "items": [[episode, {"prompt", "label", "metadata"}]]}  value: first observation or null
+    {"op": "step", "items": [[episode, action_text]]}   value: {"observation", "reward", "done", "logs"}
+    {"op": "end", "items": [[episode, null]]}          drops the episodes
 
 ``restart`` asks the parent to replace this process after the reply (after a MemoryError the
 interpreter may be in a poor state).
@@ -74,8 +81,8 @@ def describe_exception(exc: BaseException, path: str) -> str:
     return f"{text} (line {line})" if line is not None else text
 
 
-def load_function(path: str, function: str | None, batch: bool | None) -> tuple[LoadedFunction | None, list[str]]:
-    """Import the user's file and decide how to call its function; returns (loaded, problems)."""
+def import_user_file(path: str) -> tuple[Any, list[str]]:
+    """The user's file as a module, or (None, problems)."""
     directory = os.path.dirname(path)
     if directory not in sys.path:
         sys.path.insert(0, directory)  # like running the file as a script: siblings import
@@ -90,7 +97,14 @@ def load_function(path: str, function: str | None, batch: bool | None) -> tuple[
         return None, [syntax_problem(exc) if exc.filename == path else describe_exception(exc, path)]
     except BaseException as exc:  # anything at import time, SystemExit included
         return None, [f"importing the file failed: {describe_exception(exc, path)}"]
+    return module, []
 
+
+def load_function(path: str, function: str | None, batch: bool | None) -> tuple[LoadedFunction | None, list[str]]:
+    """Import the user's file and decide how to call its function; returns (loaded, problems)."""
+    module, problems = import_user_file(path)
+    if module is None:
+        return None, problems
     if function:
         name = function
         if not hasattr(module, name):
@@ -247,6 +261,102 @@ class Runner:
             return {"ok": False, "reason": reason}, restart
 
 
+# --- environments ------------------------------------------------------------------------------
+
+
+def load_environment(path: str, name: str) -> tuple[Any, list[str]]:
+    module, problems = import_user_file(path)
+    if module is None:
+        return None, problems
+    cls = getattr(module, name, None)
+    if cls is None:
+        return None, [f"no class named {name!r} in the file"]
+    missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
+    if missing:
+        return None, [f"{name} has no {' or '.join(missing)} method (reset(prompt, label, metadata) -> observation; "
+                      "step(action) -> (observation, reward, done[, logs]))"]
+    return cls, []
+
+
+def step_result(value: Any) -> dict:
+    """A step's return value as {"observation", "reward", "done", "logs"}; ValueError names what is wrong."""
+    if isinstance(value, dict):
+        observation, reward, done, logs = (value.get("observation"), value.get("reward", 0.0), value.get("done"),
+                                           value.get("logs") or {})
+    elif isinstance(value, (tuple, list)) and len(value) in (3, 4):
+        observation, reward, done = value[:3]
+        logs = value[3] if len(value) == 4 else {}
+    else:
+        raise ValueError(f"step() must return (observation, reward, done[, logs]) or a dict with those keys, "
+                         f"got {type(value).__name__}")
+    if observation is not None and not isinstance(observation, str):
+        raise ValueError(f"step()'s observation must be a string or None, got {type(observation).__name__}")
+    if not isinstance(done, bool):
+        raise ValueError(f"step()'s done must be True or False, got {done!r}")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        raise ValueError(f"step()'s reward must be a number, got {reward!r}")
+    if not isinstance(logs, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in logs.values()):
+        raise ValueError("step()'s logs must be a dict of numbers")
+    return {"observation": observation, "reward": float(reward), "done": done,
+            "logs": {str(k): float(v) for k, v in logs.items()}}
+
+
+class EnvironmentRunner:
+    def __init__(self, cls: Any, path: str, options: dict, timeout_s: float):
+        self.cls, self.path, self.options, self.timeout_s = cls, path, options, timeout_s
+        self.episodes: dict[Any, Any] = {}
+
+    def run(self, op: str, episode: Any, payload: Any) -> tuple[dict, bool]:
+        try:
+            if op == "end":
+                self.episodes.pop(episode, None)
+                return {"ok": True, "value": None}, False
+            if op == "reset":
+                def reset() -> Any:
+                    env = self.cls(**self.options)
+                    self.episodes[episode] = env
+                    return env.reset(payload.get("prompt"), payload.get("label"), payload.get("metadata") or {})
+
+                observation = timed_call(reset, self.timeout_s)
+                if observation is not None and not isinstance(observation, str):
+                    raise ValueError(f"reset() must return a string or None, got {type(observation).__name__}")
+                return {"ok": True, "value": observation}, False
+            env = self.episodes[episode]
+            return {"ok": True, "value": step_result(timed_call(lambda: env.step(payload), self.timeout_s))}, False
+        except BaseException as exc:
+            self.episodes.pop(episode, None)
+            if isinstance(exc, CallTimeout):
+                return {"ok": False, "reason": f"{op}() timed out after {self.timeout_s:g}s"}, False
+            return {"ok": False, "reason": f"{op}(): {describe_exception(exc, self.path)}"}, isinstance(exc, MemoryError)
+
+
+def _serve_environment(config: dict, inbox: Connection, outbox: Connection) -> int:
+    path = config["path"]
+    try:
+        cls, problems = load_environment(path, config["class"])
+    except MemoryError:
+        cls, problems = None, ["importing the file failed: MemoryError"]
+    if cls is None:
+        _send(outbox, {"op": "load_error", "problems": problems})
+        return 0
+    _send(outbox, {"op": "ready", "function": config["class"], "batch": False})
+    runner = EnvironmentRunner(cls, path, config.get("options") or {}, float(config["timeout_s"]))
+    while True:
+        try:
+            request = json.loads(inbox.recv_bytes())
+        except (EOFError, OSError):
+            return 0
+        op = request.get("op")
+        if op == "close":
+            return 0
+        restart = False
+        for episode, payload in request.get("items", []):
+            reply, needs_restart = runner.run(op, episode, payload)
+            restart = restart or needs_restart
+            _send(outbox, {"op": "sample", "index": episode, **reply})
+        _send(outbox, {"op": "done", "restart": restart})
+
+
 def _send(conn: Connection, message: dict) -> None:
     # Values went through to_plain already; str() is only a last resort for odd exception args.
     conn.send_bytes(json.dumps(message, default=str).encode())
@@ -276,6 +386,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns our lifetime
     _limit_memory(config["memory_mb"])
+    if config.get("kind") == "environment":
+        return _serve_environment(config, inbox, outbox)
     path = config["path"]
     try:
         loaded, problems = load_function(path, config.get("function"), config.get("batch"))

@@ -1,0 +1,379 @@
+"""An external agent program as the executor: while a run trains, the engine serves an
+OpenAI-compatible endpoint backed by the run's rollout engine, and every finished agent session
+becomes one training trajectory with the reward the agent reports.
+
+The protocol (all JSON; `http://HOST:PORT` is logged at the start of the run and passed to
+`agent.command` as POSTTRAIN_AGENT_URL):
+
+    POST /sessions                          -> {"session_id", "base_url", "prompt", "label", "metadata"}
+        Takes the next task of the current step (a dataset row; each row is handed out
+        `rollout.samples_per_prompt` times, a GRPO group). Waits up to 30 s for the next step;
+        503 when none came, 410 once the run is over.
+    POST {base_url}/chat/completions        (base_url = /sessions/<id>/v1: any OpenAI client works)
+        {"messages": [...], "max_tokens": n} -> a `chat.completion`. The first call's messages are
+        the session's prompt; each later call must repeat the conversation so far (including the
+        replies it got) and add messages after it.
+    GET  {base_url}/models, GET /v1/models
+    POST /sessions/<id>/finish              {"reward": number} -> {"ok": true}
+
+Token in / token out: the session keeps the engine's own token ids for every reply; only the
+messages the agent adds are tokenised (rendered with the model's chat template when the run's data
+uses one, else their contents concatenated) and enter the trajectory as observations, masked out of
+the loss. Sampling follows the run's `rollout` settings (temperature, top-p, top-k; `max_tokens` is
+capped by `rollout.max_new_tokens`) so that trajectories are on-policy; the request's own sampling
+fields are ignored. Requests of concurrent sessions are generated together in one batch, on the
+training loop's thread, while the loop waits for the step's sessions to finish.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import subprocess
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from rl_engine.config import RunConfig
+from rl_engine.data import Prompt
+from rl_engine.executors import Rollouts
+from rl_engine.rollout import FinishReason, Sample, SamplingParams
+
+TASK_WAIT_S = 30.0
+_SESSION_PATH = re.compile(r"^/sessions/([0-9a-f]{32})(/.*)$")
+
+
+class AgentError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class _Session:
+    id: str
+    slot: int
+    prompt: Prompt
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    logprobs_known: bool = True
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    completions: int = 0
+    finish_reason: FinishReason = "stop"
+    last_text: str = ""
+    reward: float | None = None
+    error: str | None = None
+    closed: bool = False  # finished by the agent, or expired with its step
+
+
+@dataclass
+class _Generation:
+    session: _Session
+    context: list[int]
+    max_tokens: int
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Sample | None = None
+    text: str = ""
+    error: str | None = None
+
+
+class AgentExecutor:
+    """The executor the loop calls each step; the HTTP server runs in threads of its own, and only
+    hands generation requests over to `run`, which owns the rollout engine."""
+
+    def __init__(self, rollout: Any, tokenizer: Any, cfg: RunConfig):
+        self.rollout, self.tokenizer, self.cfg = rollout, tokenizer, cfg
+        self.agent = cfg.agent
+        self.model_name = cfg.name
+        self._lock = threading.Condition()
+        self._tasks: deque[tuple[int, Prompt]] = deque()
+        self._sessions: dict[str, _Session] = {}
+        self._requests: queue.Queue[_Generation] = queue.Queue()
+        self._over = False
+        executor = self
+
+        class Handler(_Handler):
+            owner = executor
+
+        self.server = ThreadingHTTPServer((self.agent.host, self.agent.port), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{self.agent.host}:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="agent-endpoint", daemon=True)
+        self._thread.start()
+        self.process: subprocess.Popen | None = None
+        if self.agent.command:
+            import os
+
+            self.process = subprocess.Popen(self.agent.command, shell=True,
+                                            env={**os.environ, "POSTTRAIN_AGENT_URL": self.url})
+
+    def describe(self) -> str:
+        return f"agent endpoint {self.url}" + (f" (agent: {self.agent.command})" if self.agent.command else "")
+
+    # --- the loop's side -------------------------------------------------------------------------
+
+    def run(self, prompts: list[Prompt], params: SamplingParams) -> Rollouts:
+        sessions_before = set(self._sessions)
+        slots = len(prompts) * params.n
+        with self._lock:
+            self._tasks.extend((slot, prompts[slot // params.n]) for slot in range(slots))
+            self._lock.notify_all()
+        deadline = time.monotonic() + self.agent.step_timeout_s
+        one = replace(params, n=1)
+        while True:
+            with self._lock:
+                mine = [s for k, s in self._sessions.items() if k not in sessions_before]
+                if len(mine) == slots and all(s.closed for s in mine):
+                    break
+            if self._over:
+                self._expire(mine, "the run stopped")
+                break
+            if time.monotonic() > deadline:
+                self._expire(mine, f"the agent did not finish the session within agent.step_timeout_s "
+                                   f"({self.agent.step_timeout_s:g}s)")
+                break
+            self._serve_generations(one)
+        with self._lock:
+            self._tasks.clear()  # rows no session took: the step goes on without them
+            mine = sorted((s for k, s in self._sessions.items() if k not in sessions_before), key=lambda s: s.slot)
+            for session in mine:
+                del self._sessions[session.id]
+        return self._rollouts(mine, prompts, params.n)
+
+    def _serve_generations(self, params: SamplingParams) -> None:
+        """Generates every request waiting now (at most 50 ms after the first) in batches by max_tokens."""
+        try:
+            batch = [self._requests.get(timeout=0.05)]
+        except queue.Empty:
+            return
+        while True:
+            try:
+                batch.append(self._requests.get_nowait())
+            except queue.Empty:
+                break
+        for max_tokens in sorted({r.max_tokens for r in batch}):
+            group = [r for r in batch if r.max_tokens == max_tokens]
+            try:
+                samples = self.rollout.generate([r.context for r in group], replace(params, max_new_tokens=max_tokens))
+                texts = self.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
+            except Exception as exc:  # noqa: BLE001 -- the agent gets a 500 naming it; the run fails below
+                for request in group:
+                    request.error = f"{type(exc).__name__}: {exc}"
+                    request.done.set()
+                raise
+            for request, sample, text in zip(group, samples, texts):
+                request.result, request.text = sample, text
+                request.done.set()
+
+    def _expire(self, sessions: list[_Session], reason: str) -> None:
+        with self._lock:
+            for session in sessions:
+                if not session.closed:
+                    session.closed, session.error = True, reason
+
+    def _rollouts(self, sessions: list[_Session], prompts: list[Prompt], n: int) -> Rollouts:
+        by_slot = {s.slot: s for s in sessions}
+        missing = [slot for slot in range(len(prompts) * n) if slot not in by_slot]
+        for slot in missing:  # no agent took the task in time: an empty trajectory with reward 0
+            by_slot[slot] = _Session("", slot, prompts[slot // n], error="no agent session took this task in time")
+        ordered = [by_slot[slot] for slot in range(len(prompts) * n)]
+        return Rollouts(
+            samples=[Sample(slot // n, s.tokens, s.finish_reason, tuple(s.logprobs) if s.logprobs_known else None,
+                            tuple(s.mask)) for slot, s in enumerate(ordered)],
+            env_rewards=[s.reward if s.reward is not None and s.error is None else 0.0 for s in ordered],
+            errors=[[f"agent: {s.error}"] if s.error else [] for s in ordered],
+            turns=[s.turns for s in ordered],
+            logs=[{"turns": float(s.completions), "finished": float(s.reward is not None and s.error is None)}
+                  for s in ordered],
+            final_texts=[s.last_text for s in ordered],
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._over = True
+            self._lock.notify_all()
+        self.server.shutdown()
+        self.server.server_close()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    # --- the server's side (handler threads) -----------------------------------------------------
+
+    def open_session(self) -> dict[str, Any]:
+        deadline = time.monotonic() + TASK_WAIT_S
+        with self._lock:
+            while not self._tasks:
+                if self._over:
+                    raise AgentError(410, "the run is over")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AgentError(503, "no task right now (the run is between steps); try again")
+                self._lock.wait(left)
+            slot, prompt = self._tasks.popleft()
+            session = _Session(uuid.uuid4().hex, slot, prompt)
+            self._sessions[session.id] = session
+        return {"session_id": session.id, "base_url": f"{self.url}/sessions/{session.id}/v1", "prompt": prompt.raw,
+                "label": prompt.label, "metadata": prompt.metadata}
+
+    def session(self, session_id: str) -> _Session:
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None:
+            raise AgentError(404, f"no open session {session_id}")
+        if session.closed:
+            raise AgentError(410, f"session {session_id} is closed ({session.error or 'finished'})")
+        return session
+
+    def finish(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        reward = body.get("reward")
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or reward != reward:
+            raise AgentError(400, f"reward: a number is required, got {reward!r}")
+        session = self.session(session_id)
+        if not session.completions:
+            raise AgentError(400, "the session has no completion to train on; call chat/completions first")
+        with self._lock:
+            session.reward, session.closed = float(reward), True
+        return {"ok": True}
+
+    def complete(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        session = self.session(session_id)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages):
+            raise AgentError(400, "messages: a non-empty list of {role, content} with string contents is required")
+        if session.completions >= self.agent.max_turns:
+            raise AgentError(400, f"the session used its agent.max_turns ({self.agent.max_turns}) completions")
+        max_tokens = next((body[k] for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None),
+                          self.cfg.rollout.max_new_tokens)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise AgentError(400, f"max_tokens: a positive integer is required, got {max_tokens!r}")
+        added = self._extend(session, messages)
+        request = _Generation(session, session.prompt.token_ids + session.tokens,
+                             min(max_tokens, self.cfg.rollout.max_new_tokens))
+        self._requests.put(request)
+        while not request.done.wait(1.0):
+            with self._lock:
+                if self._over or session.closed:
+                    raise AgentError(410, f"session {session_id} closed while generating")
+        if request.error is not None:
+            raise AgentError(500, f"generation failed: {request.error}")
+        sample = request.result
+        with self._lock:
+            for text in added:
+                session.turns.append({"role": "environment", "text": text, "reward": None})
+            session.tokens.extend(sample.response_ids)
+            session.mask.extend([1] * len(sample.response_ids))
+            session.logprobs_known = session.logprobs_known and sample.logprobs is not None
+            session.logprobs.extend(sample.logprobs or [0.0] * len(sample.response_ids))
+            session.messages = [*messages, {"role": "assistant", "content": request.text}]
+            session.turns.append({"role": "assistant", "text": request.text, "reward": None})
+            session.completions += 1
+            session.finish_reason, session.last_text = sample.finish_reason, request.text
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": request.text},
+                         "finish_reason": sample.finish_reason, "logprobs": None}],
+            "usage": {"prompt_tokens": len(request.context), "completion_tokens": len(sample.response_ids),
+                      "total_tokens": len(request.context) + len(sample.response_ids)},
+        }
+
+    def _extend(self, session: _Session, messages: list[dict[str, Any]]) -> list[str]:
+        """Checks `messages` continue the session; appends the new messages' tokens (observations) to
+        it and returns their texts. The first call's messages must be the task's prompt."""
+        data = self.cfg.data
+        if not session.completions:
+            if self._render(messages, first=True) != session.prompt.text:
+                raise AgentError(400, "messages: the first request must be the session's prompt (as one user "
+                                      "message, with the run's system prompt if it has one)")
+            return []
+        known = len(session.messages)
+        if [(m["role"], m["content"]) for m in messages[:known]] != [(m["role"], m["content"]) for m in session.messages]:
+            raise AgentError(400, "messages: must repeat the session's conversation so far, the replies it got "
+                                  "included, and add new messages after it")
+        new = messages[known:]
+        if not new:
+            return []
+        if data.apply_chat_template:
+            before = self.tokenizer.apply_chat_template(session.messages, tokenize=False)
+            after = self._render(messages, first=False)
+            text = after[len(before):] if after.startswith(before) else self._render(new, first=False)
+        else:
+            text = "".join(m["content"] for m in new)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        with self._lock:
+            session.tokens.extend(ids)
+            session.mask.extend([0] * len(ids))
+            session.logprobs.extend([0.0] * len(ids))
+        return [m["content"] for m in new]
+
+    def _render(self, messages: list[dict[str, Any]], first: bool) -> str:
+        if not self.cfg.data.apply_chat_template:
+            return "".join(m["content"] for m in messages)
+        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+        return self.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: AgentExecutor
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base class's name
+        pass  # the run's events say what happened; per-request lines would flood the job log
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError as exc:
+            raise AgentError(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise AgentError(400, "the body must be a JSON object")
+        return body
+
+    def _handle(self, method: str) -> None:
+        try:
+            owner = self.owner
+            path = self.path.split("?", 1)[0]
+            matched = _SESSION_PATH.match(path)
+            session_id, rest = (matched.group(1), matched.group(2)) if matched else (None, path)
+            if method == "GET" and rest == "/v1/models":
+                reply = {"object": "list", "data": [{"id": owner.model_name, "object": "model", "owned_by": "posttrain"}]}
+            elif method == "POST" and path == "/sessions":
+                reply = owner.open_session()
+            elif method == "POST" and session_id and rest == "/v1/chat/completions":
+                reply = owner.complete(session_id, self._body())
+            elif method == "POST" and session_id and rest == "/finish":
+                reply = owner.finish(session_id, self._body())
+            else:
+                raise AgentError(404, f"no route {method} {path}")
+            self._reply(200, reply)
+        except AgentError as exc:
+            self._reply(exc.status, {"error": {"message": str(exc), "type": "invalid_request_error"
+                                               if exc.status == 400 else "posttrain_error"}})
+
+    def do_GET(self) -> None:  # noqa: N802 -- http.server's naming
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")

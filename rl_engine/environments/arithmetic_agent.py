@@ -1,0 +1,88 @@
+"""An example external agent for the demo's arithmetic task, driving a run through the engine's
+OpenAI-compatible endpoint (`rl_engine/agent_endpoint.py`) with the official `openai` client.
+
+Each session: ask the model the task; if it replies with a calculator call such as ``37+48``,
+answer ``=85`` as a user message and ask again (up to `--calls` times); the reward is 1 when the
+final reply equals the task's label. Several sessions run at once, so the engine batches them.
+
+    python rl_engine/environments/arithmetic_agent.py --url http://127.0.0.1:PORT [--workers 4]
+    # or let the engine start it: agent: {command: "python rl_engine/environments/arithmetic_agent.py"}
+    # (the engine sets POSTTRAIN_AGENT_URL)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from openai import OpenAI
+
+CALL = re.compile(r"^\s*(-?\d{1,12})\s*([-+*])\s*(-?\d{1,12})\s*=?\s*$")
+
+
+def post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def calculate(match: re.Match) -> int:
+    left, op, right = int(match.group(1)), match.group(2), int(match.group(3))
+    return left + right if op == "+" else left - right if op == "-" else left * right
+
+
+def play(task: dict, calls: int) -> float:
+    client = OpenAI(base_url=task["base_url"], api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": task["prompt"]}]
+    reply = ""
+    for _ in range(calls + 1):
+        completion = client.chat.completions.create(model="policy", messages=messages, max_tokens=8)
+        reply = completion.choices[0].message.content or ""
+        call = CALL.match(reply)
+        if call is None:
+            break
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"={calculate(call)}"}]
+    return 1.0 if reply.strip() == (task["label"] or "").strip() else 0.0
+
+
+def worker(url: str, calls: int, stop: threading.Event) -> None:
+    while not stop.is_set():
+        status, task = post(f"{url}/sessions", {})
+        if status == 410:  # the run is over
+            stop.set()
+            return
+        if status != 200:  # between steps, or the endpoint is busy: ask again
+            time.sleep(0.2)
+            continue
+        reward = play(task, calls)
+        post(f"{url}/sessions/{task['session_id']}/finish", {"reward": reward})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("POSTTRAIN_AGENT_URL"), help="the engine's agent endpoint")
+    parser.add_argument("--workers", type=int, default=4, help="sessions played at once")
+    parser.add_argument("--calls", type=int, default=1, help="calculator calls allowed per session")
+    args = parser.parse_args()
+    if not args.url:
+        parser.error("--url or POSTTRAIN_AGENT_URL is required")
+    stop = threading.Event()
+    threads = [threading.Thread(target=worker, args=(args.url.rstrip("/"), args.calls, stop), daemon=True)
+               for _ in range(args.workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+if __name__ == "__main__":
+    main()

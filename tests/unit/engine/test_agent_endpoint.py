@@ -1,0 +1,147 @@
+"""The OpenAI-compatible agent endpoint: a real HTTP server in front of the real tiny policy; sessions
+become trajectories with the engine's token ids, the agent's messages masked as observations and the
+agent's reward; bad requests are refused naming the field; the example agent drives a whole run."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rl_engine.config import validate_config
+from rl_engine.demo.run_config import demo_run_config
+from rl_engine.events import read_events
+from rl_engine.rollout import SamplingParams
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def call(url: str, body: dict | None = None) -> tuple[int, dict]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def config(demo: Path, **changes):
+    base = dict(
+        model={"path": str(demo / "model")},
+        data={"path": str(demo / "data" / "train.jsonl"), "eval_path": str(demo / "data" / "test.jsonl"), "eval_size": 4},
+        rewards=[], rollout={"prompts_per_step": 2, "samples_per_prompt": 2, "max_new_tokens": 4},
+        train={"steps": 2, "micro_batch_size": 4}, checkpoint={"every_steps": 0, "save_final": False},
+        logging={"eval_every": 0}, agent={"step_timeout_s": 60},
+    )
+    base.update(changes)
+    return demo_run_config(demo, **base)
+
+
+@pytest.fixture()
+def endpoint(tiny_demo):
+    """An executor over the real tiny policy, one step (2 prompts x 2) being served in a thread."""
+    from rl_engine.agent_endpoint import AgentExecutor
+    from rl_engine.data import PromptData
+    from rl_engine.loop import load_policy, load_tokenizer
+    from rl_engine.rollout import TransformersRollout
+
+    cfg = config(tiny_demo)
+    tokenizer = load_tokenizer(cfg)
+    rollout = TransformersRollout(load_policy(cfg.model.path, cfg), tokenizer)
+    executor = AgentExecutor(rollout, tokenizer, cfg)
+    prompts = PromptData.load(cfg.data, tokenizer, 0).train[:2]
+    outcome: dict = {}
+    step = threading.Thread(target=lambda: outcome.update(rollouts=executor.run(prompts, SamplingParams(n=2, max_new_tokens=4))))
+    step.start()
+    yield executor, prompts, tokenizer, step, outcome
+    executor.close()
+    step.join(timeout=60)
+
+
+def test_a_session_becomes_a_trajectory_with_the_agents_messages_masked(endpoint):
+    executor, prompts, tokenizer, step, outcome = endpoint
+    status, models = call(f"{executor.url}/v1/models")
+    assert status == 200 and models["data"][0]["id"] == executor.model_name
+    sessions = [call(f"{executor.url}/sessions", {})[1] for _ in range(4)]
+    assert [s["prompt"] for s in sessions] == [prompts[0].raw, prompts[0].raw, prompts[1].raw, prompts[1].raw]
+    first = sessions[0]
+    status, reply = call(f"{first['base_url']}/chat/completions",
+                         {"model": "x", "messages": [{"role": "user", "content": first["prompt"]}], "max_tokens": 3})
+    assert status == 200 and reply["object"] == "chat.completion"
+    said = reply["choices"][0]["message"]["content"]
+    conversation = [{"role": "user", "content": first["prompt"]}, {"role": "assistant", "content": said},
+                    {"role": "user", "content": "=7"}]
+    status, again = call(f"{first['base_url']}/chat/completions", {"messages": conversation})
+    assert status == 200
+    for session, reward in zip(sessions, (1.0, 0.0, 0.5, 0.25)):
+        if session is not first:
+            call(f"{session['base_url']}/chat/completions", {"messages": [{"role": "user", "content": session["prompt"]}]})
+        assert call(f"{executor.url}/sessions/{session['session_id']}/finish", {"reward": reward}) == (200, {"ok": True})
+    step.join(timeout=60)
+    rollouts = outcome["rollouts"]
+    assert rollouts.env_rewards == [1.0, 0.0, 0.5, 0.25]
+    sample = rollouts.samples[0]
+    observation = tokenizer("=7", add_special_tokens=False)["input_ids"]
+    first_turn = reply["usage"]["completion_tokens"]
+    # [first reply: the engine's ids] [the agent's "=7": tokenised, masked] [second reply]
+    assert sample.response_ids[first_turn : first_turn + len(observation)] == observation
+    assert sample.action_mask == ((1,) * first_turn + (0,) * len(observation)
+                                  + (1,) * again["usage"]["completion_tokens"])
+    assert tokenizer.decode(sample.response_ids[:first_turn], skip_special_tokens=True) == said
+    assert [t["role"] for t in rollouts.turns[0]] == ["assistant", "environment", "assistant"]
+    assert rollouts.logs[0] == {"turns": 2.0, "finished": 1.0}
+
+
+def test_bad_requests_are_refused_naming_what_is_wrong(endpoint):
+    executor, prompts, tokenizer, step, outcome = endpoint
+    session = call(f"{executor.url}/sessions", {})[1]
+    url = f"{session['base_url']}/chat/completions"
+    status, error = call(url, {"messages": [{"role": "user", "content": "something else"}]})
+    assert status == 400 and "first request must be the session's prompt" in error["error"]["message"]
+    status, error = call(url, {"messages": "hello"})
+    assert status == 400 and error["error"]["message"].startswith("messages:")
+    status, error = call(url, {"messages": [{"role": "user", "content": session["prompt"]}], "max_tokens": 0})
+    assert status == 400 and error["error"]["message"].startswith("max_tokens:")
+    finish = f"{executor.url}/sessions/{session['session_id']}/finish"
+    assert call(finish, {"reward": 1.0})[0] == 400  # nothing generated yet: nothing to train on
+    call(url, {"messages": [{"role": "user", "content": session["prompt"]}]})
+    status, error = call(url, {"messages": [{"role": "user", "content": "rewritten history"}, {"role": "user", "content": "x"}]})
+    assert status == 400 and "repeat the session's conversation" in error["error"]["message"]
+    status, error = call(finish, {"reward": "high"})
+    assert status == 400 and error["error"]["message"].startswith("reward:")
+    assert call(f"{executor.url}/sessions/{'0' * 32}/finish", {"reward": 1})[0] == 404
+    assert call(f"{executor.url}/nowhere", {})[0] == 404
+
+
+def test_the_example_agent_drives_a_run_end_to_end(tiny_demo, tmp_path):
+    from rl_engine.loop import train
+
+    agent = f"{sys.executable} {REPO / 'rl_engine' / 'environments' / 'arithmetic_agent.py'} --workers 4"
+    cfg = config(tiny_demo, agent={"command": agent, "step_timeout_s": 120},
+                 rewards=[{"type": "regex", "name": "digit", "pattern": r"\d", "weight": 0.5}])
+    train(cfg, tmp_path)
+    events = read_events(tmp_path / "events.jsonl")
+    assert "agent endpoint http://127.0.0.1:" in next(e["data"]["message"] for e in events if e["type"] == "log")
+    metrics = [e["data"] for e in events if e["type"] == "metrics" and e["step"] > 0]
+    assert len(metrics) == 2
+    for m in metrics:
+        assert m["env/finished"] == 1.0  # every session the step handed out came back with a reward
+        assert {"reward/environment", "reward/digit", "env/turns"} <= set(m)
+    samples = [e for e in events if e["type"] == "samples"][-1]["data"]["samples"]
+    assert len(samples) == 4 and all(s["turns"] and s["turns"][0]["role"] == "assistant" for s in samples)
+    assert [s["group"] for s in samples] == [0, 0, 1, 1]
+
+
+def test_an_agent_run_cannot_also_have_an_environment():
+    from rl_engine.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        validate_config({"name": "x", "model": {"path": "m"}, "data": {"path": "d.jsonl"}, "agent": {},
+                         "environment": {"path": "env.py"}})
+    assert [e["loc"] for e in refused.value.errors] == ["agent"]
