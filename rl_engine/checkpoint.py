@@ -42,12 +42,17 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, tokenizer:
                     keep_last: int, weights: dict[str, torch.Tensor] | None = None) -> Path:
     """Writes into a temporary folder and renames it, so a crash never leaves a half checkpoint that
     `latest_checkpoint` would pick up. `weights`: the model's whole state dict when its parameters do
-    not hold it (DeepSpeed ZeRO-3); default `model.state_dict()`."""
+    not hold it (DeepSpeed ZeRO-3; LoRA, merged); default `model.state_dict()`. A LoRA policy (a peft
+    model) is written as its base model's plain folder with the merged weights, plus `adapter/`."""
+    from rl_engine.lora import ADAPTER_DIR, base_model
+
     final = checkpoint_dir(run_dir, step)
     partial = final.with_name(final.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    model.save_pretrained(partial, state_dict=weights, safe_serialization=True)
+    base_model(model).save_pretrained(partial, state_dict=weights, safe_serialization=True)
+    if hasattr(model, "peft_config"):
+        model.save_pretrained(partial / ADAPTER_DIR)
     tokenizer.save_pretrained(partial)
     torch.save(state.__dict__, partial / ENGINE_STATE)
     shutil.rmtree(final, ignore_errors=True)

@@ -872,6 +872,9 @@ def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
         # Colocated roles take turns on the same resources: there is nothing to overlap generation with.
         ("backends.async_rollout", be.async_rollout and pl.mode != "separate",
          "async rollout needs placement.mode 'separate' (colocated roles take turns on the same resources)"),
+        # ZeRO-3 partitions the base and the adapters alike; merging them for a sync is not written yet.
+        ("model.lora.enabled", cfg.model.lora.enabled and be.training == "deepspeed" and be.zero_stage == 3,
+         "LoRA with DeepSpeed ZeRO-3 is not available yet; use zero_stage 0-2 (the frozen base needs no optimizer state)"),
         ("backends.async_rollout", be.async_rollout and (cfg.environment is not None or cfg.agent is not None),
          "async rollout runs single-turn generation only; environments and agents run synchronously"),
     ]

@@ -174,7 +174,7 @@ class TrainerWorker(_Role):
     """One rank of the policy (and PPO critic) trainer; ranks > 1 form a gloo (NCCL on GPU) group."""
 
     def __init__(self, cfg: RunConfig, weights_from: str | None, rank: int, world: int, master_port: int):
-        from rl_engine.loop import configure_threads, load_policy, load_tokenizer, model_construction, trainer_class
+        from rl_engine.loop import configure_threads, load_tokenizer, load_trainable_policy, model_construction, trainer_class
         from rl_engine.trainer import DTYPES, ValueModel
 
         configure_threads()
@@ -188,7 +188,7 @@ class TrainerWorker(_Role):
         self.cfg, self.rank = cfg, rank
         self.tokenizer = load_tokenizer(cfg)
         with model_construction(cfg):
-            self.model = load_policy(weights_from or cfg.model.path, cfg)
+            self.model = load_trainable_policy(cfg, Path(weights_from) if weights_from else None)
             critic = None
             if cfg.algorithm.needs_critic:
                 critic = ValueModel.from_pretrained(cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code)
@@ -209,7 +209,7 @@ class TrainerWorker(_Role):
         from rl_engine.backends.vllm_rollout import write_weights_file
 
         with self.trainer.full_weights():
-            return write_weights_file(self.model) if self.rank == 0 else None
+            return write_weights_file(self.trainer.weights_view()) if self.rank == 0 else None
 
     def save_checkpoint(self, run_dir: str, step: int, state: Any, keep_last: int) -> str | None:
         from rl_engine.checkpoint import save_checkpoint

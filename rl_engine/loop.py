@@ -86,7 +86,7 @@ class Engine:
         if self.roles is not None:
             return self.roles.sync_weights()
         with self.trainer.full_weights():  # whole weights even when ZeRO-3 partitions them
-            return self.rollout.sync_weights(self.model)
+            return self.rollout.sync_weights(self.trainer.weights_view())
 
     def save_checkpoint(self, run_dir: Path, step: int, state: EngineState) -> Path:
         keep = self.cfg.checkpoint.keep_last
@@ -158,8 +158,24 @@ def load_policy(path: str | Path, cfg: RunConfig) -> torch.nn.Module:
     return model
 
 
+def load_trainable_policy(cfg: RunConfig, weights_from: Path | None) -> torch.nn.Module:
+    """The policy that trains: the model (or a checkpoint's weights), or with LoRA the base model with
+    fresh adapters (or a checkpoint's adapter)."""
+    from rl_engine import lora
+
+    if not lora.enabled(cfg):
+        return load_policy(weights_from or cfg.model.path, cfg)
+    model = lora.apply_lora(load_policy(cfg.model.path, cfg), cfg)
+    if weights_from is not None:
+        lora.load_adapter(model, weights_from)
+    return model
+
+
 def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     check_runnable(cfg)
+    from rl_engine.lora import refuse_unavailable
+
+    refuse_unavailable(cfg)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
@@ -172,7 +188,7 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
                       reward=roles.reward, data=data, sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
                       roles=roles)
     with model_construction(cfg):
-        model = load_policy(weights_from or cfg.model.path, cfg)
+        model = load_trainable_policy(cfg, weights_from)
         ref_model = None
         if cfg.algorithm.kl.coef > 0:
             ref_model = load_policy(cfg.model.path, cfg).eval().requires_grad_(False)

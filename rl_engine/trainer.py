@@ -172,8 +172,9 @@ class TorchTrainer:
         self.ref_model = ref_model
         self.critic = critic
         train = cfg.train
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, betas=train.betas,
-                                           weight_decay=train.weight_decay)
+        # Only what trains: with LoRA the frozen base has no optimizer state at all.
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=train.lr,
+                                           betas=train.betas, weight_decay=train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         self.critic_optimizer = None
         if critic is not None:
@@ -331,9 +332,22 @@ class TorchTrainer:
     # --- state -----------------------------------------------------------------------------------
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The policy's whole weights under Hugging Face's names (tied weights still share storage),
-        for checkpoints. Valid until the next update."""
+        """The policy's whole weights under Hugging Face's names (tied weights still share storage; LoRA
+        adapters merged), for checkpoints. Valid until the next update."""
+        if self.cfg.model.lora.enabled:
+            from rl_engine.lora import merged_state_dict
+
+            return merged_state_dict(self.model)
         return self.model.state_dict()
+
+    def weights_view(self) -> Any:
+        """What a weight sync reads with `state_dict()` (inside `full_weights()`): the policy module, or
+        with LoRA a view that merges the adapters."""
+        if self.cfg.model.lora.enabled:
+            from rl_engine.lora import MergedView
+
+            return MergedView(self.model)
+        return self.model
 
     def full_weights(self) -> AbstractContextManager[None]:
         """Inside, `self.model`'s parameters hold the whole weights (a weight sync reads them there);

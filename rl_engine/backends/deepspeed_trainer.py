@@ -221,7 +221,7 @@ class DeepSpeedTrainer(TorchTrainer):
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         if self.stage != 3:
-            return self.model.state_dict()
+            return super().full_state_dict()
         with self.full_weights():
             return _copies(self.model.state_dict())  # the gathered weights are freed on leaving
 

@@ -197,8 +197,9 @@ def _full_state_dict(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], s
     return state, aliases
 
 
-def write_weights_file(model: torch.nn.Module) -> str:
-    """The policy's whole weights as a safetensors file in /dev/shm (tied names listed in its metadata);
+def write_weights_file(model: Any) -> str:
+    """The whole weights of `model` (a module, or anything with `state_dict()`, e.g. a merged LoRA view) as
+    a safetensors file in /dev/shm (tied names listed in its metadata);
     returns its path, which the caller deletes once every engine loaded it."""
     state, aliases = _full_state_dict(model)
     directory = _SHM if _SHM.is_dir() else Path(tempfile.gettempdir())
