@@ -618,6 +618,11 @@ function choosePrompt(prompt) {
   loadSamples();
 }
 
+// A multi-turn sample's number of model turns (0 for an ordinary one).
+function modelTurns(sample) {
+  return (sample.turns || []).filter((t) => t.role === "assistant").length;
+}
+
 function sampleCard(sample) {
   const components = Object.entries(sample.components || {});
   return el("div", { class: "sample", "data-index": sample.index },
@@ -628,7 +633,8 @@ function sampleCard(sample) {
       el("span", {}, formatNumber(sample.length), " tokens"),
       sample.advantage !== null && sample.advantage !== undefined
         ? el("span", {}, "adv ", formatNumber(sample.advantage)) : null,
-      sample.kept === false ? el("span", { class: "tag" }, "not kept") : null),
+      sample.kept === false ? el("span", { class: "tag" }, "not kept") : null,
+      modelTurns(sample) ? el("span", { class: "tag", title: "model turns of a multi-turn episode" }, `${modelTurns(sample)} turns`) : null),
     el("pre", { class: "code response" }, sample.response),
     components.length ? el("div", { class: "components" },
       ...components.map(([name, value]) => el("span", { class: "tag" }, `${name} ${formatNumber(value)}`))) : null,

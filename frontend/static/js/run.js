@@ -296,7 +296,8 @@ async function readSamplesPage() {
   body.replaceChildren(...page.results.map((s) => el("tr", { class: "clickable", "data-sample": `${s.step}:${s.index}`, onclick: () => openSample(s) },
     el("td", { class: "num" }, s.step), el("td", { class: "num" }, s.index), el("td", { class: "num" }, s.group),
     el("td", { class: "num" }, formatNumber(s.reward)), el("td", { class: "num" }, formatNumber(s.advantage)),
-    el("td", { class: "num" }, s.length), el("td", {}, s.finish_reason),
+    el("td", { class: "num" }, s.length),
+    el("td", {}, s.finish_reason, turnsTag(s)),
     el("td", {}, excerpt(s.prompt)), el("td", {}, excerpt(s.response)),
   )));
   if (!page.results.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "muted" }, "No samples match.")));
@@ -352,7 +353,8 @@ function renderSample() {
   const showSpecial = document.getElementById("show-special").checked;
   document.getElementById("sample-title").textContent = `Step ${s.step} · sample ${s.index} (group ${s.group})`;
   const components = Object.entries(s.components || {});
-  document.getElementById("sample-body").replaceChildren(
+  // One wrapper: `el` drops the nulls and flattens the optional sections (replaceChildren would print them).
+  document.getElementById("sample-body").replaceChildren(el("div", {},
     el("div", { class: "row sample-facts" },
       el("span", {}, "reward ", el("strong", {}, formatNumber(s.reward))),
       el("span", {}, "advantage ", el("strong", {}, formatNumber(s.advantage))),
@@ -362,10 +364,35 @@ function renderSample() {
     components.length ? el("table", { class: "data compact" },
       el("tbody", {}, components.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, formatNumber(v)))))) : null,
     el("h3", {}, "Prompt"), visibleText(s.prompt, showSpecial),
-    el("h3", {}, "Response"), visibleText(s.response, showSpecial),
+    (s.turns || []).length ? trajectory(s, showSpecial) : [el("h3", {}, "Response"), visibleText(s.response, showSpecial)],
     s.label !== null && s.label !== undefined ? [el("h3", {}, "Label"), visibleText(s.label, showSpecial)] : null,
     (s.errors || []).length ? [el("h3", {}, "Reward errors"), el("pre", { class: "code error" }, s.errors.join("\n"))] : null,
-  );
+  ));
+}
+
+function assistantTurns(sample) {
+  return (sample.turns || []).filter((t) => t.role === "assistant").length;
+}
+
+// The rollout table's mark of a multi-turn sample: its number of model turns.
+function turnsTag(sample) {
+  const n = assistantTurns(sample);
+  return n ? el("span", { class: "tag turns-tag", title: "model turns of a multi-turn episode" }, `${n} turns`) : null;
+}
+
+// A multi-turn sample turn by turn: the model's turns (trained) and the environment's answers (masked).
+function trajectory(sample, showSpecial) {
+  const env = Object.entries(sample.env || {});
+  return [
+    el("h3", {}, `Trajectory (${assistantTurns(sample)} model turns)`),
+    el("ol", { class: "trajectory" }, sample.turns.map((turn) => el("li", { class: `turn turn-${turn.role}`, "data-role": turn.role },
+      el("div", { class: "turn-head" }, turn.role === "assistant" ? "model" : "environment",
+        turn.reward !== null && turn.reward !== undefined ? el("span", { class: "muted" }, ` · reward ${formatNumber(turn.reward)}`) : null),
+      visibleText(turn.text, showSpecial)))),
+    env.length ? el("h3", {}, "Environment logs") : null,
+    env.length ? el("table", { class: "data compact env-logs" },
+      el("tbody", {}, env.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, formatNumber(v)))))) : null,
+  ];
 }
 
 function openSample(sample) {

@@ -162,6 +162,24 @@ def _check_samples(event: dict, data: dict, loc: str, event_loc: str, errors: _E
             errors.add(f"{sloc}.errors", "must be a list of strings")
         if not isinstance(s.get("kept", True), bool):
             errors.add(f"{sloc}.kept", "must be true or false")
+        _check_turns(s.get("turns", []), f"{sloc}.turns", errors)
+        env = s.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(k, str) and _is_numberish(v) for k, v in env.items()):
+            errors.add(f"{sloc}.env", "must be an object of name to number")
+
+
+def _check_turns(turns: Any, loc: str, errors: _Errors) -> None:
+    """A multi-turn sample's trajectory, in order: the model's turns and the environment's answers."""
+    if not isinstance(turns, list):
+        errors.add(loc, "must be a list of {role, text, reward}")
+        return
+    for k, turn in enumerate(turns):
+        if not isinstance(turn, dict) or turn.get("role") not in ("assistant", "environment"):
+            errors.add(f"{loc}[{k}].role", "must be 'assistant' or 'environment'")
+        elif not isinstance(turn.get("text"), str):
+            errors.add(f"{loc}[{k}].text", "required: a string")
+        elif not _is_numberish(turn.get("reward")):
+            errors.add(f"{loc}[{k}].reward", "must be a number or null")
 
 
 def _check_checkpoint(event: dict, data: dict, loc: str, event_loc: str, errors: _Errors) -> None:

@@ -154,6 +154,9 @@ class Sample(models.Model):
     finish_reason = models.CharField(max_length=20)
     errors = models.JSONField(default=list)
     kept = models.BooleanField(default=True, help_text="False when dynamic sampling left the sample out of the update.")
+    turns = models.JSONField(default=list, blank=True,
+                             help_text="Multi-turn trajectories: [{role: assistant|environment, text, reward}] in order.")
+    env = models.JSONField(default=dict, blank=True, help_text="Per-episode environment logs (turns, calls, ...).")
 
     class Meta:
         ordering = ["step", "index"]

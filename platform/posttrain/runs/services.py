@@ -528,6 +528,9 @@ def _sample_row(run: Run, seq: int, step: int, r: dict[str, Any]) -> Sample:
         label=None if label is None else str(label), reward=finite_or_none(r.get("reward")),
         components=r.get("components") or {}, advantage=finite_or_none(r.get("advantage")), length=r["length"],
         finish_reason=r["finish_reason"][:20], errors=r.get("errors") or [], kept=r.get("kept", True),
+        turns=[{"role": t["role"], "text": t["text"], "reward": finite_or_none(t.get("reward"))}
+               for t in r.get("turns") or []],
+        env={k: finite_or_none(v) for k, v in (r.get("env") or {}).items()},
     )
 
 

@@ -163,7 +163,8 @@ def test_samples_of_a_prompt_show_each_runs_latest_step_with_it(api, sampled):
         (str(a.id), 2, [0, 1]), (str(b.id), 4, [0])]
     assert runs[0]["samples"][0]["response"] == "6"
     assert set(runs[0]["samples"][0]) == {"id", "step", "index", "group", "prompt", "response", "label", "reward",
-                                          "components", "advantage", "length", "finish_reason", "errors", "kept"}
+                                          "components", "advantage", "length", "finish_reason", "errors", "kept",
+                                          "turns", "env"}
 
 
 def test_samples_of_a_prompt_at_a_given_step(api, sampled):

@@ -155,6 +155,21 @@ BAD_BATCHES = [
         sample_record(0), sample_record(0)]})]}, "events[0].data.samples[1].index"),
     ("sample without response", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
         {k: v for k, v in sample_record(0).items() if k != "response"}]})]}, "events[0].data.samples[0].response"),
+    ("turn with an unknown role", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        sample_record(0, turns=[{"role": "assistant", "text": "1+1", "reward": None},
+                                {"role": "tool", "text": "=2", "reward": 0}])]})]},
+     "events[0].data.samples[0].turns[1].role"),
+    ("turn text missing", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        sample_record(0, turns=[{"role": "assistant", "reward": None}])]})]}, "events[0].data.samples[0].turns[0].text"),
+    ("env log not a number", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        sample_record(0, env={"turns": "two"})]})]}, "events[0].data.samples[0].env"),
+    ("turns not a list", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        sample_record(0, turns={"role": "assistant", "text": "2"})]})]}, "events[0].data.samples[0].turns"),
+    ("turn reward not a number", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        sample_record(0, turns=[{"role": "environment", "text": "ok", "reward": "high"}])]})]},
+     "events[0].data.samples[0].turns[0].reward"),
+    ("env not an object", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
+        sample_record(0, env=[3])]})]}, "events[0].data.samples[0].env"),
     ("checkpoint without path", lambda r: {"events": [_bad(r, 0, type="checkpoint", data={})]}, "events[0].data.path"),
     ("log without message", lambda r: {"events": [_bad(r, 0, type="log", data={"level": "info"})]},
      "events[0].data.message"),
@@ -191,6 +206,31 @@ def test_a_batch_larger_than_the_limit_is_a_413(client, run, settings):
     settings.INGEST_MAX_BODY_BYTES = 100
     response = post_events(client, run, [event(run, 1, "log", None, {"message": "x" * 200})])
     assert response.status_code == 413
+
+
+def test_a_multi_turn_sample_keeps_its_turns_and_environment_logs(client, run, researcher):
+    turns = [{"role": "assistant", "text": "37+48", "reward": None}, {"role": "environment", "text": "=85", "reward": -0.05},
+             {"role": "assistant", "text": "85", "reward": None}, {"role": "environment", "text": "", "reward": 1.0}]
+    record = sample_record(0, turns=turns, env={"turns": 2, "calls": 1, "correct": 1.0})
+    assert post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record, sample_record(1)]})]).status_code == 200
+    stored = {s.index: s for s in Sample.objects.filter(run=run)}
+    assert stored[0].turns == turns and stored[0].env == {"turns": 2, "calls": 1, "correct": 1.0}
+    assert stored[1].turns == [] and stored[1].env == {}  # single-turn samples carry none
+    client.force_login(researcher)
+    page = client.get(f"/api/runs/{run.id}/samples/").json()["results"]
+    assert page[0]["turns"] == turns and page[0]["env"]["calls"] == 1
+
+
+def test_turns_keep_role_text_and_reward_only_and_non_finite_values_become_null(client, run):
+    turns = [{"role": "assistant", "text": "gu\x00ess 50", "reward": None, "token_ids": [1, 2]},
+             {"role": "environment", "text": "higher", "reward": "nan"}, {"role": "assistant", "text": "75"}]
+    record = sample_record(0, turns=turns, env={"turns": 2, "env_time_s": "inf"})
+    assert post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record]})]).status_code == 200
+    sample = Sample.objects.get(run=run)
+    assert sample.turns == [{"role": "assistant", "text": "guess 50", "reward": None},
+                            {"role": "environment", "text": "higher", "reward": None},
+                            {"role": "assistant", "text": "75", "reward": None}]
+    assert sample.env == {"turns": 2, "env_time_s": None}
 
 
 def test_non_finite_values_and_nul_characters_are_stored_safely(client, run):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +44,28 @@ def test_a_checkpoint_of_another_run_is_refused_naming_the_field(api, experiment
                         content_type="application/json")
     assert response.status_code == 400
     assert "checkpoint" in response.content.decode()
+
+
+def test_a_lora_checkpoint_registers_its_merged_weights_and_keeps_its_adapter(api, experiment, tiny_model, tmp_path):
+    # The engine writes a LoRA run's checkpoint as a plain model folder (merged weights) plus `adapter/`.
+    import torch
+    from safetensors.torch import save_file
+
+    run = make_run(experiment, RunState.SUCCEEDED)
+    folder = tmp_path / "runs" / str(run.pk) / "checkpoints" / "step_2"
+    shutil.copytree(tiny_model, folder)
+    (folder / "adapter").mkdir()
+    (folder / "adapter" / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4}')
+    save_file({"base_model.model.lm_head.lora_A.weight": torch.zeros(4, 32)}, folder / "adapter" / "adapter_model.safetensors")
+    plain = Checkpoint.objects.create(run=run, step=1, path=str(tiny_model))
+    lora = Checkpoint.objects.create(run=run, step=2, path=str(folder))
+
+    counts = []
+    for checkpoint, name in ((plain, "plain"), (lora, "lora")):
+        response = api.post(f"/api/runs/{run.pk}/register-checkpoint/", {"checkpoint": checkpoint.pk, "name": name},
+                            content_type="application/json")
+        assert response.status_code == 201, response.content
+        counts.append(ModelAsset.objects.get(pk=response.json()["id"]).parameter_count)
+    assert counts[0] == counts[1] > 0  # the adapter's tensors are not the model's parameters
+    registered = ModelAsset.objects.get(name="lora")
+    assert (Path(registered.path) / "adapter" / "adapter_model.safetensors").is_file()

@@ -122,7 +122,7 @@ class SampleSerializer(serializers.ModelSerializer):
     class Meta:
         model = Sample
         fields = ["id", "step", "index", "group", "prompt", "response", "label", "reward", "components", "advantage",
-                  "length", "finish_reason", "errors", "kept"]
+                  "length", "finish_reason", "errors", "kept", "turns", "env"]
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
