@@ -39,12 +39,14 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, state: EngineState,
-                    keep_last: int, weights: dict[str, torch.Tensor] | None = None) -> Path:
+                    keep_last: int, weights: dict[str, torch.Tensor] | None = None,
+                    adapter: dict[str, torch.Tensor] | None = None) -> Path:
     """Writes into a temporary folder and renames it, so a crash never leaves a half checkpoint that
     `latest_checkpoint` would pick up. `weights`: the model's whole state dict when its parameters do
     not hold it (DeepSpeed ZeRO-3; LoRA, merged); default `model.state_dict()`. A LoRA policy (a peft
-    model) is written as its base model's plain folder with the merged weights, plus `adapter/`."""
-    from rl_engine.lora import ADAPTER_DIR, base_model
+    model) is written as its base model's plain folder with the merged weights, plus `adapter/`
+    (peft's files; `adapter`: its tensors when the parameters do not hold them whole, under ZeRO-3)."""
+    from rl_engine.lora import ADAPTER_DIR, base_model, save_adapter
 
     final = checkpoint_dir(run_dir, step)
     partial = final.with_name(final.name + ".partial")
@@ -52,7 +54,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, tokenizer:
     partial.mkdir(parents=True)
     base_model(model).save_pretrained(partial, state_dict=weights, safe_serialization=True)
     if hasattr(model, "peft_config"):
-        model.save_pretrained(partial / ADAPTER_DIR)
+        save_adapter(model, partial / ADAPTER_DIR, adapter)
     tokenizer.save_pretrained(partial)
     torch.save(state.__dict__, partial / ENGINE_STATE)
     shutil.rmtree(final, ignore_errors=True)

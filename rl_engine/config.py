@@ -87,10 +87,12 @@ class LoraConfig(_Section):
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapter input.")
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        min_length=1, description="Names of the linear layers that get adapters ('all-linear' alone = every one).",
+        min_length=1, description="Names of the linear layers that get adapters ('all-linear' alone = every one "
+                                  "but the output head; tied embeddings cannot take one).",
     )
     quantize_base: Literal["none", "4bit"] = Field(
-        default="none", description="QLoRA: keep the frozen base in 4-bit (bitsandbytes; CUDA GPUs only)."
+        default="none", description="QLoRA: keep the frozen base in 4-bit (bitsandbytes; CUDA GPUs only, refused "
+                                    "elsewhere)."
     )
 
 
@@ -872,9 +874,6 @@ def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
         # Colocated roles take turns on the same resources: there is nothing to overlap generation with.
         ("backends.async_rollout", be.async_rollout and pl.mode != "separate",
          "async rollout needs placement.mode 'separate' (colocated roles take turns on the same resources)"),
-        # ZeRO-3 partitions the base and the adapters alike; merging them for a sync is not written yet.
-        ("model.lora.enabled", cfg.model.lora.enabled and be.training == "deepspeed" and be.zero_stage == 3,
-         "LoRA with DeepSpeed ZeRO-3 is not available yet; use zero_stage 0-2 (the frozen base needs no optimizer state)"),
         ("backends.async_rollout", be.async_rollout and (cfg.environment is not None or cfg.agent is not None),
          "async rollout runs single-turn generation only; environments and agents run synchronously"),
     ]

@@ -215,9 +215,11 @@ class TrainerWorker(_Role):
         from rl_engine.checkpoint import save_checkpoint
 
         weights = self.trainer.full_state_dict()  # a collective under ZeRO-3
+        adapter = self.trainer.adapter_state_dict()  # likewise
         if self.rank != 0:
             return None
-        return str(save_checkpoint(Path(run_dir), step, self.model, self.tokenizer, state, keep_last, weights=weights))
+        return str(save_checkpoint(Path(run_dir), step, self.model, self.tokenizer, state, keep_last, weights=weights,
+                                   adapter=adapter))
 
     def state_dict(self) -> dict[str, Any]:
         return self.trainer.state_dict()

@@ -93,7 +93,7 @@ class Engine:
         if self.roles is not None:
             return self.trainer.save_checkpoint(run_dir, step, state, keep)
         return save_checkpoint(run_dir, step, self.model, self.tokenizer, state, keep,
-                               weights=self.trainer.full_state_dict())
+                               weights=self.trainer.full_state_dict(), adapter=self.trainer.adapter_state_dict())
 
     def peak_memory(self) -> dict[str, float]:
         """Peak resident GiB of each role's process (with its children, e.g. vLLM's engine core)."""
@@ -165,7 +165,10 @@ def load_trainable_policy(cfg: RunConfig, weights_from: Path | None) -> torch.nn
 
     if not lora.enabled(cfg):
         return load_policy(weights_from or cfg.model.path, cfg)
-    model = lora.apply_lora(load_policy(cfg.model.path, cfg), cfg)
+    # On resume the base is still the model (a checkpoint's folder holds the merged weights).
+    quantized = cfg.model.lora.quantize_base == "4bit"
+    base = lora.load_quantized_base(cfg.model.path, cfg) if quantized else load_policy(cfg.model.path, cfg)
+    model = lora.apply_lora(base, cfg)
     if weights_from is not None:
         lora.load_adapter(model, weights_from)
     return model
@@ -173,9 +176,9 @@ def load_trainable_policy(cfg: RunConfig, weights_from: Path | None) -> torch.nn
 
 def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     check_runnable(cfg)
-    from rl_engine.lora import refuse_unavailable
+    from rl_engine.lora import refuse_qlora_without_cuda
 
-    refuse_unavailable(cfg)
+    refuse_qlora_without_cuda(cfg)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)

@@ -340,6 +340,14 @@ class TorchTrainer:
             return merged_state_dict(self.model)
         return self.model.state_dict()
 
+    def adapter_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """With LoRA, the adapter's tensors (peft's names) for the checkpoint's `adapter/`; else None."""
+        if not self.cfg.model.lora.enabled:
+            return None
+        from rl_engine.lora import adapter_state_dict
+
+        return adapter_state_dict(self.model)
+
     def weights_view(self) -> Any:
         """What a weight sync reads with `state_dict()` (inside `full_weights()`): the policy module, or
         with LoRA a view that merges the adapters."""

@@ -223,7 +223,14 @@ class DeepSpeedTrainer(TorchTrainer):
         if self.stage != 3:
             return super().full_state_dict()
         with self.full_weights():
-            return _copies(self.model.state_dict())  # the gathered weights are freed on leaving
+            return _copies(super().full_state_dict())  # the gathered weights are freed on leaving
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor] | None:
+        if self.stage != 3:
+            return super().adapter_state_dict()
+        with self.full_weights():
+            adapter = super().adapter_state_dict()
+            return None if adapter is None else _copies(adapter)
 
     # --- state -----------------------------------------------------------------------------------
 
