@@ -6,7 +6,12 @@ the held-out set, `rl_engine.demo.evaluate.evaluate_greedy`). The clock counts t
 it is paused while a system is evaluated. Each (system, seed) runs in its own process, one at a time,
 so the two never share the 2 cores, and its peak resident memory is read from the kernel (wait4).
 
-    python bench/learning.py [--minutes 10] [--seeds 0 1 2] [--systems ours trl] [--demo-dir .demo/assets]
+    python bench/learning.py [--minutes 10] [--seeds 0 1 2] [--systems ours trl tool] [--demo-dir .demo/assets]
+
+`tool` is ours with the calculator environment (`rl_engine/environments/calculator.py`): the model may
+call the calculator (an expression such as ``37+48``, answered ``=85``) before answering; the reward is
+the environment's (1 for a correct final answer, minus 0.05 per call), and its held-out accuracy is
+measured the same way with the calculator available (greedy episodes, `eval/env/correct`).
 
 Prints one JSON document: per system and seed the curve [(train_s, accuracy)], accuracy at 2/6/10
 minutes, time to reach targets, peak RSS; then medians across seeds and ratios.
@@ -42,25 +47,36 @@ def _emit(**record) -> None:
 # --- workers (one process per system and seed) -------------------------------------------------
 
 
-def worker_ours(demo: Path, seed: int, budget_s: float, eval_every_s: float, eval_rows: list[dict], overrides: list[str]) -> None:
+TOOL_ENVIRONMENT = {"path": str(REPO / "rl_engine" / "environments" / "calculator.py"), "name": "Calculator",
+                    "max_turns": 3, "options": {"call_cost": 0.05, "max_calls": 2}}
+
+
+def worker_ours(demo: Path, seed: int, budget_s: float, eval_every_s: float, eval_rows: list[dict], overrides: list[str],
+                tool: bool = False) -> None:
     import torch
 
     from rl_engine.__main__ import _apply_overrides, _resolve_paths
     from rl_engine.config import validate_config
     from rl_engine.demo.evaluate import evaluate_greedy
     from rl_engine.demo.run_config import demo_run_config
-    from rl_engine.loop import build_engine, run_step
+    from rl_engine.loop import build_engine, evaluate, run_step
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    tool_settings = {"environment": TOOL_ENVIRONMENT, "rewards": []} if tool else {}
     base = demo_run_config(demo, seed=seed, train={"steps": 100_000}, logging={"eval_every": 0},
-                           checkpoint={"save_final": False, "every_steps": 0}).model_dump(mode="json")
+                           checkpoint={"save_final": False, "every_steps": 0}, **tool_settings).model_dump(mode="json")
     cfg = _resolve_paths(validate_config(_apply_overrides(base, overrides)), demo)
     engine = build_engine(cfg)
     clock, step, next_eval = 0.0, 0, 0.0
     while True:
         if clock >= next_eval or clock >= budget_s:
-            accuracy = evaluate_greedy(engine.model, engine.tokenizer, eval_rows)
-            _emit(train_s=round(clock, 2), step=step, accuracy=accuracy)
+            extra = {}
+            if tool:  # episodes with the calculator available, greedy: the environment judges the answer
+                result = evaluate(engine, engine.data.eval[: len(eval_rows)], 6)
+                accuracy, extra = result["eval/env/correct"], {"calls_per_episode": result["eval/env/calls"]}
+            else:
+                accuracy = evaluate_greedy(engine.model, engine.tokenizer, eval_rows)
+            _emit(train_s=round(clock, 2), step=step, accuracy=accuracy, **extra)
             next_eval += eval_every_s
             if clock >= budget_s:
                 break
@@ -129,8 +145,8 @@ def worker_trl(demo: Path, seed: int, budget_s: float, eval_every_s: float, eval
 def run_worker(system: str, seed: int, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--worker", system, "--seed", str(seed), "--minutes", str(args.minutes),
                "--eval-every-s", str(args.eval_every_s), "--demo-dir", str(args.demo_dir), "--eval-size", str(args.eval_size)]
-    for item in args.set if system == "ours" else args.trl_set:
-        command += ["--set" if system == "ours" else "--trl-set", item]
+    for item in args.trl_set if system == "trl" else args.set:
+        command += ["--trl-set" if system == "trl" else "--set", item]
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     output = ""
@@ -144,6 +160,7 @@ def run_worker(system: str, seed: int, args: argparse.Namespace) -> dict:
     if process.returncode != 0 or not curve:
         raise RuntimeError(f"{system} seed {seed} failed (exit {process.returncode}); run the worker alone to see why")
     return {"seed": seed, "curve": [(p["train_s"], p["accuracy"]) for p in curve], "steps": curve[-1]["step"],
+            **({"calls_per_episode": [p["calls_per_episode"] for p in curve]} if "calls_per_episode" in curve[-1] else {}),
             "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "process_wall_s": round(time.monotonic() - started, 1)}
 
 
@@ -167,13 +184,16 @@ def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
 
 
 def summarize(results: dict[str, list[dict]], minutes: float) -> dict:
-    marks = [m for m in (2, 6, 10) if m <= minutes] or [minutes]
+    marks = sorted({m for m in (2, 6, 10) if m <= minutes} | {minutes})
     summary: dict = {}
     for system, runs in results.items():
         per_mark = {f"accuracy_at_{m}min": statistics.median(
             [a for r in runs if (a := accuracy_at(r["curve"], m * 60)) is not None] or [float("nan")]) for m in marks}
         summary[system] = {**per_mark, "steps_median": statistics.median(r["steps"] for r in runs),
                            "peak_rss_mib_max": max(r["peak_rss_mib"] for r in runs)}
+    if "ours" in results and "tool" in results:
+        marks_key = f"accuracy_at_{marks[-1]}min"
+        summary["tool_minus_single_turn_final_accuracy"] = round(summary["tool"][marks_key] - summary["ours"][marks_key], 4)
     if "ours" in results and "trl" in results:
         trl_final = summary["trl"][f"accuracy_at_{marks[-1]}min"]
         times = [time_to(r["curve"], trl_final) for r in results["ours"]]
@@ -191,21 +211,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--systems", nargs="+", default=["ours", "trl"], choices=["ours", "trl"])
+    parser.add_argument("--systems", nargs="+", default=["ours", "trl"], choices=["ours", "trl", "tool"])
     parser.add_argument("--demo-dir", type=Path, default=REPO / ".demo" / "assets")
     parser.add_argument("--eval-every-s", type=float, default=30.0)
     parser.add_argument("--eval-size", type=int, default=1000, help="held-out prompts per evaluation (>= 500: noise)")
     parser.add_argument("--set", action="append", default=[], help="override our run config, e.g. train.lr=1e-3")
     parser.add_argument("--trl-set", action="append", default=[], help="TRL option, e.g. lr=1e-4")
-    parser.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["ours", "trl", "tool"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
         eval_rows = _read_rows(args.demo_dir / "data" / "test.jsonl")[: args.eval_size]
-        worker = worker_ours if args.worker == "ours" else worker_trl
-        worker(args.demo_dir, args.seed, args.minutes * 60, args.eval_every_s, eval_rows,
-               args.set if args.worker == "ours" else args.trl_set)
+        if args.worker == "trl":
+            worker_trl(args.demo_dir, args.seed, args.minutes * 60, args.eval_every_s, eval_rows, args.trl_set)
+        else:
+            worker_ours(args.demo_dir, args.seed, args.minutes * 60, args.eval_every_s, eval_rows, args.set,
+                        tool=args.worker == "tool")
         return
 
     from rl_engine.demo.run_config import build_demo_assets
