@@ -103,13 +103,14 @@ def main() -> None:
 def run(work: Path, args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from _models import build_policy
+
     from rl_engine.backends.vllm_rollout import VLLMRollout
-    from rl_engine.demo.build import build_demo
     from rl_engine.rollout import SamplingParams, TransformersRollout
     from rl_engine.trainer import DTYPES
 
     log(f"building the {args.size} demo policy in {work}")
-    manifest = build_demo(work, seed=0, model_size=args.size, sft_steps=10, progress=False)
+    manifest = build_policy(work, args.size, sft_steps=10)
     path = work / "model"
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[args.dtype])
