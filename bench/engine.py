@@ -162,10 +162,21 @@ def wait_quiet(limit_s: float, threshold: float = 0.3) -> float:
             return cores
 
 
+def kill_session(sid: int) -> None:
+    """SIGKILL to every process of session `sid` (one this bench started)."""
+    members: dict[int, float] = {}
+    session_cpu(sid, members)
+    for member in members:
+        try:
+            os.kill(member, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def run_process(command: list[str], log_path: Path, timeout_s: float, quiet_s: float) -> Finished:
     """Runs `command` in its own session with stdout+stderr to `log_path`. Every process it starts (Ray's actors
     too, which get process groups of their own) stays in that session: their CPU time is counted as the run's,
-    and after `timeout_s` they are all killed."""
+    and they are all killed after `timeout_s` or when the bench itself is stopped."""
     busy_before = wait_quiet(quiet_s)
     load_before = os.getloadavg()[0]
     started, machine_started = time.monotonic(), machine_busy_s()
@@ -173,21 +184,21 @@ def run_process(command: list[str], log_path: Path, timeout_s: float, quiet_s: f
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     seen: dict[int, float] = {}
     timed_out = False
-    while True:
-        session_cpu(process.pid, seen)  # a process that exits keeps its last sample (<= 0.5 s short)
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() - started > timeout_s:
-            timed_out = True
-            for member in list(seen):  # only processes of the session this bench started
-                try:
-                    os.kill(member, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            _, status, usage = os.wait4(process.pid, 0)
-            break
-        time.sleep(0.5)
+    try:
+        while True:
+            session_cpu(process.pid, seen)  # a process that exits keeps its last sample (<= 0.5 s short)
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - started > timeout_s:
+                timed_out = True
+                kill_session(process.pid)
+                _, status, usage = os.wait4(process.pid, 0)
+                break
+            time.sleep(0.5)
+    except BaseException:  # Ctrl-C or SIGTERM (see main): the run must not outlive the bench
+        kill_session(process.pid)
+        raise
     wall = time.monotonic() - started
     own = sum(seen.values())
     other = max(0.0, machine_busy_s() - machine_started - own)
@@ -472,6 +483,7 @@ def main() -> None:
         worker_trl(args.worker_config, args.worker_dtype, args.worker_out)
         return
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_process, which kills the run
     # stdout carries the JSON only; whatever the imports print goes to stderr.
     json_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
