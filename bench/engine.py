@@ -5,7 +5,7 @@ memory for placement colocate/separate and sync/async rollout.
 
     HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 .venv/bin/python bench/engine.py [--shape tiny|medium|both] [--steps N]
         [--configs colocate-sync separate-sync separate-async] [--backends transformers vllm]
-        [--dtype float32 bfloat16] [--skip-trl] [--cache-dir .demo]
+        [--dtype float32 bfloat16] [--skip-trl] [--cache-dir .demo] [--retries 1] [--quiet-s 60] [--timeout-s 1800]
 
 Shapes: `tiny` is the demo task's policy (~1M parameters, warm-started) with the demo run config's batch
 (32 prompts x 8 samples x 6 new tokens, one micro-batch); `medium` is the same architecture at ~49M parameters,
@@ -14,7 +14,10 @@ randomly initialised, 32 prompts x 4 samples x 128 new tokens, micro-batches of 
 Each of our configurations is one `python -m rl_engine train` process; TRL runs in its own process too (this
 script with `--worker trl`), one at a time, with the same OMP_NUM_THREADS. Step time is the median over the steps
 after the first (which pays warm-ups). A configuration the engine refuses (exit code 2) is recorded as
-`{"error": <its last stderr line>}` and the bench goes on.
+`{"error": <its last stderr line>}` and the bench goes on. Before each process the bench waits (--quiet-s) for the
+CPUs to go idle; it counts the CPU time of the process's session (Ray's actors and vLLM's engine included) against
+the machine's, and runs a process again (--retries) when other work took over a quarter core meanwhile: on 2 cores
+torch's OpenMP threads then spin and a step grows many-fold. Runs still shared are listed in `contended_runs`.
 
 Prints one JSON document on stdout (progress on stderr).
 """
@@ -344,7 +347,7 @@ def worker_trl(cfg_path: Path, dtype: str, out: Path) -> None:
         return judge.score(RewardBatch.build(prompts, completions, label)).scores
 
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), use_cpu=True, seed=cfg.seed, report_to=[],
+        output_dir=str(out.parent / "trl-output"), use_cpu=True, seed=cfg.seed, report_to=[],
         bf16=dtype == "bfloat16", gradient_checkpointing=False,  # TRL turns checkpointing on by default; ours is off
         learning_rate=tr.lr, lr_scheduler_type="constant", max_grad_norm=tr.grad_clip or 0.0,
         adam_beta1=tr.betas[0], adam_beta2=tr.betas[1], weight_decay=tr.weight_decay,
@@ -361,6 +364,7 @@ def worker_trl(cfg_path: Path, dtype: str, out: Path) -> None:
 
     class Clock(TrainerCallback):
         started = 0.0
+        step: dict[str, float] | None = None  # the step just ended, written out with its logged metrics
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.started = time.perf_counter()
@@ -371,7 +375,7 @@ def worker_trl(cfg_path: Path, dtype: str, out: Path) -> None:
                          "end": time.perf_counter(), "generate_s": sum(generate_s)}
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "completions/mean_length" in logs and hasattr(self, "step"):
+            if logs and "completions/mean_length" in logs and self.step is not None:
                 length = logs["completions/mean_length"]
                 tokens = length * samples
                 record = self.step | {"length_mean": length, "clipped_ratio": logs.get("completions/clipped_ratio"),
@@ -460,7 +464,7 @@ def contended(results: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="GRPO step time, ours vs TRL's GRPOTrainer; our phase breakdown.")
     parser.add_argument("--shape", default="tiny", choices=["tiny", "medium", "both"])
     parser.add_argument("--steps", type=int, help="steps per run, the first a warm-up (default: tiny 6, medium 4)")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), help="our configurations "
