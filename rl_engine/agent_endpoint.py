@@ -41,7 +41,7 @@ from typing import Any
 
 from rl_engine.config import RunConfig
 from rl_engine.data import Prompt
-from rl_engine.executors import Rollouts
+from rl_engine.executors import Rollouts, Trajectory
 from rl_engine.rollout import FinishReason, Sample, SamplingParams
 
 TASK_WAIT_S = 30.0
@@ -60,10 +60,7 @@ class _Session:
     slot: int
     prompt: Prompt
     messages: list[dict[str, Any]] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    logprobs_known: bool = True
+    trajectory: Trajectory = field(default_factory=Trajectory)
     turns: list[dict[str, Any]] = field(default_factory=list)
     completions: int = 0
     finish_reason: FinishReason = "stop"
@@ -185,8 +182,7 @@ class AgentExecutor:
             by_slot[slot] = _Session("", slot, prompts[slot // n], error="no agent session took this task in time")
         ordered = [by_slot[slot] for slot in range(len(prompts) * n)]
         return Rollouts(
-            samples=[Sample(slot // n, s.tokens, s.finish_reason, tuple(s.logprobs) if s.logprobs_known else None,
-                            tuple(s.mask)) for slot, s in enumerate(ordered)],
+            samples=[s.trajectory.sample(slot // n, s.finish_reason) for slot, s in enumerate(ordered)],
             env_rewards=[s.reward if s.reward is not None and s.error is None else 0.0 for s in ordered],
             errors=[[f"agent: {s.error}"] if s.error else [] for s in ordered],
             turns=[s.turns for s in ordered],
@@ -260,7 +256,7 @@ class AgentExecutor:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise AgentError(400, f"max_tokens: a positive integer is required, got {max_tokens!r}")
         added = self._extend(session, messages)
-        request = _Generation(session, session.prompt.token_ids + session.tokens,
+        request = _Generation(session, session.prompt.token_ids + session.trajectory.tokens,
                              min(max_tokens, self.cfg.rollout.max_new_tokens))
         self._requests.put(request)
         while not request.done.wait(1.0):
@@ -273,10 +269,7 @@ class AgentExecutor:
         with self._lock:
             for text in added:
                 session.turns.append({"role": "environment", "text": text, "reward": None})
-            session.tokens.extend(sample.response_ids)
-            session.mask.extend([1] * len(sample.response_ids))
-            session.logprobs_known = session.logprobs_known and sample.logprobs is not None
-            session.logprobs.extend(sample.logprobs or [0.0] * len(sample.response_ids))
+            session.trajectory.act(sample)
             session.messages = [*messages, {"role": "assistant", "content": request.text}]
             session.turns.append({"role": "assistant", "text": request.text, "reward": None})
             session.completions += 1
@@ -314,9 +307,7 @@ class AgentExecutor:
             text = "".join(m["content"] for m in new)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         with self._lock:
-            session.tokens.extend(ids)
-            session.mask.extend([0] * len(ids))
-            session.logprobs.extend([0.0] * len(ids))
+            session.trajectory.observe(ids)
         return [m["content"] for m in new]
 
     def _render(self, messages: list[dict[str, Any]], first: bool) -> str:

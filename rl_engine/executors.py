@@ -54,20 +54,13 @@ class SingleTurnExecutor:
 
 
 @dataclass
-class _Episode:
-    key: int
-    prompt_index: int
-    prompt_ids: list[int]
+class Trajectory:
+    """The ids after a prompt as a multi-turn executor builds them: the engine's own ids for each of the
+    policy's turns (actions, with its log-probs) and the tokenised observations between them (masked)."""
+
     tokens: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    reward: float = 0.0
-    logs: dict[str, float] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    done: bool = False
-    finish_reason: FinishReason = "stop"
-    last_action: str = ""
     logprobs_known: bool = True  # False once an engine turn came without log-probs
 
     def observe(self, token_ids: list[int]) -> None:
@@ -80,6 +73,25 @@ class _Episode:
         self.mask.extend([1] * len(sample.response_ids))
         self.logprobs_known = self.logprobs_known and sample.logprobs is not None
         self.logprobs.extend(sample.logprobs or [0.0] * len(sample.response_ids))
+
+    def sample(self, prompt_index: int, finish_reason: FinishReason) -> Sample:
+        return Sample(prompt_index, list(self.tokens), finish_reason,
+                      tuple(self.logprobs) if self.logprobs_known else None, tuple(self.mask))
+
+
+@dataclass
+class _Episode:
+    key: int
+    prompt_index: int
+    prompt_ids: list[int]
+    trajectory: Trajectory = field(default_factory=Trajectory)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    reward: float = 0.0
+    logs: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    done: bool = False
+    finish_reason: FinishReason = "stop"
+    last_action: str = ""
 
     def fail(self, reason: str) -> None:
         self.errors.append(f"environment: {reason}")
@@ -114,17 +126,17 @@ class EnvironmentExecutor:
             if not ok:
                 by_key[key].fail(value)
             elif value:
-                by_key[key].observe(self._tokens(value))
+                by_key[key].trajectory.observe(self._tokens(value))
                 by_key[key].turns.append({"role": "environment", "text": value, "reward": None})
         one = replace(params, n=1)
         for turn in range(1, self.cfg.max_turns + 1):
             active = [e for e in episodes if not e.done]
             if not active:
                 break
-            samples = self.rollout.generate([e.prompt_ids + e.tokens for e in active], one)
+            samples = self.rollout.generate([e.prompt_ids + e.trajectory.tokens for e in active], one)
             texts = self.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
             for episode, sample, text in zip(active, samples, texts):
-                episode.act(sample)
+                episode.trajectory.act(sample)
                 episode.finish_reason = sample.finish_reason
                 episode.last_action = text
                 episode.turns.append({"role": "assistant", "text": text, "reward": None})
@@ -142,7 +154,7 @@ class EnvironmentExecutor:
                 elif turn == self.cfg.max_turns:
                     episode.done, episode.finish_reason = True, "length"  # out of turns
                 elif value["observation"]:
-                    episode.observe(self._tokens(value["observation"]))
+                    episode.trajectory.observe(self._tokens(value["observation"]))
             if self.pool.lost:  # the process went down: the other open episodes went with it
                 for episode in episodes:
                     if not episode.done:
@@ -151,8 +163,7 @@ class EnvironmentExecutor:
         for episode in episodes:
             episode.logs["turns"] = float(sum(1 for t in episode.turns if t["role"] == "assistant"))
         return Rollouts(
-            samples=[Sample(e.prompt_index, e.tokens, e.finish_reason, tuple(e.logprobs) if e.logprobs_known else None,
-                            tuple(e.mask)) for e in episodes],
+            samples=[e.trajectory.sample(e.prompt_index, e.finish_reason) for e in episodes],
             env_rewards=[e.reward for e in episodes], errors=[e.errors for e in episodes],
             turns=[e.turns for e in episodes], logs=[e.logs for e in episodes],
             final_texts=[e.last_action for e in episodes], env_seconds=self.pool.seconds,

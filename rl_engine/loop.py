@@ -235,11 +235,11 @@ def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | Non
     from rl_engine.backends.vllm_rollout import VLLMRollout  # vllm only when chosen
 
     # Room for the longest prompt plus the longest response, within what the model's positions allow.
-    longest = cfg.data.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.logging.eval_max_new_tokens or 0)
+    response = max(cfg.rollout.max_new_tokens, cfg.logging.eval_max_new_tokens or 0)
+    longest = cfg.data.max_prompt_tokens + response
     if cfg.environment is not None:  # every turn's action and observation stay in the context
         env = cfg.environment
-        longest += (env.max_turns + 1) * (max(cfg.rollout.max_new_tokens, cfg.logging.eval_max_new_tokens or 0)
-                                          + env.max_observation_tokens)
+        longest += (env.max_turns + 1) * (response + env.max_observation_tokens)
     if model is None:
         from transformers import AutoConfig
 
@@ -308,9 +308,7 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     prompts, rollouts = _take_rollouts(engine, step, timer)
     samples = rollouts.samples
     texts = tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
-    # The policy's own tokens: observations an environment inserted are not part of what it generated.
-    lengths = torch.tensor([sum(s.action_mask) if s.action_mask is not None else len(s.response_ids) for s in samples],
-                           dtype=torch.float32)
+    lengths = torch.tensor([s.action_count for s in samples], dtype=torch.float32)
 
     with timer.phase("reward"):
         reward = _score(engine, prompts, rollouts, texts)
@@ -523,7 +521,7 @@ def evaluate(engine: Engine, prompts: list[Prompt], max_new_tokens: int, batch_s
         totals.extend(result.total)
         for name, values in result.components.items():
             components.setdefault(name, []).extend(values)
-        lengths.extend(sum(s.action_mask) if s.action_mask is not None else len(s.response_ids) for s in rollouts.samples)
+        lengths.extend(s.action_count for s in rollouts.samples)
     metrics = {"eval/reward/mean": statistics.fmean(totals), "eval/response/length_mean": statistics.fmean(lengths),
                "eval/size": float(len(prompts))}
     for name, values in components.items():

@@ -38,6 +38,11 @@ class Sample:
     # it is an observation the environment inserted (no gradient, no KL, no entropy). None = all actions.
     action_mask: tuple[int, ...] | None = None
 
+    @property
+    def action_count(self) -> int:
+        """The policy's own tokens: observations an environment inserted are not part of what it generated."""
+        return sum(self.action_mask) if self.action_mask is not None else len(self.response_ids)
+
 
 class RolloutBackend(Protocol):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]: ...
