@@ -32,7 +32,7 @@ import torch
 
 from rl_engine.config import RunConfig
 from rl_engine.rollout import Sample, SamplingParams
-from rl_engine.trainer import Experience, TokenBatch
+from rl_engine.trainer import Experience, TokenBatch, is_max_metric
 
 GiB = 2**30
 
@@ -142,7 +142,7 @@ class _Role:
 class RolloutWorker(_Role):
     """One rollout engine (vLLM, or transformers `generate` on its own copy of the policy)."""
 
-    def __init__(self, cfg: RunConfig, weights_from: str | None):
+    def __init__(self, cfg: RunConfig, weights_from: str | None, index: int):
         from rl_engine.loop import configure_threads, load_policy, load_tokenizer, rollout_backend
         from rl_engine.rollout import TransformersRollout
 
@@ -151,7 +151,7 @@ class RolloutWorker(_Role):
         tokenizer = load_tokenizer(cfg)
         path = weights_from or cfg.model.path
         if cfg.backends.rollout == "vllm":
-            self.backend = rollout_backend(cfg, tokenizer, None, Path(path))
+            self.backend = rollout_backend(cfg, tokenizer, None, Path(path), engine_index=index)
         else:
             self.backend = TransformersRollout(load_policy(path, cfg).eval(), tokenizer, report_logprobs=True)
 
@@ -203,6 +203,9 @@ class TrainerWorker(_Role):
 
     def update(self, exp: Experience) -> dict[str, float]:
         return self.trainer.update(exp)
+
+    def exact_training_logprobs(self) -> bool:
+        return self.trainer.exact_training_logprobs
 
     def write_weights_file(self) -> str | None:
         """Every rank takes part (ZeRO-3 gathers); rank 0 writes the file and returns its path."""
@@ -314,7 +317,7 @@ class RayRoles:
             for rank in range(pl.trainer_ranks):
                 place(f"trainer_{rank}", TrainerWorker, cfg, weights, rank, pl.trainer_ranks, port)
             for index in range(pl.rollout_engines):
-                place(f"rollout_{index}", RolloutWorker, cfg, weights)
+                place(f"rollout_{index}", RolloutWorker, cfg, weights, index)
             if "reference" in self.plan.roles:
                 place("reference", ReferenceWorker, cfg)
             if "reward" in self.plan.roles:
@@ -446,6 +449,14 @@ class RayTrainer:
         self.ranks = [a.role for a in roles.ranks]
         self.ref_model = "reference" if "reference" in roles.actors else None  # the loop asks "is there one"
         self.critic = "critic" if roles.cfg.algorithm.needs_critic else None
+        self._exact_training_logprobs: bool | None = None  # asked of rank 0 once
+
+    @property
+    def exact_training_logprobs(self) -> bool:
+        rank = self.ranks[0]
+        if self._exact_training_logprobs is None:
+            self._exact_training_logprobs = bool(self.roles.call([rank], "exact_training_logprobs")[rank])
+        return self._exact_training_logprobs
 
     def forward(self, batch: TokenBatch, which: str) -> torch.Tensor:
         if which == "reference":
@@ -464,7 +475,8 @@ class RayTrainer:
         shared = ray.put(exp)  # one copy in the object store for all ranks
         per_rank = self.roles._get({rank: self.roles.submit(rank, "update", shared) for rank in self.ranks})
         names = per_rank[self.ranks[0]].keys()
-        return {name: sum(m[name] for m in per_rank.values()) / len(per_rank) for name in names}
+        return {name: max(m[name] for m in per_rank.values()) if is_max_metric(name)
+                else sum(m[name] for m in per_rank.values()) / len(per_rank) for name in names}
 
     def full_weights(self) -> Any:
         return nullcontext()  # the ranks gather for themselves when asked to write

@@ -44,7 +44,7 @@ from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
 from rl_engine.shipper import shipper_from_env
-from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel
+from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel, rollout_logprob_gap
 
 
 @dataclass
@@ -227,9 +227,9 @@ def trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
 
 
 def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | None,
-                    weights_from: Path | None) -> RolloutBackend:
+                    weights_from: Path | None, engine_index: int = 0) -> RolloutBackend:
     """The generation engine; `model` is the policy module (shared by the transformers backend), None
-    in a rollout actor, which always runs vLLM through here."""
+    in a rollout actor, which always runs vLLM through here (`engine_index` = the actor's place)."""
     if cfg.backends.rollout != "vllm":
         return TransformersRollout(model, tokenizer)
     from rl_engine.backends.vllm_rollout import VLLMRollout  # vllm only when chosen
@@ -252,7 +252,8 @@ def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | Non
     return VLLMRollout(weights_from or cfg.model.path, tokenizer,
                        tokenizer_path=cfg.model.tokenizer_path or cfg.model.path, dtype=cfg.model.dtype,
                        seed=cfg.seed, max_model_len=min(longest, positions),
-                       kv_cache_gb=cfg.backends.vllm_kv_cache_gb, trust_remote_code=cfg.model.trust_remote_code)
+                       kv_cache_gb=cfg.backends.vllm_kv_cache_gb, trust_remote_code=cfg.model.trust_remote_code,
+                       engine_index=engine_index)
 
 
 # --- one step ------------------------------------------------------------------------------------
@@ -342,7 +343,15 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
             # in async mode, where they measure how far the samples' policy is behind.
             if not single_update or kl_in_reward or cfg.backends.async_rollout:
                 old = trainer.forward(batch, "policy")
-            metrics.update(_logprob_gap(trainer, batch, [samples[i] for i in kept], old))
+            engine_logprobs = _engine_logprobs([samples[i] for i in kept], mask)
+            if engine_logprobs is not None and old is not None:
+                metrics.update(rollout_logprob_gap(engine_logprobs, old, mask))
+            elif engine_logprobs is not None and not trainer.exact_training_logprobs:
+                # Dropout makes the training forward's log-probs differ from the engine's by design:
+                # a few rows get an eval forward of their own.
+                rows = slice(0, _GAP_SAMPLES)
+                metrics.update(rollout_logprob_gap(engine_logprobs[rows], trainer.forward(batch.select(rows), "policy"),
+                                                   mask[rows]))
         if trainer.critic is not None:
             with timer.phase("forward_values"):
                 values = trainer.forward(batch, "values")
@@ -355,7 +364,9 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
             token_rewards = kl_penalized_rewards(kept_scores, torch.zeros_like(mask), mask, 0.0)
         advantages, returns = _advantages(cfg, kept_scores, mask, token_rewards, values)
         advantages_per_sample[kept] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
-        experience = Experience(batch, advantages, old, ref if alg.kl.placement == "loss" else None, values, returns)
+        # Without old log-probs the engine's are checked against the training forward's, every row, free.
+        experience = Experience(batch, advantages, old, ref if alg.kl.placement == "loss" else None, values, returns,
+                                engine_logprobs if old is None else None)
         with timer.phase("train"):
             metrics.update(trainer.update(experience))
         if engine.pending is not None:
@@ -455,31 +466,20 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
     return current.prompts, Rollouts(current.samples)
 
 
-# Samples whose log-probs the trainer recomputes for `rollout/logprob_diff_*` when the step computes no
-# old log-probs itself: one small no-grad forward (a few % of a step) is enough to watch for drift.
+# Rows whose log-probs get an eval forward of their own for `rollout/logprob_diff_*` when the training
+# forward runs with dropout: a small no-grad pass (a few % of a step) is enough to watch for drift.
 _GAP_SAMPLES = 16
 
 
-def _logprob_gap(trainer: TorchTrainer, batch: TokenBatch, samples: list[Sample],
-                 old: torch.Tensor | None) -> dict[str, float]:
-    """|rollout engine log-prob - trainer log-prob| of the sampled tokens under the same weights: the
-    off-policy gap a separate rollout engine adds (numerics, dtype, a stale sync, top-k/top-p truncation).
-    Nothing when the backend reports no log-probs (transformers samples from the trained module itself)."""
+def _engine_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor | None:
+    """The rollout engine's log-probs of the sampled tokens as a `[B, T]` tensor shaped like `mask`; None
+    when the backend reports none (transformers samples from the trained module itself)."""
     if not samples or any(s.logprobs is None for s in samples):
-        return {}
-    if old is None:
-        count = min(len(samples), _GAP_SAMPLES)
-        batch, samples = batch.select(slice(0, count)), samples[:count]
-        old = trainer.forward(batch, "policy")
-    engine = torch.zeros_like(old)
+        return None
+    engine = torch.zeros_like(mask)
     for row, sample in enumerate(samples):
-        engine[row, : len(sample.logprobs)] = torch.tensor(sample.logprobs, dtype=old.dtype)
-    mask = batch.response_mask
-    diff = (engine - old).abs() * mask
-    # k1 estimate of KL(rollout policy || trainer policy) on tokens drawn from the rollout policy: ~0
-    # when in sync (numerics only), the staleness cost in async mode.
-    return {"rollout/logprob_diff_max": float(diff.max()), "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
-            "kl/rollout_vs_policy": float(masked_mean(engine - old, mask))}
+        engine[row, : len(sample.logprobs)] = torch.tensor(sample.logprobs, dtype=mask.dtype)
+    return engine
 
 
 def _rollout_metrics(reward: Any, task_scores: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor,

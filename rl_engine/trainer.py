@@ -76,11 +76,15 @@ class Experience:
     ref_logprobs: torch.Tensor | None       # [B, T] when the KL is a loss term
     old_values: torch.Tensor | None = None  # [B, T] (PPO)
     returns: torch.Tensor | None = None     # [B, T] (PPO)
+    # [B, T]: the rollout engine's log-probs of the sampled tokens, compared with the training forward's
+    # (`rollout/logprob_diff_*`) when that forward sees the weights the engine sampled from.
+    rollout_logprobs: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> Experience:
         pick = lambda t: None if t is None else t[index]  # noqa: E731
         return Experience(self.batch.select(index), self.advantages[index], pick(self.old_logprobs),
-                          pick(self.ref_logprobs), pick(self.old_values), pick(self.returns))
+                          pick(self.ref_logprobs), pick(self.old_values), pick(self.returns),
+                          pick(self.rollout_logprobs))
 
 
 class ValueModel(nn.Module):
@@ -130,6 +134,32 @@ def batched_logprobs(model: nn.Module, batch: TokenBatch, micro: int, temperatur
         part = batch.select(slice(start, start + micro))
         outputs.append(token_logprobs(response_logits(model, part, temperature), part.sequences[:, part.prompt_width:]))
     return torch.cat(outputs)
+
+
+def has_active_dropout(model: nn.Module) -> bool:
+    """Whether training mode makes `model`'s forward random: a dropout module (LoRA's among them) or a
+    model config's dropout rate (Qwen2's and Llama's attention dropout is a functional argument)."""
+    if any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
+        return True
+    config = getattr(model, "config", None)
+    rates = config.to_dict() if hasattr(config, "to_dict") else {}
+    return any(("dropout" in key or key.endswith("pdrop")) and isinstance(value, (int, float))
+               and not isinstance(value, bool) and value > 0 for key, value in rates.items())
+
+
+def is_max_metric(name: str) -> bool:
+    """Metrics combined over micro-batches and ranks by their maximum (the rest are averaged)."""
+    return name.endswith("_max")
+
+
+def rollout_logprob_gap(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """|rollout engine log-prob - trainer log-prob| of the sampled tokens under the same weights: the
+    off-policy gap a separate rollout engine adds (numerics, dtype, a stale sync, top-k/top-p truncation);
+    and the k1 estimate of KL(rollout policy || trainer policy) on tokens drawn from the rollout policy: ~0
+    when in sync, the staleness cost in async mode."""
+    diff = (engine - trainer).abs() * mask
+    return {"rollout/logprob_diff_max": float(diff.max()), "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
+            "kl/rollout_vs_policy": float(masked_mean(engine - trainer, mask))}
 
 
 def _lr_lambda(cfg: RunConfig):
@@ -182,6 +212,9 @@ class TorchTrainer:
                                                       betas=train.betas, weight_decay=train.weight_decay)
         # Shuffles mini-batches; its state is checkpointed so a resumed run shuffles identically.
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        # Without active dropout the training forward's log-probs are the eval forward's, so the rollout
+        # engine's log-probs can be checked against them at no cost (see `Experience.rollout_logprobs`).
+        self.exact_training_logprobs = not has_active_dropout(model)
 
     # --- forward passes -------------------------------------------------------------------------
 
@@ -213,6 +246,9 @@ class TorchTrainer:
         counts: dict[str, int] = {}
 
         def record(name: str, value: float) -> None:
+            if is_max_metric(name):
+                sums[name], counts[name] = max(sums.get(name, value), value), 1
+                return
             sums[name] = sums.get(name, 0.0) + value
             counts[name] = counts.get(name, 0) + 1
 
@@ -267,6 +303,8 @@ class TorchTrainer:
                                   alg.loss_agg, norm)
         out = {"policy/loss": float(loss.detach()), "policy/clip_ratio": float(stats["clip_ratio"]),
                "policy/approx_kl": float(stats["approx_kl"]), "policy/ratio_max": float(stats["ratio_max"])}
+        if exp.rollout_logprobs is not None and exp.old_logprobs is None and self.exact_training_logprobs:
+            out.update(rollout_logprob_gap(exp.rollout_logprobs, logprobs.detach(), mask))
         if alg.entropy_coef > 0:
             entropy = entropy_from_logits(logits)
             loss = loss - alg.entropy_coef * aggregate(entropy, mask, alg.loss_agg, norm)

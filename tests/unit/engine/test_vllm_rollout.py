@@ -196,6 +196,36 @@ def test_weights_that_do_not_fit_are_refused_before_anything_reaches_the_engine(
     assert [s.logprobs for s in again] == [pytest.approx(s.logprobs, abs=1e-6) for s in before]
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = Path(task, "children")
+        if children.exists():
+            found += [int(child) for child in children.read_text().split()]
+    return found + [grandchild for child in found for grandchild in _children(child)]
+
+
+def _allowed_cpus(pid: int) -> set[int]:
+    """Union of the CPUs each thread of `pid` may run on."""
+    allowed: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = Path(task, "status").read_text()
+        line = next(row for row in status.splitlines() if row.startswith("Cpus_allowed_list:"))
+        for part in line.split(":", 1)[1].strip().split(","):  # "0-2,5"
+            first, _, last = part.partition("-")
+            allowed |= set(range(int(first), int(last or first) + 1))
+    return allowed
+
+
+def test_the_engine_runs_its_model_threads_on_the_cpus_chosen_for_it(engine):
+    import os
+
+    chosen = {int(cpu) for cpu in os.environ["VLLM_CPU_OMP_THREADS_BIND"].split(",")}
+    workers = [pid for pid in _children(os.getpid()) if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::Worker")]
+    assert workers, "no vLLM worker process under this one"
+    assert _allowed_cpus(workers[0]) == chosen
+
+
 def test_samples_come_back_prompt_major_n_per_prompt_within_the_token_budget(engine, tokenizer, prompts):
     samples = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=2))
 

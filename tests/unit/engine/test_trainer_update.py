@@ -1,0 +1,61 @@
+"""The update checks the rollout engine's log-probs against its own training forward (every row, no extra
+pass) when that forward is the eval forward; metrics named `*_max` are maxima over micro-batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rl_engine.config import validate_config
+from rl_engine.trainer import Experience, TokenBatch, TorchTrainer, batched_logprobs, has_active_dropout
+
+
+def _trainer(tiny_demo: Path, **model_config) -> TorchTrainer:
+    from transformers import AutoModelForCausalLM
+
+    cfg = validate_config({"name": "gap", "model": {"path": str(tiny_demo / "model")}, "data": {"path": "d.jsonl"},
+                           "rewards": [{"type": "exact_match"}], "rollout": {"samples_per_prompt": 2},
+                           "train": {"micro_batch_size": 2}})
+    model = AutoModelForCausalLM.from_pretrained(tiny_demo / "model", **model_config)
+    return TorchTrainer(cfg, model, None, None)
+
+
+def _batch() -> TokenBatch:
+    return TokenBatch.build([[5, 6, 7], [8, 9], [5, 9], [6]], [[10, 11, 12], [13, 14], [15, 16, 17], [18]], 0)
+
+
+def test_the_update_compares_every_rows_engine_logprobs_with_its_training_forward(tiny_demo):
+    trainer = _trainer(tiny_demo)
+    assert trainer.exact_training_logprobs
+    batch = _batch()
+    exact = batched_logprobs(trainer.model.eval(), batch, 4, 1.0)
+    engine = exact.clone()
+    engine[3, 0] += 0.3   # a real token of the last row: in the second micro-batch of two
+    engine[1, 2] += 5.0   # padding (row 1 has two response tokens): must not count
+    exp = Experience(batch, torch.zeros_like(batch.response_mask), None, None, rollout_logprobs=engine)
+
+    metrics = trainer.update(exp)
+
+    assert metrics["rollout/logprob_diff_max"] == pytest.approx(0.3, abs=1e-5)
+    # Micro-batch means, averaged: rows 0-1 hold 5 real tokens with no gap, rows 2-3 hold 4 with one of 0.3.
+    assert metrics["rollout/logprob_diff_mean"] == pytest.approx(0.3 / 4 / 2, abs=1e-5)
+    assert metrics["kl/rollout_vs_policy"] == pytest.approx(0.3 / 4 / 2, abs=1e-5)
+
+
+def test_without_engine_logprobs_or_with_old_logprobs_the_update_reports_no_gap(tiny_demo):
+    trainer = _trainer(tiny_demo)
+    batch = _batch()
+    exact = batched_logprobs(trainer.model.eval(), batch, 4, 1.0)
+    assert "rollout/logprob_diff_max" not in trainer.update(Experience(batch, torch.zeros_like(exact), None, None))
+    # With old log-probs the loop compares against those, before the update.
+    stale = Experience(batch, torch.zeros_like(exact), exact, None, rollout_logprobs=exact)
+    assert "rollout/logprob_diff_max" not in trainer.update(stale)
+
+
+def test_a_policy_with_dropout_leaves_the_comparison_to_an_eval_forward(tiny_demo):
+    assert _trainer(tiny_demo, attention_dropout=0.1).exact_training_logprobs is False
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.05))
+    assert has_active_dropout(model)
+    assert not has_active_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
