@@ -55,7 +55,7 @@ def worker_ours(demo: Path, seed: int, budget_s: float, eval_every_s: float, eva
                 tool: bool = False) -> None:
     import torch
 
-    from rl_engine.__main__ import _apply_overrides, _resolve_paths
+    from rl_engine.__main__ import apply_overrides, _resolve_paths
     from rl_engine.config import validate_config
     from rl_engine.demo.evaluate import evaluate_greedy
     from rl_engine.demo.run_config import demo_run_config
@@ -65,7 +65,7 @@ def worker_ours(demo: Path, seed: int, budget_s: float, eval_every_s: float, eva
     tool_settings = {"environment": TOOL_ENVIRONMENT, "rewards": []} if tool else {}
     base = demo_run_config(demo, seed=seed, train={"steps": 100_000}, logging={"eval_every": 0},
                            checkpoint={"save_final": False, "every_steps": 0}, **tool_settings).model_dump(mode="json")
-    cfg = _resolve_paths(validate_config(_apply_overrides(base, overrides)), demo)
+    cfg = _resolve_paths(validate_config(apply_overrides(base, overrides)), demo)
     engine = build_engine(cfg)
     clock, step, next_eval = 0.0, 0, 0.0
     while True:

@@ -22,7 +22,9 @@ class UsageError(Exception):
     """Bad input from the command line, reported as one line."""
 
 
-def _apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`key.path=value` overrides (values read as YAML scalars) applied to a config dict in place, which is
+    returned; shared by `train --set`, `manage.py demo_launch --set` and the benchmarks."""
     import yaml
 
     for item in overrides:
@@ -49,7 +51,7 @@ def load_run_config(path: str, overrides: list[str]):
     if overrides:
         import yaml
 
-        cfg = validate_config(_apply_overrides(yaml.safe_load(dump_config(cfg)), overrides))
+        cfg = validate_config(apply_overrides(yaml.safe_load(dump_config(cfg)), overrides))
     cfg = _resolve_paths(cfg, config_path.parent)
     _check_paths_exist(cfg)
     return cfg

@@ -1,7 +1,9 @@
 """Registers the demo task's assets and launches the demo experiment (what `make demo` ends with).
 
 Idempotent: assets and the experiment are reused by name, and a new run starts only when the
-experiment has none in flight.
+experiment has none in flight. `--set KEY=VALUE` launches a variant of the demo experiment instead
+(e.g. `--set backends.rollout=vllm`, as bench/stack_memory.py does): its own experiment, named after
+the overrides, so the plain demo experiment is never reused with, or changed by, them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from posttrain.registry.models import ModelAsset, RewardFunction
 from posttrain.registry.services import dataset_register_path, model_register, reward_create
+from posttrain.runs.errors import InvalidInput
 from posttrain.runs.models import TERMINAL_STATES, Experiment
 from posttrain.runs.services import experiment_create, run_launch
 
@@ -29,8 +32,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("assets", type=Path, help="the folder `python -m rl_engine demo build` wrote")
         parser.add_argument("--username", default="admin")
+        parser.add_argument(
+            "--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+            help="override a field of the demo experiment's config, as `python -m rl_engine train --set` does "
+                 "(dotted key, YAML value; repeatable), e.g. backends.rollout=vllm. The overrides make a separate "
+                 "experiment named <demo name>+KEY=VALUE[+KEY=VALUE...], in the order given, so the plain demo "
+                 "experiment stays as it is.")
 
-    def handle(self, *args, assets: Path, username: str, **options):
+    def handle(self, *args, assets: Path, username: str, overrides: list[str], **options):
         from rl_engine.demo.run_config import demo_run_config
 
         assets = assets.resolve()
@@ -48,18 +57,34 @@ class Command(BaseCommand):
             "correct", "builtin", {"type": "exact_match", "name": "correct"},
             description="1 when the answer equals the label.", user=user)
 
-        experiment = Experiment.objects.filter(name=engine_config["name"]).first()
+        name = "+".join([engine_config["name"], *overrides])
+        experiment = Experiment.objects.filter(name=name).first()
         if experiment is None:
             config = {k: v for k, v in engine_config.items() if k != "rewards"}
             for section, keys in _FROM_REGISTRY.items():
                 config[section] = {k: v for k, v in config[section].items() if k not in keys}
             config["data"]["eval_path"] = str(assets / "data" / "test.jsonl")
-            experiment = experiment_create(name=engine_config["name"], description=engine_config["description"],
-                                           model=model, dataset=dataset, rewards=[(reward, 1.0)], config=config,
-                                           user=user)
+            if overrides:
+                config = _with_overrides(config, overrides)
+            try:
+                experiment = experiment_create(name=name, description=engine_config["description"], model=model,
+                                               dataset=dataset, rewards=[(reward, 1.0)], config=config, user=user)
+            except InvalidInput as exc:  # e.g. an override of a field the registry fills, or a bad value
+                raise CommandError(f"--set: {exc}") from None
         active = experiment.runs.exclude(state__in=TERMINAL_STATES).first()
         run = active or run_launch(experiment, user=user, tags=["demo"])
         verb = "already running" if active else "launched"
         self.stdout.write(f"demo run {verb}: {run.pk} (experiment {experiment.pk}, state {run.state})")
         port = os.environ.get("POSTTRAIN_PORT", "8000")
         self.stdout.write(f"live curves and rollouts: http://127.0.0.1:{port}/runs/{run.pk}/")
+
+
+def _with_overrides(config: dict, overrides: list[str]) -> dict:
+    """The experiment config with `--set` overrides applied by the engine CLI's own parser."""
+    from rl_engine.__main__ import UsageError, apply_overrides
+
+    config = {k: v for k, v in config.items() if k != "name"}  # the engine's run name follows the experiment's
+    try:
+        return apply_overrides(config, overrides)
+    except UsageError as exc:
+        raise CommandError(str(exc)) from None
