@@ -12,8 +12,11 @@ vllm is imported lazily, inside this module only, so importing `rl_engine` never
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,10 +43,11 @@ def cpu_thread_binding(engine_index: int = 0, cpus: list[int] | None = None,
     vLLM's CPU default ("auto") binds the worker's threads to all cores but one and keeps that one for its
     scheduler process, which polls the worker with `sched_yield` while a step runs. On a 2-core host that
     leaves the model one core: a 49M-parameter policy generated 1,400 tokens/s instead of 2,130 with both
-    cores bound (bench/vllm_rollout.py). Here the worker is bound to `threads` CPUs (OMP_NUM_THREADS, else
-    every CPU of the process's affinity), nothing is reserved, and engine i takes the i-th such slice of the
-    affinity list (wrapping), so several engines on one host do not pin to the same cores. Unbound threads
-    ("nobind") were slower still (1,700 tokens/s): they and the polling scheduler shared cores at random.
+    cores bound (bench/engine.py's medium batch: 32 prompts x 4 samples x 128 tokens, bf16). Here the worker
+    is bound to `threads` CPUs (OMP_NUM_THREADS, else every CPU of the process's affinity), nothing is
+    reserved, and engine i takes the i-th such slice of the affinity list (wrapping), so several engines on
+    one host do not pin to the same cores. Unbound threads ("nobind") were slower still (1,700 tokens/s):
+    they and the polling scheduler shared cores at random.
     """
     cpus = sorted(os.sched_getaffinity(0)) if cpus is None else cpus
     if threads is None:
@@ -52,6 +56,32 @@ def cpu_thread_binding(engine_index: int = 0, cpus: list[int] | None = None,
     start = engine_index * threads
     chosen = sorted({cpus[(start + offset) % len(cpus)] for offset in range(threads)})
     return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, chosen)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def _end_with_owner(owner: int, poll_s: float = 1.0) -> None:
+    """Run in vLLM's worker process: once process `owner` (the one that started the engine) is gone, end
+    the engine core (this process's parent) and this process.
+
+    vLLM's engine core outlives a client that dies without `close()` (SIGKILL, or a Ray driver ended with
+    `os._exit` when its raylet went away): it waits on its sockets for good, holding the model and the KV
+    cache, and its workers only follow it when it dies."""
+    engine_core = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            try:
+                os.kill(owner, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:  # alive under another user
+                continue
+        for pid in (engine_core, os.getpid()):
+            if pid > 1:  # never init, which an orphan's parent becomes
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="posttrain-owner", daemon=True).start()
 
 
 class WeightSyncError(RuntimeError):
@@ -77,6 +107,9 @@ class WeightSyncExtension:
 
         self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]  # vLLM's worker method
         return loaded
+
+    def posttrain_end_with_owner(self, owner: int) -> None:
+        _end_with_owner(owner)
 
 
 class VLLMRollout:
@@ -120,6 +153,8 @@ class VLLMRollout:
             worker_extension_cls=_EXTENSION,
             trust_remote_code=trust_remote_code,
         )
+        # The engine's processes end with this one even when it dies without `close()`.
+        self.llm.collective_rpc("posttrain_end_with_owner", args=(os.getpid(),))
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
         if not self._usable:

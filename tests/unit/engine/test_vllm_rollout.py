@@ -226,6 +226,61 @@ def test_the_engine_runs_its_model_threads_on_the_cpus_chosen_for_it(engine):
     assert _allowed_cpus(workers[0]) == chosen
 
 
+_OWNER = """
+import sys, time
+from transformers import AutoTokenizer
+from rl_engine.backends.vllm_rollout import VLLMRollout
+
+def main():
+    model = sys.argv[1]
+    VLLMRollout(model, AutoTokenizer.from_pretrained(model), dtype="float32", max_model_len=128, kv_cache_gb=0.1)
+    print("ready", flush=True)
+    time.sleep(600)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_engines_processes_end_when_the_process_that_started_it_is_killed(vllm_demo, tmp_path):
+    """A driver killed without `close()` (SIGKILL, or Ray's `os._exit`) must not leave vLLM's engine core
+    and worker behind holding the model and KV cache."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "owner.py"
+    script.write_text(_OWNER)
+    owner = subprocess.Popen([sys.executable, str(script), str(vllm_demo / "model")], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, cwd=Path(__file__).resolve().parents[3])
+    try:
+        for line in owner.stdout:  # vLLM logs to stdout too
+            if line.strip() == "ready":
+                break
+        assert owner.poll() is None, "the engine's owner exited before the engine was up"
+        engine = _children(owner.pid)
+        titles = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in engine}
+        assert any(t.startswith("VLLM::EngineCor") for t in titles) and any(t.startswith("VLLM::Worker") for t in titles)
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in engine):
+            time.sleep(0.5)
+        assert [pid for pid in engine if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"] == []
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
 def test_samples_come_back_prompt_major_n_per_prompt_within_the_token_budget(engine, tokenizer, prompts):
     samples = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=2))
 
