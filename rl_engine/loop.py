@@ -253,7 +253,7 @@ def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | Non
                        tokenizer_path=cfg.model.tokenizer_path or cfg.model.path, dtype=cfg.model.dtype,
                        seed=cfg.seed, max_model_len=min(longest, positions),
                        kv_cache_gb=cfg.backends.vllm_kv_cache_gb, trust_remote_code=cfg.model.trust_remote_code,
-                       engine_index=engine_index)
+                       engine_index=engine_index, takes_turns=model is not None)
 
 
 # --- one step ------------------------------------------------------------------------------------

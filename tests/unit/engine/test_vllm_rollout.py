@@ -233,7 +233,8 @@ from rl_engine.backends.vllm_rollout import VLLMRollout
 
 def main():
     model = sys.argv[1]
-    VLLMRollout(model, AutoTokenizer.from_pretrained(model), dtype="float32", max_model_len=128, kv_cache_gb=0.1)
+    VLLMRollout(model, AutoTokenizer.from_pretrained(model), dtype="float32", max_model_len=128, kv_cache_gb=0.1,
+                takes_turns=True)
     print("ready", flush=True)
     time.sleep(600)
 
@@ -244,7 +245,8 @@ if __name__ == "__main__":
 
 def test_the_engines_processes_end_when_the_process_that_started_it_is_killed(vllm_demo, tmp_path):
     """A driver killed without `close()` (SIGKILL, or Ray's `os._exit`) must not leave vLLM's engine core
-    and worker behind holding the model and KV cache."""
+    and worker behind holding the model and KV cache. An engine that takes turns with a trainer in its
+    process runs at the lowest priority, every thread of it, and leaves its owner's alone."""
     import os
     import signal
     import subprocess
@@ -263,6 +265,9 @@ def test_the_engines_processes_end_when_the_process_that_started_it_is_killed(vl
         engine = _children(owner.pid)
         titles = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in engine}
         assert any(t.startswith("VLLM::EngineCor") for t in titles) and any(t.startswith("VLLM::Worker") for t in titles)
+        vllm_processes = [pid for pid in engine if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::")]
+        assert {_nice(int(task.name)) for pid in vllm_processes for task in Path(f"/proc/{pid}/task").iterdir()} == {19}
+        assert _nice(owner.pid) == _nice(os.getpid())
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
         deadline = time.monotonic() + 30
@@ -272,6 +277,10 @@ def test_the_engines_processes_end_when_the_process_that_started_it_is_killed(vl
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def _nice(tid: int) -> int:
+    return int(Path(f"/proc/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
 def _state(pid: int) -> str:
