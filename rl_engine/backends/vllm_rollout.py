@@ -32,6 +32,12 @@ from rl_engine.rollout import FinishReason, Sample, SamplingParams, eos_token_id
 # starts unless the caller chose otherwise.
 _ENV_DEFAULTS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 
+# For the engine's own processes only (they inherit the environment when vLLM starts them). vLLM's CPU
+# matmuls are oneDNN primitives cached per shape, and decoding meets a new batch size nearly every step:
+# at oneDNN's default capacity (1,024 primitives) the worker grew ~3.5 MiB a step for hundreds of steps
+# (416 MiB over 120 demo steps); at 64 it grew 124 MiB, then stayed, and generated as fast (26.0 s against
+# 27.9 s for those 120 steps; 1,950-2,000 tokens/s on the medium batch either way).
+_ENGINE_ENV_DEFAULTS = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"}
 _EXTENSION = "rl_engine.backends.vllm_rollout.WeightSyncExtension"
 _SHM = Path("/dev/shm")
 
@@ -150,22 +156,28 @@ class VLLMRollout:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._usable = True
         self._layout = _checkpoint_layout(Path(model_path))
-        self.llm = LLM(
-            model=str(model_path),
-            tokenizer=str(tokenizer_path or model_path),
-            dtype=dtype,
-            seed=seed,  # per-request seeds crash on CPU; the engine seed makes runs repeatable
-            max_model_len=max_model_len,
-            kv_cache_memory_bytes=int(kv_cache_gb * 2**30),  # auto sizing misreads these VMs
-            enforce_eager=enforce_eager,
-            # The n samples of a prompt share its prefill, in whole KV blocks (vLLM's CPU default: 128 tokens).
-            enable_prefix_caching=True,
-            block_size=block_size,
-            # Log-probs of the distribution actually sampled from (after temperature, top-k, top-p).
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls=_EXTENSION,
-            trust_remote_code=trust_remote_code,
-        )
+        engine_env = {key: value for key, value in _ENGINE_ENV_DEFAULTS.items() if key not in os.environ}
+        os.environ.update(engine_env)
+        try:
+            self.llm = LLM(
+                model=str(model_path),
+                tokenizer=str(tokenizer_path or model_path),
+                dtype=dtype,
+                seed=seed,  # per-request seeds crash on CPU; the engine seed makes runs repeatable
+                max_model_len=max_model_len,
+                kv_cache_memory_bytes=int(kv_cache_gb * 2**30),  # auto sizing misreads these VMs
+                enforce_eager=enforce_eager,
+                # The n samples of a prompt share its prefill, in whole KV blocks (vLLM's CPU default: 128 tokens).
+                enable_prefix_caching=True,
+                block_size=block_size,
+                # Log-probs of the distribution actually sampled from (after temperature, top-k, top-p).
+                logprobs_mode="processed_logprobs",
+                worker_extension_cls=_EXTENSION,
+                trust_remote_code=trust_remote_code,
+            )
+        finally:
+            for key in engine_env:
+                os.environ.pop(key, None)
         # The engine's processes end with this one even when it dies without `close()`.
         self.llm.collective_rpc("posttrain_end_with_owner", args=(os.getpid(),))
         if takes_turns:
