@@ -26,18 +26,19 @@ import torch
 
 from rl_engine.rollout import FinishReason, Sample, SamplingParams, eos_token_ids
 
-# Engine core in its own process (vLLM's default): in-process, vLLM's worker would seed the trainer's
-# global torch RNG, replace `torch.set_num_threads` process-wide, own (and at shutdown destroy) the
-# process's torch.distributed group, and run without its OpenMP thread binding. Set before the engine
-# starts unless the caller chose otherwise.
-_ENV_DEFAULTS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-
-# For the engine's own processes only (they inherit the environment when vLLM starts them). vLLM's CPU
-# matmuls are oneDNN primitives cached per shape, and decoding meets a new batch size nearly every step:
-# at oneDNN's default capacity (1,024 primitives) the worker grew ~3.5 MiB a step for hundreds of steps
-# (416 MiB over 120 demo steps); at 64 it grew 124 MiB, then stayed, and generated as fast (26.0 s against
-# 27.9 s for those 120 steps; 1,950-2,000 tokens/s on the medium batch either way).
-_ENGINE_ENV_DEFAULTS = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"}
+# Set while the engine starts (its processes inherit them), unless the caller chose otherwise, and taken
+# back after, so the caller's process and a later engine (with a binding of its own) never see them.
+_ENGINE_ENV_DEFAULTS = {
+    # Engine core in its own process (vLLM's default): in-process, vLLM's worker would seed the trainer's
+    # global torch RNG, replace `torch.set_num_threads` process-wide, own (and at shutdown destroy) the
+    # process's torch.distributed group, and run without its OpenMP thread binding.
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+    # vLLM's CPU matmuls are oneDNN primitives cached per shape, and decoding meets a new batch size nearly
+    # every step: at oneDNN's default capacity (1,024 primitives) the worker grew ~3.5 MiB a step for
+    # hundreds of steps (416 MiB over 120 demo steps); at 64 it grew 124 MiB, then stayed, and generated as
+    # fast (26.0 s against 27.9 s for those 120 steps; 1,950-2,000 tokens/s on the medium batch either way).
+    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64",
+}
 _EXTENSION = "rl_engine.backends.vllm_rollout.WeightSyncExtension"
 _SHM = Path("/dev/shm")
 
@@ -143,10 +144,7 @@ class VLLMRollout:
         # The caller's own VLLM_CPU_* settings win over ours (both keys, or neither: they go together).
         binding = {} if any(key in os.environ for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")) \
             else cpu_thread_binding(engine_index)
-        for key, value in (_ENV_DEFAULTS | binding).items():
-            os.environ.setdefault(key, value)
         from transformers import GenerationConfig
-        from vllm import LLM
 
         try:
             generation_config = GenerationConfig.from_pretrained(str(model_path))
@@ -156,9 +154,11 @@ class VLLMRollout:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._usable = True
         self._layout = _checkpoint_layout(Path(model_path))
-        engine_env = {key: value for key, value in _ENGINE_ENV_DEFAULTS.items() if key not in os.environ}
+        engine_env = {key: value for key, value in (_ENGINE_ENV_DEFAULTS | binding).items() if key not in os.environ}
         os.environ.update(engine_env)
         try:
+            from vllm import LLM
+
             self.llm = LLM(
                 model=str(model_path),
                 tokenizer=str(tokenizer_path or model_path),

@@ -220,14 +220,16 @@ def _allowed_cpus(pid: int) -> set[int]:
 def test_the_engine_runs_its_model_threads_on_the_cpus_chosen_for_it_with_a_bounded_primitive_cache(engine):
     import os
 
-    chosen = {int(cpu) for cpu in os.environ["VLLM_CPU_OMP_THREADS_BIND"].split(",")}
+    from rl_engine.backends.vllm_rollout import cpu_thread_binding
+
+    chosen = {int(cpu) for cpu in cpu_thread_binding(0)["VLLM_CPU_OMP_THREADS_BIND"].split(",")}
     workers = [pid for pid in _children(os.getpid()) if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::Worker")]
     assert workers, "no vLLM worker process under this one"
     assert _allowed_cpus(workers[0]) == chosen
-    # A bounded oneDNN primitive cache for the engine's processes, and only for them.
+    # A bounded oneDNN primitive cache for the engine's processes; that and the binding only for them.
     environ = Path(f"/proc/{workers[0]}/environ").read_bytes().split(b"\0")
     assert b"ONEDNN_PRIMITIVE_CACHE_CAPACITY=64" in environ
-    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ
 
 
 _OWNER = """
