@@ -32,7 +32,7 @@ import torch
 
 from rl_engine.config import RunConfig
 from rl_engine.rollout import Sample, SamplingParams
-from rl_engine.trainer import Experience, TokenBatch, is_max_metric
+from rl_engine.trainer import Experience, TokenBatch, combine_metric
 
 GiB = 2**30
 
@@ -449,14 +449,7 @@ class RayTrainer:
         self.ranks = [a.role for a in roles.ranks]
         self.ref_model = "reference" if "reference" in roles.actors else None  # the loop asks "is there one"
         self.critic = "critic" if roles.cfg.algorithm.needs_critic else None
-        self._exact_training_logprobs: bool | None = None  # asked of rank 0 once
-
-    @property
-    def exact_training_logprobs(self) -> bool:
-        rank = self.ranks[0]
-        if self._exact_training_logprobs is None:
-            self._exact_training_logprobs = bool(self.roles.call([rank], "exact_training_logprobs")[rank])
-        return self._exact_training_logprobs
+        self.exact_training_logprobs = bool(roles.call(self.ranks[:1], "exact_training_logprobs")[self.ranks[0]])
 
     def forward(self, batch: TokenBatch, which: str) -> torch.Tensor:
         if which == "reference":
@@ -475,8 +468,7 @@ class RayTrainer:
         shared = ray.put(exp)  # one copy in the object store for all ranks
         per_rank = self.roles._get({rank: self.roles.submit(rank, "update", shared) for rank in self.ranks})
         names = per_rank[self.ranks[0]].keys()
-        return {name: max(m[name] for m in per_rank.values()) if is_max_metric(name)
-                else sum(m[name] for m in per_rank.values()) / len(per_rank) for name in names}
+        return {name: combine_metric(name, [m[name] for m in per_rank.values()]) for name in names}
 
     def full_weights(self) -> Any:
         return nullcontext()  # the ranks gather for themselves when asked to write

@@ -147,9 +147,10 @@ def has_active_dropout(model: nn.Module) -> bool:
                and not isinstance(value, bool) and value > 0 for key, value in rates.items())
 
 
-def is_max_metric(name: str) -> bool:
-    """Metrics combined over micro-batches and ranks by their maximum (the rest are averaged)."""
-    return name.endswith("_max")
+def combine_metric(name: str, values: list[float]) -> float:
+    """One value of a metric logged per micro-batch or per rank: the maximum of `*_max` metrics, the mean
+    of the rest."""
+    return max(values) if name.endswith("_max") else sum(values) / len(values)
 
 
 def rollout_logprob_gap(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
@@ -242,15 +243,10 @@ class TorchTrainer:
     def update(self, exp: Experience) -> dict[str, float]:
         cfg, alg = self.cfg, self.cfg.algorithm
         self.model.train()
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
+        logged: dict[str, list[float]] = {}
 
         def record(name: str, value: float) -> None:
-            if is_max_metric(name):
-                sums[name], counts[name] = max(sums.get(name, value), value), 1
-                return
-            sums[name] = sums.get(name, 0.0) + value
-            counts[name] = counts.get(name, 0) + 1
+            logged.setdefault(name, []).append(value)
 
         for _ in range(cfg.train.epochs_per_batch):
             for mini_index in self._minibatches(len(exp.batch)):
@@ -265,7 +261,7 @@ class TorchTrainer:
                 if self.critic is not None:
                     record("critic/grad_norm", self._clip_and_step("critic"))
         self.scheduler.step()
-        metrics = {name: sums[name] / counts[name] for name in sums}
+        metrics = {name: combine_metric(name, values) for name, values in logged.items()}
         metrics["policy/lr"] = self.optimizer.param_groups[0]["lr"]
         return metrics
 
