@@ -11,8 +11,15 @@ from rl_engine.demo.build import build_demo, existing_build
 _STAMP = "bench-build.json"
 
 
-def build_policy(folder: Path, size: str = "demo", *, sft_steps: int | None = None, max_positions: int | None = None,
-                 seed: int = 0, progress: bool = False) -> dict:
+def build_policy(
+    folder: Path,
+    size: str = "demo",
+    *,
+    sft_steps: int | None = None,
+    max_positions: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> dict:
     """The demo task with a `size` policy in `folder` (model/, data/); returns its build manifest.
 
     `sft_steps` fixes the warm start's length (0 = the random initialisation; None = the size's default).

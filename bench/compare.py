@@ -115,8 +115,9 @@ def metrics_events(run_id: str, first: int, rewards: list[float], n_metrics: int
         }
         for i in range(max(0, n_metrics - len(data))):
             data[f"timing/phase_{i}"] = 1.0 + (step % 10) * 0.01
-        events.append({"run": run_id, "seq": step + 1, "type": "metrics", "step": step,
-                       "time": T0 + step * STEP_S, "data": data})
+        events.append(
+            {"run": run_id, "seq": step + 1, "type": "metrics", "step": step, "time": T0 + step * STEP_S, "data": data}
+        )
     return events
 
 
@@ -127,9 +128,13 @@ def django_setup(pg: Postgres, workdir: Path) -> dict[str, str]:
     """Point this process at the fresh database (no Redis: the live channel stays in-process)."""
     for key in ("REDIS_URL", "CELERY_BROKER_URL"):
         os.environ.pop(key, None)
-    os.environ.update(DATABASE_URL=pg.url(OURS_DB), POSTTRAIN_HOME=str(workdir / "posttrain-home"),
-                      POSTTRAIN_SECRET_KEY=secrets.token_urlsafe(40), OMP_NUM_THREADS="1",
-                      DJANGO_SETTINGS_MODULE="posttrain.settings")
+    os.environ.update(
+        DATABASE_URL=pg.url(OURS_DB),
+        POSTTRAIN_HOME=str(workdir / "posttrain-home"),
+        POSTTRAIN_SECRET_KEY=secrets.token_urlsafe(40),
+        OMP_NUM_THREADS="1",
+        DJANGO_SETTINGS_MODULE="posttrain.settings",
+    )
     sys.path.insert(0, str(REPO / "platform"))
     sys.path.insert(0, str(REPO))
     import django
@@ -150,11 +155,14 @@ def create_runs(n_runs: int) -> tuple[Any, str, list[str]]:
 
     user = user_create("bench-researcher", secrets.token_urlsafe(16), "researcher")
     model = ModelAsset.objects.create(name="bench-compare", path="/nonexistent")
-    data = Dataset.objects.create(name="bench-compare", sha256="0" * 64, format="jsonl", path="/nonexistent",
-                                  size_bytes=0, row_count=0)
+    data = Dataset.objects.create(
+        name="bench-compare", sha256="0" * 64, format="jsonl", path="/nonexistent", size_bytes=0, row_count=0
+    )
     experiment = Experiment.objects.create(name="bench compare", model=model, dataset=data, config={})
-    runs = [Run.objects.create(experiment=experiment, name=f"bench compare #{i}", state=RunState.SUCCEEDED)
-            for i in range(n_runs)]
+    runs = [
+        Run.objects.create(experiment=experiment, name=f"bench compare #{i}", state=RunState.SUCCEEDED)
+        for i in range(n_runs)
+    ]
     return user, token_get_or_create(user).key, [str(run.pk) for run in runs]
 
 
@@ -166,23 +174,43 @@ def ingest_ours(run_ids: list[str], curves: list[list[float]], n_metrics: int, b
     calls: list[float] = []
     for i, (run_id, curve) in enumerate(zip(run_ids, curves)):
         for first in range(0, len(curve), batch_steps):
-            events = parse_batch({"events": metrics_events(run_id, first, curve[first:first + batch_steps],
-                                                           n_metrics)}, run_id)
+            events = parse_batch(
+                {"events": metrics_events(run_id, first, curve[first : first + batch_steps], n_metrics)}, run_id
+            )
             t0 = time.perf_counter()
             services.events_ingest(run_id, events, touch=False)
             calls.append(time.perf_counter() - t0)
         log(f"ours: run {i + 1}/{len(run_ids)} ingested")
     total = sum(len(c) for c in curves)
-    return {"events": total, "points": total * n_metrics, "wall_s": round(time.perf_counter() - started, 1),
-            "events_ingest_s": round(sum(calls), 1), "events_ingest_ms_per_call_median": median_ms(calls)}
+    return {
+        "events": total,
+        "points": total * n_metrics,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "events_ingest_s": round(sum(calls), 1),
+        "events_ingest_ms_per_call_median": median_ms(calls),
+    }
 
 
 def start_ours(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [str(OURS_BIN / "uvicorn"), "--app-dir", str(REPO / "platform"), "posttrain.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=REPO, env=env, stdout=(workdir / "ours.log").open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(OURS_BIN / "uvicorn"),
+            "--app-dir",
+            str(REPO / "platform"),
+            "posttrain.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=(workdir / "ours.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     return process, f"http://127.0.0.1:{port}"
 
@@ -193,29 +221,48 @@ def start_ours(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, st
 def start_mlflow(pg: Postgres, workdir: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [str(BENCH_VENV / "bin" / "mlflow"), "server", "--backend-store-uri", pg.url(MLFLOW_DB, "postgresql+psycopg2"),
-         "--artifacts-destination", str(workdir / "mlartifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        cwd=workdir, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=(workdir / "mlflow.log").open("w"),
-        stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(BENCH_VENV / "bin" / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            pg.url(MLFLOW_DB, "postgresql+psycopg2"),
+            "--artifacts-destination",
+            str(workdir / "mlartifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=workdir,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=(workdir / "mlflow.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     return process, f"http://127.0.0.1:{port}"
 
 
 def load_mlflow(url: str, curves: list[list[float]]) -> tuple[list[str], dict[str, Any]]:
     experiment_id = http_json("POST", f"{url}/api/2.0/mlflow/experiments/create", {"name": "bench-compare"})[
-        "experiment_id"]
+        "experiment_id"
+    ]
     started = time.perf_counter()
     run_ids = []
     for i, curve in enumerate(curves):
-        run_id = http_json("POST", f"{url}/api/2.0/mlflow/runs/create",
-                           {"experiment_id": experiment_id, "run_name": f"bench compare #{i}",
-                            "start_time": int(T0 * 1000)})["run"]["info"]["run_id"]
+        run_id = http_json(
+            "POST",
+            f"{url}/api/2.0/mlflow/runs/create",
+            {"experiment_id": experiment_id, "run_name": f"bench compare #{i}", "start_time": int(T0 * 1000)},
+        )["run"]["info"]["run_id"]
         parsed = urllib.parse.urlsplit(url)
         conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=300)
         for first in range(0, len(curve), MLFLOW_BATCH):
-            metrics = [{"key": METRIC, "value": value, "timestamp": int((T0 + step * STEP_S) * 1000), "step": step}
-                       for step, value in enumerate(curve[first:first + MLFLOW_BATCH], start=first)]
+            metrics = [
+                {"key": METRIC, "value": value, "timestamp": int((T0 + step * STEP_S) * 1000), "step": step}
+                for step, value in enumerate(curve[first : first + MLFLOW_BATCH], start=first)
+            ]
             body = json.dumps({"run_id": run_id, "metrics": metrics}, separators=(",", ":"))
             conn.request("POST", "/api/2.0/mlflow/runs/log-batch", body, {"Content-Type": "application/json"})
             response = conn.getresponse()
@@ -340,7 +387,7 @@ def main() -> int:
         results: dict[str, Any] = {
             "ours": {
                 "request": "GET " + url.split("?")[0] + f"?runs=<{args.runs} ids>&names={METRIC}"
-                           f"&max_points={args.max_points}",
+                f"&max_points={args.max_points}",
                 "in_process_ms": median_ms(request_times),
                 "in_process_ms_per_repeat": [round(t * 1000, 2) for t in request_times],
                 "of_which_store_read_ms": median_ms(read_times),
@@ -363,17 +410,21 @@ def main() -> int:
             "ours_spikes_kept": [min(c["y"]) == min(curve) for c, curve in zip(curves_out, curves)],
             "ours_http_body_equals_in_process": json.loads(http_body) == answer,
         }
-        ok = (all(p == args.steps for p in verification["ours_points_per_run"])
-              and all(fl == [0, args.steps - 1] for fl in verification["ours_first_last_steps"])
-              and all(verification["ours_spikes_kept"]) and verification["ours_http_body_equals_in_process"]
-              and all(len(c["x"]) <= args.max_points for c in curves_out))
+        ok = (
+            all(p == args.steps for p in verification["ours_points_per_run"])
+            and all(fl == [0, args.steps - 1] for fl in verification["ours_first_last_steps"])
+            and all(verification["ours_spikes_kept"])
+            and verification["ours_http_body_equals_in_process"]
+            and all(len(c["x"]) <= args.max_points for c in curves_out)
+        )
 
         mlflow_load = None
         if with_mlflow:
             wait_for_http(f"{mlflow_url}/health", 300, mlflow_proc)
             mlflow_runs, mlflow_load = load_mlflow(mlflow_url, curves)
-            ml_query = urllib.parse.urlencode([("run_ids", r) for r in mlflow_runs]
-                                              + [("metric_key", METRIC), ("max_results", args.max_points)])
+            ml_query = urllib.parse.urlencode(
+                [("run_ids", r) for r in mlflow_runs] + [("metric_key", METRIC), ("max_results", args.max_points)]
+            )
             ml_path = f"/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?{ml_query}"
             ml_times, ml_body = http_get_timed(mlflow_url, ml_path, {}, args.repeats)
             ml_metrics = json.loads(ml_body).get("metrics", [])
@@ -381,7 +432,7 @@ def main() -> int:
             log(f"mlflow over HTTP: {median_ms(ml_times)} ms")
             results["mlflow"] = {
                 "request": f"GET /ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?run_ids=<{args.runs} ids>"
-                           f"&metric_key={METRIC}&max_results={args.max_points}",
+                f"&metric_key={METRIC}&max_results={args.max_points}",
                 "over_http_ms": median_ms(ml_times),
                 "over_http_ms_per_repeat": [round(t * 1000, 2) for t in ml_times],
                 **sizes(ml_body),
@@ -389,9 +440,11 @@ def main() -> int:
                 "downsampling": "even sampling by row in SQL (NTILE/ROW_NUMBER), first and last kept",
             }
             results["ratio_over_http_mlflow_over_ours"] = round(
-                statistics.median(ml_times) / statistics.median(http_times), 2)
+                statistics.median(ml_times) / statistics.median(http_times), 2
+            )
             verification["mlflow_spikes_kept"] = [
-                min(m["value"] for m in per_run[r]) == min(curve) for r, curve in zip(mlflow_runs, curves)]
+                min(m["value"] for m in per_run[r]) == min(curve) for r, curve in zip(mlflow_runs, curves)
+            ]
             ok = ok and all(len(v) > 0 for v in per_run.values())
 
         doc = {
@@ -399,15 +452,23 @@ def main() -> int:
             "what": f"one compare request for {args.runs} runs x {args.steps} steps of {METRIC}: server time and bytes",
             "goal_ms": 300,
             "config": {
-                "runs": args.runs, "steps": args.steps, "metrics_per_step": args.metrics,
-                "max_points": args.max_points, "repeats": args.repeats, "batch_steps": args.batch_steps,
+                "runs": args.runs,
+                "steps": args.steps,
+                "metrics_per_step": args.metrics,
+                "max_points": args.max_points,
+                "repeats": args.repeats,
+                "batch_steps": args.batch_steps,
                 "block_points": series.BLOCK_POINTS,
                 "ingestion": "in-process parse_batch + services.events_ingest (the API's path without HTTP)",
                 "stored": {"metric_rows": MetricRow.objects.count(), "metric_blocks": MetricBlock.objects.count()},
-                "cpus": os.cpu_count(), "load_average_1m_at_start": load_at_start,
+                "cpus": os.cpu_count(),
+                "load_average_1m_at_start": load_at_start,
             },
-            "versions": {"postgres": pg.scalar("postgres", "SHOW server_version"), "python": sys.version.split()[0],
-                         **({"mlflow": mlflow_version()} if with_mlflow else {})},
+            "versions": {
+                "postgres": pg.scalar("postgres", "SHOW server_version"),
+                "python": sys.version.split()[0],
+                **({"mlflow": mlflow_version()} if with_mlflow else {}),
+            },
             "load": {"ours": ours_load, **({"mlflow": mlflow_load} if mlflow_load else {})},
             "results": results,
             "verification": {**verification, "ok": ok},

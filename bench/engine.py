@@ -56,8 +56,8 @@ RUN_CONFIG = "bench-engine.yaml"
 
 @dataclass(frozen=True)
 class Shape:
-    size: str                # rl_engine.demo.build.MODEL_SIZES
-    folder: str              # under --cache-dir
+    size: str  # rl_engine.demo.build.MODEL_SIZES
+    folder: str  # under --cache-dir
     rollout: dict[str, Any]  # overrides of the demo run config's rollout section ({} = the demo's batch)
     micro_batch_size: int | None  # None = the demo run config's
     steps: int
@@ -67,17 +67,23 @@ class Shape:
 SHAPES = {
     "tiny": Shape("demo", "assets", {}, None, steps=6, dtype="float32"),
     # stop stays empty: only eos ends a response, on both sides.
-    "medium": Shape("medium", "bench-medium", {"prompts_per_step": 32, "samples_per_prompt": 4, "max_new_tokens": 128,
-                                               "stop": []}, 32, steps=4, dtype="bfloat16"),
+    "medium": Shape(
+        "medium",
+        "bench-medium",
+        {"prompts_per_step": 32, "samples_per_prompt": 4, "max_new_tokens": 128, "stop": []},
+        32,
+        steps=4,
+        dtype="bfloat16",
+    ),
 }
 
 
 NOTES = {
     "tiny": "the demo policy (MODEL_SIZES['demo']); MODEL_SIZES['tiny'] is too small for vLLM's CPU attention "
-            "(heads under 32 wide), so the demo size is the smallest both backends run",
+    "(heads under 32 wide), so the demo size is the smallest both backends run",
     "medium": "random weights (no warm start): every reward is 0, so the update moves nothing and each step samples "
-              "from the same policy; eos ends responses early at random, alike on both sides (see "
-              "response_length_mean and tokens_per_s)",
+    "from the same policy; eos ends responses early at random, alike on both sides (see "
+    "response_length_mean and tokens_per_s)",
 }
 
 
@@ -106,10 +112,14 @@ def prepare(shape: Shape, cache: Path, steps: int) -> tuple[Path, dict]:
         build_policy(folder, shape.size, sft_steps=0, max_positions=256, progress=False)
     manifest = json.loads((folder / "manifest.json").read_text())
     train = {"steps": steps} | ({"micro_batch_size": shape.micro_batch_size} if shape.micro_batch_size else {})
-    cfg = demo_run_config(folder, rollout=shape.rollout, train=train,
-                          # No evaluation, no sample events (TRL logs no completions either), no checkpoints.
-                          logging={"eval_every": 0, "samples": "none"},
-                          checkpoint={"every_steps": 0, "save_final": False})
+    cfg = demo_run_config(
+        folder,
+        rollout=shape.rollout,
+        train=train,
+        # No evaluation, no sample events (TRL logs no completions either), no checkpoints.
+        logging={"eval_every": 0, "samples": "none"},
+        checkpoint={"every_steps": 0, "save_final": False},
+    )
     path = folder / RUN_CONFIG
     path.write_text(dump_config(cfg))
     return path, manifest
@@ -125,7 +135,7 @@ class Finished:
     peak_rss_gb: float  # the largest resident set of the process and its waited-for children (wait4)
     stderr_tail: str
     busy_cores_before: float  # CPU use on the machine just before the start (all processes)
-    own_cores: float   # mean cores the run's processes used (its session: Ray's actors and vLLM's engine included)
+    own_cores: float  # mean cores the run's processes used (its session: Ray's actors and vLLM's engine included)
     other_cores: float  # mean cores everything else on the machine used meanwhile (0 = the run had the machine)
     load_1m: tuple[float, float]
     attempts: int = 1
@@ -207,8 +217,16 @@ def run_process(command: list[str], log_path: Path, timeout_s: float, quiet_s: f
     other = max(0.0, machine_busy_s() - machine_started - own)
     lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     tail = f"timed out after {timeout_s:.0f} s" if timed_out else (lines[-1] if lines else "")
-    return Finished(os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 2**20, tail, busy_before,
-                    own / wall, other / wall, (load_before, os.getloadavg()[0]))
+    return Finished(
+        os.waitstatus_to_exitcode(status),
+        wall,
+        usage.ru_maxrss / 2**20,
+        tail,
+        busy_before,
+        own / wall,
+        other / wall,
+        (load_before, os.getloadavg()[0]),
+    )
 
 
 CONTENDED_CORES = 0.25  # other work above this (mean cores over a run) makes its times incomparable
@@ -227,16 +245,24 @@ def run_measured(command: list[str], log_path: Path, output: Path, args: argpars
         done.attempts = attempt
         if done.other_cores <= CONTENDED_CORES or done.exit_code != 0:
             break
-        log(f"other work used {done.other_cores:.2f} cores meanwhile; " +
-            ("running it again" if attempt <= args.retries else "keeping it (see contended_runs)"))
+        log(
+            f"other work used {done.other_cores:.2f} cores meanwhile; "
+            + ("running it again" if attempt <= args.retries else "keeping it (see contended_runs)")
+        )
     return done
 
 
 def process_fields(done: Finished) -> dict[str, Any]:
-    return {"exit_code": done.exit_code, "wall_s": round(done.wall_s, 1), "process_peak_rss_gb": _r(done.peak_rss_gb, 3),
-            "busy_cores_before": round(done.busy_cores_before, 2), "own_cores": round(done.own_cores, 2),
-            "other_cores": round(done.other_cores, 2), "attempts": done.attempts,
-            "load_1m_before_after": [round(x, 2) for x in done.load_1m]}
+    return {
+        "exit_code": done.exit_code,
+        "wall_s": round(done.wall_s, 1),
+        "process_peak_rss_gb": _r(done.peak_rss_gb, 3),
+        "busy_cores_before": round(done.busy_cores_before, 2),
+        "own_cores": round(done.own_cores, 2),
+        "other_cores": round(done.other_cores, 2),
+        "attempts": done.attempts,
+        "load_1m_before_after": [round(x, 2) for x in done.load_1m],
+    }
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
@@ -278,12 +304,14 @@ def summarize_ours(metrics: list[dict]) -> dict[str, Any]:
     sync = median("timing/weight_sync")
     result: dict[str, Any] = {
         "steps_measured": len(later),
-        "step_s": _r(step), "step_interval_s": _r(statistics.median(intervals)) if intervals else None,
+        "step_s": _r(step),
+        "step_interval_s": _r(statistics.median(intervals)) if intervals else None,
         "tokens_per_s": _r(median("throughput/tokens_per_s"), 1),
         "response_length_mean": _r(statistics.fmean(numbers("response/length_mean", data)), 2),
         "truncated_rate": _r(statistics.fmean(numbers("response/truncated_rate", data)), 3),
         "weight_sync_share": _r(sync / step) if sync is not None and step else None,
-        "timing": timing, "memory": memory,
+        "timing": timing,
+        "memory": memory,
         "memory_sum_gb": _r(sum(memory.values()), 3) if memory else None,
     }
     gaps = numbers("rollout/logprob_diff_max", [e["data"] for e in metrics])
@@ -297,8 +325,18 @@ def summarize_ours(metrics: list[dict]) -> dict[str, Any]:
 
 def run_trl(cfg_path: Path, dtype: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     out = work / "trl.jsonl"
-    command = [sys.executable, __file__, "--worker", "trl", "--worker-config", str(cfg_path), "--worker-dtype", dtype,
-               "--worker-out", str(out)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "trl",
+        "--worker-config",
+        str(cfg_path),
+        "--worker-dtype",
+        dtype,
+        "--worker-out",
+        str(out),
+    ]
     log(f"TRL GRPOTrainer ({dtype})")
     done = run_measured(command, work / "trl.log", out, args)
     process = process_fields(done)
@@ -310,11 +348,14 @@ def run_trl(cfg_path: Path, dtype: str, work: Path, args: argparse.Namespace) ->
     median = lambda key: statistics.median(s[key] for s in later)  # noqa: E731
     intervals = [b["end"] - a["end"] for a, b in zip(steps, steps[1:])]
     result = {
-        "steps_measured": len(later), "step_s": _r(median("step_s")),
+        "steps_measured": len(later),
+        "step_s": _r(median("step_s")),
         "step_interval_s": _r(statistics.median(intervals)) if intervals else None,
-        "generate_s": _r(median("generate_s")), "tokens_per_s": _r(median("tokens_per_s"), 1),
+        "generate_s": _r(median("generate_s")),
+        "tokens_per_s": _r(median("tokens_per_s"), 1),
         "response_length_mean": _r(statistics.fmean(s["length_mean"] for s in later), 2),
-        "truncated_rate": _r(statistics.fmean(s["clipped_ratio"] or 0.0 for s in later), 3), **process,
+        "truncated_rate": _r(statistics.fmean(s["clipped_ratio"] or 0.0 for s in later), 3),
+        **process,
     }
     log(f"TRL: step {result['step_s']} s, generate {result['generate_s']} s ({done.wall_s:.0f} s)")
     return result
@@ -347,17 +388,37 @@ def worker_trl(cfg_path: Path, dtype: str, out: Path) -> None:
         return judge.score(RewardBatch.build(prompts, completions, label)).scores
 
     args = GRPOConfig(
-        output_dir=str(out.parent / "trl-output"), use_cpu=True, seed=cfg.seed, report_to=[],
-        bf16=dtype == "bfloat16", gradient_checkpointing=False,  # TRL turns checkpointing on by default; ours is off
-        learning_rate=tr.lr, lr_scheduler_type="constant", max_grad_norm=tr.grad_clip or 0.0,
-        adam_beta1=tr.betas[0], adam_beta2=tr.betas[1], weight_decay=tr.weight_decay,
-        beta=0.0, loss_type="dapo",  # no KL; dapo = our token_mean (one process, one generation per update)
-        epsilon=alg.clip_low, epsilon_high=alg.clip_high, num_iterations=1,
+        output_dir=str(out.parent / "trl-output"),
+        use_cpu=True,
+        seed=cfg.seed,
+        report_to=[],
+        bf16=dtype == "bfloat16",
+        gradient_checkpointing=False,  # TRL turns checkpointing on by default; ours is off
+        learning_rate=tr.lr,
+        lr_scheduler_type="constant",
+        max_grad_norm=tr.grad_clip or 0.0,
+        adam_beta1=tr.betas[0],
+        adam_beta2=tr.betas[1],
+        weight_decay=tr.weight_decay,
+        beta=0.0,
+        loss_type="dapo",  # no KL; dapo = our token_mean (one process, one generation per update)
+        epsilon=alg.clip_low,
+        epsilon_high=alg.clip_high,
+        num_iterations=1,
         # One optimizer step per generation batch of prompts x samples, in micro-batches of our size.
-        num_generations=ro.samples_per_prompt, per_device_train_batch_size=tr.micro_batch_size,
-        gradient_accumulation_steps=samples // tr.micro_batch_size, generation_batch_size=samples,
-        max_completion_length=ro.max_new_tokens, temperature=ro.temperature, top_p=ro.top_p, top_k=0,
-        max_steps=tr.steps, logging_steps=1, save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+        num_generations=ro.samples_per_prompt,
+        per_device_train_batch_size=tr.micro_batch_size,
+        gradient_accumulation_steps=samples // tr.micro_batch_size,
+        generation_batch_size=samples,
+        max_completion_length=ro.max_new_tokens,
+        temperature=ro.temperature,
+        top_p=ro.top_p,
+        top_k=0,
+        max_steps=tr.steps,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
     )
     train = Dataset.from_list(read_jsonl(Path(cfg.data.path)))
     generate_s: list[float] = []
@@ -371,20 +432,33 @@ def worker_trl(cfg_path: Path, dtype: str, out: Path) -> None:
             generate_s.clear()
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.step = {"step": state.global_step, "step_s": time.perf_counter() - self.started,
-                         "end": time.perf_counter(), "generate_s": sum(generate_s)}
+            self.step = {
+                "step": state.global_step,
+                "step_s": time.perf_counter() - self.started,
+                "end": time.perf_counter(),
+                "generate_s": sum(generate_s),
+            }
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "completions/mean_length" in logs and self.step is not None:
                 length = logs["completions/mean_length"]
                 tokens = length * samples
-                record = self.step | {"length_mean": length, "clipped_ratio": logs.get("completions/clipped_ratio"),
-                                      "tokens_per_s": tokens / max(self.step["generate_s"], 1e-9)}
+                record = self.step | {
+                    "length_mean": length,
+                    "clipped_ratio": logs.get("completions/clipped_ratio"),
+                    "tokens_per_s": tokens / max(self.step["generate_s"], 1e-9),
+                }
                 with out.open("a") as f:
                     f.write(json.dumps(record) + "\n")
 
-    trainer = GRPOTrainer(model=model, reward_funcs=correct, args=args, train_dataset=train,
-                          processing_class=tokenizer, callbacks=[Clock()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=correct,
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+        callbacks=[Clock()],
+    )
     inner = trainer._generate_single_turn
 
     def timed_generate(*a: Any, **k: Any) -> Any:  # TRL's sampling call alone, for tokens/s
@@ -415,7 +489,8 @@ def bench_shape(name: str, dtype: str, args: argparse.Namespace, work: Path) -> 
         for backend in args.backends:
             sets = [f"backends.rollout={backend}", f"model.dtype={dtype}", *PLACEMENT, *CONFIGS[config_name]]
             ours.setdefault(config_name, {})[backend] = run_ours(
-                config, sets, work, f"{name}-{dtype}-{config_name}-{backend}", args)
+                config, sets, work, f"{name}-{dtype}-{config_name}-{backend}", args
+            )
 
     # The like-for-like pair (colocate-sync and TRL) back to back, the other configurations after.
     first = [c for c in args.configs if c == "colocate-sync"]
@@ -427,13 +502,27 @@ def bench_shape(name: str, dtype: str, args: argparse.Namespace, work: Path) -> 
         if config_name not in first:
             run_config(config_name)
     return {
-        "shape": name, "dtype": dtype, "steps": steps, "note": NOTES[name],
-        "model": {"size": shape.size, "parameters": manifest["model"]["parameters"],
-                  "warm_start_steps": manifest["sft"]["steps"], "path": str(config.parent / "model")},
-        "batch": {"prompts": cfg.rollout.prompts_per_step, "samples_per_prompt": cfg.rollout.samples_per_prompt,
-                  "max_new_tokens": cfg.rollout.max_new_tokens, "micro_batch_size": cfg.train.micro_batch_size,
-                  "lr": cfg.train.lr, "temperature": cfg.rollout.temperature},
-        "ours": ours, "trl": trl, "comparison": compare(ours, trl),
+        "shape": name,
+        "dtype": dtype,
+        "steps": steps,
+        "note": NOTES[name],
+        "model": {
+            "size": shape.size,
+            "parameters": manifest["model"]["parameters"],
+            "warm_start_steps": manifest["sft"]["steps"],
+            "path": str(config.parent / "model"),
+        },
+        "batch": {
+            "prompts": cfg.rollout.prompts_per_step,
+            "samples_per_prompt": cfg.rollout.samples_per_prompt,
+            "max_new_tokens": cfg.rollout.max_new_tokens,
+            "micro_batch_size": cfg.train.micro_batch_size,
+            "lr": cfg.train.lr,
+            "temperature": cfg.rollout.temperature,
+        },
+        "ours": ours,
+        "trl": trl,
+        "comparison": compare(ours, trl),
     }
 
 
@@ -445,8 +534,11 @@ def compare(ours: dict[str, dict[str, Any]], trl: dict[str, Any] | None) -> dict
         out["step_s_ours_over_trl"] = {b: _r(r["step_s"] / trl["step_s"], 3) for b, r in runs.items()}
         out["tokens_per_s_ours_over_trl"] = {b: _r(r["tokens_per_s"] / trl["tokens_per_s"], 3) for b, r in runs.items()}
     if "vllm" in runs and "transformers" in runs:
-        out["rollout_tokens_per_s"] = {"vllm": runs["vllm"]["tokens_per_s"], "transformers": runs["transformers"]["tokens_per_s"],
-                                       "vllm_over_transformers": _r(runs["vllm"]["tokens_per_s"] / runs["transformers"]["tokens_per_s"], 3)}
+        out["rollout_tokens_per_s"] = {
+            "vllm": runs["vllm"]["tokens_per_s"],
+            "transformers": runs["transformers"]["tokens_per_s"],
+            "vllm_over_transformers": _r(runs["vllm"]["tokens_per_s"] / runs["transformers"]["tokens_per_s"], 3),
+        }
     if "vllm" in runs:
         out["vllm_weight_sync_share"] = runs["vllm"]["weight_sync_share"]
         out["vllm_logprob_diff_max"] = runs["vllm"].get("logprob_diff_max")
@@ -467,17 +559,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="GRPO step time, ours vs TRL's GRPOTrainer; our phase breakdown.")
     parser.add_argument("--shape", default="tiny", choices=["tiny", "medium", "both"])
     parser.add_argument("--steps", type=int, help="steps per run, the first a warm-up (default: tiny 6, medium 4)")
-    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), help="our configurations "
-                        "(default: tiny all three, medium colocate-sync)")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(CONFIGS),
+        help="our configurations (default: tiny all three, medium colocate-sync)",
+    )
     parser.add_argument("--backends", nargs="+", default=["transformers", "vllm"], choices=["transformers", "vllm"])
-    parser.add_argument("--dtype", nargs="+", choices=["float32", "bfloat16"], help="default: tiny float32, medium bfloat16")
+    parser.add_argument(
+        "--dtype", nargs="+", choices=["float32", "bfloat16"], help="default: tiny float32, medium bfloat16"
+    )
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--cache-dir", type=Path, default=REPO / ".demo", help="where the built models are kept")
     parser.add_argument("--timeout-s", type=float, default=1800, help="per process")
-    parser.add_argument("--quiet-s", type=float, default=60,
-                        help="before each process, wait up to this long for the CPUs to go idle")
-    parser.add_argument("--retries", type=int, default=1, help="runs again a process that shared the CPUs with "
-                        f"other work (over {CONTENDED_CORES} cores on average)")
+    parser.add_argument(
+        "--quiet-s", type=float, default=60, help="before each process, wait up to this long for the CPUs to go idle"
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help=f"runs again a process that shared the CPUs with other work (over {CONTENDED_CORES} cores on average)",
+    )
     parser.add_argument("--worker", choices=["trl"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-config", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--worker-dtype", help=argparse.SUPPRESS)
@@ -503,10 +606,15 @@ def main() -> None:
                 result = bench_shape(name, dtype, run_args, Path(folder))
                 result["wall_s"] = round(time.monotonic() - shape_started, 1)
                 results.append(result)
-    report = {"bench": "engine", "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count(),
-              "wall_s": round(time.monotonic() - started, 1),
-              # Runs that shared the CPUs with other work even after --retries: their times are not comparable.
-              "contended_runs": contended(results), "results": results}
+    report = {
+        "bench": "engine",
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpus": os.cpu_count(),
+        "wall_s": round(time.monotonic() - started, 1),
+        # Runs that shared the CPUs with other work even after --retries: their times are not comparable.
+        "contended_runs": contended(results),
+        "results": results,
+    }
     print(json.dumps(report, indent=1), file=json_out, flush=True)
 
 

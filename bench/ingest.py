@@ -137,9 +137,12 @@ def ensure_bench_venv() -> None:
 
 
 def mlflow_version() -> str:
-    out = subprocess.run([str(BENCH_VENV / "bin" / "python"), "-c",
-                          "import importlib.metadata as m; print(m.version('mlflow'))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(BENCH_VENV / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('mlflow'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.strip()
 
 
@@ -147,10 +150,24 @@ def start_mlflow(pg: Postgres, workdir: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
-        [str(BENCH_VENV / "bin" / "mlflow"), "server", "--backend-store-uri", pg.url(MLFLOW_DB, "postgresql+psycopg2"),
-         "--artifacts-destination", str(workdir / "mlartifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        cwd=workdir, env=env, stdout=(workdir / "mlflow.log").open("w"), stderr=subprocess.STDOUT,
+        [
+            str(BENCH_VENV / "bin" / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            pg.url(MLFLOW_DB, "postgresql+psycopg2"),
+            "--artifacts-destination",
+            str(workdir / "mlartifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=workdir,
+        env=env,
+        stdout=(workdir / "mlflow.log").open("w"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     return process, f"http://127.0.0.1:{port}"
@@ -158,8 +175,12 @@ def start_mlflow(pg: Postgres, workdir: Path) -> tuple[subprocess.Popen, str]:
 
 def ours_env(pg: Postgres, workdir: Path, secret: str, redis_url: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CELERY_BROKER_URL")}
-    env.update(DATABASE_URL=pg.url(OURS_DB), POSTTRAIN_HOME=str(workdir / "posttrain-home"),
-               POSTTRAIN_SECRET_KEY=secret, OMP_NUM_THREADS="1")
+    env.update(
+        DATABASE_URL=pg.url(OURS_DB),
+        POSTTRAIN_HOME=str(workdir / "posttrain-home"),
+        POSTTRAIN_SECRET_KEY=secret,
+        OMP_NUM_THREADS="1",
+    )
     if redis_url:
         env["REDIS_URL"] = redis_url
     return env
@@ -188,8 +209,14 @@ def prepare_ours(env: dict[str, str], n_runs: int) -> list[tuple[str, str]]:
     """Migrate the fresh database and create the runs (id, bearer token) through Django."""
     py = str(OURS_BIN / "python")
     subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, env=env, check=True)
-    out = subprocess.run([py, "manage.py", "shell", "-c", _CREATE_RUNS], cwd=REPO, env={**env, "BENCH_RUNS": str(n_runs)},
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [py, "manage.py", "shell", "-c", _CREATE_RUNS],
+        cwd=REPO,
+        env={**env, "BENCH_RUNS": str(n_runs)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     line = next(x for x in out.stdout.splitlines() if x.startswith("BENCH_RUNS_JSON "))
     return [tuple(pair) for pair in json.loads(line.split(" ", 1)[1])]
 
@@ -197,9 +224,22 @@ def prepare_ours(env: dict[str, str], n_runs: int) -> list[tuple[str, str]]:
 def start_ours(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [str(OURS_BIN / "uvicorn"), "--app-dir", str(REPO / "platform"), "posttrain.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=REPO, env=env, stdout=(workdir / "ours.log").open("w"), stderr=subprocess.STDOUT,
+        [
+            str(OURS_BIN / "uvicorn"),
+            "--app-dir",
+            str(REPO / "platform"),
+            "posttrain.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=(workdir / "ours.log").open("w"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     return process, f"http://127.0.0.1:{port}"
@@ -288,13 +328,25 @@ class Shape:
         for i in range(n_requests):
             first = i * self.b
             events = [
-                {"run": run_id, "seq": first + j + 1, "type": "metrics", "step": first + j,
-                 "time": self.t0 + (first + j) * 0.01, "data": dict(zip(self.names, row))}
+                {
+                    "run": run_id,
+                    "seq": first + j + 1,
+                    "type": "metrics",
+                    "step": first + j,
+                    "time": self.t0 + (first + j) * 0.01,
+                    "data": dict(zip(self.names, row)),
+                }
                 for j, row in enumerate(self.values(seed, first))
             ]
             expected = first + self.b
-            out.append(Request(path, json.dumps({"events": events}, separators=(",", ":")).encode(), headers,
-                               lambda p, e=expected: json.loads(p).get("acknowledged_seq") == e))
+            out.append(
+                Request(
+                    path,
+                    json.dumps({"events": events}, separators=(",", ":")).encode(),
+                    headers,
+                    lambda p, e=expected: json.loads(p).get("acknowledged_seq") == e,
+                )
+            )
         return out
 
     def mlflow(self, run_id: str, n_requests: int, seed: int) -> list[Request]:
@@ -303,12 +355,22 @@ class Shape:
         for i in range(n_requests):
             first = i * self.b
             metrics = [
-                {"key": name, "value": value, "timestamp": int((self.t0 + (first + j) * 0.01) * 1000), "step": first + j}
-                for j, row in enumerate(self.values(seed, first)) for name, value in zip(self.names, row)
+                {
+                    "key": name,
+                    "value": value,
+                    "timestamp": int((self.t0 + (first + j) * 0.01) * 1000),
+                    "step": first + j,
+                }
+                for j, row in enumerate(self.values(seed, first))
+                for name, value in zip(self.names, row)
             ]
-            out.append(Request("/api/2.0/mlflow/runs/log-batch",
-                               json.dumps({"run_id": run_id, "metrics": metrics}, separators=(",", ":")).encode(),
-                               headers))
+            out.append(
+                Request(
+                    "/api/2.0/mlflow/runs/log-batch",
+                    json.dumps({"run_id": run_id, "metrics": metrics}, separators=(",", ":")).encode(),
+                    headers,
+                )
+            )
         return out
 
 
@@ -345,12 +407,19 @@ def main() -> int:
     ap.add_argument("--metrics-per-step", type=int, default=50)
     ap.add_argument("--steps-per-request", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1],
-                    help="client threads per load, one run each (e.g. 1 4)")
-    ap.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432"),
-                    help="Postgres server (no database); both systems get a fresh database there")
-    ap.add_argument("--redis-url", default=None,
-                    help="give ours REDIS_URL (live channel on Redis, as in production); default: in-process")
+    ap.add_argument(
+        "--threads", type=int, nargs="+", default=[1], help="client threads per load, one run each (e.g. 1 4)"
+    )
+    ap.add_argument(
+        "--pg-url",
+        default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432"),
+        help="Postgres server (no database); both systems get a fresh database there",
+    )
+    ap.add_argument(
+        "--redis-url",
+        default=None,
+        help="give ours REDIS_URL (live channel on Redis, as in production); default: in-process",
+    )
     args = ap.parse_args()
     shape = Shape(args.metrics_per_step, args.steps_per_request)
     if shape.points_per_request > 1000:
@@ -372,8 +441,9 @@ def main() -> int:
         ours_proc, ours_url = start_ours(env, workdir)
         wait_for_http(f"{ours_url}/login/", 120, ours_proc)
         wait_for_http(f"{mlflow_url}/health", 300, mlflow_proc)
-        experiment_id = http_json("POST", f"{mlflow_url}/api/2.0/mlflow/experiments/create",
-                                  {"name": "bench-ingest"})["experiment_id"]
+        experiment_id = http_json("POST", f"{mlflow_url}/api/2.0/mlflow/experiments/create", {"name": "bench-ingest"})[
+            "experiment_id"
+        ]
         setup_s = time.perf_counter() - started
         log(f"servers up after {setup_s:.1f}s (ours {ours_url}, mlflow {mlflow_url})")
 
@@ -382,8 +452,10 @@ def main() -> int:
         warm_mlflow = shape.mlflow(mlflow_new_run(mlflow_url, experiment_id, "warm-up"), WARMUP_REQUESTS, seed=0)
         run_load(ours_url, [warm_ours])
         run_load(mlflow_url, [warm_mlflow])
-        request_bytes = {"ours": round(statistics.mean(len(r.body) for r in warm_ours)),
-                         "mlflow": round(statistics.mean(len(r.body) for r in warm_mlflow))}
+        request_bytes = {
+            "ours": round(statistics.mean(len(r.body) for r in warm_ours)),
+            "mlflow": round(statistics.mean(len(r.body) for r in warm_mlflow)),
+        }
 
         next_ours = iter(ours_runs[1:])
         used: dict[str, list[tuple[str, int]]] = {"ours": [], "mlflow": []}  # (run id, points expected)
@@ -408,31 +480,54 @@ def main() -> int:
                         used[system].append((run_id, per_thread_requests * shape.points_per_request))
                     result = summarize(run_load(ours_url if system == "ours" else mlflow_url, loads), points, requests)
                     per_repeat[system].append(result)
-                    log(f"threads={threads} repeat={repeat} {system}: {result['points_per_s']:.0f} points/s, "
-                        f"p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms")
+                    log(
+                        f"threads={threads} repeat={repeat} {system}: {result['points_per_s']:.0f} points/s, "
+                        f"p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms"
+                    )
             ours_m, mlflow_m = medians(per_repeat["ours"]), medians(per_repeat["mlflow"])
             results[f"threads_{threads}"] = {
-                "threads": threads, "runs_per_system": threads, "requests": requests, "points": points,
-                "ours": ours_m, "mlflow": mlflow_m,
+                "threads": threads,
+                "runs_per_system": threads,
+                "requests": requests,
+                "points": points,
+                "ours": ours_m,
+                "mlflow": mlflow_m,
                 "ratio_points_per_s_ours_over_mlflow": round(ours_m["points_per_s"] / mlflow_m["points_per_s"], 2),
-                "ratio_per_repeat": [round(o["points_per_s"] / m["points_per_s"], 2)
-                                     for o, m in zip(per_repeat["ours"], per_repeat["mlflow"])],
+                "ratio_per_repeat": [
+                    round(o["points_per_s"] / m["points_per_s"], 2)
+                    for o, m in zip(per_repeat["ours"], per_repeat["mlflow"])
+                ],
             }
 
         # Correctness: every measured run holds exactly the points sent.
         expected = sum(p for _, p in used["ours"])
-        ours_stored = sum(int(pg.scalar(
-            OURS_DB,
-            "SELECT coalesce(sum((SELECT count(*) FROM jsonb_object_keys(m.values))), 0) "
-            "FROM runs_metricrow m WHERE m.run_id = %s::uuid", (run_id,))) for run_id, _ in used["ours"])
-        ours_rows = sum(int(pg.scalar(OURS_DB, "SELECT count(*) FROM runs_metricrow WHERE run_id = %s::uuid", (r,)))
-                        for r, _ in used["ours"])
-        mlflow_rows = sum(int(pg.scalar(MLFLOW_DB, "SELECT count(*) FROM metrics WHERE run_uuid = %s", (r,)))
-                          for r, _ in used["mlflow"])
+        ours_stored = sum(
+            int(
+                pg.scalar(
+                    OURS_DB,
+                    "SELECT coalesce(sum((SELECT count(*) FROM jsonb_object_keys(m.values))), 0) "
+                    "FROM runs_metricrow m WHERE m.run_id = %s::uuid",
+                    (run_id,),
+                )
+            )
+            for run_id, _ in used["ours"]
+        )
+        ours_rows = sum(
+            int(pg.scalar(OURS_DB, "SELECT count(*) FROM runs_metricrow WHERE run_id = %s::uuid", (r,)))
+            for r, _ in used["ours"]
+        )
+        mlflow_rows = sum(
+            int(pg.scalar(MLFLOW_DB, "SELECT count(*) FROM metrics WHERE run_uuid = %s", (r,)))
+            for r, _ in used["mlflow"]
+        )
         last_run, last_points = used["mlflow"][-1]
         history, page_token = [], None
         while True:
-            query = {"run_id": last_run, "metric_key": shape.names[0], **({"page_token": page_token} if page_token else {})}
+            query = {
+                "run_id": last_run,
+                "metric_key": shape.names[0],
+                **({"page_token": page_token} if page_token else {}),
+            }
             page = http_json("GET", f"{mlflow_url}/api/2.0/mlflow/metrics/get-history?" + urllib.parse.urlencode(query))
             history.extend(page.get("metrics", []))
             page_token = page.get("next_page_token")
@@ -441,13 +536,16 @@ def main() -> int:
         steps_sent = last_points // shape.k
         verification = {
             "points_expected_per_system": expected,
-            "ours_points_stored": ours_stored, "ours_metric_rows": ours_rows,
+            "ours_points_stored": ours_stored,
+            "ours_metric_rows": ours_rows,
             "mlflow_metrics_rows": mlflow_rows,
-            "mlflow_get_history": {"metric": shape.names[0], "points": len(history),
-                                   "expected": steps_sent},
+            "mlflow_get_history": {"metric": shape.names[0], "points": len(history), "expected": steps_sent},
         }
-        verification["ok"] = (ours_stored == expected and mlflow_rows == expected
-                              and verification["mlflow_get_history"]["points"] == steps_sent)
+        verification["ok"] = (
+            ours_stored == expected
+            and mlflow_rows == expected
+            and verification["mlflow_get_history"]["points"] == steps_sent
+        )
 
         versions = {
             "mlflow": mlflow_version(),
@@ -458,16 +556,22 @@ def main() -> int:
             "bench": "ingest",
             "what": "metric points/s into Postgres: POST /api/runs/<id>/events (ours) vs MLflow runs/log-batch",
             "config": {
-                "points_per_load": args.points, "metrics_per_step": shape.k, "steps_per_request": shape.b,
-                "points_per_request": shape.points_per_request, "repeats": args.repeats, "threads": args.threads,
-                "warmup_requests": WARMUP_REQUESTS, "order": "alternating per repeat (ours first on even repeats)",
+                "points_per_load": args.points,
+                "metrics_per_step": shape.k,
+                "steps_per_request": shape.b,
+                "points_per_request": shape.points_per_request,
+                "repeats": args.repeats,
+                "threads": args.threads,
+                "warmup_requests": WARMUP_REQUESTS,
+                "order": "alternating per repeat (ours first on even repeats)",
                 "client": "stdlib http.client, one keep-alive connection per thread, bodies encoded before the clock",
                 "request_bytes": request_bytes,
                 "ours_server": "uvicorn posttrain.asgi:application, 1 worker, DATABASE_URL on Postgres, "
-                               f"POSTTRAIN_DB_CONN_MAX_AGE={env.get('POSTTRAIN_DB_CONN_MAX_AGE', '0')}, "
-                               f"live channel {'redis' if args.redis_url else 'in-process'}",
+                f"POSTTRAIN_DB_CONN_MAX_AGE={env.get('POSTTRAIN_DB_CONN_MAX_AGE', '0')}, "
+                f"live channel {'redis' if args.redis_url else 'in-process'}",
                 "mlflow_server": "mlflow server --workers 1 (uvicorn), --backend-store-uri postgresql+psycopg2:// (SQLAlchemy pool)",
-                "cpus": os.cpu_count(), "load_average_1m_at_start": load_at_start,
+                "cpus": os.cpu_count(),
+                "load_average_1m_at_start": load_at_start,
             },
             "versions": versions,
             "results": results,

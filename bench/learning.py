@@ -47,15 +47,26 @@ def _emit(**record) -> None:
 # --- workers (one process per system and seed) -------------------------------------------------
 
 
-TOOL_ENVIRONMENT = {"path": str(REPO / "rl_engine" / "environments" / "calculator.py"), "name": "Calculator",
-                    "max_turns": 3, "options": {"call_cost": 0.05, "max_calls": 2}}
+TOOL_ENVIRONMENT = {
+    "path": str(REPO / "rl_engine" / "environments" / "calculator.py"),
+    "name": "Calculator",
+    "max_turns": 3,
+    "options": {"call_cost": 0.05, "max_calls": 2},
+}
 
 
-def worker_ours(demo: Path, seed: int, budget_s: float, eval_every_s: float, eval_rows: list[dict], overrides: list[str],
-                tool: bool = False) -> None:
+def worker_ours(
+    demo: Path,
+    seed: int,
+    budget_s: float,
+    eval_every_s: float,
+    eval_rows: list[dict],
+    overrides: list[str],
+    tool: bool = False,
+) -> None:
     import torch
 
-    from rl_engine.__main__ import apply_overrides, _resolve_paths
+    from rl_engine.__main__ import _resolve_paths, apply_overrides
     from rl_engine.config import validate_config
     from rl_engine.demo.evaluate import evaluate_greedy
     from rl_engine.demo.run_config import demo_run_config
@@ -63,8 +74,14 @@ def worker_ours(demo: Path, seed: int, budget_s: float, eval_every_s: float, eva
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     tool_settings = {"environment": TOOL_ENVIRONMENT, "rewards": []} if tool else {}
-    base = demo_run_config(demo, seed=seed, train={"steps": 100_000}, logging={"eval_every": 0},
-                           checkpoint={"save_final": False, "every_steps": 0}, **tool_settings).model_dump(mode="json")
+    base = demo_run_config(
+        demo,
+        seed=seed,
+        train={"steps": 100_000},
+        logging={"eval_every": 0},
+        checkpoint={"save_final": False, "every_steps": 0},
+        **tool_settings,
+    ).model_dump(mode="json")
     cfg = _resolve_paths(validate_config(apply_overrides(base, overrides)), demo)
     engine = build_engine(cfg)
     clock, step, next_eval = 0.0, 0, 0.0
@@ -87,7 +104,9 @@ def worker_ours(demo: Path, seed: int, budget_s: float, eval_every_s: float, eva
     engine.close()
 
 
-def worker_trl(demo: Path, seed: int, budget_s: float, eval_every_s: float, eval_rows: list[dict], overrides: list[str]) -> None:
+def worker_trl(
+    demo: Path, seed: int, budget_s: float, eval_every_s: float, eval_rows: list[dict], overrides: list[str]
+) -> None:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -107,11 +126,24 @@ def worker_trl(demo: Path, seed: int, budget_s: float, eval_every_s: float, eval
 
     extra = dict(item.split("=", 1) for item in overrides)
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-grpo-"), use_cpu=True, seed=seed, report_to="none",
-        learning_rate=float(extra.get("lr", 1e-4)), lr_scheduler_type="constant", beta=0.0,
-        num_generations=8, per_device_train_batch_size=256, gradient_accumulation_steps=1,
-        max_completion_length=6, temperature=1.0, max_steps=100_000, logging_steps=1_000_000,
-        save_strategy="no", dataloader_num_workers=0, bf16=False, disable_tqdm=True,
+        output_dir=tempfile.mkdtemp(prefix="trl-grpo-"),
+        use_cpu=True,
+        seed=seed,
+        report_to="none",
+        learning_rate=float(extra.get("lr", 1e-4)),
+        lr_scheduler_type="constant",
+        beta=0.0,
+        num_generations=8,
+        per_device_train_batch_size=256,
+        gradient_accumulation_steps=1,
+        max_completion_length=6,
+        temperature=1.0,
+        max_steps=100_000,
+        logging_steps=1_000_000,
+        save_strategy="no",
+        dataloader_num_workers=0,
+        bf16=False,
+        disable_tqdm=True,
     )
 
     class Clock(TrainerCallback):
@@ -134,8 +166,14 @@ def worker_trl(demo: Path, seed: int, budget_s: float, eval_every_s: float, eval
             if self.clock >= budget_s:
                 control.should_training_stop = True
 
-    trainer = GRPOTrainer(model=model, reward_funcs=correct, args=args, train_dataset=train,
-                          processing_class=tokenizer, callbacks=[Clock()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=correct,
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+        callbacks=[Clock()],
+    )
     trainer.train()
 
 
@@ -143,8 +181,22 @@ def worker_trl(demo: Path, seed: int, budget_s: float, eval_every_s: float, eval
 
 
 def run_worker(system: str, seed: int, args: argparse.Namespace) -> dict:
-    command = [sys.executable, __file__, "--worker", system, "--seed", str(seed), "--minutes", str(args.minutes),
-               "--eval-every-s", str(args.eval_every_s), "--demo-dir", str(args.demo_dir), "--eval-size", str(args.eval_size)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        system,
+        "--seed",
+        str(seed),
+        "--minutes",
+        str(args.minutes),
+        "--eval-every-s",
+        str(args.eval_every_s),
+        "--demo-dir",
+        str(args.demo_dir),
+        "--eval-size",
+        str(args.eval_size),
+    ]
     for item in args.trl_set if system == "trl" else args.set:
         command += ["--trl-set" if system == "trl" else "--set", item]
     started = time.monotonic()
@@ -159,9 +211,14 @@ def run_worker(system: str, seed: int, args: argparse.Namespace) -> dict:
     curve = [point for line in output.splitlines() if (point := _curve_point(line)) is not None]
     if process.returncode != 0 or not curve:
         raise RuntimeError(f"{system} seed {seed} failed (exit {process.returncode}); run the worker alone to see why")
-    return {"seed": seed, "curve": [(p["train_s"], p["accuracy"]) for p in curve], "steps": curve[-1]["step"],
-            **({"calls_per_episode": [p["calls_per_episode"] for p in curve]} if "calls_per_episode" in curve[-1] else {}),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "process_wall_s": round(time.monotonic() - started, 1)}
+    return {
+        "seed": seed,
+        "curve": [(p["train_s"], p["accuracy"]) for p in curve],
+        "steps": curve[-1]["step"],
+        **({"calls_per_episode": [p["calls_per_episode"] for p in curve]} if "calls_per_episode" in curve[-1] else {}),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "process_wall_s": round(time.monotonic() - started, 1),
+    }
 
 
 def _curve_point(line: str) -> dict | None:
@@ -187,21 +244,34 @@ def summarize(results: dict[str, list[dict]], minutes: float) -> dict:
     marks = sorted({m for m in (2, 6, 10) if m <= minutes} | {minutes})
     summary: dict = {}
     for system, runs in results.items():
-        per_mark = {f"accuracy_at_{m}min": statistics.median(
-            [a for r in runs if (a := accuracy_at(r["curve"], m * 60)) is not None] or [float("nan")]) for m in marks}
-        summary[system] = {**per_mark, "steps_median": statistics.median(r["steps"] for r in runs),
-                           "peak_rss_mib_max": max(r["peak_rss_mib"] for r in runs)}
+        per_mark = {
+            f"accuracy_at_{m}min": statistics.median(
+                [a for r in runs if (a := accuracy_at(r["curve"], m * 60)) is not None] or [float("nan")]
+            )
+            for m in marks
+        }
+        summary[system] = {
+            **per_mark,
+            "steps_median": statistics.median(r["steps"] for r in runs),
+            "peak_rss_mib_max": max(r["peak_rss_mib"] for r in runs),
+        }
     if "ours" in results and "tool" in results:
         marks_key = f"accuracy_at_{marks[-1]}min"
-        summary["tool_minus_single_turn_final_accuracy"] = round(summary["tool"][marks_key] - summary["ours"][marks_key], 4)
+        summary["tool_minus_single_turn_final_accuracy"] = round(
+            summary["tool"][marks_key] - summary["ours"][marks_key], 4
+        )
     if "ours" in results and "trl" in results:
         trl_final = summary["trl"][f"accuracy_at_{marks[-1]}min"]
         times = [time_to(r["curve"], trl_final) for r in results["ours"]]
         reached = [t for t in times if t is not None]
-        summary["ours_time_to_trl_final_accuracy_s"] = statistics.median(reached) if len(reached) == len(times) else None
+        summary["ours_time_to_trl_final_accuracy_s"] = (
+            statistics.median(reached) if len(reached) == len(times) else None
+        )
         summary["ours_time_to_trl_final_ratio"] = (
             round(summary["ours_time_to_trl_final_accuracy_s"] / (marks[-1] * 60), 3)
-            if summary["ours_time_to_trl_final_accuracy_s"] is not None else None)
+            if summary["ours_time_to_trl_final_accuracy_s"] is not None
+            else None
+        )
         times90 = [time_to(r["curve"], 0.9) for r in results["ours"]]
         summary["ours_time_to_90pct_s"] = statistics.median(times90) if all(t is not None for t in times90) else None
     return summary
@@ -226,8 +296,15 @@ def main() -> None:
         if args.worker == "trl":
             worker_trl(args.demo_dir, args.seed, args.minutes * 60, args.eval_every_s, eval_rows, args.trl_set)
         else:
-            worker_ours(args.demo_dir, args.seed, args.minutes * 60, args.eval_every_s, eval_rows, args.set,
-                        tool=args.worker == "tool")
+            worker_ours(
+                args.demo_dir,
+                args.seed,
+                args.minutes * 60,
+                args.eval_every_s,
+                eval_rows,
+                args.set,
+                tool=args.worker == "tool",
+            )
         return
 
     from rl_engine.demo.run_config import build_demo_assets
@@ -235,12 +312,21 @@ def main() -> None:
     build_demo_assets(args.demo_dir)
     manifest = json.loads((args.demo_dir / "manifest.json").read_text())
     results = {system: [run_worker(system, seed, args) for seed in args.seeds] for system in args.systems}
-    print(json.dumps({
-        "bench": "learning", "minutes": args.minutes, "seeds": args.seeds, "threads": os.environ["OMP_NUM_THREADS"],
-        "warm_start_accuracy": manifest.get("warm_start", {}).get("test_accuracy"),
-        "overrides": {"ours": args.set, "trl": args.trl_set},
-        "summary": summarize(results, args.minutes), "runs": results,
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "bench": "learning",
+                "minutes": args.minutes,
+                "seeds": args.seeds,
+                "threads": os.environ["OMP_NUM_THREADS"],
+                "warm_start_accuracy": manifest.get("warm_start", {}).get("test_accuracy"),
+                "overrides": {"ours": args.set, "trl": args.trl_set},
+                "summary": summarize(results, args.minutes),
+                "runs": results,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,14 @@ USERNAME, PASSWORD = "bench-latency", "a-long-bench-passphrase"
 GOAL_P95_MS = 500.0
 MLFLOW_POLL_S = 10.0
 CHROMIUM_FLAGS = [  # as tests/e2e/conftest.py
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
 ]
 
 try:
@@ -62,7 +68,8 @@ from ingest import free_port, stop_process_group, wait_for_http  # noqa: E402  (
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Installed before any script of the page runs: timestamps per seq, at receipt and at render.
-BROWSER_PROBE = """
+BROWSER_PROBE = (
+    """
 (() => {
   const probe = { received: [], rendered: [] };
   window.__latencyProbe = probe;
@@ -77,7 +84,9 @@ BROWSER_PROBE = """
     }
   };
 })();
-""" % RENDERED_EVENT
+"""
+    % RENDERED_EVENT
+)
 
 
 class BenchError(Exception):
@@ -94,7 +103,8 @@ def check_run_page() -> None:
         raise BenchError(
             f"{RUN_JS.relative_to(REPO)} does not dispatch `{RENDERED_EVENT}` (window.dispatchEvent(new CustomEvent("
             f"'{RENDERED_EVENT}', {{detail: {{seq, step}}}})) right after it extends the plotly traces for a "
-            "metrics message); without it nothing tells when a point is drawn")
+            "metrics message); without it nothing tells when a point is drawn"
+        )
 
 
 def pg_admin(pg_url: str, sql: str) -> None:
@@ -125,8 +135,9 @@ def prepare(env: dict[str, str]) -> tuple[str, str]:
     py = str(OURS_BIN / "python")
     subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, env=env, check=True)
     code = _CREATE_RUN % {"username": USERNAME, "password": PASSWORD}
-    out = subprocess.run([py, "manage.py", "shell", "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [py, "manage.py", "shell", "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
     line = next(x for x in out.stdout.splitlines() if x.startswith("BENCH_RUN_JSON "))
     run_id, token = json.loads(line.split(" ", 1)[1])
     return run_id, token
@@ -135,17 +146,36 @@ def prepare(env: dict[str, str]) -> tuple[str, str]:
 def start_server(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [str(OURS_BIN / "uvicorn"), "--app-dir", str(REPO / "platform"), "posttrain.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=REPO, env=env, stdout=(workdir / "uvicorn.log").open("w"), stderr=subprocess.STDOUT,
+        [
+            str(OURS_BIN / "uvicorn"),
+            "--app-dir",
+            str(REPO / "platform"),
+            "posttrain.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=(workdir / "uvicorn.log").open("w"),
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     return process, f"http://127.0.0.1:{port}"
 
 
 def metrics_event(run_id: str, seq: int) -> dict[str, Any]:
-    return {"run": run_id, "seq": seq, "type": "metrics", "step": seq, "time": time.time(),
-            "data": {"reward/mean": (seq % 50) / 50, "kl/mean": 0.01 * (seq % 7), "response/length_mean": 20 + seq % 9}}
+    return {
+        "run": run_id,
+        "seq": seq,
+        "type": "metrics",
+        "step": seq,
+        "time": time.time(),
+        "data": {"reward/mean": (seq % 50) / 50, "kl/mean": 0.01 * (seq % 7), "response/length_mean": 20 + seq % 9},
+    }
 
 
 def post(session: requests.Session, url: str, event: dict[str, Any]) -> float:
@@ -175,8 +205,14 @@ def percentiles(values_ms: list[float]) -> dict[str, float] | None:
         return None
     ordered = sorted(values_ms)
     p95 = statistics.quantiles(ordered, n=100, method="inclusive")[94] if len(ordered) > 1 else ordered[0]
-    return {"p50": round(statistics.median(ordered), 1), "p95": round(p95, 1), "max": round(ordered[-1], 1),
-            "min": round(ordered[0], 1), "mean": round(statistics.fmean(ordered), 1), "n": len(ordered)}
+    return {
+        "p50": round(statistics.median(ordered), 1),
+        "p95": round(p95, 1),
+        "max": round(ordered[-1], 1),
+        "min": round(ordered[0], 1),
+        "mean": round(statistics.fmean(ordered), 1),
+        "n": len(ordered),
+    }
 
 
 def measure(base: str, run_id: str, token: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -223,15 +259,22 @@ def measure(base: str, run_id: str, token: str, args: argparse.Namespace) -> dic
             rendered = wait_for_seqs(page, set(measured), "rendered", 30)
             received = wait_for_seqs(page, set(measured), "received", 1)
             # The stream must never send a seq twice, across reconnects too (stream.js would hide it).
-            repeated = page.evaluate("(() => { const seqs = window.__latencyProbe.received.map((r) => r[0]);"
-                                     " return seqs.length - new Set(seqs).size; })()")
+            repeated = page.evaluate(
+                "(() => { const seqs = window.__latencyProbe.received.map((r) => r[0]);"
+                " return seqs.length - new Set(seqs).size; })()"
+            )
             browser_version = browser.version
             context.close()
         finally:
             browser.close()
     return {
-        "sent_ms": sent_ms, "rendered": rendered, "received": received, "post_ms": post_ms,
-        "sending_s": sending_s, "browser": browser_version, "fetch_ms": fetch_series_ms(base, run_id),
+        "sent_ms": sent_ms,
+        "rendered": rendered,
+        "received": received,
+        "post_ms": post_ms,
+        "sending_s": sending_s,
+        "browser": browser_version,
+        "fetch_ms": fetch_series_ms(base, run_id),
         "repeated": repeated,
     }
 
@@ -240,8 +283,11 @@ def fetch_series_ms(base: str, run_id: str, repeats: int = 5) -> float:
     """The median read of the run's metric series over our REST API: the modelled poller's 'one fetch'."""
     session = requests.Session()
     session.get(f"{base}/login/", timeout=30)
-    session.post(f"{base}/login/", timeout=30, data={"username": USERNAME, "password": PASSWORD,
-                                                     "csrfmiddlewaretoken": session.cookies["csrftoken"]})
+    session.post(
+        f"{base}/login/",
+        timeout=30,
+        data={"username": USERNAME, "password": PASSWORD, "csrfmiddlewaretoken": session.cookies["csrftoken"]},
+    )
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -256,11 +302,13 @@ def mlflow_model(fetch_ms: float) -> dict[str, Any]:
     return {
         "measured": False,
         "model": f"MLflow's run page polls every {MLFLOW_POLL_S:g} s: latency = U(0, {MLFLOW_POLL_S:g} s) wait for the "
-                 "next poll + one fetch (taken as our own metric-series GET, measured here)",
+        "next poll + one fetch (taken as our own metric-series GET, measured here)",
         "fetch_ms": round(fetch_ms, 1),
-        "latency_ms": {"p50": round(0.50 * MLFLOW_POLL_S * 1000 + fetch_ms, 1),
-                       "p95": round(0.95 * MLFLOW_POLL_S * 1000 + fetch_ms, 1),
-                       "max": round(MLFLOW_POLL_S * 1000 + fetch_ms, 1)},
+        "latency_ms": {
+            "p50": round(0.50 * MLFLOW_POLL_S * 1000 + fetch_ms, 1),
+            "p95": round(0.95 * MLFLOW_POLL_S * 1000 + fetch_ms, 1),
+            "max": round(MLFLOW_POLL_S * 1000 + fetch_ms, 1),
+        },
     }
 
 
@@ -269,10 +317,16 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=200, help="measured metrics events")
     ap.add_argument("--rate", type=float, default=10.0, help="events per second")
     ap.add_argument("--warmup", type=int, default=5, help="events posted and rendered before measuring")
-    ap.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432"),
-                    help="Postgres server (no database); the bench gets a fresh database there, dropped at the end")
-    ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
-                    help="Redis for the live channel, as in production")
+    ap.add_argument(
+        "--pg-url",
+        default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432"),
+        help="Postgres server (no database); the bench gets a fresh database there, dropped at the end",
+    )
+    ap.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
+        help="Redis for the live channel, as in production",
+    )
     args = ap.parse_args()
 
     started = time.perf_counter()
@@ -284,9 +338,14 @@ def main() -> int:
         pg_admin(args.pg_url, f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
         pg_admin(args.pg_url, f'CREATE DATABASE "{DB}"')
         env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL",)}
-        env.update(DATABASE_URL=f"{args.pg_url.rstrip('/')}/{DB}", REDIS_URL=args.redis_url,
-                   POSTTRAIN_HOME=str(workdir / "home"), POSTTRAIN_SECRET_KEY=secrets.token_urlsafe(40),
-                   OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        env.update(
+            DATABASE_URL=f"{args.pg_url.rstrip('/')}/{DB}",
+            REDIS_URL=args.redis_url,
+            POSTTRAIN_HOME=str(workdir / "home"),
+            POSTTRAIN_SECRET_KEY=secrets.token_urlsafe(40),
+            OMP_NUM_THREADS="1",
+            PYTHONUNBUFFERED="1",
+        )
         run_id, token = prepare(env)
         server, base = start_server(env, workdir)
         wait_for_http(f"{base}/login/", 120, server)
@@ -303,12 +362,15 @@ def main() -> int:
             "bench": "live_latency",
             "what": "engine event posted -> point drawn on the run page (headless Chromium), ours vs MLflow's 10 s poll",
             "config": {
-                "events": args.events, "rate_per_s": args.rate, "warmup_events": args.warmup,
+                "events": args.events,
+                "rate_per_s": args.rate,
+                "warmup_events": args.warmup,
                 "batch": "one metrics event (3 metrics) per POST /api/runs/<id>/events/",
                 "server": "uvicorn posttrain.asgi:application, 1 worker, Postgres, live channel on Redis pub/sub",
                 "browser": f"Chromium {result['browser']} (headless, Playwright), run page /runs/<id>/",
                 "clock": "event `time` (Python time.time at send) vs Date.now() in the page, same machine clock",
-                "cpus": os.cpu_count(), "load_average_1m_at_start": load_at_start,
+                "cpus": os.cpu_count(),
+                "load_average_1m_at_start": load_at_start,
                 "load_average_1m_at_end": os.getloadavg()[0],
             },
             "ours": {
@@ -316,7 +378,8 @@ def main() -> int:
                 "send_to_rendered_ms": ours,
                 "send_to_received_ms": percentiles(received_ms),
                 "post_round_trip_ms": percentiles(result["post_ms"]),
-                "rendered": len(rendered_ms), "missing_seqs": missing[:50],
+                "rendered": len(rendered_ms),
+                "missing_seqs": missing[:50],
                 "messages_received_twice": result["repeated"],
                 "achieved_rate_per_s": round(args.events / result["sending_s"], 2),
             },

@@ -193,8 +193,9 @@ class Sampler(threading.Thread):
             for pid in table.keys() - found.keys():
                 if environ_has(pid, run_entry):
                     found[pid] = "engine"
-                    self.outside_tree.setdefault(pid, {"pid": pid, "parent": table[pid][0], "phase": self.phase,
-                                                       "command": command_line(pid)})
+                    self.outside_tree.setdefault(
+                        pid, {"pid": pid, "parent": table[pid][0], "phase": self.phase, "command": command_line(pid)}
+                    )
         return found
 
     def sample(self) -> None:
@@ -233,21 +234,32 @@ class Sampler(threading.Thread):
         top = sorted(self.peak.processes, key=lambda p: -p.pss_kib)[:15]
         return {
             "peak_total_pss_gib": gib(self.peak.total_pss_kib),
-            "peak_at_s": round(self.peak.at_s, 1), "peak_phase": self.peak.phase,
+            "peak_at_s": round(self.peak.at_s, 1),
+            "peak_phase": self.peak.phase,
             "peak_components_pss_gib": {c: gib(k) for c, k in self.peak.components_kib.items()},
             "component_peak_pss_gib": {c: gib(k) for c, k in self.component_peak_kib.items()},
             "phase_peak_total_pss_gib": {p: gib(k) for p, k in self.phase_peak_kib.items()},
             "peak_total_rss_gib": gib(self.rss_peak_kib),
             "system_used_before_gib": gib(self.used_before_kib),
             "system_used_increase_gib": gib(self.used_peak_kib - self.used_before_kib),
-            "peak_processes": [{"component": p.component, "pid": p.pid, "pss_mib": round(p.pss_kib / KiB),
-                                "rss_mib": round(p.rss_kib / KiB), "command": p.command}
-                               for p in top],
+            "peak_processes": [
+                {
+                    "component": p.component,
+                    "pid": p.pid,
+                    "pss_mib": round(p.pss_kib / KiB),
+                    "rss_mib": round(p.rss_kib / KiB),
+                    "command": p.command,
+                }
+                for p in top
+            ],
             "processes_at_peak": len(self.peak.processes),
-            "pss_gib_by_step": {step: {"total": gib(sum(kib.values())), "engine": gib(kib["engine"])}
-                                for step, kib in self.every_5th_step().items()},
+            "pss_gib_by_step": {
+                step: {"total": gib(sum(kib.values())), "engine": gib(kib["engine"])}
+                for step, kib in self.every_5th_step().items()
+            },
             "engine_outside_tree": list(self.outside_tree.values()),
-            "samples": self.samples, "failed_samples": self.failed_samples,
+            "samples": self.samples,
+            "failed_samples": self.failed_samples,
         }
 
 
@@ -263,14 +275,20 @@ def free_port() -> int:
 def stack_env(home: Path) -> dict[str, str]:
     """`make demo`'s environment on embedded defaults, in `home`, on free ports."""
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV and not k.startswith("POSTTRAIN_")}
-    env.update(POSTTRAIN_HOME=str(home), POSTTRAIN_PORT=str(free_port()),
-               POSTTRAIN_RAY_DASHBOARD_PORT=str(free_port()), POSTTRAIN_RAY_GCS_PORT=str(free_port()),
-               POSTTRAIN_RAY_AGENT_PORT=str(free_port()),
-               # Ray's unix sockets live under its temp dir, whose path must stay short.
-               POSTTRAIN_RAY_TMP=f"/tmp/pt-ray-mem-{os.getpid()}",
-               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"), HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
-               PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        POSTTRAIN_HOME=str(home),
+        POSTTRAIN_PORT=str(free_port()),
+        POSTTRAIN_RAY_DASHBOARD_PORT=str(free_port()),
+        POSTTRAIN_RAY_GCS_PORT=str(free_port()),
+        POSTTRAIN_RAY_AGENT_PORT=str(free_port()),
+        # Ray's unix sockets live under its temp dir, whose path must stay short.
+        POSTTRAIN_RAY_TMP=f"/tmp/pt-ray-mem-{os.getpid()}",
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     return env
 
 
@@ -306,14 +324,16 @@ class Api:
         self.base, self.token = base, token
 
     def call(self, path: str, method: str = "GET") -> dict[str, Any]:
-        request = urllib.request.Request(self.base + path, method=method,
-                                         headers={"Authorization": f"Token {self.token}"})
+        request = urllib.request.Request(
+            self.base + path, method=method, headers={"Authorization": f"Token {self.token}"}
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.load(response)
 
 
-def wait_for_steps(api: Api, run_id: str, steps: int, deadline: float, sampler: Sampler,
-                   marks: dict[str, float]) -> dict[str, Any]:
+def wait_for_steps(
+    api: Api, run_id: str, steps: int, deadline: float, sampler: Sampler, marks: dict[str, float]
+) -> dict[str, Any]:
     """Polls the run until it has logged `steps` training steps; the sampler's phase follows the run."""
     last = -1
     while True:
@@ -367,8 +387,15 @@ def stop_stack(env: dict[str, str], sampler: Sampler, grace_s: float = 30) -> li
 
 def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> None:
     env = stack_env(home)
-    report["ports"] = {k: int(env[k]) for k in ("POSTTRAIN_PORT", "POSTTRAIN_RAY_DASHBOARD_PORT",
-                                                "POSTTRAIN_RAY_GCS_PORT", "POSTTRAIN_RAY_AGENT_PORT")}
+    report["ports"] = {
+        k: int(env[k])
+        for k in (
+            "POSTTRAIN_PORT",
+            "POSTTRAIN_RAY_DASHBOARD_PORT",
+            "POSTTRAIN_RAY_GCS_PORT",
+            "POSTTRAIN_RAY_AGENT_PORT",
+        )
+    }
     log(f"demo assets in {args.assets}")
     run_checked([str(PYTHON), "-m", "rl_engine", "demo", "build", str(args.assets)], env)
     manage(env, "migrate", "--noinput", "-v0")
@@ -395,11 +422,13 @@ def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> Non
         finally:  # what the run got to, also when it failed or timed out
             detail = api.call(f"/api/runs/{run_id}/")
             report["run"].update(
-                steps=detail["last_step"] or 0, state=detail["state"],
+                steps=detail["last_step"] or 0,
+                state=detail["state"],
                 rollout_backend=detail["resolved_config"]["backends"]["rollout"],
                 # Only the vLLM backend reports the sampled tokens' log-probs (rl_engine/loop.py: _logprob_gap).
                 vllm_logprob_metric="rollout/logprob_diff_max" in detail["summary"],
-                last_eval_step=detail["summary"].get("eval/reward/mean", {}).get("step"))
+                last_eval_step=detail["summary"].get("eval/reward/mean", {}).get("step"),
+            )
         marks["steps_done_s"] = time.monotonic() - sampler.started
         sampler.phase = "cancel"
         log(f"step {run['last_step']} reached; cancelling the run")
@@ -426,8 +455,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="training steps to measure (the demo evaluates at 20)")
     parser.add_argument("--timeout-s", type=float, default=900, help="from the stack's start to --steps")
     parser.add_argument("--interval-s", type=float, default=1.0, help="between memory samples")
-    parser.add_argument("--assets", type=Path, default=REPO / ".demo" / "assets",
-                        help="the demo build (made by `python -m rl_engine demo build` if missing)")
+    parser.add_argument(
+        "--assets",
+        type=Path,
+        default=REPO / ".demo" / "assets",
+        help="the demo build (made by `python -m rl_engine demo build` if missing)",
+    )
     parser.add_argument("--keep-home", action="store_true", help="keep the temporary POSTTRAIN_HOME (logs, SQLite)")
     args = parser.parse_args()
     if args.steps < 1:
@@ -440,10 +473,16 @@ def main() -> None:
     os.dup2(2, 1)
     started = time.monotonic()
     home = Path(tempfile.mkdtemp(prefix="pt-stack-mem-"))
-    report: dict[str, Any] = {"bench": "stack_memory", "goal_gib": GOAL_GIB, "steps": args.steps,
-                              "cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                              "mem_total_gib": round(kib_field(_read("/proc/meminfo"), "MemTotal:") * KiB / GiB, 1),
-                              "interval_s": args.interval_s, "error": None}
+    report: dict[str, Any] = {
+        "bench": "stack_memory",
+        "goal_gib": GOAL_GIB,
+        "steps": args.steps,
+        "cpus": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "mem_total_gib": round(kib_field(_read("/proc/meminfo"), "MemTotal:") * KiB / GiB, 1),
+        "interval_s": args.interval_s,
+        "error": None,
+    }
     try:
         measure(args, home, report)
     except (BenchError, OSError) as exc:  # OSError: the platform's API did not answer

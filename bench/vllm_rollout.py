@@ -43,7 +43,7 @@ def logprob_gap(model: torch.nn.Module, prompts: list[list[int]], samples, pad_i
 
     batch = TokenBatch.build([prompts[s.prompt_index] for s in samples], [s.response_ids for s in samples], pad_id)
     with torch.no_grad():
-        trainer = token_logprobs(response_logits(model, batch, temperature), batch.sequences[:, batch.prompt_width:])
+        trainer = token_logprobs(response_logits(model, batch, temperature), batch.sequences[:, batch.prompt_width :])
     worst = 0.0
     for row, sample in enumerate(samples):
         engine = torch.tensor(sample.logprobs)
@@ -60,19 +60,27 @@ def train_steps(work: Path, backend: str, steps: int, dtype: str) -> dict[str, f
 
     log(f"training {steps} steps with the {backend} rollout backend")
     data = work / "data"
-    cfg = demo_run_config(work, model={"path": str(work / "model"), "dtype": dtype},
-                          data={"path": str(data / "train.jsonl"), "eval_path": str(data / "test.jsonl")},
-                          train={"steps": steps}, backends={"rollout": backend},
-                          checkpoint={"every_steps": 0, "save_final": False}, logging={"eval_every": 0})
+    cfg = demo_run_config(
+        work,
+        model={"path": str(work / "model"), "dtype": dtype},
+        data={"path": str(data / "train.jsonl"), "eval_path": str(data / "test.jsonl")},
+        train={"steps": steps},
+        backends={"rollout": backend},
+        checkpoint={"every_steps": 0, "save_final": False},
+        logging={"eval_every": 0},
+    )
     with tempfile.TemporaryDirectory(prefix=f"bench-run-{backend}-") as run_dir:
         train(cfg, Path(run_dir))
         events = read_events(Path(run_dir) / "events.jsonl")
     steps_data = [e["data"] for e in events if e["type"] == "metrics" and e["step"] > 1]
     median = lambda key: statistics.median(d[key] for d in steps_data)  # noqa: E731
-    result = {"step_s": median("timing/step"), "generate_s": median("timing/generate"),
-              "weight_sync_s": median("timing/weight_sync"),
-              "weight_sync_share": median("timing/weight_sync") / median("timing/step"),
-              "tokens_per_s": median("throughput/tokens_per_s")}
+    result = {
+        "step_s": median("timing/step"),
+        "generate_s": median("timing/generate"),
+        "weight_sync_s": median("timing/weight_sync"),
+        "weight_sync_share": median("timing/weight_sync") / median("timing/step"),
+        "tokens_per_s": median("throughput/tokens_per_s"),
+    }
     if backend == "vllm":
         result["logprob_diff_max"] = max(d["rollout/logprob_diff_max"] for d in steps_data)
     return {k: round(v, 7) if k == "logprob_diff_max" else round(v, 4) for k, v in result.items()}
@@ -87,8 +95,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--train-steps", type=int, default=0,
-                        help="also train the demo run config this many steps with each backend")
+    parser.add_argument(
+        "--train-steps", type=int, default=0, help="also train the demo run config this many steps with each backend"
+    )
     args = parser.parse_args()
     # stdout carries the JSON only: everything else (vLLM's and DeepSpeed's loggers print there, from
     # this process and vLLM's children) goes to stderr, at the file-descriptor level.
@@ -101,9 +110,8 @@ def main() -> None:
 
 
 def run(work: Path, args: argparse.Namespace) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from _models import build_policy
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rl_engine.backends.vllm_rollout import VLLMRollout
     from rl_engine.rollout import SamplingParams, TransformersRollout
@@ -119,8 +127,9 @@ def run(work: Path, args: argparse.Namespace) -> dict:
     params = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens)
 
     started = time.perf_counter()
-    vllm = VLLMRollout(path, tokenizer, dtype=args.dtype, seed=0, max_model_len=128, kv_cache_gb=0.5,
-                       enforce_eager=not args.compile)
+    vllm = VLLMRollout(
+        path, tokenizer, dtype=args.dtype, seed=0, max_model_len=128, kv_cache_gb=0.5, enforce_eager=not args.compile
+    )
     startup = time.perf_counter() - started
     hf = TransformersRollout(model, tokenizer)
 
@@ -153,11 +162,19 @@ def run(work: Path, args: argparse.Namespace) -> dict:
     if args.train_steps:
         training = {b: train_steps(work, b, args.train_steps, args.dtype) for b in ("vllm", "transformers")}
     return {
-        "size": args.size, "parameters": manifest["model"]["parameters"], "dtype": args.dtype,
-        "vllm_compiled": args.compile, "prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens,
+        "size": args.size,
+        "parameters": manifest["model"]["parameters"],
+        "dtype": args.dtype,
+        "vllm_compiled": args.compile,
+        "prompts": args.prompts,
+        "n": args.n,
+        "max_new_tokens": args.max_new_tokens,
         "vllm_startup_s": round(startup, 2),
-        "tokens_per_s": {"vllm": round(vllm_rate), "transformers": round(hf_rate),
-                         "speedup": round(vllm_rate / hf_rate, 2)},
+        "tokens_per_s": {
+            "vllm": round(vllm_rate),
+            "transformers": round(hf_rate),
+            "speedup": round(vllm_rate / hf_rate, 2),
+        },
         "weight_sync_s_median": round(statistics.median(sync_seconds), 4),
         "logprob_max_abs_diff": {"before_sync": gap_before, "after_sync": gap_after},
         "training": training,

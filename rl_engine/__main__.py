@@ -59,8 +59,12 @@ def load_run_config(path: str, overrides: list[str]):
 
 def _check_paths_exist(cfg) -> None:
     """Local inputs are checked before a run folder is made: a typo is a usage error, not a failed run."""
-    paths = {"model.path": cfg.model.path, "model.tokenizer_path": cfg.model.tokenizer_path,
-             "data.path": cfg.data.path, "data.eval_path": cfg.data.eval_path}
+    paths = {
+        "model.path": cfg.model.path,
+        "model.tokenizer_path": cfg.model.tokenizer_path,
+        "data.path": cfg.data.path,
+        "data.eval_path": cfg.data.eval_path,
+    }
     paths.update({f"rewards.{i}.path": r.path for i, r in enumerate(cfg.rewards) if getattr(r, "path", None)})
     for field_name, value in paths.items():
         if value is not None and not Path(value).exists():
@@ -69,17 +73,20 @@ def _check_paths_exist(cfg) -> None:
 
 def _resolve_paths(cfg, base: Path):
     """Relative paths in a config file are relative to the file, so a run folder can be moved."""
+
     def resolve(value: str | None) -> str | None:
         if value is None or "://" in value or Path(value).is_absolute():
             return value
         return str((base / value).resolve())
 
     update = {
-        "model": cfg.model.model_copy(update={"path": resolve(cfg.model.path),
-                                              "tokenizer_path": resolve(cfg.model.tokenizer_path)}),
+        "model": cfg.model.model_copy(
+            update={"path": resolve(cfg.model.path), "tokenizer_path": resolve(cfg.model.tokenizer_path)}
+        ),
         "data": cfg.data.model_copy(update={"path": resolve(cfg.data.path), "eval_path": resolve(cfg.data.eval_path)}),
-        "rewards": [r.model_copy(update={"path": resolve(r.path)}) if getattr(r, "path", None) else r
-                    for r in cfg.rewards],
+        "rewards": [
+            r.model_copy(update={"path": resolve(r.path)}) if getattr(r, "path", None) else r for r in cfg.rewards
+        ],
     }
     return cfg.model_copy(update=update)
 
@@ -113,8 +120,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     engine = build_engine(cfg, weights_from=checkpoint)
     try:
         prompts = engine.data.eval or engine.data.train
-        metrics = evaluate(engine, prompts[: args.size or cfg.logging.eval_size],
-                           cfg.logging.eval_max_new_tokens or cfg.rollout.max_new_tokens)
+        metrics = evaluate(
+            engine,
+            prompts[: args.size or cfg.logging.eval_size],
+            cfg.logging.eval_max_new_tokens or cfg.rollout.max_new_tokens,
+        )
     finally:
         engine.close()
     print(json.dumps(metrics, indent=1, sort_keys=True))
@@ -144,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("config")
     train.add_argument("--run-dir", help="run folder (default: logging.run_dir, else runs/<name>-<time>)")
     train.add_argument("--resume", help="checkpoint folder to resume from, or 'auto' for the run folder's latest")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. train.lr=1e-4")
+    train.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field, e.g. train.lr=1e-4"
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
 

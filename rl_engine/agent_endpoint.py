@@ -108,8 +108,9 @@ class AgentExecutor:
         if self.agent.command:
             import os
 
-            self.process = subprocess.Popen(self.agent.command, shell=True,
-                                            env={**os.environ, "POSTTRAIN_AGENT_URL": self.url})
+            self.process = subprocess.Popen(
+                self.agent.command, shell=True, env={**os.environ, "POSTTRAIN_AGENT_URL": self.url}
+            )
 
     def describe(self) -> str:
         return f"agent endpoint {self.url}" + (f" (agent: {self.agent.command})" if self.agent.command else "")
@@ -133,8 +134,11 @@ class AgentExecutor:
                 self._expire(mine, "the run stopped")
                 break
             if time.monotonic() > deadline:
-                self._expire(mine, f"the agent did not finish the session within agent.step_timeout_s "
-                                   f"({self.agent.step_timeout_s:g}s)")
+                self._expire(
+                    mine,
+                    f"the agent did not finish the session within agent.step_timeout_s "
+                    f"({self.agent.step_timeout_s:g}s)",
+                )
                 break
             self._serve_generations(one)
         with self._lock:
@@ -186,8 +190,10 @@ class AgentExecutor:
             env_rewards=[s.reward if s.reward is not None and s.error is None else 0.0 for s in ordered],
             errors=[[f"agent: {s.error}"] if s.error else [] for s in ordered],
             turns=[s.turns for s in ordered],
-            logs=[{"turns": float(s.completions), "finished": float(s.reward is not None and s.error is None)}
-                  for s in ordered],
+            logs=[
+                {"turns": float(s.completions), "finished": float(s.reward is not None and s.error is None)}
+                for s in ordered
+            ],
             final_texts=[s.last_text for s in ordered],
         )
 
@@ -219,8 +225,13 @@ class AgentExecutor:
             slot, prompt = self._tasks.popleft()
             session = _Session(uuid.uuid4().hex, slot, prompt)
             self._sessions[session.id] = session
-        return {"session_id": session.id, "base_url": f"{self.url}/sessions/{session.id}/v1", "prompt": prompt.raw,
-                "label": prompt.label, "metadata": prompt.metadata}
+        return {
+            "session_id": session.id,
+            "base_url": f"{self.url}/sessions/{session.id}/v1",
+            "prompt": prompt.raw,
+            "label": prompt.label,
+            "metadata": prompt.metadata,
+        }
 
     def session(self, session_id: str) -> _Session:
         with self._lock:
@@ -245,19 +256,29 @@ class AgentExecutor:
     def complete(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
         session = self.session(session_id)
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages):
+                for m in messages
+            )
+        ):
             raise AgentError(400, "messages: a non-empty list of {role, content} with string contents is required")
         if session.completions >= self.agent.max_turns:
             raise AgentError(400, f"the session used its agent.max_turns ({self.agent.max_turns}) completions")
-        max_tokens = next((body[k] for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None),
-                          self.cfg.rollout.max_new_tokens)
+        max_tokens = next(
+            (body[k] for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None),
+            self.cfg.rollout.max_new_tokens,
+        )
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise AgentError(400, f"max_tokens: a positive integer is required, got {max_tokens!r}")
         added = self._extend(session, messages)
-        request = _Generation(session, session.prompt.token_ids + session.trajectory.tokens,
-                             min(max_tokens, self.cfg.rollout.max_new_tokens))
+        request = _Generation(
+            session,
+            session.prompt.token_ids + session.trajectory.tokens,
+            min(max_tokens, self.cfg.rollout.max_new_tokens),
+        )
         self._requests.put(request)
         while not request.done.wait(1.0):
             with self._lock:
@@ -275,12 +296,23 @@ class AgentExecutor:
             session.completions += 1
             session.finish_reason, session.last_text = sample.finish_reason, request.text
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": self.model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": request.text},
-                         "finish_reason": sample.finish_reason, "logprobs": None}],
-            "usage": {"prompt_tokens": len(request.context), "completion_tokens": len(sample.response_ids),
-                      "total_tokens": len(request.context) + len(sample.response_ids)},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": request.text},
+                    "finish_reason": sample.finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(request.context),
+                "completion_tokens": len(sample.response_ids),
+                "total_tokens": len(request.context) + len(sample.response_ids),
+            },
         }
 
     def _extend(self, session: _Session, messages: list[dict[str, Any]]) -> list[str]:
@@ -289,20 +321,28 @@ class AgentExecutor:
         data = self.cfg.data
         if not session.completions:
             if self._render(messages, first=True) != session.prompt.text:
-                raise AgentError(400, "messages: the first request must be the session's prompt (as one user "
-                                      "message, with the run's system prompt if it has one)")
+                raise AgentError(
+                    400,
+                    "messages: the first request must be the session's prompt (as one user "
+                    "message, with the run's system prompt if it has one)",
+                )
             return []
         known = len(session.messages)
-        if [(m["role"], m["content"]) for m in messages[:known]] != [(m["role"], m["content"]) for m in session.messages]:
-            raise AgentError(400, "messages: must repeat the session's conversation so far, the replies it got "
-                                  "included, and add new messages after it")
+        if [(m["role"], m["content"]) for m in messages[:known]] != [
+            (m["role"], m["content"]) for m in session.messages
+        ]:
+            raise AgentError(
+                400,
+                "messages: must repeat the session's conversation so far, the replies it got "
+                "included, and add new messages after it",
+            )
         new = messages[known:]
         if not new:
             return []
         if data.apply_chat_template:
             before = self.tokenizer.apply_chat_template(session.messages, tokenize=False)
             after = self._render(messages, first=False)
-            text = after[len(before):] if after.startswith(before) else self._render(new, first=False)
+            text = after[len(before) :] if after.startswith(before) else self._render(new, first=False)
         else:
             text = "".join(m["content"] for m in new)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -349,7 +389,10 @@ class _Handler(BaseHTTPRequestHandler):
             matched = _SESSION_PATH.match(path)
             session_id, rest = (matched.group(1), matched.group(2)) if matched else (None, path)
             if method == "GET" and rest == "/v1/models":
-                reply = {"object": "list", "data": [{"id": owner.model_name, "object": "model", "owned_by": "posttrain"}]}
+                reply = {
+                    "object": "list",
+                    "data": [{"id": owner.model_name, "object": "model", "owned_by": "posttrain"}],
+                }
             elif method == "POST" and path == "/sessions":
                 reply = owner.open_session()
             elif method == "POST" and session_id and rest == "/v1/chat/completions":
@@ -360,8 +403,15 @@ class _Handler(BaseHTTPRequestHandler):
                 raise AgentError(404, f"no route {method} {path}")
             self._reply(200, reply)
         except AgentError as exc:
-            self._reply(exc.status, {"error": {"message": str(exc), "type": "invalid_request_error"
-                                               if exc.status == 400 else "posttrain_error"}})
+            self._reply(
+                exc.status,
+                {
+                    "error": {
+                        "message": str(exc),
+                        "type": "invalid_request_error" if exc.status == 400 else "posttrain_error",
+                    }
+                },
+            )
 
     def do_GET(self) -> None:  # noqa: N802 -- http.server's naming
         self._handle("GET")

@@ -38,9 +38,16 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step}"
 
 
-def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, tokenizer: Any, state: EngineState,
-                    keep_last: int, weights: dict[str, torch.Tensor] | None = None,
-                    adapter: dict[str, torch.Tensor] | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    state: EngineState,
+    keep_last: int,
+    weights: dict[str, torch.Tensor] | None = None,
+    adapter: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Writes into a temporary folder and renames it, so a crash never leaves a half checkpoint that
     `latest_checkpoint` would pick up. `weights`: the model's whole state dict when its parameters do
     not hold it (DeepSpeed ZeRO-3; LoRA, merged); default `model.state_dict()`. A LoRA policy (a peft

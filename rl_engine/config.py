@@ -87,12 +87,13 @@ class LoraConfig(_Section):
     dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the adapter input.")
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        min_length=1, description="Names of the linear layers that get adapters ('all-linear' alone = every one "
-                                  "but the output head; tied embeddings cannot take one).",
+        min_length=1,
+        description="Names of the linear layers that get adapters ('all-linear' alone = every one "
+        "but the output head; tied embeddings cannot take one).",
     )
     quantize_base: Literal["none", "4bit"] = Field(
-        default="none", description="QLoRA: keep the frozen base in 4-bit (bitsandbytes; CUDA GPUs only, refused "
-                                    "elsewhere)."
+        default="none",
+        description="QLoRA: keep the frozen base in 4-bit (bitsandbytes; CUDA GPUs only, refused elsewhere).",
     )
 
 
@@ -141,9 +142,7 @@ class DataConfig(_Section):
     system_prompt: str | None = Field(
         default=None, description="System message prepended when the chat template is applied."
     )
-    max_prompt_tokens: int = Field(
-        default=512, ge=1, description="Maximum prompt length in tokens."
-    )
+    max_prompt_tokens: int = Field(default=512, ge=1, description="Maximum prompt length in tokens.")
     shuffle: bool = Field(default=True, description="Shuffle the prompt order (seeded by the run seed).")
 
     @model_validator(mode="after")
@@ -187,8 +186,10 @@ class ExactMatchReward(_RewardBase):
     """1 if the answer equals the label, else 0."""
 
     type: Literal["exact_match"] = Field(default="exact_match", description="Exact match against the label.")
-    normalize: bool = Field(default=True, description="Normalise answer and label (case, spacing, punctuation) before comparing.")
-    numeric: bool = Field(default=True, description="Compare numbers by value (\"3.0\" equals \"3\").")
+    normalize: bool = Field(
+        default=True, description="Normalise answer and label (case, spacing, punctuation) before comparing."
+    )
+    numeric: bool = Field(default=True, description='Compare numbers by value ("3.0" equals "3").')
 
 
 class BoxedMathReward(_RewardBase):
@@ -233,9 +234,7 @@ class PythonReward(_RewardBase):
 
     type: Literal["python"] = Field(default="python", description="Your own Python reward function.")
     path: str = Field(min_length=1, description="Python file defining the reward function.")
-    function: str | None = Field(
-        default=None, description="Function name; empty = find reward_func or compute_score."
-    )
+    function: str | None = Field(default=None, description="Function name; empty = find reward_func or compute_score.")
     timeout_s: float = Field(default=30.0, gt=0, description="Seconds one call may take before it is killed.")
     memory_mb: int = Field(default=1024, ge=64, description="Memory limit of the sandbox process, in MB.")
     batch: bool | None = Field(
@@ -298,10 +297,12 @@ class KLConfig(_Section):
 
     coef: float = Field(default=0.0, ge=0, description="KL coefficient (0 = no reference model needed).")
     estimator: Literal["k1", "k2", "k3"] = Field(
-        default="k3", description="KL estimator: k1 = log ratio, k2 = squared log ratio / 2, k3 = unbiased, low variance."
+        default="k3",
+        description="KL estimator: k1 = log ratio, k2 = squared log ratio / 2, k3 = unbiased, low variance.",
     )
     placement: Literal["loss", "reward"] = Field(
-        default="loss", description="Add the KL term to the loss, or subtract it from token rewards (ppo, reinforce_pp)."
+        default="loss",
+        description="Add the KL term to the loss, or subtract it from token rewards (ppo, reinforce_pp).",
     )
 
 
@@ -319,7 +320,8 @@ class AlgorithmConfig(_Section):
     """Advantage estimator and policy loss."""
 
     name: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = Field(
-        default="grpo", description="Advantage estimator; ppo trains a critic, the group estimators need several samples per prompt."
+        default="grpo",
+        description="Advantage estimator; ppo trains a critic, the group estimators need several samples per prompt.",
     )
     gamma: float = Field(default=1.0, ge=0, le=1, description="Discount factor for token-level returns.")
     lam: float = Field(default=0.95, ge=0, le=1, description="GAE lambda (ppo).")
@@ -331,7 +333,9 @@ class AlgorithmConfig(_Section):
         default=None, gt=1, description="Dual-clip bound for negative advantages (> 1); empty = off."
     )
     entropy_coef: float = Field(default=0.0, ge=0, description="Entropy bonus coefficient.")
-    kl: KLConfig = Field(default_factory=KLConfig, description="KL regularisation towards the initial (reference) model.")
+    kl: KLConfig = Field(
+        default_factory=KLConfig, description="KL regularisation towards the initial (reference) model."
+    )
     loss_agg: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = Field(
         default="token_mean", description="How token losses are averaged into the batch loss."
     )
@@ -342,9 +346,7 @@ class AlgorithmConfig(_Section):
         default=0.2, gt=0, description="Value-function clip range (ppo); empty = unclipped."
     )
     value_coef: float = Field(default=0.5, ge=0, description="Value loss coefficient (ppo).")
-    critic_lr: float | None = Field(
-        default=None, gt=0, description="Critic learning rate (ppo); empty = train.lr."
-    )
+    critic_lr: float | None = Field(default=None, gt=0, description="Critic learning rate (ppo); empty = train.lr.")
     dynamic_sampling: bool = Field(
         default=False, description="Drop prompt groups whose samples all got the same reward (DAPO)."
     )
@@ -456,9 +458,7 @@ class CheckpointConfig(_Section):
 class LoggingConfig(_Section):
     """Evaluation, samples and run-directory output."""
 
-    run_dir: str | None = Field(
-        default=None, description="Output folder; empty = ./runs/<name>-<timestamp>."
-    )
+    run_dir: str | None = Field(default=None, description="Output folder; empty = ./runs/<name>-<timestamp>.")
     eval_every: int = Field(default=10, ge=0, description="Evaluate every N steps (0 = never).")
     eval_size: int = Field(default=500, ge=1, description="Held-out prompts used per evaluation.")
     eval_max_new_tokens: int | None = Field(
@@ -509,9 +509,7 @@ class RunConfig(_Section):
     """A complete, self-contained description of one post-training run."""
 
     schema_version: Literal[1] = Field(default=1, description="Version of this config schema.")
-    name: str = Field(
-        min_length=1, max_length=100, description="Run name: letters, digits, spaces and - _ ."
-    )
+    name: str = Field(min_length=1, max_length=100, description="Run name: letters, digits, spaces and - _ .")
     seed: int = Field(default=0, description="Random seed for data order, sampling and initialisation.")
     description: str = Field(default="", description="Free-text notes about the run.")
     model: ModelConfig = Field(description="The policy model.")
@@ -569,7 +567,9 @@ def _cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
     n = c.samples_per_step
 
     if not c.rewards and c.environment is None and c.agent is None:
-        errors.append(("rewards", "at least one reward component is needed (or an environment or agent that gives rewards)"))
+        errors.append(
+            ("rewards", "at least one reward component is needed (or an environment or agent that gives rewards)")
+        )
     if c.environment is not None and c.agent is not None:
         errors.append(("agent", "a run has one executor: an environment or an agent, not both"))
     seen: set[str] = set()
@@ -601,8 +601,7 @@ def _cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
         errors.append(
             (
                 "algorithm.overlong.buffer_tokens",
-                f"must be smaller than rollout.max_new_tokens ({ro.max_new_tokens}), "
-                "or every response is penalised",
+                f"must be smaller than rollout.max_new_tokens ({ro.max_new_tokens}), or every response is penalised",
             )
         )
 
@@ -610,7 +609,10 @@ def _cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
         mb = tr.mini_batch_size
         if n % mb:
             errors.append(
-                ("train.mini_batch_size", f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})")
+                (
+                    "train.mini_batch_size",
+                    f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})",
+                )
             )
         if mb % ro.samples_per_prompt:
             errors.append(
@@ -623,7 +625,10 @@ def _cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
             errors.append(("train.micro_batch_size", f"must divide train.mini_batch_size ({mb})"))
     elif n % tr.micro_batch_size:
         errors.append(
-            ("train.micro_batch_size", f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})")
+            (
+                "train.micro_batch_size",
+                f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})",
+            )
         )
 
     if be.zero_stage > 0 and be.training != "deepspeed":
@@ -757,7 +762,7 @@ def _convert_validation_error(exc: ValidationError) -> ConfigError:
         kind = err["type"]
         msg = err["msg"]
         if kind == "value_error" and msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+            msg = msg[len("Value error, ") :]
         elif kind == "extra_forbidden":
             msg = _unknown_field_message(raw_loc)
         elif kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -823,7 +828,11 @@ def _step(tp: Any, part: Any) -> Any:
         return get_args(tp)[0]
     if origin in (Union, types.UnionType):
         for member in get_args(tp):
-            if isinstance(member, type) and issubclass(member, _RewardBase) and member.model_fields["type"].default == part:
+            if (
+                isinstance(member, type)
+                and issubclass(member, _RewardBase)
+                and member.model_fields["type"].default == part
+            ):
                 return member
     return None
 
@@ -864,18 +873,28 @@ __all__ = [
 # What this engine build can run
 # --------------------------------------------------------------------------------------------
 
+
 def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
     """`{"loc", "msg"}` for each option combination `cfg` sets that the engine cannot run ([] = runnable)."""
     be, pl = cfg.backends, cfg.placement
     checks = [
         # Measured: fp16 fails inside DeepSpeed at ZeRO 0 and 3 on CPU (and pure fp16 AdamW gives NaN).
-        ("model.dtype", be.training == "deepspeed" and cfg.model.dtype == "float16",
-         "float16 is not available with the DeepSpeed backend; use 'bfloat16' or 'float32'"),
+        (
+            "model.dtype",
+            be.training == "deepspeed" and cfg.model.dtype == "float16",
+            "float16 is not available with the DeepSpeed backend; use 'bfloat16' or 'float32'",
+        ),
         # Colocated roles take turns on the same resources: there is nothing to overlap generation with.
-        ("backends.async_rollout", be.async_rollout and pl.mode != "separate",
-         "async rollout needs placement.mode 'separate' (colocated roles take turns on the same resources)"),
-        ("backends.async_rollout", be.async_rollout and (cfg.environment is not None or cfg.agent is not None),
-         "async rollout runs single-turn generation only; environments and agents run synchronously"),
+        (
+            "backends.async_rollout",
+            be.async_rollout and pl.mode != "separate",
+            "async rollout needs placement.mode 'separate' (colocated roles take turns on the same resources)",
+        ),
+        (
+            "backends.async_rollout",
+            be.async_rollout and (cfg.environment is not None or cfg.agent is not None),
+            "async rollout runs single-turn generation only; environments and agents run synchronously",
+        ),
     ]
     return [{"loc": loc, "msg": msg} for loc, refused, msg in checks if refused]
 

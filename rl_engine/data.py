@@ -23,8 +23,8 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class Prompt:
-    text: str                 # what the model sees (after the chat template, if any)
-    raw: str                  # the dataset's prompt field
+    text: str  # what the model sees (after the chat template, if any)
+    raw: str  # the dataset's prompt field
     label: str | None
     token_ids: list[int]
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -78,8 +78,12 @@ def plan_placement(cfg: RunConfig) -> PlacementPlan:
     if pl.mode == "colocate":
         for i in range(max(len(engines), len(ranks))):
             members.append(([ranks[i]] if i < len(ranks) else []) + ([engines[i]] if i < len(engines) else []))
-            resources.append((max(pl.cpus_per_trainer, pl.cpus_per_rollout_engine),
-                              max(pl.gpus_per_trainer, pl.gpus_per_rollout_engine)))
+            resources.append(
+                (
+                    max(pl.cpus_per_trainer, pl.cpus_per_rollout_engine),
+                    max(pl.gpus_per_trainer, pl.gpus_per_rollout_engine),
+                )
+            )
     else:
         for rank in ranks:
             members.append([rank])
@@ -93,8 +97,10 @@ def plan_placement(cfg: RunConfig) -> PlacementPlan:
     for index, ((cpus, gpus), names) in enumerate(zip(resources, members)):
         bundle = {k: v for k, v in (("CPU", cpus), ("GPU", gpus)) if v > 0}
         if not bundle:
-            raise PlacementUnavailable("placement.cpus_per_trainer / cpus_per_rollout_engine: a bundle needs some "
-                                       "CPU or GPU; all of them are 0")
+            raise PlacementUnavailable(
+                "placement.cpus_per_trainer / cpus_per_rollout_engine: a bundle needs some "
+                "CPU or GPU; all of them are 0"
+            )
         bundles.append(bundle)
         for name in names:
             roles[name] = RoleSlot(index, cpus / len(names), _gpu_share(gpus, names, name))
@@ -174,12 +180,23 @@ class TrainerWorker(_Role):
     """One rank of the policy (and PPO critic) trainer; ranks > 1 form a gloo (NCCL on GPU) group."""
 
     def __init__(self, cfg: RunConfig, weights_from: str | None, rank: int, world: int, master_port: int):
-        from rl_engine.loop import configure_threads, load_tokenizer, load_trainable_policy, model_construction, trainer_class
+        from rl_engine.loop import (
+            configure_threads,
+            load_tokenizer,
+            load_trainable_policy,
+            model_construction,
+            trainer_class,
+        )
         from rl_engine.trainer import DTYPES, ValueModel
 
         configure_threads()
-        os.environ.update(RANK=str(rank), LOCAL_RANK="0" if torch.cuda.is_available() else str(rank),
-                          WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port))
+        os.environ.update(
+            RANK=str(rank),
+            LOCAL_RANK="0" if torch.cuda.is_available() else str(rank),
+            WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(master_port),
+        )
         if world > 1 and cfg.backends.training == "torch":
             import torch.distributed as dist
 
@@ -191,7 +208,9 @@ class TrainerWorker(_Role):
             self.model = load_trainable_policy(cfg, Path(weights_from) if weights_from else None)
             critic = None
             if cfg.algorithm.needs_critic:
-                critic = ValueModel.from_pretrained(cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code)
+                critic = ValueModel.from_pretrained(
+                    cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code
+                )
         # The reference model is a role of its own (`ReferenceWorker`).
         self.trainer = trainer_class(cfg)(cfg, self.model, None, critic, rank=rank, world=world)
 
@@ -221,8 +240,11 @@ class TrainerWorker(_Role):
         adapter = self.trainer.adapter_state_dict()  # likewise
         if self.rank != 0:
             return None
-        return str(save_checkpoint(Path(run_dir), step, self.model, self.tokenizer, state, keep_last, weights=weights,
-                                   adapter=adapter))
+        return str(
+            save_checkpoint(
+                Path(run_dir), step, self.model, self.tokenizer, state, keep_last, weights=weights, adapter=adapter
+            )
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return self.trainer.state_dict()
@@ -285,8 +307,12 @@ class RayRoles:
         self._started_ray = False
         if not ray.is_initialized():
             # The Ray job's cluster (RAY_ADDRESS is set for a job's entrypoint), else a local one.
-            ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True,
-                     configure_logging=False)
+            ray.init(
+                address=os.environ.get("RAY_ADDRESS"),
+                include_dashboard=False,
+                log_to_driver=True,
+                configure_logging=False,
+            )
             self._started_ray = not os.environ.get("RAY_ADDRESS")
         self.plan = plan_placement(cfg)
         self.group = placement_group(self.plan.bundles, strategy="PACK")
@@ -300,13 +326,20 @@ class RayRoles:
                 raise PlacementUnavailable(
                     f"placement: the run needs bundles {self.plan.bundles} ({need['CPU']:g} CPU, {need['GPU']:g} GPU "
                     f"in all), the Ray cluster has {ray.available_resources()} free; lower placement.cpus_per_* or "
-                    f"the counts, or use a larger cluster") from None
+                    f"the counts, or use a larger cluster"
+                ) from None
 
             def place(role: str, cls: type, *args: Any) -> None:
                 slot = self.plan.roles[role]
-                options = dict(num_cpus=slot.cpus, num_gpus=slot.gpus, max_restarts=0, max_concurrency=1,
-                               scheduling_strategy=PlacementGroupSchedulingStrategy(
-                                   self.group, placement_group_bundle_index=slot.bundle))
+                options = dict(
+                    num_cpus=slot.cpus,
+                    num_gpus=slot.gpus,
+                    max_restarts=0,
+                    max_concurrency=1,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        self.group, placement_group_bundle_index=slot.bundle
+                    ),
+                )
                 self.actors[role] = _Actor(role, ray.remote(cls).options(**options).remote(*args))
 
             weights = str(weights_from) if weights_from else None
@@ -357,7 +390,9 @@ class RayRoles:
             except Exception:  # noqa: BLE001 -- any failure to answer means this one is gone
                 dead.append(f"{role} (pid {actor.pid})" if actor.pid else role)
         cause = str(exc).strip().splitlines()
-        reason = next((line for line in cause if "killed" in line.lower() or "exit" in line.lower()), cause[0] if cause else "")
+        reason = next(
+            (line for line in cause if "killed" in line.lower() or "exit" in line.lower()), cause[0] if cause else ""
+        )
         return f"the run's {', '.join(dead) or ' / '.join(roles)} actor died: {reason.strip()}"
 
     def call(self, roles: list[str], method: str, *args: Any) -> dict[str, Any]:
@@ -382,9 +417,12 @@ class RayRoles:
         return {f"memory/{role}_peak_gb": value for role, value in memory.items()}
 
     def describe(self) -> str:
-        parts = [f"{role} pid {a.pid} (bundle {self.plan.roles[role].bundle}, {self.plan.roles[role].cpus:g} CPU"
-                 + (f", {self.plan.roles[role].gpus:g} GPU" if self.plan.roles[role].gpus else "") + ")"
-                 for role, a in self.actors.items()]
+        parts = [
+            f"{role} pid {a.pid} (bundle {self.plan.roles[role].bundle}, {self.plan.roles[role].cpus:g} CPU"
+            + (f", {self.plan.roles[role].gpus:g} GPU" if self.plan.roles[role].gpus else "")
+            + ")"
+            for role, a in self.actors.items()
+        ]
         return f"placement {self.cfg.placement.mode}, bundles {self.plan.bundles}: " + "; ".join(parts)
 
     def close(self) -> None:
@@ -417,8 +455,11 @@ class RayRollout:
 
     def submit(self, prompts: list[list[int]], params: SamplingParams) -> list[tuple[str, int, Any]]:
         shards = _shards(len(prompts), len(self.roles.engines))
-        return [(engine.role, start, self.roles.submit(engine.role, "generate", prompts[start:stop], params))
-                for engine, (start, stop) in zip(self.roles.engines, shards) if stop > start]
+        return [
+            (engine.role, start, self.roles.submit(engine.role, "generate", prompts[start:stop], params))
+            for engine, (start, stop) in zip(self.roles.engines, shards)
+            if stop > start
+        ]
 
     def collect(self, pending: list[tuple[str, int, Any]]) -> tuple[list[Sample], float]:
         """The samples and the engines' generation seconds (the slowest engine's)."""
@@ -458,8 +499,12 @@ class RayTrainer:
         world = len(self.ranks)
         size = math.ceil(len(batch) / world)
         padded = torch.cat([torch.arange(len(batch)), torch.zeros(size * world - len(batch), dtype=torch.long)])
-        parts = self.roles._get({rank: self.roles.submit(rank, "forward", batch.select(padded[i * size:(i + 1) * size]),
-                                                          which) for i, rank in enumerate(self.ranks)})
+        parts = self.roles._get(
+            {
+                rank: self.roles.submit(rank, "forward", batch.select(padded[i * size : (i + 1) * size]), which)
+                for i, rank in enumerate(self.ranks)
+            }
+        )
         return torch.cat([parts[rank] for rank in self.ranks])[: len(batch)]
 
     def update(self, exp: Experience) -> dict[str, float]:
@@ -482,8 +527,10 @@ class RayTrainer:
         ranks = state.get("ranks")
         if ranks is None or len(ranks) != len(self.ranks):
             found = "one process" if ranks is None else f"{len(ranks)} trainer ranks"
-            raise ValueError(f"the checkpoint's trainer state is from {found}, this run has "
-                             f"{len(self.ranks)} (placement): resume with the placement it was written with")
+            raise ValueError(
+                f"the checkpoint's trainer state is from {found}, this run has "
+                f"{len(self.ranks)} (placement): resume with the placement it was written with"
+            )
         self.roles._get({rank: self.roles.submit(rank, "load_state_dict", s) for rank, s in zip(self.ranks, ranks)})
 
     def save_checkpoint(self, run_dir: Path, step: int, state: Any, keep_last: int) -> Path:

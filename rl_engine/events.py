@@ -89,8 +89,14 @@ class JsonlEventSink:
             raise ValueError(f"unknown event type {type!r}; expected one of {sorted(EVENT_TYPES)}")
         with self._lock:
             self._seq += 1
-            event = {"run": self.run_id, "seq": self._seq, "type": type, "step": step, "time": time.time(),
-                     "data": _json_safe(data)}
+            event = {
+                "run": self.run_id,
+                "seq": self._seq,
+                "type": type,
+                "step": step,
+                "time": time.time(),
+                "data": _json_safe(data),
+            }
             self._file.write(json.dumps(event, ensure_ascii=False, allow_nan=False) + "\n")
             self._file.flush()
         for listener in self._listeners:

@@ -24,12 +24,12 @@ class Rollouts:
     """A step's trajectories, prompt-major (the `n` of prompt 0, then prompt 1, ...)."""
 
     samples: list[Sample]
-    env_rewards: list[float] | None = None          # each episode's summed turn rewards (multi-turn)
-    errors: list[list[str]] | None = None           # per episode: why it ended early
+    env_rewards: list[float] | None = None  # each episode's summed turn rewards (multi-turn)
+    errors: list[list[str]] | None = None  # per episode: why it ended early
     turns: list[list[dict[str, Any]]] | None = None  # per episode: [{"role", "text", "reward"}]
-    logs: list[dict[str, float]] | None = None      # per episode: turns, env logs
-    final_texts: list[str] | None = None            # per episode: the model's last turn (for reward functions)
-    env_seconds: float = 0.0                        # time spent inside the environment
+    logs: list[dict[str, float]] | None = None  # per episode: turns, env logs
+    final_texts: list[str] | None = None  # per episode: the model's last turn (for reward functions)
+    env_seconds: float = 0.0  # time spent inside the environment
 
     def metrics(self) -> dict[str, float]:
         if self.logs is None:
@@ -75,8 +75,13 @@ class Trajectory:
         self.logprobs.extend(sample.logprobs or [0.0] * len(sample.response_ids))
 
     def sample(self, prompt_index: int, finish_reason: FinishReason) -> Sample:
-        return Sample(prompt_index, list(self.tokens), finish_reason,
-                      tuple(self.logprobs) if self.logprobs_known else None, tuple(self.mask))
+        return Sample(
+            prompt_index,
+            list(self.tokens),
+            finish_reason,
+            tuple(self.logprobs) if self.logprobs_known else None,
+            tuple(self.mask),
+        )
 
 
 @dataclass
@@ -118,10 +123,24 @@ class EnvironmentExecutor:
 
     def run(self, prompts: list[Prompt], params: SamplingParams) -> Rollouts:
         self.pool.seconds = 0.0
-        episodes = [_Episode(next(self._keys), i, list(p.token_ids)) for i, p in enumerate(prompts) for _ in range(params.n)]
+        episodes = [
+            _Episode(next(self._keys), i, list(p.token_ids)) for i, p in enumerate(prompts) for _ in range(params.n)
+        ]
         by_key = {e.key: e for e in episodes}
-        first = self.pool.call("reset", [(e.key, {"prompt": prompts[e.prompt_index].raw, "label": prompts[e.prompt_index].label,
-                                                   "metadata": prompts[e.prompt_index].metadata}) for e in episodes])
+        first = self.pool.call(
+            "reset",
+            [
+                (
+                    e.key,
+                    {
+                        "prompt": prompts[e.prompt_index].raw,
+                        "label": prompts[e.prompt_index].label,
+                        "metadata": prompts[e.prompt_index].metadata,
+                    },
+                )
+                for e in episodes
+            ],
+        )
         for key, (ok, value) in first.items():
             if not ok:
                 by_key[key].fail(value)
@@ -148,7 +167,9 @@ class EnvironmentExecutor:
                     continue
                 episode.reward += value["reward"]
                 episode.logs.update(value["logs"])
-                episode.turns.append({"role": "environment", "text": value["observation"] or "", "reward": value["reward"]})
+                episode.turns.append(
+                    {"role": "environment", "text": value["observation"] or "", "reward": value["reward"]}
+                )
                 if value["done"]:
                     episode.done = True
                 elif turn == self.cfg.max_turns:
@@ -164,9 +185,12 @@ class EnvironmentExecutor:
             episode.logs["turns"] = float(sum(1 for t in episode.turns if t["role"] == "assistant"))
         return Rollouts(
             samples=[e.trajectory.sample(e.prompt_index, e.finish_reason) for e in episodes],
-            env_rewards=[e.reward for e in episodes], errors=[e.errors for e in episodes],
-            turns=[e.turns for e in episodes], logs=[e.logs for e in episodes],
-            final_texts=[e.last_action for e in episodes], env_seconds=self.pool.seconds,
+            env_rewards=[e.reward for e in episodes],
+            errors=[e.errors for e in episodes],
+            turns=[e.turns for e in episodes],
+            logs=[e.logs for e in episodes],
+            final_texts=[e.last_action for e in episodes],
+            env_seconds=self.pool.seconds,
         )
 
     def close(self) -> None:

@@ -71,7 +71,7 @@ class Engine:
     model: torch.nn.Module | None
     trainer: Any  # TorchTrainer, or distributed.RayTrainer
     rollout: Any  # RolloutBackend, or distributed.RayRollout
-    reward: Any   # CompositeReward, or distributed.RayReward
+    reward: Any  # CompositeReward, or distributed.RayReward
     data: PromptData
     sampler: PromptSampler
     roles: Any = None  # distributed.RayRoles when the roles are actors
@@ -92,8 +92,16 @@ class Engine:
         keep = self.cfg.checkpoint.keep_last
         if self.roles is not None:
             return self.trainer.save_checkpoint(run_dir, step, state, keep)
-        return save_checkpoint(run_dir, step, self.model, self.tokenizer, state, keep,
-                               weights=self.trainer.full_state_dict(), adapter=self.trainer.adapter_state_dict())
+        return save_checkpoint(
+            run_dir,
+            step,
+            self.model,
+            self.tokenizer,
+            state,
+            keep,
+            weights=self.trainer.full_state_dict(),
+            adapter=self.trainer.adapter_state_dict(),
+        )
 
     def peak_memory(self) -> dict[str, float]:
         """Peak resident GiB of each role's process (with its children, e.g. vLLM's engine core)."""
@@ -141,8 +149,9 @@ def build_reward_or_none(cfg: RunConfig) -> CompositeReward | None:
 def load_tokenizer(cfg: RunConfig) -> Any:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.tokenizer_path or cfg.model.path,
-                                              trust_remote_code=cfg.model.trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(
+        cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code
+    )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -151,8 +160,9 @@ def load_tokenizer(cfg: RunConfig) -> Any:
 def load_policy(path: str | Path, cfg: RunConfig) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[cfg.model.dtype],
-                                                 trust_remote_code=cfg.model.trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=DTYPES[cfg.model.dtype], trust_remote_code=cfg.model.trust_remote_code
+    )
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model
@@ -187,9 +197,17 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     if uses_actors(cfg):
         data = PromptData.load(cfg.data, tokenizer, cfg.seed)
         roles = RayRoles(cfg, weights_from)
-        return Engine(cfg=cfg, tokenizer=tokenizer, model=None, trainer=roles.trainer, rollout=roles.rollout,
-                      reward=roles.reward, data=data, sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
-                      roles=roles)
+        return Engine(
+            cfg=cfg,
+            tokenizer=tokenizer,
+            model=None,
+            trainer=roles.trainer,
+            rollout=roles.rollout,
+            reward=roles.reward,
+            data=data,
+            sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
+            roles=roles,
+        )
     with model_construction(cfg):
         model = load_trainable_policy(cfg, weights_from)
         ref_model = None
@@ -200,7 +218,9 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
             critic = ValueModel.from_pretrained(cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code)
     data = PromptData.load(cfg.data, tokenizer, cfg.seed)
     return Engine(
-        cfg=cfg, tokenizer=tokenizer, model=model,
+        cfg=cfg,
+        tokenizer=tokenizer,
+        model=model,
         trainer=trainer_class(cfg)(cfg, model, ref_model, critic),
         rollout=rollout_backend(cfg, tokenizer, model, weights_from),
         reward=build_reward_or_none(cfg),
@@ -226,8 +246,9 @@ def trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
     return TorchTrainer
 
 
-def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | None,
-                    weights_from: Path | None, engine_index: int = 0) -> RolloutBackend:
+def rollout_backend(
+    cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | None, weights_from: Path | None, engine_index: int = 0
+) -> RolloutBackend:
     """The generation engine; `model` is the policy module (shared by the transformers backend), None
     in a rollout actor, which always runs vLLM through here (`engine_index` = the actor's place)."""
     if cfg.backends.rollout != "vllm":
@@ -243,17 +264,25 @@ def rollout_backend(cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | Non
     if model is None:
         from transformers import AutoConfig
 
-        model_config = AutoConfig.from_pretrained(str(weights_from or cfg.model.path),
-                                                  trust_remote_code=cfg.model.trust_remote_code)
+        model_config = AutoConfig.from_pretrained(
+            str(weights_from or cfg.model.path), trust_remote_code=cfg.model.trust_remote_code
+        )
     else:
         model_config = model.config
     positions = getattr(model_config, "max_position_embeddings", None) or longest
     # On resume the engine starts from the checkpoint's weights, as the policy does.
-    return VLLMRollout(weights_from or cfg.model.path, tokenizer,
-                       tokenizer_path=cfg.model.tokenizer_path or cfg.model.path, dtype=cfg.model.dtype,
-                       seed=cfg.seed, max_model_len=min(longest, positions),
-                       kv_cache_gb=cfg.backends.vllm_kv_cache_gb, trust_remote_code=cfg.model.trust_remote_code,
-                       engine_index=engine_index, takes_turns=model is not None)
+    return VLLMRollout(
+        weights_from or cfg.model.path,
+        tokenizer,
+        tokenizer_path=cfg.model.tokenizer_path or cfg.model.path,
+        dtype=cfg.model.dtype,
+        seed=cfg.seed,
+        max_model_len=min(longest, positions),
+        kv_cache_gb=cfg.backends.vllm_kv_cache_gb,
+        trust_remote_code=cfg.model.trust_remote_code,
+        engine_index=engine_index,
+        takes_turns=model is not None,
+    )
 
 
 # --- one step ------------------------------------------------------------------------------------
@@ -279,14 +308,22 @@ def _score(engine: Engine, prompts: list[Prompt], rollouts: Any, texts: list[str
 def _reward_batch(prompts: list[Prompt], samples: list[Sample], texts: list[str]) -> RewardBatch:
     chosen = [prompts[s.prompt_index] for s in samples]
     return RewardBatch(
-        prompts=[p.text for p in chosen], responses=texts, labels=[p.label for p in chosen],
-        queries=[p.text + t for p, t in zip(chosen, texts)], finish_reasons=[s.finish_reason for s in samples],
+        prompts=[p.text for p in chosen],
+        responses=texts,
+        labels=[p.label for p in chosen],
+        queries=[p.text + t for p, t in zip(chosen, texts)],
+        finish_reasons=[s.finish_reason for s in samples],
         metadata=[p.metadata for p in chosen],
     )
 
 
-def _advantages(cfg: RunConfig, scores: torch.Tensor, mask: torch.Tensor, token_rewards: torch.Tensor | None,
-                values: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _advantages(
+    cfg: RunConfig,
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    token_rewards: torch.Tensor | None,
+    values: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     alg = cfg.algorithm
     group = cfg.rollout.samples_per_prompt
     if alg.name == "ppo":
@@ -326,9 +363,12 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     advantages_per_sample = torch.zeros(len(samples))
     kept = keep.nonzero().squeeze(-1)
     if len(kept) > 0:
-        batch = TokenBatch.build([prompts[samples[i].prompt_index].token_ids for i in kept],
-                                 [samples[i].response_ids for i in kept], engine.rollout.pad_id,
-                                 [samples[i].action_mask for i in kept])
+        batch = TokenBatch.build(
+            [prompts[samples[i].prompt_index].token_ids for i in kept],
+            [samples[i].response_ids for i in kept],
+            engine.rollout.pad_id,
+            [samples[i].action_mask for i in kept],
+        )
         mask = batch.response_mask
         kept_scores = scores[kept]
         single_update = cfg.train.epochs_per_batch == 1 and (cfg.train.mini_batch_size or len(kept)) >= len(kept)
@@ -350,8 +390,11 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
                 # Dropout makes the training forward's log-probs differ from the engine's by design:
                 # a few rows get an eval forward of their own.
                 rows = slice(0, _GAP_SAMPLES)
-                metrics.update(rollout_logprob_gap(engine_logprobs[rows], trainer.forward(batch.select(rows), "policy"),
-                                                   mask[rows]))
+                metrics.update(
+                    rollout_logprob_gap(
+                        engine_logprobs[rows], trainer.forward(batch.select(rows), "policy"), mask[rows]
+                    )
+                )
         if trainer.critic is not None:
             with timer.phase("forward_values"):
                 values = trainer.forward(batch, "values")
@@ -365,8 +408,15 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         advantages, returns = _advantages(cfg, kept_scores, mask, token_rewards, values)
         advantages_per_sample[kept] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
         # Without old log-probs the engine's are checked against the training forward's, every row, free.
-        experience = Experience(batch, advantages, old, ref if alg.kl.placement == "loss" else None, values, returns,
-                                engine_logprobs if old is None else None)
+        experience = Experience(
+            batch,
+            advantages,
+            old,
+            ref if alg.kl.placement == "loss" else None,
+            values,
+            returns,
+            engine_logprobs if old is None else None,
+        )
         with timer.phase("train"):
             metrics.update(trainer.update(experience))
         if engine.pending is not None:
@@ -390,18 +440,36 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     metrics["throughput/tokens_per_s"] = generated_tokens / max(generate_s, 1e-9)
     if timer.overlapped_generate is not None:
         metrics["rollout/overlapped_generate_s"] = timer.overlapped_generate
-    for phase in ("generate", "environment", "reward", "forward_reference", "forward_policy", "forward_values",
-                  "train", "weight_sync", "wait_rollout"):
+    for phase in (
+        "generate",
+        "environment",
+        "reward",
+        "forward_reference",
+        "forward_policy",
+        "forward_values",
+        "train",
+        "weight_sync",
+        "wait_rollout",
+    ):
         if phase in timer.timings or phase in ("reward", "forward_policy", "train", "weight_sync"):
             metrics[f"timing/{phase}"] = timer.timings.get(phase, 0.0)
     metrics["timing/step"] = time.perf_counter() - started
 
     records = [
-        {"index": i, "group": s.prompt_index, "prompt": prompts[s.prompt_index].text, "response": texts[i],
-         "label": prompts[s.prompt_index].label, "reward": float(scores[i]),
-         "components": {name: values[i] for name, values in reward.components.items()},
-         "advantage": float(advantages_per_sample[i]), "length": int(lengths[i]),
-         "finish_reason": s.finish_reason, "errors": reward.errors[i], "kept": bool(keep[i])}
+        {
+            "index": i,
+            "group": s.prompt_index,
+            "prompt": prompts[s.prompt_index].text,
+            "response": texts[i],
+            "label": prompts[s.prompt_index].label,
+            "reward": float(scores[i]),
+            "components": {name: values[i] for name, values in reward.components.items()},
+            "advantage": float(advantages_per_sample[i]),
+            "length": int(lengths[i]),
+            "finish_reason": s.finish_reason,
+            "errors": reward.errors[i],
+            "kept": bool(keep[i]),
+        }
         for i, s in enumerate(samples)
     ]
     if rollouts.turns is not None:
@@ -412,8 +480,14 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
 
 def _sampling_params(cfg: RunConfig) -> SamplingParams:
     ro = cfg.rollout
-    return SamplingParams(n=ro.samples_per_prompt, temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
-                          max_new_tokens=ro.max_new_tokens, stop=tuple(ro.stop))
+    return SamplingParams(
+        n=ro.samples_per_prompt,
+        temperature=ro.temperature,
+        top_p=ro.top_p,
+        top_k=ro.top_k,
+        max_new_tokens=ro.max_new_tokens,
+        stop=tuple(ro.stop),
+    )
 
 
 @dataclass
@@ -482,8 +556,14 @@ def _engine_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor 
     return engine
 
 
-def _rollout_metrics(reward: Any, task_scores: torch.Tensor, scores: torch.Tensor, lengths: torch.Tensor,
-                     samples: list[Sample], group: int) -> dict[str, float]:
+def _rollout_metrics(
+    reward: Any,
+    task_scores: torch.Tensor,
+    scores: torch.Tensor,
+    lengths: torch.Tensor,
+    samples: list[Sample],
+    group: int,
+) -> dict[str, float]:
     grouped = task_scores.view(-1, group)
     metrics = {
         "reward/mean": float(scores.mean()),
@@ -522,8 +602,11 @@ def evaluate(engine: Engine, prompts: list[Prompt], max_new_tokens: int, batch_s
         for name, values in result.components.items():
             components.setdefault(name, []).extend(values)
         lengths.extend(s.action_count for s in rollouts.samples)
-    metrics = {"eval/reward/mean": statistics.fmean(totals), "eval/response/length_mean": statistics.fmean(lengths),
-               "eval/size": float(len(prompts))}
+    metrics = {
+        "eval/reward/mean": statistics.fmean(totals),
+        "eval/response/length_mean": statistics.fmean(lengths),
+        "eval/size": float(len(prompts)),
+    }
     for name, values in components.items():
         metrics[f"eval/reward/{name}"] = statistics.fmean(values)
     for name in sorted({k for log in env_logs for k in log}):
@@ -540,8 +623,9 @@ def configure_threads() -> None:
         torch.set_num_threads(threads)
 
 
-def train(cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: str | None = None,
-          progress: bool = False) -> dict[str, float]:
+def train(
+    cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: str | None = None, progress: bool = False
+) -> dict[str, float]:
     """Runs (or resumes) a whole run into `run_dir`; returns the last metrics (eval ones included)."""
     configure_threads()
     run_dir = Path(run_dir)
@@ -569,8 +653,9 @@ def train(cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: 
                 shipper.finish()  # bounded wait until the platform acknowledged every event
 
 
-def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbeat, resume: Path | None,
-         progress: bool) -> dict[str, float]:
+def _run(
+    engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbeat, resume: Path | None, progress: bool
+) -> dict[str, float]:
     cfg = engine.cfg
     counters = {"progress/samples": 0.0, "progress/tokens": 0.0, "progress/train_time_s": 0.0}
     first_step = 1
@@ -609,13 +694,21 @@ def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbe
         if cfg.logging.samples == "all":
             sink.emit("samples", {"samples": records}, step=step)
         if hasattr(bar, "set_postfix"):
-            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", **(
-                {"eval": f"{metrics['eval/reward/mean']:.3f}"} if "eval/reward/mean" in metrics else {}))
+            bar.set_postfix(
+                reward=f"{metrics['reward/mean']:.3f}",
+                **({"eval": f"{metrics['eval/reward/mean']:.3f}"} if "eval/reward/mean" in metrics else {}),
+            )
         due_ckpt = (cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0) or (
-            step == cfg.train.steps and cfg.checkpoint.save_final)
+            step == cfg.train.steps and cfg.checkpoint.save_final
+        )
         if due_ckpt:
-            state = EngineState(step=step, trainer=engine.trainer.state_dict(), sampler=engine.sampler.state_dict(),
-                                rng=capture_rng(), metrics_so_far=dict(counters))
+            state = EngineState(
+                step=step,
+                trainer=engine.trainer.state_dict(),
+                sampler=engine.sampler.state_dict(),
+                rng=capture_rng(),
+                metrics_so_far=dict(counters),
+            )
             path = engine.save_checkpoint(run_dir, step, state)
             sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
         last = metrics
@@ -626,8 +719,10 @@ def _run(engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbe
 def _describe(engine: Engine) -> str:
     data = engine.data
     policy = type(engine.model).__name__ if engine.model is not None else "policy"
-    text = (f"policy {policy} with {engine.parameter_count():,} parameters; {len(data.train)} training prompts, "
-            f"{len(data.eval)} held-out")
+    text = (
+        f"policy {policy} with {engine.parameter_count():,} parameters; {len(data.train)} training prompts, "
+        f"{len(data.eval)} held-out"
+    )
     if engine.roles is not None:
         text += f"; {engine.roles.describe()}"
     if hasattr(engine.executor, "describe"):

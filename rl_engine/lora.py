@@ -34,9 +34,15 @@ def refuse_qlora_without_cuda(cfg: RunConfig) -> None:
     """QLoRA asked for on a host that cannot run it: a clear error naming the field, before anything loads."""
     lora = cfg.model.lora
     if lora.enabled and lora.quantize_base == "4bit" and not torch.cuda.is_available():
-        raise ConfigError([{"loc": "model.lora.quantize_base",
-                            "msg": "QLoRA (4-bit base) needs a CUDA GPU with bitsandbytes; this host has none "
-                                   "— use quantize_base: none"}])
+        raise ConfigError(
+            [
+                {
+                    "loc": "model.lora.quantize_base",
+                    "msg": "QLoRA (4-bit base) needs a CUDA GPU with bitsandbytes; this host has none "
+                    "— use quantize_base: none",
+                }
+            ]
+        )
 
 
 def load_quantized_base(path: str | Path, cfg: RunConfig) -> nn.Module:
@@ -48,11 +54,16 @@ def load_quantized_base(path: str | Path, cfg: RunConfig) -> nn.Module:
     from rl_engine.trainer import DTYPES
 
     dtype = DTYPES[cfg.model.dtype]
-    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                                      bnb_4bit_compute_dtype=dtype)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, quantization_config=quantization,
-                                                 device_map={"": torch.cuda.current_device()},
-                                                 trust_remote_code=cfg.model.trust_remote_code)
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path),
+        dtype=dtype,
+        quantization_config=quantization,
+        device_map={"": torch.cuda.current_device()},
+        trust_remote_code=cfg.model.trust_remote_code,
+    )
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.model.gradient_checkpointing)
 
 
@@ -64,16 +75,26 @@ def apply_lora(model: nn.Module, cfg: RunConfig) -> nn.Module:
     lora = cfg.model.lora
     tied = _tied_embedding_names(model)
     targets: Any = "all-linear" if lora.target_modules == ["all-linear"] else list(lora.target_modules)
-    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM"
+    )
     model = get_peft_model(model, config)
     # A merged tied head would no longer equal the embedding, yet checkpoints and vLLM store only one.
-    adapted_tied = [name for name, module in model.get_base_model().named_modules()
-                    if name in tied and isinstance(module, LoraLayer)]
+    adapted_tied = [
+        name
+        for name, module in model.get_base_model().named_modules()
+        if name in tied and isinstance(module, LoraLayer)
+    ]
     if adapted_tied:
-        raise ConfigError([{"loc": "model.lora.target_modules",
-                            "msg": f"{', '.join(adapted_tied)} share tied weights (tie_word_embeddings); "
-                                   "an adapter on them cannot be merged: leave them out of target_modules"}])
+        raise ConfigError(
+            [
+                {
+                    "loc": "model.lora.target_modules",
+                    "msg": f"{', '.join(adapted_tied)} share tied weights (tie_word_embeddings); "
+                    "an adapter on them cannot be merged: leave them out of target_modules",
+                }
+            ]
+        )
     return model
 
 
@@ -91,8 +112,10 @@ def load_adapter(model: nn.Module, checkpoint: Path) -> None:
 
     file = Path(checkpoint) / ADAPTER_DIR / "adapter_model.safetensors"
     if not file.exists():
-        raise FileNotFoundError(f"{checkpoint}: no LoRA adapter ({ADAPTER_DIR}/adapter_model.safetensors); "
-                                "resume a LoRA run from one of its own checkpoints")
+        raise FileNotFoundError(
+            f"{checkpoint}: no LoRA adapter ({ADAPTER_DIR}/adapter_model.safetensors); "
+            "resume a LoRA run from one of its own checkpoints"
+        )
     result = set_peft_model_state_dict(model, load_file(str(file)))
     if result.unexpected_keys:
         raise ValueError(f"{file}: adapter tensors this model has no place for: {result.unexpected_keys[:3]}")
@@ -117,9 +140,11 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     from peft.tuners.lora import LoraLayer
 
     base = model.get_base_model()
-    deltas = {f"{name}.weight": module.get_delta_weight(_ADAPTER)
-              for name, module in base.named_modules()
-              if isinstance(module, LoraLayer) and _ADAPTER in module.lora_A}
+    deltas = {
+        f"{name}.weight": module.get_delta_weight(_ADAPTER)
+        for name, module in base.named_modules()
+        if isinstance(module, LoraLayer) and _ADAPTER in module.lora_A
+    }
     quantized = _dequantized_weights(base)
     merged: dict[str, torch.Tensor] = {}
     for key, tensor in base.state_dict().items():
@@ -133,8 +158,11 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def _dequantized_weights(base: nn.Module) -> dict[str, torch.Tensor]:
     """QLoRA: every 4-bit weight dequantised (vLLM and checkpoints take plain weights). Untested here."""
-    found = {f"{name}.weight": module for name, module in base.named_modules()
-             if type(getattr(module, "weight", None)).__name__ == "Params4bit"}
+    found = {
+        f"{name}.weight": module
+        for name, module in base.named_modules()
+        if type(getattr(module, "weight", None)).__name__ == "Params4bit"
+    }
     if not found:
         return {}
     from peft.utils.integrations import dequantize_module_weight

@@ -28,8 +28,8 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Sample:
-    prompt_index: int          # index into the prompts passed to `generate`
-    response_ids: list[int]    # generated tokens, the stop token included when one ended it
+    prompt_index: int  # index into the prompts passed to `generate`
+    response_ids: list[int]  # generated tokens, the stop token included when one ended it
     finish_reason: FinishReason
     # The engine's log-prob of each response token under the distribution it sampled from (None when
     # the backend does not report them). Only for measuring the gap to the trainer, never for the loss.
@@ -60,8 +60,8 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
         if seq:
-            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            mask[row, width - len(seq):] = 1
+            ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq) :] = 1
     return ids, mask
 
 
@@ -73,7 +73,9 @@ def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
     if not ids:
-        raise ValueError("the model has no eos token (generation_config.eos_token_id and tokenizer.eos_token_id are unset)")
+        raise ValueError(
+            "the model has no eos token (generation_config.eos_token_id and tokenizer.eos_token_id are unset)"
+        )
     return ids
 
 
@@ -111,11 +113,14 @@ class TransformersRollout:
     def _with_logprobs(self, prompts: list[list[int]], samples: list[Sample], temperature: float) -> list[Sample]:
         from rl_engine.trainer import TokenBatch, batched_logprobs  # trainer imports this module
 
-        batch = TokenBatch.build([prompts[s.prompt_index] for s in samples], [s.response_ids for s in samples],
-                                 self.pad_id)
+        batch = TokenBatch.build(
+            [prompts[s.prompt_index] for s in samples], [s.response_ids for s in samples], self.pad_id
+        )
         logprobs = batched_logprobs(self.model, batch, 64, temperature)
-        return [Sample(s.prompt_index, s.response_ids, s.finish_reason, tuple(logprobs[i, : len(s.response_ids)].tolist()))
-                for i, s in enumerate(samples)]
+        return [
+            Sample(s.prompt_index, s.response_ids, s.finish_reason, tuple(logprobs[i, : len(s.response_ids)].tolist()))
+            for i, s in enumerate(samples)
+        ]
 
     def _generate_chunk(self, chunk: list[tuple[int, list[int]]], params: SamplingParams) -> list[Sample]:
         input_ids, attention_mask = left_pad([ids for _, ids in chunk], self.pad_id)
@@ -139,7 +144,7 @@ class TransformersRollout:
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        generated = output[:, input_ids.shape[1]:].tolist()
+        generated = output[:, input_ids.shape[1] :].tolist()
         return [self._to_sample(prompt_index, tokens, params) for (prompt_index, _), tokens in zip(chunk, generated)]
 
     def _to_sample(self, prompt_index: int, tokens: list[int], params: SamplingParams) -> Sample:

@@ -120,8 +120,12 @@ class EventShipper:
         if not delivered:
             last = _last_complete_seq(self.path)
             why = self.error or self.last_failure or f"not acknowledged within {timeout_s:g}s"
-            print(f"event shipper: events {self.acknowledged_seq + 1}..{last} were not delivered to {self.url} "
-                  f"(they stay in {self.path}): {why}", file=sys.stderr, flush=True)
+            print(
+                f"event shipper: events {self.acknowledged_seq + 1}..{last} were not delivered to {self.url} "
+                f"(they stay in {self.path}): {why}",
+                file=sys.stderr,
+                flush=True,
+            )
         return delivered
 
     # -- the thread -----------------------------------------------------------------------------
@@ -211,7 +215,9 @@ class EventShipper:
     def _post(self, lines: list[bytes]) -> tuple[str, Any]:
         body = b'{"events":[' + b",".join(lines) + b"]}"
         request = urllib.request.Request(
-            self.url, data=body, method="POST",
+            self.url,
+            data=body,
+            method="POST",
             headers={"Content-Type": "application/json", "Authorization": f"Bearer {self._token}"},
         )
         self.posts += 1

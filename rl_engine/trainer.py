@@ -28,15 +28,20 @@ class TokenBatch:
     """Left-padded prompts followed by right-padded responses: `sequences[:, :P]` are prompts,
     `sequences[:, P:]` responses; `response_mask` marks the real response tokens."""
 
-    sequences: torch.Tensor       # [B, P + T]
+    sequences: torch.Tensor  # [B, P + T]
     attention_mask: torch.Tensor  # [B, P + T]
-    position_ids: torch.Tensor    # [B, P + T]
-    response_mask: torch.Tensor   # [B, T] float
-    prompt_width: int             # P
+    position_ids: torch.Tensor  # [B, P + T]
+    response_mask: torch.Tensor  # [B, T] float
+    prompt_width: int  # P
 
     @classmethod
-    def build(cls, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-              action_masks: list[tuple[int, ...] | None] | None = None) -> TokenBatch:
+    def build(
+        cls,
+        prompts: list[list[int]],
+        responses: list[list[int]],
+        pad_id: int,
+        action_masks: list[tuple[int, ...] | None] | None = None,
+    ) -> TokenBatch:
         """`action_masks`: per response, 1 for the policy's tokens and 0 for observations inserted by an
         environment (None = every token is an action); observations stay in the sequence as context
         but out of `response_mask`, so no loss term sees them."""
@@ -62,8 +67,13 @@ class TokenBatch:
         return self.sequences.shape[0]
 
     def select(self, index: torch.Tensor | slice) -> TokenBatch:
-        return TokenBatch(self.sequences[index], self.attention_mask[index], self.position_ids[index],
-                          self.response_mask[index], self.prompt_width)
+        return TokenBatch(
+            self.sequences[index],
+            self.attention_mask[index],
+            self.position_ids[index],
+            self.response_mask[index],
+            self.prompt_width,
+        )
 
 
 @dataclass
@@ -71,20 +81,26 @@ class Experience:
     """Everything one RL step's update needs; one record drives both the update and the logging."""
 
     batch: TokenBatch
-    advantages: torch.Tensor                # [B, T]
-    old_logprobs: torch.Tensor | None       # [B, T]; None = on-policy single update (ratio is 1)
-    ref_logprobs: torch.Tensor | None       # [B, T] when the KL is a loss term
+    advantages: torch.Tensor  # [B, T]
+    old_logprobs: torch.Tensor | None  # [B, T]; None = on-policy single update (ratio is 1)
+    ref_logprobs: torch.Tensor | None  # [B, T] when the KL is a loss term
     old_values: torch.Tensor | None = None  # [B, T] (PPO)
-    returns: torch.Tensor | None = None     # [B, T] (PPO)
+    returns: torch.Tensor | None = None  # [B, T] (PPO)
     # [B, T]: the rollout engine's log-probs of the sampled tokens, compared with the training forward's
     # (`rollout/logprob_diff_*`) when that forward sees the weights the engine sampled from.
     rollout_logprobs: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> Experience:
         pick = lambda t: None if t is None else t[index]  # noqa: E731
-        return Experience(self.batch.select(index), self.advantages[index], pick(self.old_logprobs),
-                          pick(self.ref_logprobs), pick(self.old_values), pick(self.returns),
-                          pick(self.rollout_logprobs))
+        return Experience(
+            self.batch.select(index),
+            self.advantages[index],
+            pick(self.old_logprobs),
+            pick(self.ref_logprobs),
+            pick(self.old_values),
+            pick(self.returns),
+            pick(self.rollout_logprobs),
+        )
 
 
 class ValueModel(nn.Module):
@@ -105,8 +121,9 @@ class ValueModel(nn.Module):
         return cls(body, body.config.hidden_size).to(dtype)
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
-        hidden = self.body(input_ids=batch.sequences, attention_mask=batch.attention_mask,
-                           position_ids=batch.position_ids).last_hidden_state
+        hidden = self.body(
+            input_ids=batch.sequences, attention_mask=batch.attention_mask, position_ids=batch.position_ids
+        ).last_hidden_state
         # The value of the state before response token t is read where the token is predicted.
         p = batch.prompt_width
         return self.value_head(hidden[:, p - 1 : -1]).squeeze(-1).float()
@@ -116,8 +133,9 @@ def response_logits(model: nn.Module, batch: TokenBatch, temperature: float) -> 
     """Logits `[B, T, V]` that predict each response token, scaled by the sampling temperature so the
     log-probs are those of the distribution the tokens were drawn from."""
     p = batch.prompt_width
-    logits = model(input_ids=batch.sequences, attention_mask=batch.attention_mask,
-                   position_ids=batch.position_ids, use_cache=False).logits[:, p - 1 : -1]
+    logits = model(
+        input_ids=batch.sequences, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False
+    ).logits[:, p - 1 : -1]
     logits = logits.float()
     return logits / temperature if temperature != 1.0 else logits
 
@@ -132,7 +150,9 @@ def batched_logprobs(model: nn.Module, batch: TokenBatch, micro: int, temperatur
     outputs = []
     for start in range(0, len(batch), micro):
         part = batch.select(slice(start, start + micro))
-        outputs.append(token_logprobs(response_logits(model, part, temperature), part.sequences[:, part.prompt_width:]))
+        outputs.append(
+            token_logprobs(response_logits(model, part, temperature), part.sequences[:, part.prompt_width :])
+        )
     return torch.cat(outputs)
 
 
@@ -143,8 +163,13 @@ def has_active_dropout(model: nn.Module) -> bool:
         return True
     config = getattr(model, "config", None)
     rates = config.to_dict() if hasattr(config, "to_dict") else {}
-    return any(("dropout" in key or key.endswith("pdrop")) and isinstance(value, (int, float))
-               and not isinstance(value, bool) and value > 0 for key, value in rates.items())
+    return any(
+        ("dropout" in key or key.endswith("pdrop"))
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value > 0
+        for key, value in rates.items()
+    )
 
 
 def combine_metric(name: str, values: list[float]) -> float:
@@ -159,8 +184,11 @@ def rollout_logprob_gap(engine: torch.Tensor, trainer: torch.Tensor, mask: torch
     and the k1 estimate of KL(rollout policy || trainer policy) on tokens drawn from the rollout policy: ~0
     when in sync, the staleness cost in async mode."""
     diff = (engine - trainer).abs() * mask
-    return {"rollout/logprob_diff_max": float(diff.max()), "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
-            "kl/rollout_vs_policy": float(masked_mean(engine - trainer, mask))}
+    return {
+        "rollout/logprob_diff_max": float(diff.max()),
+        "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
+        "kl/rollout_vs_policy": float(masked_mean(engine - trainer, mask)),
+    }
 
 
 def _lr_lambda(cfg: RunConfig):
@@ -180,8 +208,10 @@ def _lr_lambda(cfg: RunConfig):
 def refuse_rank_states(state: dict[str, Any]) -> None:
     """A state written by several trainer ranks (`rl_engine.distributed`) cannot resume one process."""
     if "ranks" in state:
-        raise ValueError(f"the checkpoint's trainer state is from {len(state['ranks'])} trainer ranks, this run is one "
-                         "process (placement): resume with the placement it was written with")
+        raise ValueError(
+            f"the checkpoint's trainer state is from {len(state['ranks'])} trainer ranks, this run is one "
+            "process (placement): resume with the placement it was written with"
+        )
 
 
 class TorchTrainer:
@@ -194,8 +224,16 @@ class TorchTrainer:
     by its share of the *whole* mini-batch times `world`, so averaging the gradients over ranks gives
     exactly the one-process gradient."""
 
-    def __init__(self, cfg: RunConfig, model: nn.Module, ref_model: nn.Module | None, critic: ValueModel | None,
-                 *, rank: int = 0, world: int = 1):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        model: nn.Module,
+        ref_model: nn.Module | None,
+        critic: ValueModel | None,
+        *,
+        rank: int = 0,
+        world: int = 1,
+    ):
         self.cfg = cfg
         self.rank = rank
         self.world = world
@@ -204,13 +242,21 @@ class TorchTrainer:
         self.critic = critic
         train = cfg.train
         # Only what trains: with LoRA the frozen base has no optimizer state at all.
-        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=train.lr,
-                                           betas=train.betas, weight_decay=train.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=train.lr,
+            betas=train.betas,
+            weight_decay=train.weight_decay,
+        )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         self.critic_optimizer = None
         if critic is not None:
-            self.critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=cfg.algorithm.critic_lr or train.lr,
-                                                      betas=train.betas, weight_decay=train.weight_decay)
+            self.critic_optimizer = torch.optim.AdamW(
+                critic.parameters(),
+                lr=cfg.algorithm.critic_lr or train.lr,
+                betas=train.betas,
+                weight_decay=train.weight_decay,
+            )
         # Shuffles mini-batches; its state is checkpointed so a resumed run shuffles identically.
         self.generator = torch.Generator().manual_seed(cfg.seed)
         # Without active dropout the training forward's log-probs are the eval forward's, so the rollout
@@ -225,10 +271,12 @@ class TorchTrainer:
         computed micro-batch by micro-batch."""
         if which == "values":
             micro = self.cfg.train.micro_batch_size
-            return torch.cat([self._runner("critic")(batch.select(slice(s, s + micro)))
-                              for s in range(0, len(batch), micro)])
-        return batched_logprobs(self._runner(which), batch, self.cfg.train.micro_batch_size,
-                                self.cfg.rollout.temperature)
+            return torch.cat(
+                [self._runner("critic")(batch.select(slice(s, s + micro))) for s in range(0, len(batch), micro)]
+            )
+        return batched_logprobs(
+            self._runner(which), batch, self.cfg.train.micro_batch_size, self.cfg.rollout.temperature
+        )
 
     # --- the update ------------------------------------------------------------------------------
 
@@ -237,7 +285,9 @@ class TorchTrainer:
         group = self.cfg.rollout.samples_per_prompt
         mini = self.cfg.train.mini_batch_size or size
         groups = torch.randperm(size // group, generator=self.generator) if size % group == 0 else None
-        order = (groups[:, None] * group + torch.arange(group)).reshape(-1) if groups is not None else torch.arange(size)
+        order = (
+            (groups[:, None] * group + torch.arange(group)).reshape(-1) if groups is not None else torch.arange(size)
+        )
         return list(order.split(mini))
 
     def update(self, exp: Experience) -> dict[str, float]:
@@ -290,15 +340,20 @@ class TorchTrainer:
     def _micro_step(self, exp: Experience, share: float) -> dict[str, float]:
         alg = self.cfg.algorithm
         mask = exp.batch.response_mask
-        tokens = exp.batch.sequences[:, exp.batch.prompt_width:]
+        tokens = exp.batch.sequences[:, exp.batch.prompt_width :]
         logits = response_logits(self._runner("policy"), exp.batch, self.cfg.rollout.temperature)
         logprobs = token_logprobs(logits, tokens)
         old = exp.old_logprobs if exp.old_logprobs is not None else logprobs.detach()
         norm = self.cfg.rollout.max_new_tokens
-        loss, stats = policy_loss(logprobs, old, exp.advantages, mask, alg.clip_low, alg.clip_high, alg.dual_clip,
-                                  alg.loss_agg, norm)
-        out = {"policy/loss": float(loss.detach()), "policy/clip_ratio": float(stats["clip_ratio"]),
-               "policy/approx_kl": float(stats["approx_kl"]), "policy/ratio_max": float(stats["ratio_max"])}
+        loss, stats = policy_loss(
+            logprobs, old, exp.advantages, mask, alg.clip_low, alg.clip_high, alg.dual_clip, alg.loss_agg, norm
+        )
+        out = {
+            "policy/loss": float(loss.detach()),
+            "policy/clip_ratio": float(stats["clip_ratio"]),
+            "policy/approx_kl": float(stats["approx_kl"]),
+            "policy/ratio_max": float(stats["ratio_max"]),
+        }
         if exp.rollout_logprobs is not None and exp.old_logprobs is None and self.exact_training_logprobs:
             out.update(rollout_logprob_gap(exp.rollout_logprobs, logprobs.detach(), mask))
         if alg.entropy_coef > 0:
@@ -397,8 +452,11 @@ class TorchTrainer:
         return nullcontext()
 
     def state_dict(self) -> dict[str, Any]:
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                 "generator": self.generator.get_state()}
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+        }
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
             state["critic_optimizer"] = self.critic_optimizer.state_dict()

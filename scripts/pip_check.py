@@ -25,7 +25,9 @@ ACCEPTED = [
 def main() -> int:
     result = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-    problems = [line for line in lines if not any(p.match(line) for p in ACCEPTED) and line != "No broken requirements found."]
+    problems = [
+        line for line in lines if not any(p.match(line) for p in ACCEPTED) and line != "No broken requirements found."
+    ]
     for line in problems:
         print(f"pip check: {line}", file=sys.stderr)
     if problems:

@@ -78,12 +78,29 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     temp_dir = Path(f"/tmp/pt-ray-test-{os.getpid()}")
     log = tmp_path_factory.mktemp("ray") / "ray-head.log"
     process = subprocess.Popen(
-        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--port", str(gcs_port),
-         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port),
-         # its own job-agent port: a second head (the demo stack test) must not collide on Ray's 52365
-         "--dashboard-agent-listen-port", str(free_port()),
-         "--num-cpus", "2", "--temp-dir", str(temp_dir), "--disable-usage-stats"],
-        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(VENV_BIN / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(gcs_port),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dashboard_port),
+            # its own job-agent port: a second head (the demo stack test) must not collide on Ray's 52365
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--num-cpus",
+            "2",
+            "--temp-dir",
+            str(temp_dir),
+            "--disable-usage-stats",
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     address = f"http://127.0.0.1:{dashboard_port}"
     try:
@@ -97,7 +114,9 @@ def postgres_url(settings_dict: dict) -> str:
     """A DATABASE_URL for the database Django is using (the test database, inside a test session), so
     servers started by the tests read what the tests write."""
     if settings_dict["ENGINE"] != "django.db.backends.postgresql":
-        pytest.fail("this test needs DATABASE_URL pointing at Postgres (servers read the test database); use `make test`")
+        pytest.fail(
+            "this test needs DATABASE_URL pointing at Postgres (servers read the test database); use `make test`"
+        )
     user = settings_dict.get("USER") or "postgres"
     password = f":{settings_dict['PASSWORD']}" if settings_dict.get("PASSWORD") else ""
     host = settings_dict.get("HOST") or "127.0.0.1"
@@ -118,9 +137,20 @@ class UvicornServer:
 
     def start(self, timeout_s: float = 60) -> None:
         self.process = subprocess.Popen(
-            [str(VENV_BIN / "uvicorn"), "--app-dir", str(REPO_ROOT / "platform"), "posttrain.asgi:application",
-             "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=REPO_ROOT, env=self.env, stdout=self.log_path.open("a"), stderr=subprocess.STDOUT,
+            [
+                str(VENV_BIN / "uvicorn"),
+                "--app-dir",
+                str(REPO_ROOT / "platform"),
+                "posttrain.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=self.log_path.open("a"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         wait_for_http(f"{self.url}/login/", timeout_s=timeout_s, process=self.process)
@@ -147,8 +177,12 @@ class PlatformStack:
 
 
 @contextmanager
-def platform_stack(ray_address: str, home: Path, database_url: str, extra_env: dict[str, str] | None = None,
-                   ) -> Iterator[PlatformStack]:
+def platform_stack(
+    ray_address: str,
+    home: Path,
+    database_url: str,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[PlatformStack]:
     redis_url = os.environ.get("REDIS_URL")
     if not redis_url:
         pytest.fail("this test needs REDIS_URL; run it with `make test`")
@@ -172,9 +206,27 @@ def platform_stack(ray_address: str, home: Path, database_url: str, extra_env: d
     worker_log = home / "worker.log"
     # -B: the periodic reconcile runs as in production (every 2 s here instead of 15 s).
     worker = subprocess.Popen(
-        [str(VENV_BIN / "celery"), "-A", "workers.celery_app", "worker", "-B", "--pool", "solo", "--loglevel", "INFO",
-         "--without-gossip", "--without-mingle", "--purge", "--schedule", str(home / "celerybeat-schedule")],
-        cwd=REPO_ROOT, env=worker_env, stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(VENV_BIN / "celery"),
+            "-A",
+            "workers.celery_app",
+            "worker",
+            "-B",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--purge",
+            "--schedule",
+            str(home / "celerybeat-schedule"),
+        ],
+        cwd=REPO_ROOT,
+        env=worker_env,
+        stdout=worker_log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 90

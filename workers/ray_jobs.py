@@ -59,8 +59,16 @@ def write_config(run: Run) -> Path:
 
 
 def entrypoint(run: Run, config_path: Path) -> str:
-    parts = [settings.ENGINE_PYTHON, "-m", "rl_engine", "train", str(config_path), "--run-dir", str(run_dir(run)),
-             "--no-progress"]
+    parts = [
+        settings.ENGINE_PYTHON,
+        "-m",
+        "rl_engine",
+        "train",
+        str(config_path),
+        "--run-dir",
+        str(run_dir(run)),
+        "--no-progress",
+    ]
     if run.resume_from_id is not None:
         parts += ["--resume", run.resume_from.path]
     # `exec`: the engine replaces Ray's shell, so the job supervisor is its direct parent and the

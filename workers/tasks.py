@@ -17,8 +17,14 @@ def ping() -> dict:
     return {"pong": True, "python": platform.python_version()}
 
 
-@app.task(name="workers.run_submit", autoretry_for=(JobsUnavailable,), retry_backoff=2, retry_backoff_max=30,
-          retry_jitter=False, max_retries=12)
+@app.task(
+    name="workers.run_submit",
+    autoretry_for=(JobsUnavailable,),
+    retry_backoff=2,
+    retry_backoff_max=30,
+    retry_jitter=False,
+    max_retries=12,
+)
 def run_submit(run_id: str) -> None:
     """Submit a queued run's Ray job (idempotent: submission id = run id); retried while Ray cannot take it."""
     from posttrain.runs import services

@@ -1,4 +1,5 @@
 """ASGI entry point (uvicorn). ASGI, not WSGI, because the run page streams Server-Sent Events."""
+
 import os
 import sys
 from pathlib import Path

@@ -51,9 +51,7 @@ DEBUG = _env_flag("POSTTRAIN_DEBUG")
 ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("POSTTRAIN_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",") if h.strip()
 ]
-CSRF_TRUSTED_ORIGINS = [
-    o.strip() for o in os.environ.get("POSTTRAIN_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
-]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("POSTTRAIN_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -141,6 +139,7 @@ STATIC_URL = "static/"
 STATIC_ROOT = STATE_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns about a missing one
 
+
 def _plotly_js_dir() -> Path:
     """plotly.js as the pinned plotly Python package ships it (the machines are offline: no CDN)."""
     import importlib.util
@@ -181,8 +180,8 @@ SPECTACULAR_SETTINGS = {
 
 # --- Celery ---------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or (
-    f"sqla+sqlite:///{STATE_DIR / 'celery-broker.sqlite3'}"
+CELERY_BROKER_URL = (
+    os.environ.get("CELERY_BROKER_URL") or REDIS_URL or (f"sqla+sqlite:///{STATE_DIR / 'celery-broker.sqlite3'}")
 )
 CELERY_TASK_IGNORE_RESULT = True  # tasks report through the database, not a result backend
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None

@@ -1,4 +1,5 @@
 """WSGI entry point, for tools that want one; the product itself is served over ASGI."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application

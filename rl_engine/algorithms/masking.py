@@ -81,9 +81,7 @@ def masked_whiten(
 def broadcast_to_tokens(per_sequence: Tensor, mask: Tensor) -> Tensor:
     """Spread one value per sequence ``[B]`` over that row's real tokens ``[B, T]``; padding is 0."""
     if per_sequence.dim() != 1 or per_sequence.shape[0] != mask.shape[0]:
-        raise ValueError(
-            f"expected one value per sequence, shape ({mask.shape[0]},), got {tuple(per_sequence.shape)}"
-        )
+        raise ValueError(f"expected one value per sequence, shape ({mask.shape[0]},), got {tuple(per_sequence.shape)}")
     return torch.where(
         as_bool_mask(mask),
         per_sequence.unsqueeze(-1),
@@ -97,9 +95,7 @@ def place_on_last_token(per_sequence: Tensor, mask: Tensor) -> Tensor:
     A row with no real token gets nothing (its value is dropped rather than written into padding).
     """
     if per_sequence.dim() != 1 or per_sequence.shape[0] != mask.shape[0]:
-        raise ValueError(
-            f"expected one value per sequence, shape ({mask.shape[0]},), got {tuple(per_sequence.shape)}"
-        )
+        raise ValueError(f"expected one value per sequence, shape ({mask.shape[0]},), got {tuple(per_sequence.shape)}")
     bool_mask = as_bool_mask(mask)
     positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
     # Highest position holding a real token; robust even if the mask is not strictly right-padded.

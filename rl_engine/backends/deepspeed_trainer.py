@@ -96,8 +96,10 @@ def prepare() -> None:
     single_process_env()
     missing = missing_ops()
     if missing:
-        raise RuntimeError(f"DeepSpeed op(s) {', '.join(missing)} not built in {ops_dir()}: run `{SETUP_COMMAND}` "
-                           "once in this environment (make install does), or set TORCH_EXTENSIONS_DIR to where they are")
+        raise RuntimeError(
+            f"DeepSpeed op(s) {', '.join(missing)} not built in {ops_dir()}: run `{SETUP_COMMAND}` "
+            "once in this environment (make install does), or set TORCH_EXTENSIONS_DIR to where they are"
+        )
     import deepspeed
 
     # DeepSpeed logs its warnings to stdout, where the CLI writes its JSON result. Only its own plain
@@ -167,8 +169,16 @@ class DeepSpeedTrainer(TorchTrainer):
     """`TorchTrainer` whose policy (and critic) run as DeepSpeed engines around the very same AdamW
     and LambdaLR; under ZeRO-3 the reference model runs as an engine too (its weights are partitioned)."""
 
-    def __init__(self, cfg: RunConfig, model: nn.Module, ref_model: nn.Module | None, critic: ValueModel | None,
-                 *, rank: int = 0, world: int = 1):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        model: nn.Module,
+        ref_model: nn.Module | None,
+        critic: ValueModel | None,
+        *,
+        rank: int = 0,
+        world: int = 1,
+    ):
         super().__init__(cfg, model, ref_model, critic, rank=rank, world=world)
         prepare()
         import deepspeed
@@ -180,7 +190,9 @@ class DeepSpeedTrainer(TorchTrainer):
             self.engine = deepspeed.initialize(model=model, optimizer=self.optimizer, config=config)[0]
             self.critic_engine = None
             if critic is not None:
-                self.critic_engine = deepspeed.initialize(model=critic, optimizer=self.critic_optimizer, config=config)[0]
+                self.critic_engine = deepspeed.initialize(model=critic, optimizer=self.critic_optimizer, config=config)[
+                    0
+                ]
             self.ref_engine = None
             if ref_model is not None and self.stage == 3:
                 self.ref_engine = deepspeed.initialize(model=ref_model, config=config)[0]
@@ -240,8 +252,12 @@ class DeepSpeedTrainer(TorchTrainer):
     def state_dict(self) -> dict[str, Any]:
         # A wrapper's state holds the fp32 master weights besides AdamW's moments: a resumed bf16 run
         # continues from them, not from the rounded weights in the HF checkpoint.
-        state = {"format": self._format(), "optimizer": self.engine.optimizer.state_dict(),
-                 "scheduler": self.scheduler.state_dict(), "generator": self.generator.get_state()}
+        state = {
+            "format": self._format(),
+            "optimizer": self.engine.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+        }
         if self.critic is not None:
             with _gathered(self.critic) if self.stage == 3 else nullcontext():
                 state["critic"] = _copies(self.critic.state_dict())
@@ -251,8 +267,10 @@ class DeepSpeedTrainer(TorchTrainer):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         refuse_rank_states(state)
         if state.get("format") != self._format():
-            raise ValueError(f"the checkpoint's trainer state is from {state.get('format') or 'the torch backend'}, "
-                             f"this run is {self._format()}: resume with the backend settings it was written with")
+            raise ValueError(
+                f"the checkpoint's trainer state is from {state.get('format') or 'the torch backend'}, "
+                f"this run is {self._format()}: resume with the backend settings it was written with"
+            )
         self._load_optimizer(self.engine, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
@@ -268,8 +286,9 @@ class DeepSpeedTrainer(TorchTrainer):
         if self.stage == 0:
             engine.optimizer.load_state_dict(state)
         else:
-            engine.optimizer.load_state_dict(state_dict_list=[state], load_optimizer_states=True,
-                                             load_from_fp32_weights=True)
+            engine.optimizer.load_state_dict(
+                state_dict_list=[state], load_optimizer_states=True, load_from_fp32_weights=True
+            )
 
 
 def _gathered(module: nn.Module, modifier_rank: int | None = None) -> AbstractContextManager[None]:

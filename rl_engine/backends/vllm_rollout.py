@@ -43,8 +43,9 @@ _EXTENSION = "rl_engine.backends.vllm_rollout.WeightSyncExtension"
 _SHM = Path("/dev/shm")
 
 
-def cpu_thread_binding(engine_index: int = 0, cpus: list[int] | None = None,
-                       threads: int | None = None) -> dict[str, str]:
+def cpu_thread_binding(
+    engine_index: int = 0, cpus: list[int] | None = None, threads: int | None = None
+) -> dict[str, str]:
     """The vLLM CPU settings that give the model's OpenMP threads the CPUs this engine may use.
 
     vLLM's CPU default ("auto") binds the worker's threads to all cores but one and keeps that one for its
@@ -131,10 +132,22 @@ class VLLMRollout:
     """A colocated vLLM engine that samples from a local HF model folder and takes the trainer's weights
     in place after each update."""
 
-    def __init__(self, model_path: str | Path, tokenizer: Any, *, tokenizer_path: str | Path | None = None,
-                 dtype: str = "float32", seed: int = 0, max_model_len: int | None = None,
-                 kv_cache_gb: float = 1.0, block_size: int | None = None, enforce_eager: bool = True,
-                 trust_remote_code: bool = False, engine_index: int = 0, takes_turns: bool = False):
+    def __init__(
+        self,
+        model_path: str | Path,
+        tokenizer: Any,
+        *,
+        tokenizer_path: str | Path | None = None,
+        dtype: str = "float32",
+        seed: int = 0,
+        max_model_len: int | None = None,
+        kv_cache_gb: float = 1.0,
+        block_size: int | None = None,
+        enforce_eager: bool = True,
+        trust_remote_code: bool = False,
+        engine_index: int = 0,
+        takes_turns: bool = False,
+    ):
         """`engine_index`: this engine's place among the run's engines on one host (picks its CPUs).
         `takes_turns`: the engine shares its CPUs with a trainer that runs while it is idle (the hybrid
         engine in one process). vLLM's processes keep polling with `sched_yield` for a second after each
@@ -142,8 +155,11 @@ class VLLMRollout:
         0.35-0.55 s in about half the steps); at the lowest priority their polling only uses what the
         trainer leaves, and while they generate the trainer is idle."""
         # The caller's own VLLM_CPU_* settings win over ours (both keys, or neither: they go together).
-        binding = {} if any(key in os.environ for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")) \
+        binding = (
+            {}
+            if any(key in os.environ for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"))
             else cpu_thread_binding(engine_index)
+        )
         from transformers import GenerationConfig
 
         try:
@@ -185,8 +201,10 @@ class VLLMRollout:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
         if not self._usable:
-            raise WeightSyncError("the vLLM engine holds partly updated weights after a failed sync; "
-                                  "sync_weights must succeed before it can sample again")
+            raise WeightSyncError(
+                "the vLLM engine holds partly updated weights after a failed sync; "
+                "sync_weights must succeed before it can sample again"
+            )
         from vllm import SamplingParams as VllmSamplingParams
 
         # vLLM refuses n > 1 with greedy decoding: ask for the identical copies one request each.
@@ -245,8 +263,10 @@ class VLLMRollout:
         try:
             counts = self.llm.collective_rpc("posttrain_reload_weights", args=(path,))
         except Exception as exc:
-            raise WeightSyncError(f"the vLLM engine failed while loading new weights and holds partly updated "
-                                  f"ones; it cannot sample until a sync succeeds: {exc}") from exc
+            raise WeightSyncError(
+                f"the vLLM engine failed while loading new weights and holds partly updated "
+                f"ones; it cannot sample until a sync succeeds: {exc}"
+            ) from exc
         if any(count != len(shapes) for count in counts):
             raise WeightSyncError(f"the vLLM workers loaded {counts} of {len(shapes)} tensors")
         if not self.llm.reset_prefix_cache():
@@ -319,10 +339,14 @@ def _checkpoint_layout(folder: Path) -> dict[str, tuple[int, ...]] | None:
 
 def _check_layout(state: dict[str, tuple[int, ...]], aliases: set[str], layout: dict[str, tuple[int, ...]]) -> None:
     problems = [f"{name} is missing" for name in layout if name not in state]
-    problems += [f"{name} has shape {state[name]}, the engine's {shape}"
-                 for name, shape in layout.items() if name in state and state[name] != shape]
-    problems += [f"{name} is not in the engine's checkpoint" for name in state
-                 if name not in layout and name not in aliases]
+    problems += [
+        f"{name} has shape {state[name]}, the engine's {shape}"
+        for name, shape in layout.items()
+        if name in state and state[name] != shape
+    ]
+    problems += [
+        f"{name} is not in the engine's checkpoint" for name in state if name not in layout and name not in aliases
+    ]
     if problems:
         shown = "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
         raise WeightSyncError(f"the policy's weights do not fit the vLLM engine, nothing was sent: {shown}")

@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--force", action="store_true", help="rebuild even if DIR holds a build")
     b.add_argument("--size", choices=sorted(MODEL_SIZES), default="demo", help="model size")
     b.add_argument(
-        "--sft-steps", type=int, default=None,
+        "--sft-steps",
+        type=int,
+        default=None,
         help="fixed warm-start step count (default: the size's own budget)",
     )
     b.add_argument("--quiet", action="store_true", help="no progress output")
@@ -74,9 +76,7 @@ def _build(args: argparse.Namespace) -> int:
         if strangers:
             _fail(f"{out} is not empty and holds no complete demo build; pass --force to build there")
     try:
-        m = build_demo(
-            out, args.seed, sft_steps=args.sft_steps, model_size=args.size, progress=not args.quiet
-        )
+        m = build_demo(out, args.seed, sft_steps=args.sft_steps, model_size=args.size, progress=not args.quiet)
     except OSError as exc:
         _fail(f"cannot write the build to {out}: {exc}")
     print(

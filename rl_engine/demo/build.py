@@ -71,7 +71,14 @@ MODEL_SIZES: dict[str, ModelSize] = {
     "tiny": ModelSize(32, 2, 2, 1, 64, sft_steps=60, sft_lr=3e-3, sft_batch_size=64),
     # The demo policy (~1M parameters): weak but not random after the warm start.
     "demo": ModelSize(
-        128, 4, 4, 2, 512, sft_steps=1000, sft_lr=5e-4, sft_batch_size=64,
+        128,
+        4,
+        4,
+        2,
+        512,
+        sft_steps=1000,
+        sft_lr=5e-4,
+        sft_batch_size=64,
         sft_target_accuracy=0.15,
     ),
     # Throughput benchmarks only (~50M parameters); a few steps teach the format.
@@ -133,10 +140,7 @@ def build_demo(
         corpus = [r["prompt"] + r["label"] for r in map(task.to_row, task.all_pairs())]
         tokenizer = train_tokenizer(corpus)
         stage_seconds["data_and_tokenizer"] = time.perf_counter() - t
-        log(
-            f"data: {N_TRAIN} train / {N_TEST} test / {N_SFT} sft / {N_SFT_VAL} sft_val rows; "
-            f"vocab {len(tokenizer)}"
-        )
+        log(f"data: {N_TRAIN} train / {N_TEST} test / {N_SFT} sft / {N_SFT_VAL} sft_val rows; vocab {len(tokenizer)}")
 
         t = time.perf_counter()
         model = _init_model(size, tokenizer)
@@ -146,7 +150,14 @@ def build_demo(
 
         t = time.perf_counter()
         sft = _supervised_warm_start(
-            model, tokenizer, rows["sft"], rows["sft_val"], size, steps, target, seed,
+            model,
+            tokenizer,
+            rows["sft"],
+            rows["sft_val"],
+            size,
+            steps,
+            target,
+            seed,
             progress=progress,
         )
         stage_seconds["sft"] = time.perf_counter() - t
@@ -154,9 +165,7 @@ def build_demo(
             log(f"warning: SFT stopped at its {steps}-step cap below the {target:.0%} target")
 
         t = time.perf_counter()
-        result = evaluate_greedy_detailed(
-            model, tokenizer, rows["test"], batch_size=256, max_new_tokens=MAX_NEW_TOKENS
-        )
+        result = evaluate_greedy_detailed(model, tokenizer, rows["test"], batch_size=256, max_new_tokens=MAX_NEW_TOKENS)
         stage_seconds["evaluate"] = time.perf_counter() - t
         log(
             f"warm start after {sft.steps} SFT steps: held-out greedy accuracy "
@@ -197,9 +206,7 @@ def build_demo(
             "adds_bos": False,
             "chat_template": True,
         },
-        "data": {
-            name: {"path": f"data/{name}.jsonl", "rows": len(rows[name])} for name in _SPLITS
-        },
+        "data": {name: {"path": f"data/{name}.jsonl", "rows": len(rows[name])} for name in _SPLITS},
         "sft": {
             "steps": sft.steps,
             "max_steps": steps,
@@ -353,9 +360,7 @@ def _supervised_warm_start(
 
     ids, attn, labels = _sft_tensors(tokenizer, rows)
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=size.sft_lr, betas=(0.9, 0.95), weight_decay=0.01
-    )
+    opt = torch.optim.AdamW(model.parameters(), lr=size.sft_lr, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = max(1, min(20, steps // 5))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warmup))
     model.train()

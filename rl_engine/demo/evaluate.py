@@ -83,9 +83,7 @@ def evaluate_greedy_detailed(
     )
     # An answer counts only when the model also stopped: "85" followed by more digits is wrong.
     correct = sum(e and t == str(r["label"]).strip() for t, e, r in zip(texts, ended, rows))
-    return GreedyResult(
-        accuracy=correct / len(rows), eos_rate=sum(ended) / len(rows), completions=texts
-    )
+    return GreedyResult(accuracy=correct / len(rows), eos_rate=sum(ended) / len(rows), completions=texts)
 
 
 def evaluate_greedy(

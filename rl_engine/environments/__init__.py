@@ -57,8 +57,14 @@ class EnvironmentPool:
         from rl_engine.rewards.python_fn import SandboxWorker, WorkerLoadError
 
         if self._worker is None or not self._worker.alive:
-            config = {"kind": "environment", "path": str(Path(self.cfg.path).resolve()), "class": self.cfg.name,
-                      "options": self.cfg.options, "timeout_s": self.cfg.timeout_s, "memory_mb": self.cfg.memory_mb}
+            config = {
+                "kind": "environment",
+                "path": str(Path(self.cfg.path).resolve()),
+                "class": self.cfg.name,
+                "options": self.cfg.options,
+                "timeout_s": self.cfg.timeout_s,
+                "memory_mb": self.cfg.memory_mb,
+            }
             try:
                 self._worker = SandboxWorker(config, START_TIMEOUT_S)
             except WorkerLoadError as exc:
@@ -87,8 +93,11 @@ class EnvironmentPool:
                     break
                 replies[reply["index"]] = (True, reply["value"]) if reply["ok"] else (False, reply["reason"])
         except (WorkerTimeout, WorkerDied) as exc:
-            reason = (f"{op}() did not return within {self.cfg.timeout_s + HARD_KILL_GRACE_S:g}s"
-                      if isinstance(exc, WorkerTimeout) else f"the environment process died: {exc}")
+            reason = (
+                f"{op}() did not return within {self.cfg.timeout_s + HARD_KILL_GRACE_S:g}s"
+                if isinstance(exc, WorkerTimeout)
+                else f"the environment process died: {exc}"
+            )
             worker.kill()
             self.lost = True
             for episode, _ in items:

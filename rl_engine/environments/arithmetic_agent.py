@@ -76,8 +76,10 @@ def main() -> None:
     if not args.url:
         parser.error("--url or POSTTRAIN_AGENT_URL is required")
     stop = threading.Event()
-    threads = [threading.Thread(target=worker, args=(args.url.rstrip("/"), args.calls, stop), daemon=True)
-               for _ in range(args.workers)]
+    threads = [
+        threading.Thread(target=worker, args=(args.url.rstrip("/"), args.calls, stop), daemon=True)
+        for _ in range(args.workers)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

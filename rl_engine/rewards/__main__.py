@@ -42,7 +42,12 @@ def score(request: dict[str, Any]) -> dict[str, Any]:
     batch = _batch(request.get("samples"))
     with build_reward(specs) as composite:
         result = composite.score(batch)
-    return {"scores": result.total, "components": result.components, "errors": result.errors, "extra_logs": result.extra_logs}
+    return {
+        "scores": result.total,
+        "components": result.components,
+        "errors": result.errors,
+        "extra_logs": result.extra_logs,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,13 +149,17 @@ def _guess_batch(name: str, signature: inspect.Signature | None) -> bool | None:
     return None
 
 
-def _openrlhf_call(fn: Callable, name: str, signature: inspect.Signature | None) -> tuple[LoadedFunction | None, list[str]]:
+def _openrlhf_call(
+    fn: Callable, name: str, signature: inspect.Signature | None
+) -> tuple[LoadedFunction | None, list[str]]:
     if signature is None:
         return LoadedFunction(fn, name, True, "pos3", set()), []
     try:
         bound = signature.bind([], [], [])
     except TypeError:
-        return None, [f"{name}{signature} cannot be called as {name}(queries, prompts, labels, **kwargs) (OpenRLHF shape)"]
+        return None, [
+            f"{name}{signature} cannot be called as {name}(queries, prompts, labels, **kwargs) (OpenRLHF shape)"
+        ]
     params = signature.parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         extra: Any = "all"
@@ -273,32 +277,46 @@ def load_environment(path: str, name: str) -> tuple[Any, list[str]]:
         return None, [f"no class named {name!r} in the file"]
     missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
     if missing:
-        return None, [f"{name} has no {' or '.join(missing)} method (reset(prompt, label, metadata) -> observation; "
-                      "step(action) -> (observation, reward, done[, logs]))"]
+        return None, [
+            f"{name} has no {' or '.join(missing)} method (reset(prompt, label, metadata) -> observation; "
+            "step(action) -> (observation, reward, done[, logs]))"
+        ]
     return cls, []
 
 
 def step_result(value: Any) -> dict:
     """A step's return value as {"observation", "reward", "done", "logs"}; ValueError names what is wrong."""
     if isinstance(value, dict):
-        observation, reward, done, logs = (value.get("observation"), value.get("reward", 0.0), value.get("done"),
-                                           value.get("logs") or {})
+        observation, reward, done, logs = (
+            value.get("observation"),
+            value.get("reward", 0.0),
+            value.get("done"),
+            value.get("logs") or {},
+        )
     elif isinstance(value, (tuple, list)) and len(value) in (3, 4):
         observation, reward, done = value[:3]
         logs = value[3] if len(value) == 4 else {}
     else:
-        raise ValueError(f"step() must return (observation, reward, done[, logs]) or a dict with those keys, "
-                         f"got {type(value).__name__}")
+        raise ValueError(
+            f"step() must return (observation, reward, done[, logs]) or a dict with those keys, "
+            f"got {type(value).__name__}"
+        )
     if observation is not None and not isinstance(observation, str):
         raise ValueError(f"step()'s observation must be a string or None, got {type(observation).__name__}")
     if not isinstance(done, bool):
         raise ValueError(f"step()'s done must be True or False, got {done!r}")
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         raise ValueError(f"step()'s reward must be a number, got {reward!r}")
-    if not isinstance(logs, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in logs.values()):
+    if not isinstance(logs, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in logs.values()
+    ):
         raise ValueError("step()'s logs must be a dict of numbers")
-    return {"observation": observation, "reward": float(reward), "done": done,
-            "logs": {str(k): float(v) for k, v in logs.items()}}
+    return {
+        "observation": observation,
+        "reward": float(reward),
+        "done": done,
+        "logs": {str(k): float(v) for k, v in logs.items()},
+    }
 
 
 class EnvironmentRunner:
@@ -312,6 +330,7 @@ class EnvironmentRunner:
                 self.episodes.pop(episode, None)
                 return {"ok": True, "value": None}, False
             if op == "reset":
+
                 def reset() -> Any:
                     env = self.cls(**self.options)
                     self.episodes[episode] = env
@@ -327,7 +346,9 @@ class EnvironmentRunner:
             self.episodes.pop(episode, None)
             if isinstance(exc, CallTimeout):
                 return {"ok": False, "reason": f"{op}() timed out after {self.timeout_s:g}s"}, False
-            return {"ok": False, "reason": f"{op}(): {describe_exception(exc, self.path)}"}, isinstance(exc, MemoryError)
+            return {"ok": False, "reason": f"{op}(): {describe_exception(exc, self.path)}"}, isinstance(
+                exc, MemoryError
+            )
 
 
 def _serve_environment(config: dict, inbox: Connection, outbox: Connection) -> int:

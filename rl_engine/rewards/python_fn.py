@@ -211,7 +211,9 @@ def check_syntax(path: str | os.PathLike) -> list[str]:
     return []
 
 
-def check_reward_file(path: str | os.PathLike, function: str | None = None, timeout_s: float = 30.0, memory_mb: float = 1024) -> list[str]:
+def check_reward_file(
+    path: str | os.PathLike, function: str | None = None, timeout_s: float = 30.0, memory_mb: float = 1024
+) -> list[str]:
     """Problems with a reward file, found by importing it in a sandboxed child ([] = usable).
 
     Reports a syntax error with its line, an exception at import time with its line, a missing
@@ -232,7 +234,9 @@ def check_reward_file(path: str | os.PathLike, function: str | None = None, time
     return []
 
 
-def _child_config(path: str | os.PathLike, function: str | None, batch: bool | None, timeout_s: float, memory_mb: float) -> dict:
+def _child_config(
+    path: str | os.PathLike, function: str | None, batch: bool | None, timeout_s: float, memory_mb: float
+) -> dict:
     return {
         "path": str(Path(path).resolve()),
         "function": function,
@@ -474,9 +478,7 @@ def _verl_value(value: Any) -> tuple[float, dict[str, float]]:
     if isinstance(value, dict):
         if "score" not in value:
             raise ValueError(f"returned a dict without 'score' (keys: {sorted(value)[:8]})")
-        extra = {
-            k: float(v) for k, v in value.items() if k != "score" and isinstance(v, (int, float))
-        }
+        extra = {k: float(v) for k, v in value.items() if k != "score" and isinstance(v, (int, float))}
         return to_score(value["score"]), extra
     return to_score(value), {}
 

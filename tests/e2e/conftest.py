@@ -12,11 +12,16 @@ import pytest
 
 from tests.conftest import REPO_ROOT, UvicornServer, postgres_url
 
-
 SCREENSHOTS = REPO_ROOT / "test-artifacts" / "screenshots"
 CHROMIUM_FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
 ]
 
 

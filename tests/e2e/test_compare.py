@@ -21,10 +21,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 STEPS = [1, 2, 3, 4, 5]
 # Hand-picked curves: the summary table and the smoothing are checked against these numbers.
 CURVES = {
-    "lr-low": {"reward/mean": [0.1, 0.3, 0.2, 0.5, 0.4], "kl/mean": [0.01, 0.02, 0.05, 0.03, 0.04],
-               "seconds_per_step": 10},
-    "lr-high": {"reward/mean": [0.2, 0.2, 0.6, 0.7, 0.65], "kl/mean": [0.02, 0.04, 0.03, 0.08, 0.06],
-                "seconds_per_step": 20},
+    "lr-low": {
+        "reward/mean": [0.1, 0.3, 0.2, 0.5, 0.4],
+        "kl/mean": [0.01, 0.02, 0.05, 0.03, 0.04],
+        "seconds_per_step": 10,
+    },
+    "lr-high": {
+        "reward/mean": [0.2, 0.2, 0.6, 0.7, 0.65],
+        "kl/mean": [0.02, 0.04, 0.03, 0.08, 0.06],
+        "seconds_per_step": 20,
+    },
 }
 # The two experiments differ in train.lr and their name; the runs also in seed and run folder.
 EXPECTED_DIFFERING_FIELDS = {"name", "seed", "train.lr", "logging.run_dir"}
@@ -39,8 +45,15 @@ def _registry(folder: Path) -> tuple[ModelAsset, Dataset, RewardFunction]:
     data.write_text("".join(json.dumps({"question": f"{i}+2=", "answer": str(i + 2)}) + "\n" for i in range(8)))
     model = ModelAsset.objects.create(name="tiny", path=str(model_dir))
     dataset = Dataset.objects.create(
-        name="sums", sha256="b" * 64, format="jsonl", path=str(data), size_bytes=data.stat().st_size, row_count=8,
-        prompt_field="question", label_field="answer", columns=["question", "answer"],
+        name="sums",
+        sha256="b" * 64,
+        format="jsonl",
+        path=str(data),
+        size_bytes=data.stat().st_size,
+        row_count=8,
+        prompt_field="question",
+        label_field="answer",
+        columns=["question", "answer"],
     )
     reward = RewardFunction.objects.create(name="exact answer", kind="builtin", spec={"type": "exact_match"})
     return model, dataset, reward
@@ -49,8 +62,9 @@ def _registry(folder: Path) -> tuple[ModelAsset, Dataset, RewardFunction]:
 def _launched_run(name: str, lr: float, seed: int, registry, user) -> Run:
     model, dataset, reward = registry
     config = {**BASE_CONFIG, "train": {**BASE_CONFIG["train"], "lr": lr}}
-    experiment = services.experiment_create(name=name, model=model, dataset=dataset, rewards=[(reward, 1.0)],
-                                            config=config, user=user)
+    experiment = services.experiment_create(
+        name=name, model=model, dataset=dataset, rewards=[(reward, 1.0)], config=config, user=user
+    )
     return services.run_launch(experiment, seed=seed, user=user)
 
 
@@ -66,18 +80,44 @@ def _ingest_history(run: Run, curve: dict, responses: dict[int, str]) -> None:
 
     events = [event("status", None, {"state": "running"}, start)]
     for i, step in enumerate(STEPS):
-        events.append(event("metrics", step, {
-            "reward/mean": curve["reward/mean"][i], "kl/mean": curve["kl/mean"][i],
-            "policy/entropy": 1.0 - 0.1 * i, "response/length_mean": 3.0 + i,
-            "progress/samples": 4 * step, "progress/tokens": 12 * step,
-        }, start + curve["seconds_per_step"] * i))
+        events.append(
+            event(
+                "metrics",
+                step,
+                {
+                    "reward/mean": curve["reward/mean"][i],
+                    "kl/mean": curve["kl/mean"][i],
+                    "policy/entropy": 1.0 - 0.1 * i,
+                    "response/length_mean": 3.0 + i,
+                    "progress/samples": 4 * step,
+                    "progress/tokens": 12 * step,
+                },
+                start + curve["seconds_per_step"] * i,
+            )
+        )
         if step in responses:
-            events.append(event("samples", step, {"samples": [
-                sample_record(0, reward=1.0, prompt=SHARED_PROMPT, response=responses[step], label="4"),
-                sample_record(1, reward=0.0, prompt=SHARED_PROMPT, response=f"{responses[step]} (second)",
-                              label="4", finish_reason="length", length=4),
-                sample_record(2, prompt=f"only in {run.name}"),
-            ]}, start + curve["seconds_per_step"] * i + 1))
+            events.append(
+                event(
+                    "samples",
+                    step,
+                    {
+                        "samples": [
+                            sample_record(0, reward=1.0, prompt=SHARED_PROMPT, response=responses[step], label="4"),
+                            sample_record(
+                                1,
+                                reward=0.0,
+                                prompt=SHARED_PROMPT,
+                                response=f"{responses[step]} (second)",
+                                label="4",
+                                finish_reason="length",
+                                length=4,
+                            ),
+                            sample_record(2, prompt=f"only in {run.name}"),
+                        ]
+                    },
+                    start + curve["seconds_per_step"] * i + 1,
+                )
+            )
     events.append(event("status", None, {"state": "succeeded"}, start + 300))
     services.events_ingest(run.pk, events)
 
@@ -107,7 +147,8 @@ def _wait_for_traces(page, metric: str, count: int) -> None:
             const div = document.querySelector(`#charts [data-metric="${metric}"]`);
             return div && div.data && div.data.length === count;
         }""",
-        arg=[metric, count], timeout=15_000,
+        arg=[metric, count],
+        timeout=15_000,
     )
 
 
@@ -152,8 +193,10 @@ def test_two_runs_are_compared_by_curves_config_diff_summary_and_prompts(web_ser
     # Hovering shows each run's name with its value at that step.
     box = page.locator('#charts [data-metric="reward/mean"] .nsewdrag').bounding_box()
     page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)  # step 1, the left edge
-    page.wait_for_selector('#charts [data-metric="reward/mean"] .hoverlayer .legend, '
-                           '#charts [data-metric="reward/mean"] .hoverlayer .hovertext')
+    page.wait_for_selector(
+        '#charts [data-metric="reward/mean"] .hoverlayer .legend, '
+        '#charts [data-metric="reward/mean"] .hoverlayer .hovertext'
+    )
     hover = page.eval_on_selector('#charts [data-metric="reward/mean"] .hoverlayer', "layer => layer.textContent")
     assert f"{low.name}: 0.1" in hover and f"{high.name}: 0.2" in hover
     screenshot(page, "compare-two-runs")
@@ -178,7 +221,9 @@ def test_two_runs_are_compared_by_curves_config_diff_summary_and_prompts(web_ser
         """() => {
             const div = document.querySelector('#charts [data-metric="reward/mean"]');
             return div && div.layout.xaxis.title.text.startsWith('wall time') && div.data.length === 4;
-        }""", timeout=15_000)
+        }""",
+        timeout=15_000,
+    )
     by_role = {(t["role"], t["name"]): t for t in _traces(page, "reward/mean")}
     assert by_role[("run", low.name)]["x"] == [0, 10, 20, 30, 40]
     assert by_role[("run", high.name)]["x"] == [0, 20, 40, 60, 80]
@@ -191,10 +236,19 @@ def test_two_runs_are_compared_by_curves_config_diff_summary_and_prompts(web_ser
 
     # Summary: last / best / min / max from the runs' summaries; best is the max of a reward, the min of kl.
     page.wait_for_selector(f'#summary tr[data-metric="kl/mean"][data-run="{high.id}"]')
-    assert [_cell(page, "reward/mean", low, c) for c in ("last", "step", "best", "min", "max")] == \
-        ["0.4", "5", "0.5", "0.1", "0.5"]
-    assert [_cell(page, "reward/mean", high, c) for c in ("last", "best", "min", "max")] == \
-        ["0.65", "0.7", "0.2", "0.7"]
+    assert [_cell(page, "reward/mean", low, c) for c in ("last", "step", "best", "min", "max")] == [
+        "0.4",
+        "5",
+        "0.5",
+        "0.1",
+        "0.5",
+    ]
+    assert [_cell(page, "reward/mean", high, c) for c in ("last", "best", "min", "max")] == [
+        "0.65",
+        "0.7",
+        "0.2",
+        "0.7",
+    ]
     assert [_cell(page, "kl/mean", low, c) for c in ("last", "best", "max")] == ["0.04", "0.01", "0.05"]
     assert [_cell(page, "kl/mean", high, c) for c in ("best", "max")] == ["0.02", "0.08"]
 
@@ -202,17 +256,20 @@ def test_two_runs_are_compared_by_curves_config_diff_summary_and_prompts(web_ser
     page.wait_for_selector("#config tr[data-path]")
     differing = page.eval_on_selector_all("#config tr[data-path]", "rows => rows.map(r => r.dataset.path)")
     assert set(differing) == EXPECTED_DIFFERING_FIELDS
-    assert page.eval_on_selector_all("#config tr[data-path]",
-                                     "rows => rows.every(r => r.classList.contains('differs'))")
-    lr_cells = page.eval_on_selector_all('#config tr[data-path="train.lr"] td',
-                                         "cells => cells.map(c => c.textContent)")
+    assert page.eval_on_selector_all(
+        "#config tr[data-path]", "rows => rows.every(r => r.classList.contains('differs'))"
+    )
+    lr_cells = page.eval_on_selector_all(
+        '#config tr[data-path="train.lr"] td', "cells => cells.map(c => c.textContent)"
+    )
     assert lr_cells == ["0.00001", "0.00003"]
     page.locator("#config").scroll_into_view_if_needed()
     screenshot(page, "compare-config-diff")
     page.uncheck("#only-differing")
     page.wait_for_selector('#config tr[data-path="train.steps"]')
-    all_rows = page.eval_on_selector_all("#config tr[data-path]",
-                                         "rows => rows.map(r => [r.dataset.path, r.className])")
+    all_rows = page.eval_on_selector_all(
+        "#config tr[data-path]", "rows => rows.map(r => [r.dataset.path, r.className])"
+    )
     assert len(all_rows) > 20
     assert {path for path, cls in all_rows if cls == "differs"} == EXPECTED_DIFFERING_FIELDS
     assert "fields=all" in page.url
@@ -251,7 +308,8 @@ def test_runs_grouped_by_a_config_field_show_each_group_mean_and_band(web_server
     page.wait_for_function(
         """() => { const div = document.querySelector('#charts [data-metric="reward/mean"]');
                    return div && div.data && div.data.some((t) => t.meta && t.meta.role === 'mean'); }""",
-        timeout=15_000)
+        timeout=15_000,
+    )
     traces = _traces(page, "reward/mean")
     # Each run stays visible, faint and thin, with its group's colour; per group a band and a mean.
     runs = [t for t in traces if t["role"] == "run"]
@@ -262,7 +320,7 @@ def test_runs_grouped_by_a_config_field_show_each_group_mean_and_band(web_server
     # Both runs of the first group log at steps 1..5, so the mean and band are plain per-step numbers.
     assert means[0]["x"] == STEPS
     assert means[0]["y"] == pytest.approx([0.2, 0.2, 0.3, 0.5, 0.5])
-    lower, = [t for t in traces if t["role"] == "band-lower" and t["name"].startswith("train.lr = 0.00001")]
+    (lower,) = [t for t in traces if t["role"] == "band-lower" and t["name"].startswith("train.lr = 0.00001")]
     upper = traces[traces.index(lower) - 1]  # the band fills from its lower edge up to the trace before it
     assert lower["name"] == "train.lr = 0.00001 (min–max)"
     assert lower["y"] == pytest.approx([0.1, 0.1, 0.2, 0.5, 0.4])
@@ -273,7 +331,9 @@ def test_runs_grouped_by_a_config_field_show_each_group_mean_and_band(web_server
     page.select_option("#band", "std")
     page.wait_for_function(
         """() => document.querySelector('#charts [data-metric="reward/mean"]').data
-                   .some((t) => (t.name || '').endsWith('(±1 std)'))""", timeout=15_000)
+                   .some((t) => (t.name || '').endsWith('(±1 std)'))""",
+        timeout=15_000,
+    )
     assert "band=std" in page.url
     page.select_option("#group-by", "")
     _wait_for_traces(page, "reward/mean", 3)
@@ -302,10 +362,15 @@ def test_the_compare_math_matches_hand_computed_values(web_server, page):
     assert result["ema"] == pytest.approx([1, None, 7 / 3])  # (0.25·1 + 0.5·3) / (1 - 0.25)
     assert result["unsmoothed"] == [1, None, 3]
     # Run 1 covers x 0..2, run 2 covers 1..2: at x=0 only run 1 counts; at x=1 run 1 is interpolated.
-    assert result["minmax"] == {"x": [0, 1, 2], "mean": [0, 2.5, 4], "lower": [0, 1, 2], "upper": [0, 4, 6],
-                                "count": [1, 2, 2]}
-    spread = 2 ** 0.5 * 1.5  # sample std of {1, 4}
-    assert result["std"]["lower"] == pytest.approx([0, 2.5 - spread, 4 - 2 * 2 ** 0.5])
+    assert result["minmax"] == {
+        "x": [0, 1, 2],
+        "mean": [0, 2.5, 4],
+        "lower": [0, 1, 2],
+        "upper": [0, 4, 6],
+        "count": [1, 2, 2],
+    }
+    spread = 2**0.5 * 1.5  # sample std of {1, 4}
+    assert result["std"]["lower"] == pytest.approx([0, 2.5 - spread, 4 - 2 * 2**0.5])
     assert result["goals"] == ["max", "max", "min", "min", "min", "min"]
     assert result["flat"] == {"train.lr": 1e-5, "train.betas": [0.9, 0.99], "rewards.0.name": "a", "stop": []}
     assert result["diff"] == ["b", "c"]
@@ -323,20 +388,49 @@ def test_curves_of_runs_still_going_grow_on_the_compare_page_without_a_reload(we
     done = _launched_run("sums finished", 1e-5, 1, registry, user)
     going = _launched_run("sums going", 3e-5, 2, registry, user)
     _ingest_history(done, CURVES["lr-low"], {})
-    services.events_ingest(going.pk, [
-        {"run": str(going.id), "seq": 1, "type": "status", "step": None, "time": time.time(), "data": {"state": "running"}},
-        {"run": str(going.id), "seq": 2, "type": "metrics", "step": 1, "time": time.time(), "data": {"reward/mean": 0.1}},
-    ])
+    services.events_ingest(
+        going.pk,
+        [
+            {
+                "run": str(going.id),
+                "seq": 1,
+                "type": "status",
+                "step": None,
+                "time": time.time(),
+                "data": {"state": "running"},
+            },
+            {
+                "run": str(going.id),
+                "seq": 2,
+                "type": "metrics",
+                "step": 1,
+                "time": time.time(),
+                "data": {"reward/mean": 0.1},
+            },
+        ],
+    )
     _log_in(page, web_server, f"/compare/?runs={done.id},{going.id}")
     _wait_for_traces(page, "reward/mean", 2)
     page.evaluate("window.__sameDocument = true")
     assert [len(t["x"]) for t in _traces(page, "reward/mean")] == [5, 1]
 
-    services.events_ingest(going.pk, [
-        {"run": str(going.id), "seq": 3, "type": "metrics", "step": 2, "time": time.time(), "data": {"reward/mean": 0.3}},
-    ])
+    services.events_ingest(
+        going.pk,
+        [
+            {
+                "run": str(going.id),
+                "seq": 3,
+                "type": "metrics",
+                "step": 2,
+                "time": time.time(),
+                "data": {"reward/mean": 0.3},
+            },
+        ],
+    )
     page.wait_for_function(  # the page re-reads every 10 s while a run is not finished
         """() => { const d = document.querySelector('#charts [data-metric="reward/mean"]');
-                   return d && d.data.length === 2 && d.data[1].x.length === 2; }""", timeout=30_000)
+                   return d && d.data.length === 2 && d.data[1].x.length === 2; }""",
+        timeout=30_000,
+    )
     assert _traces(page, "reward/mean")[1]["y"] == [0.1, 0.3]
     assert page.evaluate("window.__sameDocument") is True

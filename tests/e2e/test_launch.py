@@ -19,7 +19,6 @@ from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-
 @pytest.fixture(scope="module")
 def tiny_model_folder(tmp_path_factory) -> Path:
     """A real tiny Hugging Face model folder (registered, never run here)."""
@@ -73,7 +72,8 @@ def upload_dataset(page, web_server: str, tmp_path: Path) -> None:
 
 
 def test_a_researcher_uploads_a_dataset_launches_from_the_form_and_clones_the_run(
-        web_server, page, model_and_reward, tmp_path):
+    web_server, page, model_and_reward, tmp_path
+):
     from posttrain.registry.models import Dataset
     from posttrain.runs.models import Experiment, Run
 
@@ -94,7 +94,9 @@ def test_a_researcher_uploads_a_dataset_launches_from_the_form_and_clones_the_ru
     expect(samples.locator("input")).to_have_value("8")  # the schema's default
     expect(samples).to_contain_text("Responses generated per prompt")  # its description as help
     samples.locator("input").fill("1")
-    expect(samples.locator(".field-error")).to_contain_text("group estimator 'grpo' needs more than one sample per prompt")
+    expect(samples.locator(".field-error")).to_contain_text(
+        "group estimator 'grpo' needs more than one sample per prompt"
+    )
     expect(page.locator("#validation-status")).to_contain_text("1 problem to fix")
     screenshot(page, "launch-inline-error")
 
@@ -141,17 +143,26 @@ def test_a_researcher_uploads_a_dataset_launches_from_the_form_and_clones_the_ru
 
 
 def test_yaml_applied_in_the_pane_refills_the_form_and_a_yaml_error_names_its_line(
-        web_server, page, model_and_reward, tmp_path):
+    web_server, page, model_and_reward, tmp_path
+):
     from posttrain.registry.models import Dataset
     from posttrain.runs import services
 
     model, reward = model_and_reward
     data = tmp_path / "p.jsonl"
     data.write_text('{"prompt": "1+1=", "label": "2"}\n')
-    dataset = Dataset.objects.create(name="one", sha256="b" * 64, format="jsonl", path=str(data), size_bytes=1,
-                                     row_count=1, columns=["prompt", "label"])
-    experiment = services.experiment_create(name="from yaml", model=model, dataset=dataset,
-                                            rewards=[(reward, 2.0)], config={"train": {"steps": 3}})
+    dataset = Dataset.objects.create(
+        name="one",
+        sha256="b" * 64,
+        format="jsonl",
+        path=str(data),
+        size_bytes=1,
+        row_count=1,
+        columns=["prompt", "label"],
+    )
+    experiment = services.experiment_create(
+        name="from yaml", model=model, dataset=dataset, rewards=[(reward, 2.0)], config={"train": {"steps": 3}}
+    )
     log_in(page, web_server, "rosalind")
     open_ready(page, f"{web_server}/launch/?experiment={experiment.pk}")
     expect(config_field(page, "train.steps").locator("input")).to_have_value("3")
@@ -163,7 +174,9 @@ def test_yaml_applied_in_the_pane_refills_the_form_and_a_yaml_error_names_its_li
     expect(page.locator("#yaml-error")).to_contain_text("YAML syntax error at line 3")
     expect(config_field(page, "train.steps").locator("input")).to_have_value("3")  # untouched
 
-    page.fill("#yaml-text", "train:\n  steps: 5\n  lr: 0.001\nrollout:\n  temprature: 0.5\nmodel:\n  path: /elsewhere\n")
+    page.fill(
+        "#yaml-text", "train:\n  steps: 5\n  lr: 0.001\nrollout:\n  temprature: 0.5\nmodel:\n  path: /elsewhere\n"
+    )
     page.click("#yaml-apply")
     expect(page.locator("#yaml-error")).to_be_hidden()
     expect(config_field(page, "train.steps").locator("input")).to_have_value("5")
@@ -171,20 +184,24 @@ def test_yaml_applied_in_the_pane_refills_the_form_and_a_yaml_error_names_its_li
     expect(page.locator("#yaml-status")).to_contain_text("Ignored model.path")
     # A key the form has no field for is kept, so the engine names it (in its section).
     expect(page.locator('.sf-section[data-loc="rollout"] > .field-error')).to_contain_text(
-        "temprature: unknown field 'temprature' (did you mean 'temperature'?)")
+        "temprature: unknown field 'temprature' (did you mean 'temperature'?)"
+    )
     expect(page.locator("#launch-button")).to_contain_text("Create experiment and launch")
     screenshot(page, "launch-yaml-applied")
 
 
 def test_registry_forms_put_the_apis_errors_next_to_their_fields_and_list_what_they_create(
-        web_server, page, researcher, tiny_model_folder):
+    web_server, page, researcher, tiny_model_folder
+):
     log_in(page, web_server, "rosalind")
     open_ready(page, f"{web_server}/registry/")
 
     page.fill("#model-name", "tiny")
     page.fill("#model-path", "/nonexistent/model")
     page.click("#model-form button[type=submit]")
-    expect(page.locator('#model-form [data-field="path"] .field-error')).to_contain_text("/nonexistent/model does not exist")
+    expect(page.locator('#model-form [data-field="path"] .field-error')).to_contain_text(
+        "/nonexistent/model does not exist"
+    )
     page.fill("#model-path", str(tiny_model_folder))
     page.click("#model-form button[type=submit]")
     expect(page.locator("#model-rows tr", has_text="tiny")).to_contain_text("Qwen2ForCausalLM")

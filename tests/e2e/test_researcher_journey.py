@@ -38,8 +38,9 @@ def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Ite
     from django.db import connection
 
     home = tmp_path_factory.mktemp("journey-stack")
-    with platform_stack(ray_head, home, postgres_url(connection.settings_dict),
-                        extra_env={"POSTTRAIN_SSE_MAX_STREAM_S": "3"}) as stack:
+    with platform_stack(
+        ray_head, home, postgres_url(connection.settings_dict), extra_env={"POSTTRAIN_SSE_MAX_STREAM_S": "3"}
+    ) as stack:
         try:
             yield stack
         finally:
@@ -75,14 +76,16 @@ def launch_from_form(page, base: str, assets: dict, *, name: str, steps: int, se
 
 def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack, page, demo_assets):
     from posttrain.accounts.services import user_create
-    from posttrain.registry.services import model_register, reward_create
     from posttrain.registry.models import Dataset
+    from posttrain.registry.services import model_register, reward_create
     from posttrain.runs.models import MetricRow
 
     base = stack.web.url
     researcher = user_create("barbara", PASSWORD, "researcher")
-    assets = {"model": model_register("tiny demo", str(demo_assets / "model"), user=researcher),
-              "reward": reward_create("correct", "builtin", {"type": "exact_match"}, user=researcher)}
+    assets = {
+        "model": model_register("tiny demo", str(demo_assets / "model"), user=researcher),
+        "reward": reward_create("correct", "builtin", {"type": "exact_match"}, user=researcher),
+    }
     log_in(page, base, "barbara")
 
     # Upload the prompts on the registry page.
@@ -135,7 +138,9 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
     drawn = page.evaluate("() => document.getElementById('chart-reward').data[0].x")
     assert drawn == stored
     expect(page.locator('#checkpoints-table tr[data-step="60"]')).to_contain_text("Register as model")
-    expect(page.locator('#checkpoints-table tr[data-step="10"]')).to_contain_text("pruned")  # keep_last=2 of 10, 20, …, 60
+    expect(page.locator('#checkpoints-table tr[data-step="10"]')).to_contain_text(
+        "pruned"
+    )  # keep_last=2 of 10, 20, …, 60
     assert page.evaluate("window.__sameDocument") is True
     seen = page.evaluate("window.__seen")
     # The curve grew in place several times, and new steps' samples replaced the table, without a reload.

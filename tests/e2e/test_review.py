@@ -112,24 +112,47 @@ def _run_with_samples(folder: Path, user) -> Run:
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     data = folder / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"question": p, "answer": "?"}) + "\n" for p, *_ in SINGLE_SAMPLES + PAIR_SAMPLES))
+    data.write_text(
+        "".join(json.dumps({"question": p, "answer": "?"}) + "\n" for p, *_ in SINGLE_SAMPLES + PAIR_SAMPLES)
+    )
     model = ModelAsset.objects.create(name="tiny", path=str(model_dir))
     dataset = Dataset.objects.create(
-        name="sums", sha256="c" * 64, format="jsonl", path=str(data), size_bytes=data.stat().st_size, row_count=8,
-        prompt_field="question", label_field="answer", columns=["question", "answer"])
+        name="sums",
+        sha256="c" * 64,
+        format="jsonl",
+        path=str(data),
+        size_bytes=data.stat().st_size,
+        row_count=8,
+        prompt_field="question",
+        label_field="answer",
+        columns=["question", "answer"],
+    )
     reward = RewardFunction.objects.create(name="exact answer", kind="builtin", spec={"type": "exact_match"})
-    experiment = services.experiment_create(name="sums grpo", model=model, dataset=dataset, rewards=[(reward, 1.0)],
-                                            config=BASE_CONFIG, user=user)
+    experiment = services.experiment_create(
+        name="sums grpo", model=model, dataset=dataset, rewards=[(reward, 1.0)], config=BASE_CONFIG, user=user
+    )
     run = services.run_launch(experiment, user=user)
     Run.objects.filter(pk=run.pk).update(name=RUN_NAME)
-    single = [sample_record(i, reward=reward_, prompt=prompt, response=response, group=i, label=None)
-              for i, (prompt, response, reward_) in enumerate(SINGLE_SAMPLES)]
-    pairs = [sample_record(2 * g + j, reward=1.0 - j, prompt=prompt, response=response, group=g, label=None)
-             for g, (prompt, *responses) in enumerate(PAIR_SAMPLES) for j, response in enumerate(responses)]
+    single = [
+        sample_record(i, reward=reward_, prompt=prompt, response=response, group=i, label=None)
+        for i, (prompt, response, reward_) in enumerate(SINGLE_SAMPLES)
+    ]
+    pairs = [
+        sample_record(2 * g + j, reward=1.0 - j, prompt=prompt, response=response, group=g, label=None)
+        for g, (prompt, *responses) in enumerate(PAIR_SAMPLES)
+        for j, response in enumerate(responses)
+    ]
     now = time.time()
     events = [
         {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
-        {"run": str(run.id), "seq": 2, "type": "samples", "step": SINGLE_STEP, "time": now, "data": {"samples": single}},
+        {
+            "run": str(run.id),
+            "seq": 2,
+            "type": "samples",
+            "step": SINGLE_STEP,
+            "time": now,
+            "data": {"samples": single},
+        },
         {"run": str(run.id), "seq": 3, "type": "samples", "step": PAIR_STEP, "time": now, "data": {"samples": pairs}},
     ]
     services.events_ingest(run.pk, events)
@@ -152,8 +175,16 @@ def log_in(page: Page, web_server: str, username: str) -> None:
     page.wait_for_url(f"{web_server}/")
 
 
-def create_campaign_in_form(page: Page, web_server: str, run: Run, *, name: str, kind: str, step: int,
-                            extra_question: tuple[str, str, dict[str, str]]) -> Campaign:
+def create_campaign_in_form(
+    page: Page,
+    web_server: str,
+    run: Run,
+    *,
+    name: str,
+    kind: str,
+    step: int,
+    extra_question: tuple[str, str, dict[str, str]],
+) -> Campaign:
     """Fills the new-campaign form (blind, overlap 2, both annotators); a first try with k = 0 must come
     back with the error next to the k field. Returns the created campaign, on whose page the browser is."""
     open_ready(page, f"{web_server}/review/new/")
@@ -188,7 +219,9 @@ def create_campaign_in_form(page: Page, web_server: str, run: Run, *, name: str,
 
     page.fill("#c-k", "0")
     page.click("#create-button")
-    expect(page.locator('[data-loc~="source.k"] > .field-error')).to_have_text("must be an integer from 1 to 1000 (items per step)")
+    expect(page.locator('[data-loc~="source.k"] > .field-error')).to_have_text(
+        "must be an integer from 1 to 1000 (items per step)"
+    )
     expect(page.locator("#form-status")).to_have_text("1 problem to fix")
     screenshot(page, f"review-new-{kind}-error")
     page.fill("#c-k", "4")
@@ -234,8 +267,10 @@ def start_first_open_campaign(page: Page, web_server: str, campaign: Campaign, s
 
 def settled(page: Page) -> str:
     """'item' (an item shows), or the done box's state: 'done' or 'waiting' (others hold the rest)."""
-    page.wait_for_function("() => document.getElementById('annotate-app').dataset.busy !== 'true' && "
-                           "(!document.getElementById('item-box').hidden || !document.getElementById('done-box').hidden)")
+    page.wait_for_function(
+        "() => document.getElementById('annotate-app').dataset.busy !== 'true' && "
+        "(!document.getElementById('item-box').hidden || !document.getElementById('done-box').hidden)"
+    )
     if page.locator("#item-box").is_visible():
         return "item"
     return page.get_attribute("#done-box", "data-state")
@@ -247,7 +282,8 @@ def press_and_wait_for_next(page: Page, key: str) -> None:
     page.keyboard.press(key)
     page.wait_for_function(
         "(before) => { const box = document.getElementById('item-box'); return box.hidden || box.dataset.itemId !== before; }",
-        arg=before)
+        arg=before,
+    )
 
 
 def work_until_done(pages: dict[str, Page], judge: Callable[[str, Page, str], None]) -> None:
@@ -287,7 +323,8 @@ def assert_shows_nothing_about_the_run(page: Page, run: Run) -> None:
 
 
 def test_single_items_are_rated_by_two_annotators_with_the_keyboard_and_their_agreement_is_shown(
-        web_server, page, people, annotator_pages):
+    web_server, page, people, annotator_pages
+):
     _, run = people
     pages = annotator_pages
     # Annotators cannot open the researchers' pages.
@@ -297,19 +334,29 @@ def test_single_items_are_rated_by_two_annotators_with_the_keyboard_and_their_ag
     log_in(page, web_server, "rosalind")
     open_ready(page, f"{web_server}/review/")
     expect(page.locator("#campaigns-box")).to_contain_text("No campaigns yet")
-    campaign = create_campaign_in_form(page, web_server, run, name="check the sums", kind="single", step=SINGLE_STEP,
-                                       extra_question=("tags", "Problems", {"options": "rambling, wrong format"}))
+    campaign = create_campaign_in_form(
+        page,
+        web_server,
+        run,
+        name="check the sums",
+        kind="single",
+        step=SINGLE_STEP,
+        extra_question=("tags", "Problems", {"options": "rambling, wrong format"}),
+    )
     assert [q["key"] for q in campaign.questions] == [CORRECT, QUALITY, PROBLEMS]
     screenshot(page, "review-campaign-draft")
     activate(page)
     assert pages["ann"].goto(f"{web_server}/review/campaigns/{campaign.pk}/").status == 403
     open_ready(page, f"{web_server}/review/")
     expect(page.locator(f'#campaigns-table tr[data-campaign-id="{campaign.pk}"]')).to_contain_text(
-        "0 of 8 judgements · 0 of 4 items done")
+        "0 of 8 judgements · 0 of 4 items done"
+    )
     screenshot(page, "review-campaigns-list")
 
     for name, annotator_page in pages.items():
-        start_first_open_campaign(annotator_page, web_server, campaign, shot="annotate-queue" if name == "ann" else None)
+        start_first_open_campaign(
+            annotator_page, web_server, campaign, shot="annotate-queue" if name == "ann" else None
+        )
     ann = pages["ann"]
     assert settled(ann) == "item"
     expect(ann.locator("#instructions-text")).to_have_text(INSTRUCTIONS)
@@ -409,12 +456,20 @@ def test_single_items_are_rated_by_two_annotators_with_the_keyboard_and_their_ag
 
 
 def test_pairs_are_compared_by_two_annotators_with_the_keyboard_and_export_as_preference_pairs(
-        web_server, page, people, annotator_pages):
+    web_server, page, people, annotator_pages
+):
     _, run = people
     pages = annotator_pages
     log_in(page, web_server, "rosalind")
-    campaign = create_campaign_in_form(page, web_server, run, name="which sum is better", kind="pair", step=PAIR_STEP,
-                                       extra_question=("comment", "Anything else?", {}))
+    campaign = create_campaign_in_form(
+        page,
+        web_server,
+        run,
+        name="which sum is better",
+        kind="pair",
+        step=PAIR_STEP,
+        extra_question=("comment", "Anything else?", {}),
+    )
     assert [q["key"] for q in campaign.questions] == [BETTER, WHY]
     activate(page)
     items = {item.sample_a.prompt: item for item in campaign.items.select_related("sample_a", "sample_b")}

@@ -36,15 +36,29 @@ TURNS = [
 def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
     run = make_run(experiment, RunState.STARTING)
     now = time.time()
-    episode = sample_record(0, prompt="37+48=", response="<tool>37 + 48</tool>= 85The answer is 85correct",
-                            turns=TURNS, env={"turns": 2, "env_time_s": 0.01},
-                            components={"exact_answer": 1.0, "environment": 0.95})
-    services.events_ingest(run.pk, [
-        {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
-        {"run": str(run.id), "seq": 2, "type": "samples", "step": 1, "time": now,
-         "data": {"samples": [episode, sample_record(1)]}},
-        {"run": str(run.id), "seq": 3, "type": "status", "step": None, "time": now, "data": {"state": "succeeded"}},
-    ])
+    episode = sample_record(
+        0,
+        prompt="37+48=",
+        response="<tool>37 + 48</tool>= 85The answer is 85correct",
+        turns=TURNS,
+        env={"turns": 2, "env_time_s": 0.01},
+        components={"exact_answer": 1.0, "environment": 0.95},
+    )
+    services.events_ingest(
+        run.pk,
+        [
+            {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
+            {
+                "run": str(run.id),
+                "seq": 2,
+                "type": "samples",
+                "step": 1,
+                "time": now,
+                "data": {"samples": [episode, sample_record(1)]},
+            },
+            {"run": str(run.id), "seq": 3, "type": "status", "step": None, "time": now, "data": {"state": "succeeded"}},
+        ],
+    )
 
     page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
     page.fill("#id_username", "ada")

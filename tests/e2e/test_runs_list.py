@@ -15,7 +15,6 @@ from tests.e2e.conftest import PASSWORD, log_in, screenshot
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-
 def a_researcher(username: str):
     from posttrain.accounts.services import user_create
 
@@ -27,13 +26,25 @@ def an_experiment(name: str):
     from posttrain.runs.models import Experiment
 
     model = ModelAsset.objects.create(name=f"qwen-tiny-{uuid.uuid4().hex[:6]}", path="/nonexistent/model")
-    dataset = Dataset.objects.create(name="gsm-mini", sha256=uuid.uuid4().hex * 2, format="jsonl",
-                                     path="/nonexistent/data.jsonl", size_bytes=1, row_count=1)
+    dataset = Dataset.objects.create(
+        name="gsm-mini",
+        sha256=uuid.uuid4().hex * 2,
+        format="jsonl",
+        path="/nonexistent/data.jsonl",
+        size_bytes=1,
+        row_count=1,
+    )
     return Experiment.objects.create(name=name, model=model, dataset=dataset, config={})
 
 
-def a_run(experiment, name: str, state: str, reward: tuple[float, float] | None = None,
-          eval_reward: tuple[float, float] | None = None, **fields):
+def a_run(
+    experiment,
+    name: str,
+    state: str,
+    reward: tuple[float, float] | None = None,
+    eval_reward: tuple[float, float] | None = None,
+    **fields,
+):
     """A run as ingestion would have left it: `reward` and `eval_reward` are (last, best) of reward/mean
     and eval/reward/mean."""
     from posttrain.runs.models import Run
@@ -42,10 +53,23 @@ def a_run(experiment, name: str, state: str, reward: tuple[float, float] | None 
     if reward:
         summary["reward/mean"] = {"last": reward[0], "step": 20, "min": 0.05, "max": reward[1], "count": 20}
     if eval_reward:
-        summary["eval/reward/mean"] = {"last": eval_reward[0], "step": 20, "min": 0.1, "max": eval_reward[1], "count": 3}
+        summary["eval/reward/mean"] = {
+            "last": eval_reward[0],
+            "step": 20,
+            "min": 0.1,
+            "max": eval_reward[1],
+            "count": 3,
+        }
     return Run.objects.create(
-        experiment=experiment, name=name, state=state, resolved_config={"algorithm": {"name": "grpo"}},
-        summary=summary, last_step=20 if reward else None, started_at=timezone.now(), **fields)
+        experiment=experiment,
+        name=name,
+        state=state,
+        resolved_config={"algorithm": {"name": "grpo"}},
+        summary=summary,
+        last_step=20 if reward else None,
+        started_at=timezone.now(),
+        **fields,
+    )
 
 
 def row(page, run):
@@ -59,8 +83,15 @@ def test_a_researcher_sees_runs_with_metrics_and_filters_them(web_server, page):
     screenshot(page, "runs-list-empty")
 
     experiment = an_experiment("gsm grpo")
-    good = a_run(experiment, "lr 1e-4", "succeeded", reward=(0.62, 0.71), eval_reward=(0.55, 0.58),
-                 tags=["baseline"], finished_at=timezone.now())
+    good = a_run(
+        experiment,
+        "lr 1e-4",
+        "succeeded",
+        reward=(0.62, 0.71),
+        eval_reward=(0.55, 0.58),
+        tags=["baseline"],
+        finished_at=timezone.now(),
+    )
     bad = a_run(experiment, "lr 3e-4 collapsed", "failed", reward=(0.1, 0.4), finished_at=timezone.now())
     live = a_run(experiment, "clip-higher", "running", reward=(0.33, 0.35), tags=["dapo"])
     page.reload()

@@ -22,9 +22,26 @@ def test_a_task_round_trips_through_redis_and_the_worker_keeps_stdlib_platform(r
     broker, backend = f"{redis_url}/11", f"{redis_url}/12"
     env = {**os.environ, "CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": backend, "POSTTRAIN_HOME": str(tmp_path)}
     worker = subprocess.Popen(
-        [str(VENV_BIN / "celery"), "-A", "workers.celery_app", "worker", "--pool", "solo", "--loglevel", "WARNING",
-         "--without-gossip", "--without-mingle", "-Q", "celery"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [
+            str(VENV_BIN / "celery"),
+            "-A",
+            "workers.celery_app",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "-Q",
+            "celery",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     client = Celery("test-client", broker=broker, backend=backend)
     try:

@@ -83,7 +83,9 @@ def _wait_for_demo_run_metrics(opener, base: str, timeout_s: float) -> dict:
 
 
 def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_env):
-    started = subprocess.run(["make", "-s", "demo"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=600)
+    started = subprocess.run(
+        ["make", "-s", "demo"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=600
+    )
     assert started.returncode == 0, started.stdout + started.stderr
     assert os.path.exists(os.path.join(demo_env["DEMO_HOME"], "assets", "run.yaml")), "demo assets were not built"
     username, password = re.search(r"login: (\S+) / (\S+)", started.stdout).groups()
@@ -114,10 +116,14 @@ def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_
     assert set(pids) == {"ray", "worker", "web"}
     bystander = subprocess.Popen(["sleep", "300"])  # something the demo did not start
     try:
-        stopped = subprocess.run(["make", "-s", "stop"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=120)
+        stopped = subprocess.run(
+            ["make", "-s", "stop"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=120
+        )
         assert stopped.returncode == 0, stopped.stderr
         assert not any(_alive(pid) for pid in pids.values())
-        assert _processes_mentioning(demo_env["DEMO_HOME"], within_s=30) == [], "the demo run's engine outlived make stop"
+        assert _processes_mentioning(demo_env["DEMO_HOME"], within_s=30) == [], (
+            "the demo run's engine outlived make stop"
+        )
         assert bystander.poll() is None
     finally:
         bystander.kill()

@@ -49,7 +49,9 @@ def demo_assets(tmp_path_factory) -> Path:
 def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Iterator[PlatformStack]:
     from django.db import connection
 
-    with platform_stack(ray_head, tmp_path_factory.mktemp("runs-stack"), postgres_url(connection.settings_dict)) as stack:
+    with platform_stack(
+        ray_head, tmp_path_factory.mktemp("runs-stack"), postgres_url(connection.settings_dict)
+    ) as stack:
         yield stack
 
 
@@ -109,31 +111,50 @@ def registry(demo_assets, tmp_path):
 
     train = demo_assets / "data" / "train.jsonl"
     raising = tmp_path / "raising_reward.py"
-    raising.write_text("def reward_func(queries, prompts, labels, **kwargs):\n"
-                       "    raise RuntimeError('the reward server exploded')\n")
+    raising.write_text(
+        "def reward_func(queries, prompts, labels, **kwargs):\n    raise RuntimeError('the reward server exploded')\n"
+    )
     broken = tmp_path / "broken_reward.py"
     broken.write_text("def reward_func(queries, prompts, labels, **kwargs)\n    return [0.0] * len(queries)\n")
     return {
         "model": ModelAsset.objects.create(name="tiny demo", path=str(demo_assets / "model")),
         "dataset": Dataset.objects.create(
-            name="sums", sha256="0" * 64, format="jsonl", path=str(train), size_bytes=train.stat().st_size,
-            row_count=5000, prompt_field="prompt", label_field="label", columns=["prompt", "label"]),
+            name="sums",
+            sha256="0" * 64,
+            format="jsonl",
+            path=str(train),
+            size_bytes=train.stat().st_size,
+            row_count=5000,
+            prompt_field="prompt",
+            label_field="label",
+            columns=["prompt", "label"],
+        ),
         "exact": RewardFunction.objects.create(name="correct", kind="builtin", spec={"type": "exact_match"}),
-        "format": RewardFunction.objects.create(name="two_digits", kind="builtin",
-                                                spec={"type": "regex", "pattern": r"^\d\d"}),
-        "raising": RewardFunction.objects.create(name="raising", kind="python",
-                                                 spec={"type": "python", "path": str(raising), "timeout_s": 10}),
-        "broken": RewardFunction.objects.create(name="broken", kind="python",
-                                                spec={"type": "python", "path": str(broken)}),
+        "format": RewardFunction.objects.create(
+            name="two_digits", kind="builtin", spec={"type": "regex", "pattern": r"^\d\d"}
+        ),
+        "raising": RewardFunction.objects.create(
+            name="raising", kind="python", spec={"type": "python", "path": str(raising), "timeout_s": 10}
+        ),
+        "broken": RewardFunction.objects.create(
+            name="broken", kind="python", spec={"type": "python", "path": str(broken)}
+        ),
     }
 
 
-def create_experiment(api: Api, registry, name: str, config: dict, rewards=(("exact", 1.0), ("format", 0.5)),
-                      model=None) -> dict:
-    return api.post("/api/experiments/", {
-        "name": name, "model": (model or registry["model"]).pk, "dataset": registry["dataset"].pk,
-        "rewards": [{"reward": registry[key].pk, "weight": weight} for key, weight in rewards], "config": config,
-    })
+def create_experiment(
+    api: Api, registry, name: str, config: dict, rewards=(("exact", 1.0), ("format", 0.5)), model=None
+) -> dict:
+    return api.post(
+        "/api/experiments/",
+        {
+            "name": name,
+            "model": (model or registry["model"]).pk,
+            "dataset": registry["dataset"].pk,
+            "rewards": [{"reward": registry[key].pk, "weight": weight} for key, weight in rewards],
+            "config": config,
+        },
+    )
 
 
 def launch(api: Api, experiment: dict, seed: int = 1) -> dict:
@@ -168,9 +189,11 @@ def assert_store_matches_the_run_folder(run: dict) -> None:
     assert run["last_seq"] == len(events)
     by_type = lambda kind: [e for e in events if e["type"] == kind]  # noqa: E731
     assert list(MetricRow.objects.filter(run_id=run["id"]).order_by("seq").values_list("seq", flat=True)) == [
-        e["seq"] for e in by_type("metrics")]
+        e["seq"] for e in by_type("metrics")
+    ]
     assert list(RunLog.objects.filter(run_id=run["id"]).order_by("seq").values_list("seq", flat=True)) == [
-        e["seq"] for e in by_type("log")]
+        e["seq"] for e in by_type("log")
+    ]
     stored = set(Sample.objects.filter(run_id=run["id"]).values_list("step", "index"))
     expected = {(e["step"], s["index"]) for e in by_type("samples") for s in e["data"]["samples"]}
     assert stored == expected
@@ -196,7 +219,11 @@ def test_a_launched_run_succeeds_with_every_steps_metrics_and_every_sample_store
     assert all(s["prompt"] and s["finish_reason"] in ("stop", "length") for s in samples["results"])
     assert [c["step"] for c in api.get(f"/api/runs/{run['id']}/checkpoints/")] == [steps]
     assert [(t["from_state"], t["to_state"]) for t in api.get(f"/api/runs/{run['id']}/transitions/")] == [
-        ("draft", "queued"), ("queued", "starting"), ("starting", "running"), ("running", "succeeded")]
+        ("draft", "queued"),
+        ("queued", "starting"),
+        ("starting", "running"),
+        ("running", "succeeded"),
+    ]
     assert_store_matches_the_run_folder(run)
     assert ray_job_status(stack, run["id"]) == "SUCCEEDED"
     assert "run folder:" in api.get(f"/api/runs/{run['id']}/logs/")["logs"]
@@ -205,7 +232,9 @@ def test_a_launched_run_succeeds_with_every_steps_metrics_and_every_sample_store
 # --- (b) -------------------------------------------------------------------------------------
 
 
-def test_failing_rewards_and_a_missing_model_end_as_the_engine_reports_them(api, registry, stack, demo_assets, tmp_path):
+def test_failing_rewards_and_a_missing_model_end_as_the_engine_reports_them(
+    api, registry, stack, demo_assets, tmp_path
+):
     from posttrain.registry.models import ModelAsset
 
     # A reward_func that raises: every sample records the error, the run itself goes on (by design: a
@@ -220,8 +249,10 @@ def test_failing_rewards_and_a_missing_model_end_as_the_engine_reports_them(api,
     missing = create_experiment(api, registry, "missing model", run_config(2), model=doomed)
     shutil.rmtree(copy)
 
-    runs = {name: launch(api, experiment)["id"] for name, experiment in
-            (("raising", raising), ("broken", broken), ("missing", missing))}
+    runs = {
+        name: launch(api, experiment)["id"]
+        for name, experiment in (("raising", raising), ("broken", broken), ("missing", missing))
+    }
     finished = {name: api.wait_until_finished(run_id) for name, run_id in runs.items()}
 
     assert finished["raising"]["state"] == "succeeded", finished["raising"]
@@ -264,7 +295,8 @@ def ray_state(stack: PlatformStack, kind: str) -> list[dict]:
 
 
 def test_a_run_with_separate_placement_runs_its_roles_as_actors_of_its_job_and_cancel_removes_them(
-        api, registry, stack):
+    api, registry, stack
+):
     config = run_config(2000, placement={"mode": "separate", "cpus_per_trainer": 0.5, "cpus_per_rollout_engine": 0.5})
     run = launch(api, create_experiment(api, registry, "separate roles", config))
     run = api.wait_for(run["id"], lambda r: r["state"] == "running" and (r["last_step"] or 0) >= 2, what="two steps")

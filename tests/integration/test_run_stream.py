@@ -62,16 +62,24 @@ def a_running_run():
 
     user_create("stream-reader", PASSWORD, "researcher")
     run_id = uuid.uuid4()
-    Run.objects.create(id=run_id, experiment=an_experiment(rewards=[a_reward_row()]), state="starting",
-                       ingest_token_hash=token_hash(ingest_token(run_id)))
+    Run.objects.create(
+        id=run_id,
+        experiment=an_experiment(rewards=[a_reward_row()]),
+        state="starting",
+        ingest_token_hash=token_hash(ingest_token(run_id)),
+    )
     return run_id, ingest_token(run_id)
 
 
 def signed_in(base: str) -> requests.Session:
     session = requests.Session()
     session.get(f"{base}/login/", timeout=30)
-    response = session.post(f"{base}/login/", timeout=30, allow_redirects=False, data={
-        "username": "stream-reader", "password": PASSWORD, "csrfmiddlewaretoken": session.cookies["csrftoken"]})
+    response = session.post(
+        f"{base}/login/",
+        timeout=30,
+        allow_redirects=False,
+        data={"username": "stream-reader", "password": PASSWORD, "csrfmiddlewaretoken": session.cookies["csrftoken"]},
+    )
     assert response.status_code == 302, response.text[:500]
     return session
 
@@ -81,8 +89,9 @@ def the_engine_history(run_id: uuid.UUID) -> list[dict]:
     events: list[dict] = []
 
     def add(kind: str, step: int | None, data: dict) -> None:
-        events.append({"run": str(run_id), "seq": len(events) + 1, "type": kind, "step": step,
-                       "time": time.time(), "data": data})
+        events.append(
+            {"run": str(run_id), "seq": len(events) + 1, "type": kind, "step": step, "time": time.time(), "data": data}
+        )
 
     add("status", None, {"state": "running"})
     step = 0

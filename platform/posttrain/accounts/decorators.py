@@ -24,7 +24,8 @@ def role_required(*roles: str) -> Callable:
                 return redirect_to_login(request.get_full_path())
             if not user_roles(request.user) & allowed:
                 raise PermissionDenied(
-                    f"This page is for {', '.join(sorted(allowed))}; your role is {user_role(request.user) or 'none'}.")
+                    f"This page is for {', '.join(sorted(allowed))}; your role is {user_role(request.user) or 'none'}."
+                )
             return view(request, *args, **kwargs)
 
         return wrapped

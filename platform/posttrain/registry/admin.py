@@ -13,11 +13,30 @@ class _RegisteredThroughServices(admin.ModelAdmin):
 
 @admin.register(ModelAsset)
 class ModelAssetAdmin(_RegisteredThroughServices):
-    list_display = ("name", "architecture", "parameter_count", "source", "source_run", "source_step", "created_by", "created_at")
+    list_display = (
+        "name",
+        "architecture",
+        "parameter_count",
+        "source",
+        "source_run",
+        "source_step",
+        "created_by",
+        "created_at",
+    )
     list_filter = ("source", "architecture")
     search_fields = ("name", "path", "description")
     # Read from the folder at registration; editing them here would make them disagree with it.
-    readonly_fields = ("source", "path", "architecture", "parameter_count", "hf_config", "source_run", "source_step", "created_by", "created_at")
+    readonly_fields = (
+        "source",
+        "path",
+        "architecture",
+        "parameter_count",
+        "hf_config",
+        "source_run",
+        "source_step",
+        "created_by",
+        "created_at",
+    )
 
 
 @admin.register(Dataset)
@@ -26,8 +45,19 @@ class DatasetAdmin(_RegisteredThroughServices):
     list_filter = ("format",)
     search_fields = ("name", "sha256", "description")
     readonly_fields = (
-        "sha256", "format", "path", "size_bytes", "row_count", "prompt_field", "label_field",
-        "columns", "splits", "preview", "source_campaign_id", "created_by", "created_at",
+        "sha256",
+        "format",
+        "path",
+        "size_bytes",
+        "row_count",
+        "prompt_field",
+        "label_field",
+        "columns",
+        "splits",
+        "preview",
+        "source_campaign_id",
+        "created_by",
+        "created_at",
     )
 
 

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 FORMATS: tuple[str, ...] = ("jsonl", "csv", "parquet")
-EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 PREVIEW_ROWS = 20
 # A preview is for reading in the browser: cut long values so a dataset of book-length prompts
 # does not put megabytes into one database row.
@@ -92,7 +99,8 @@ class _Collector:
         for name, value in (("prompt_field", self.prompt_field), ("label_field", self.label_field)):
             if value and value not in columns:
                 raise DatasetError(
-                    name, f"column {value!r} is not in {where} ({_names(columns)}){hint}; set {name} to the column to use"
+                    name,
+                    f"column {value!r} is not in {where} ({_names(columns)}){hint}; set {name} to the column to use",
                 )
         for column in columns:
             self._columns.setdefault(_text(column), None)
@@ -102,7 +110,9 @@ class _Collector:
         first = self.summary.row_count == 0
         prompt = self._require(where, row, self.prompt_field, "prompt_field", first)
         if not isinstance(prompt, str):
-            raise DatasetError("file", f"{where}: field {self.prompt_field!r} must be a string, got {_json_type(prompt)}")
+            raise DatasetError(
+                "file", f"{where}: field {self.prompt_field!r} must be a string, got {_json_type(prompt)}"
+            )
         if not prompt.strip():
             raise DatasetError("file", f"{where}: field {self.prompt_field!r} is empty")
         if self.label_field:
@@ -126,7 +136,8 @@ class _Collector:
         if first:
             # Missing from the very first row: most likely the mapping is wrong, not the data.
             raise DatasetError(
-                mapping, f"{where}: field {name!r} is missing (the row has: {_names(list(row))}); set {mapping} to the field to use"
+                mapping,
+                f"{where}: field {name!r} is missing (the row has: {_names(list(row))}); set {mapping} to the field to use",
             )
         raise DatasetError("file", f"{where}: field {name!r} is missing")
 
@@ -142,12 +153,15 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
             if number == 1 and raw.startswith(codecs.BOM_UTF8):
                 # The engine reads with encoding="utf-8", which keeps the BOM as part of the first
                 # key or value; refusing it here beats a confusing error at run time.
-                raise DatasetError("file", "line 1: the file starts with a byte order mark (BOM); save it as UTF-8 without BOM")
+                raise DatasetError(
+                    "file", "line 1: the file starts with a byte order mark (BOM); save it as UTF-8 without BOM"
+                )
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise DatasetError(
-                    "file", f"line {number}: not valid UTF-8 (byte offset {offset + exc.start}: {exc.reason}); save the file as UTF-8"
+                    "file",
+                    f"line {number}: not valid UTF-8 (byte offset {offset + exc.start}: {exc.reason}); save the file as UTF-8",
                 ) from None
             offset += len(raw)
             yield number, text

@@ -9,7 +9,9 @@ from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 
 class ModelAssetFilter(django_filters.FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains", help_text="Part of the name (any case).")
-    architecture = django_filters.CharFilter(lookup_expr="iexact", help_text="Architecture class, e.g. Qwen2ForCausalLM.")
+    architecture = django_filters.CharFilter(
+        lookup_expr="iexact", help_text="Architecture class, e.g. Qwen2ForCausalLM."
+    )
     source = django_filters.ChoiceFilter(choices=ModelAsset.Source.choices)
 
     class Meta:

@@ -104,7 +104,9 @@ def _safetensors_shards(folder: Path, found: list[Path]) -> list[Path]:
         weight_map = index["weight_map"]
         names = sorted(set(weight_map.values()))
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ModelFolderError(f"{SAFETENSORS_INDEX} in {folder} is not a valid index ({type(exc).__name__}: {exc})") from None
+        raise ModelFolderError(
+            f"{SAFETENSORS_INDEX} in {folder} is not a valid index ({type(exc).__name__}: {exc})"
+        ) from None
     shards = []
     for name in names:
         shard = folder / str(name)
@@ -124,7 +126,9 @@ def read_safetensors_header(file: Path) -> dict[str, Any]:
             (length,) = struct.unpack("<Q", prefix)
             size = file.stat().st_size
             if length > MAX_HEADER_BYTES or length > size - 8:
-                raise ModelFolderError(f"{file.name} has a corrupt safetensors header (header length {length}, file size {size})")
+                raise ModelFolderError(
+                    f"{file.name} has a corrupt safetensors header (header length {length}, file size {size})"
+                )
             raw = f.read(length)
     except OSError as exc:
         raise ModelFolderError(f"cannot read {file.name}: {exc.strerror or exc}") from None

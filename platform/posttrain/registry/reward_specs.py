@@ -12,6 +12,7 @@ import re
 from typing import Any, get_args
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+
 from rl_engine.config import REWARD_TYPES, RewardSpec
 
 BUILTIN_TYPES: tuple[str, ...] = ("exact_match", "boxed_math", "regex", "length_penalty")
@@ -45,7 +46,9 @@ def validate_reward_spec(kind: str, spec: Any, default_name: str = "") -> dict[s
         raise RewardSpecError({"spec": [f"must be a JSON object, got {type(spec).__name__}"]})
     spec = dict(spec)
     if "weight" in spec:
-        raise RewardSpecError({"spec.weight": ["set the weight where an experiment uses the reward, not on the reward"]})
+        raise RewardSpecError(
+            {"spec.weight": ["set the weight where an experiment uses the reward, not on the reward"]}
+        )
     _check_type(kind, spec)
     if default_name and not spec.get("name"):
         spec["name"] = default_name
@@ -103,7 +106,7 @@ def _field_errors(exc: ValidationError) -> dict[str, list[str]]:
         msg = err["msg"]
         kind = err["type"]
         if kind == "value_error" and msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+            msg = msg[len("Value error, ") :]
         elif kind == "extra_forbidden":
             msg = _unknown_field(str(loc[-1]), member)
         elif kind in ("union_tag_invalid", "union_tag_not_found"):

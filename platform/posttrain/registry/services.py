@@ -24,12 +24,12 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
-from rl_engine.rewards import CompositeReward, RewardBatch, build_component, check_reward_file
 
 from posttrain.registry.dataset_files import DatasetError, detect_format, inspect_dataset
 from posttrain.registry.model_files import ModelFolderError, ModelFolderInfo, inspect_model_folder
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.registry.reward_specs import RewardSpecError, component_name, validate_reward_spec
+from rl_engine.rewards import CompositeReward, RewardBatch, build_component, check_reward_file
 
 NAME_MAX_CHARS = 200
 CHUNK_BYTES = 1024 * 1024
@@ -136,17 +136,16 @@ def _inspect_model(path: str | Path, field: str) -> ModelFolderInfo:
         raise _invalid(field, str(exc)) from None
 
 
-def model_register(
-    name: str, path: str, *, description: str = "", user: AbstractBaseUser | None = None
-) -> ModelAsset:
+def model_register(name: str, path: str, *, description: str = "", user: AbstractBaseUser | None = None) -> ModelAsset:
     """Register a local Hugging Face model folder (used in place: weights are not copied)."""
     name = _clean_name(name)
     _check_unique_name(ModelAsset, name, "model")
     return _create_model(name, description, ModelAsset.Source.FOLDER, _inspect_model(path, "path"), user)
 
 
-def _create_model(name: str, description: str, source: str, info: ModelFolderInfo,
-                  user: AbstractBaseUser | None, **lineage: Any) -> ModelAsset:
+def _create_model(
+    name: str, description: str, source: str, info: ModelFolderInfo, user: AbstractBaseUser | None, **lineage: Any
+) -> ModelAsset:
     return _create_named(
         ModelAsset,
         "model",
@@ -182,8 +181,15 @@ def model_register_checkpoint(
     source = _inspect_model(path, "path")
     target = _copy_checkpoint(source.path, name)
     try:
-        return _create_model(name, description, ModelAsset.Source.CHECKPOINT, _inspect_model(target, "path"), user,
-                             source_run=run, source_step=step)
+        return _create_model(
+            name,
+            description,
+            ModelAsset.Source.CHECKPOINT,
+            _inspect_model(target, "path"),
+            user,
+            source_run=run,
+            source_step=step,
+        )
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
@@ -222,7 +228,9 @@ def model_update(model: ModelAsset, *, name: str | None = None, description: str
 
 def model_delete(model: ModelAsset) -> None:
     """Delete the registry entry; a checkpoint copy we made is removed too, a user's folder never."""
-    own_copy = model.source == ModelAsset.Source.CHECKPOINT and _same_folder(Path(model.path).parent, _storage("models"))
+    own_copy = model.source == ModelAsset.Source.CHECKPOINT and _same_folder(
+        Path(model.path).parent, _storage("models")
+    )
     _delete(model, "model")
     if own_copy:
         _remove_tree_after_commit(Path(model.path))
@@ -468,7 +476,9 @@ def _python_spec(spec: dict[str, Any], source: str) -> tuple[dict[str, Any], str
         except (OSError, UnicodeDecodeError) as exc:
             raise _invalid("spec.path", f"cannot read {file} as UTF-8 text: {exc}") from None
     if not source.strip():
-        raise _invalid("source", "is required for a python reward: code defining reward_func (OpenRLHF) or compute_score (verl)")
+        raise _invalid(
+            "source", "is required for a python reward: code defining reward_func (OpenRLHF) or compute_score (verl)"
+        )
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
     spec["path"] = str(_storage("rewards", f"{digest}.py"))
     return spec, source
@@ -482,7 +492,9 @@ def _check_python_source(source: str, spec: dict[str, Any]) -> Path:
     staged = final.with_name(f".{uuid.uuid4().hex}.py")
     staged.write_text(source, encoding="utf-8")
     try:
-        problems = check_reward_file(staged, function=spec["function"], timeout_s=spec["timeout_s"], memory_mb=spec["memory_mb"])
+        problems = check_reward_file(
+            staged, function=spec["function"], timeout_s=spec["timeout_s"], memory_mb=spec["memory_mb"]
+        )
     except BaseException:
         staged.unlink(missing_ok=True)
         raise
@@ -529,7 +541,12 @@ def reward_try(reward: RewardFunction, samples: list[dict[str, Any]]) -> dict[st
         raise _invalid("spec", f"the stored reward cannot be built: {exc}") from None
     with CompositeReward([(component, 1.0)]) as composite:
         result = composite.score(batch)
-    return {"scores": result.total, "components": result.components, "errors": result.errors, "extra_logs": result.extra_logs}
+    return {
+        "scores": result.total,
+        "components": result.components,
+        "errors": result.errors,
+        "extra_logs": result.extra_logs,
+    }
 
 
 def _try_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -579,7 +596,10 @@ def _score_in_subprocess(spec: dict[str, Any], batch: RewardBatch) -> dict[str, 
             for p, r, lab, m in zip(batch.prompts, batch.responses, batch.labels, batch.metadata)
         ],
     }
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(settings.REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(settings.REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
@@ -605,4 +625,9 @@ def _score_in_subprocess(spec: dict[str, Any], batch: RewardBatch) -> dict[str, 
 
 
 def _failed_result(name: str, n: int, reason: str) -> dict[str, Any]:
-    return {"scores": [0.0] * n, "components": {name: [0.0] * n}, "errors": [[f"{name}: {reason}"] for _ in range(n)], "extra_logs": {}}
+    return {
+        "scores": [0.0] * n,
+        "components": {name: [0.0] * n},
+        "errors": [[f"{name}: {reason}"] for _ in range(n)],
+        "extra_logs": {},
+    }

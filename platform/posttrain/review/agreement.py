@@ -140,10 +140,17 @@ def _measures(table: Table, metric: str, categories: Sequence[Any] | None, weigh
     annotators = sorted({a for answers in table.values() for a in answers})
     pairwise = []
     for first, second in itertools.combinations(annotators, 2):
-        pairs = [(answers[first], answers[second]) for answers in table.values() if first in answers and second in answers]
+        pairs = [
+            (answers[first], answers[second]) for answers in table.values() if first in answers and second in answers
+        ]
         if pairs:
-            pairwise.append({"annotators": [first, second], "items": len(pairs),
-                             "kappa": cohen_kappa(pairs, categories=categories, weighting=weighting)})
+            pairwise.append(
+                {
+                    "annotators": [first, second],
+                    "items": len(pairs),
+                    "kappa": cohen_kappa(pairs, categories=categories, weighting=weighting),
+                }
+            )
     return {
         "items": sum(1 for answers in table.values() if len(answers) >= 2),
         "alpha": krippendorff_alpha((list(answers.values()) for answers in table.values()), metric),
@@ -157,16 +164,27 @@ def question_agreement(question: dict[str, Any], rows: Sequence[Answered]) -> di
     kind = question["kind"]
     head = {"key": question["key"], "kind": kind, "label": question["label"]}
     if kind in ("pass_fail", "pairwise"):
-        return {**head, "metric": "nominal", "kappa_weighting": None,
-                **_measures(_table(rows, question["key"]), "nominal", None, None)}
+        return {
+            **head,
+            "metric": "nominal",
+            "kappa_weighting": None,
+            **_measures(_table(rows, question["key"]), "nominal", None, None),
+        }
     if kind == "rating":
         scale = list(range(question["min"], question["max"] + 1))
-        return {**head, "metric": "interval", "kappa_weighting": "quadratic",
-                **_measures(_table(rows, question["key"]), "interval", scale, "quadratic")}
+        return {
+            **head,
+            "metric": "interval",
+            "kappa_weighting": "quadratic",
+            **_measures(_table(rows, question["key"]), "interval", scale, "quadratic"),
+        }
     if kind == "tags":
-        per_tag = {tag: _measures(_table(rows, question["key"], lambda chosen, tag=tag: tag in chosen), "nominal",
-                                  [False, True], None)
-                   for tag in question["options"]}
+        per_tag = {
+            tag: _measures(
+                _table(rows, question["key"], lambda chosen, tag=tag: tag in chosen), "nominal", [False, True], None
+            )
+            for tag in question["options"]
+        }
         return {**head, "metric": "nominal per tag", "kappa_weighting": None, "per_tag": per_tag}
     return None
 
@@ -228,15 +246,19 @@ def annotator_stats(questions: Sequence[dict[str, Any]], rows: Sequence[Answered
                 entry["mean"] = fmean(values) if values else None
                 entry["mean_abs_diff_from_others"] = _rating_gap(tables[key], annotator)
             elif kind == "tags":
-                entry["tag_rates"] = {tag: (sum(tag in v for v in values) / len(values) if values else None)
-                                      for tag in question["options"]}
+                entry["tag_rates"] = {
+                    tag: (sum(tag in v for v in values) / len(values) if values else None)
+                    for tag in question["options"]
+                }
             per_question[key] = entry
-        stats.append({
-            "annotator": annotator,
-            "items_judged": len(mine),
-            "mean_seconds": fmean(row.seconds for row in mine),
-            "questions": per_question,
-        })
+        stats.append(
+            {
+                "annotator": annotator,
+                "items_judged": len(mine),
+                "mean_seconds": fmean(row.seconds for row in mine),
+                "questions": per_question,
+            }
+        )
     return stats
 
 

@@ -58,8 +58,24 @@ EXPORT_FORMATS: dict[str, ExportFormat] = {
     "ratings_csv": ExportFormat("text/csv", "csv"),
 }
 PREFERENCE_FORMATS = ("trl", "openai")
-_FIXED_CSV_COLUMNS = ["campaign", "item", "position", "annotator", "prompt", "sample_a", "run_a", "step_a", "reward_a",
-                      "response_a", "sample_b", "run_b", "step_b", "reward_b", "response_b", "seconds"]
+_FIXED_CSV_COLUMNS = [
+    "campaign",
+    "item",
+    "position",
+    "annotator",
+    "prompt",
+    "sample_a",
+    "run_a",
+    "step_a",
+    "reward_a",
+    "response_a",
+    "sample_b",
+    "run_b",
+    "step_b",
+    "reward_b",
+    "response_b",
+    "seconds",
+]
 
 
 @dataclass(frozen=True)
@@ -79,13 +95,17 @@ def check_format(fmt: Any) -> str:
 def _pairwise_key(campaign: Campaign, question: str | None) -> str:
     keys = [q["key"] for q in campaign.questions if q["kind"] == "pairwise"]
     if campaign.kind != CampaignKind.PAIR or not keys:
-        raise InvalidInput.one("format", "preference pairs need a pair campaign with a pairwise question; "
-                               "export ratings_jsonl or ratings_csv instead")
+        raise InvalidInput.one(
+            "format",
+            "preference pairs need a pair campaign with a pairwise question; "
+            "export ratings_jsonl or ratings_csv instead",
+        )
     if question is None:
         return keys[0]
     if question not in keys:
-        raise InvalidInput.one("question", f"{question[:50]!r} is not a pairwise question of the campaign "
-                               f"({', '.join(keys)})")
+        raise InvalidInput.one(
+            "question", f"{question[:50]!r} is not a pairwise question of the campaign ({', '.join(keys)})"
+        )
     return question
 
 
@@ -123,27 +143,48 @@ def openai_record(pair: PreferencePair) -> dict[str, Any]:
 
 def _sample_fields(sample: Sample | None, suffix: str) -> dict[str, Any]:
     if sample is None:
-        return {f"sample_{suffix}": None, f"run_{suffix}": None, f"step_{suffix}": None, f"reward_{suffix}": None,
-                f"components_{suffix}": None, f"response_{suffix}": None}
+        return {
+            f"sample_{suffix}": None,
+            f"run_{suffix}": None,
+            f"step_{suffix}": None,
+            f"reward_{suffix}": None,
+            f"components_{suffix}": None,
+            f"response_{suffix}": None,
+        }
     # Keys in a fixed order (Postgres jsonb reorders them): the same judgements always give the same bytes,
     # so registering an unchanged export again finds the same dataset.
     components = dict(sorted(sample.components.items())) if isinstance(sample.components, dict) else sample.components
-    return {f"sample_{suffix}": sample.pk, f"run_{suffix}": str(sample.run_id), f"step_{suffix}": sample.step,
-            f"reward_{suffix}": sample.reward, f"components_{suffix}": components,
-            f"response_{suffix}": sample.response}
+    return {
+        f"sample_{suffix}": sample.pk,
+        f"run_{suffix}": str(sample.run_id),
+        f"step_{suffix}": sample.step,
+        f"reward_{suffix}": sample.reward,
+        f"components_{suffix}": components,
+        f"response_{suffix}": sample.response,
+    }
 
 
 def rating_rows(campaign: Campaign) -> list[dict[str, Any]]:
     """One row per judgement, by item position then annotator name (pairwise answers: "A" = sample_a);
     answers in the campaign's question order."""
     keys = [q["key"] for q in campaign.questions]
-    judgements = (Judgement.objects.filter(item__campaign=campaign)
-                  .select_related("annotator", "item__sample_a", "item__sample_b")
-                  .order_by("item__position", "annotator__username"))
+    judgements = (
+        Judgement.objects.filter(item__campaign=campaign)
+        .select_related("annotator", "item__sample_a", "item__sample_b")
+        .order_by("item__position", "annotator__username")
+    )
     return [
-        {"campaign": campaign.pk, "item": j.item_id, "position": j.item.position, "annotator": j.annotator.get_username(),
-         "prompt": j.item.sample_a.prompt, **_sample_fields(j.item.sample_a, "a"), **_sample_fields(j.item.sample_b, "b"),
-         "answers": {key: j.answers[key] for key in keys if key in j.answers}, "seconds": j.seconds}
+        {
+            "campaign": campaign.pk,
+            "item": j.item_id,
+            "position": j.item.position,
+            "annotator": j.annotator.get_username(),
+            "prompt": j.item.sample_a.prompt,
+            **_sample_fields(j.item.sample_a, "a"),
+            **_sample_fields(j.item.sample_b, "b"),
+            "answers": {key: j.answers[key] for key in keys if key in j.answers},
+            "seconds": j.seconds,
+        }
         for j in judgements
     ]
 
@@ -168,8 +209,9 @@ def ratings_csv_lines(campaign: Campaign, rows: list[dict[str, Any]]) -> Iterato
     keys = [q["key"] for q in campaign.questions]
     yield _csv_line(_FIXED_CSV_COLUMNS + [f"answer.{key}" for key in keys])
     for row in rows:
-        yield _csv_line([_csv_value(row[c]) for c in _FIXED_CSV_COLUMNS]
-                        + [_csv_value(row["answers"].get(key)) for key in keys])
+        yield _csv_line(
+            [_csv_value(row[c]) for c in _FIXED_CSV_COLUMNS] + [_csv_value(row["answers"].get(key)) for key in keys]
+        )
 
 
 @dataclass(frozen=True)
@@ -210,8 +252,11 @@ def campaign_export_register(
     check_format(format)
     kind = EXPORT_FORMATS[format]
     if not kind.registrable:
-        raise InvalidInput.one("format", "openai rows nest the prompt in input.messages, and registry datasets need "
-                               "a top-level prompt field: register trl (the same pairs) or download openai")
+        raise InvalidInput.one(
+            "format",
+            "openai rows nest the prompt in input.messages, and registry datasets need "
+            "a top-level prompt field: register trl (the same pairs) or download openai",
+        )
     export = export_campaign(campaign, format, question)
     if export.records == 0:
         what = "preference pairs (items whose annotators preferred A or B)" if format == "trl" else "judgements"
@@ -223,13 +268,18 @@ def campaign_export_register(
     try:
         # The registry copies the file into its content-addressed store; the staged copy is not needed after.
         dataset, created = dataset_register_path(
-            name or f"{campaign.name[:150]} ({format})", str(path), format=kind.extension, prompt_field="prompt",
-            label_field="", user=user,
+            name or f"{campaign.name[:150]} ({format})",
+            str(path),
+            format=kind.extension,
+            prompt_field="prompt",
+            label_field="",
+            user=user,
             description=description or f"Exported from review campaign {campaign.name!r} (#{campaign.pk}) as {format}.",
         )
     except ValidationError as exc:
-        raise InvalidInput([{"loc": field, "msg": message} for field, messages in exc.message_dict.items()
-                            for message in messages]) from None
+        raise InvalidInput(
+            [{"loc": field, "msg": message} for field, messages in exc.message_dict.items() for message in messages]
+        ) from None
     finally:
         path.unlink(missing_ok=True)
     if dataset.source_campaign_id is None:

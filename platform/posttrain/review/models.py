@@ -51,11 +51,13 @@ class ReviewItem(models.Model):
     sample_a = models.ForeignKey("runs.Sample", on_delete=models.CASCADE, related_name="+")
     sample_b = models.ForeignKey("runs.Sample", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     display_swap = models.BooleanField(
-        default=False, help_text="Pairs: show sample_b as A (position bias); stored answers always mean sample_a/b.")
+        default=False, help_text="Pairs: show sample_b as A (position bias); stored answers always mean sample_a/b."
+    )
     selection = models.JSONField(default=dict, help_text="Why it was picked: rule, score, step, pairing.")
     judgement_count = models.PositiveIntegerField(default=0, help_text="Kept by judgement_submit; done at `overlap`.")
-    locked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                  related_name="+")
+    locked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     locked_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:

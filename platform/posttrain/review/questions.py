@@ -84,7 +84,9 @@ def validate_questions(raw: Any, campaign_kind: str) -> list[dict[str, Any]]:
         seen_keys.add(checked["key"])
         questions.append(checked)
     if not errors and campaign_kind == "pair" and not any(q["kind"] == "pairwise" for q in questions):
-        errors.append({"loc": "questions", "msg": "a pair campaign needs a pairwise question (which response is better)"})
+        errors.append(
+            {"loc": "questions", "msg": "a pair campaign needs a pairwise question (which response is better)"}
+        )
     if errors:
         raise InvalidInput(errors)
     return questions
@@ -101,7 +103,9 @@ def _question(raw: dict[str, Any], loc: str, campaign_kind: str, errors: list[di
         errors.append({"loc": f"{loc}.{name}"[:300], "msg": f"unknown field for a {kind} question"})
     key = raw.get("key")
     if not isinstance(key, str) or not _KEY.match(key):
-        errors.append({"loc": f"{loc}.key", "msg": "must be 1-40 lowercase letters, digits or _, starting with a letter"})
+        errors.append(
+            {"loc": f"{loc}.key", "msg": "must be 1-40 lowercase letters, digits or _, starting with a letter"}
+        )
     if kind == "pairwise" and campaign_kind != "pair":
         errors.append({"loc": f"{loc}.kind", "msg": "pairwise questions need a pair campaign (kind 'pair')"})
     required = raw.get("required", kind not in ("tags", "comment"))
@@ -142,10 +146,14 @@ def _rating_scale(raw: dict[str, Any], loc: str, errors: list[dict[str, str]]) -
     if labels is None:
         labels = []
     if not isinstance(labels, list) or (labels and len(labels) != points):
-        errors.append({"loc": f"{loc}.labels", "msg": f"must be a list of {points} labels, one per point from {low} to {high}"})
+        errors.append(
+            {"loc": f"{loc}.labels", "msg": f"must be a list of {points} labels, one per point from {low} to {high}"}
+        )
         return {}
-    cleaned = [_text(label, f"{loc}.labels[{i}]", errors, limit=MAX_LABEL_CHARS, required=True)
-               for i, label in enumerate(labels)]
+    cleaned = [
+        _text(label, f"{loc}.labels[{i}]", errors, limit=MAX_LABEL_CHARS, required=True)
+        for i, label in enumerate(labels)
+    ]
     return {"min": low, "max": high, "labels": cleaned}
 
 
@@ -177,7 +185,9 @@ def validate_answers(questions: list[dict[str, Any]], raw: Any, loc: str = "answ
     known = {q["key"] for q in questions}
     for key in raw:
         if key not in known:
-            errors.append({"loc": f"{loc}.{key}"[:300], "msg": f"no question has this key (the keys: {', '.join(sorted(known))})"})
+            errors.append(
+                {"loc": f"{loc}.{key}"[:300], "msg": f"no question has this key (the keys: {', '.join(sorted(known))})"}
+            )
     answers: dict[str, Any] = {}
     for question in questions:
         key = question["key"]
@@ -220,7 +230,9 @@ def _answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[st
             return None
         unknown = [tag for tag in value if tag not in question["options"]]
         if unknown:
-            errors.append({"loc": loc, "msg": f"unknown tag {unknown[0][:100]!r}; the tags: {', '.join(question['options'])}"})
+            errors.append(
+                {"loc": loc, "msg": f"unknown tag {unknown[0][:100]!r}; the tags: {', '.join(question['options'])}"}
+            )
             return None
         chosen = [option for option in question["options"] if option in value]
         return chosen if chosen or not question["required"] else None

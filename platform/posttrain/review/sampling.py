@@ -93,7 +93,9 @@ def validate_source(raw: Any, campaign_kind: str) -> dict[str, Any]:
         raise InvalidInput.one("source", "required: an object with runs, rule and k")
     errors: list[dict[str, str]] = []
     for name in sorted(set(raw) - _SOURCE_FIELDS):
-        errors.append({"loc": f"source.{name}"[:300], "msg": f"unknown field (the fields: {', '.join(sorted(_SOURCE_FIELDS))})"})
+        errors.append(
+            {"loc": f"source.{name}"[:300], "msg": f"unknown field (the fields: {', '.join(sorted(_SOURCE_FIELDS))})"}
+        )
     runs = _runs(raw.get("runs"), campaign_kind, errors)
     rule = raw.get("rule", "random")
     if rule not in RULES:
@@ -106,8 +108,15 @@ def validate_source(raw: Any, campaign_kind: str) -> dict[str, Any]:
         errors.append({"loc": "source.seed", "msg": f"must be an integer from 0 to {MAX_SEED}"})
     steps, step_range = _steps(raw, errors)
     components = _components(raw.get("components"), rule, errors)
-    source: dict[str, Any] = {"runs": runs, "steps": steps, "step_range": step_range, "rule": rule, "k": k,
-                              "components": components, "seed": seed}
+    source: dict[str, Any] = {
+        "runs": runs,
+        "steps": steps,
+        "step_range": step_range,
+        "rule": rule,
+        "k": k,
+        "components": components,
+        "seed": seed,
+    }
     across_runs = campaign_kind == "pair" and len(runs) == 2
     pair_steps = raw.get("pair_steps")
     if across_runs:
@@ -140,8 +149,13 @@ def _runs(raw: Any, campaign_kind: str, errors: list[dict[str, str]]) -> list[st
             errors.append({"loc": f"source.runs[{i}]", "msg": "this run is listed twice"})
         runs.append(run_id)
     if campaign_kind == "pair" and len(raw) > 2:
-        errors.append({"loc": "source.runs", "msg": "a pair campaign compares responses within one run (same prompt "
-                       "group) or across exactly two runs (same prompt)"})
+        errors.append(
+            {
+                "loc": "source.runs",
+                "msg": "a pair campaign compares responses within one run (same prompt "
+                "group) or across exactly two runs (same prompt)",
+            }
+        )
     return runs
 
 
@@ -182,7 +196,9 @@ def _components(raw: Any, rule: Any, errors: list[dict[str, str]]) -> list[str]:
     if rule == "component_disagreement" and len(names) < 2:
         errors.append({"loc": "source.components", "msg": "component_disagreement compares two or more components"})
     if rule == "reward_vs_component" and len(names) != 1:
-        errors.append({"loc": "source.components", "msg": "reward_vs_component compares the reward with exactly one component"})
+        errors.append(
+            {"loc": "source.components", "msg": "reward_vs_component compares the reward with exactly one component"}
+        )
     return names
 
 
@@ -215,7 +231,9 @@ def _stable(candidate: Candidate) -> tuple[str, int, int]:
     return candidate.run_id, candidate.step, candidate.index
 
 
-def _ordered(candidates: Iterable[Candidate], rule: str, components: list[str], rng: random.Random) -> list[tuple[Candidate, float]]:
+def _ordered(
+    candidates: Iterable[Candidate], rule: str, components: list[str], rng: random.Random
+) -> list[tuple[Candidate, float]]:
     """Candidates in the rule's order (best first) with their scores; unscorable ones dropped."""
     scored = [(c, sample_score(c, rule, components)) for c in sorted(candidates, key=_stable)]
     kept = [(c, s) for c, s in scored if s is not None]
@@ -232,7 +250,9 @@ def _pair_score(rule: str, a: float, b: float) -> float:
     return max(a, b)
 
 
-def _rank_pairs(pairs: list[tuple[Candidate, Candidate, float]], rule: str, rng: random.Random) -> list[tuple[Candidate, Candidate, float]]:
+def _rank_pairs(
+    pairs: list[tuple[Candidate, Candidate, float]], rule: str, rng: random.Random
+) -> list[tuple[Candidate, Candidate, float]]:
     pairs = sorted(pairs, key=lambda p: (_stable(p[0]), _stable(p[1])))
     if rule == "random":
         rng.shuffle(pairs)
@@ -263,8 +283,13 @@ def select_singles(candidates: Iterable[Candidate], source: dict[str, Any]) -> l
     for run_id, step in sorted(buckets):
         ordered = _ordered(buckets[(run_id, step)], rule, components, _rng(seed, run_id, step))
         for candidate, score in ordered[:k]:
-            picks.append(Pick(candidate.id, None, {"rule": rule, "score": _score_or_none(rule, score), "step": step,
-                                                    "pairing": "single"}))
+            picks.append(
+                Pick(
+                    candidate.id,
+                    None,
+                    {"rule": rule, "score": _score_or_none(rule, score), "step": step, "pairing": "single"},
+                )
+            )
     return picks
 
 
@@ -295,8 +320,19 @@ def select_pairs_within_run(candidates: Iterable[Candidate], source: dict[str, A
             ordered = _ordered(groups[step][group], rule, components, _rng(seed, step, group))
             pairs += [(a, b, _pair_score(rule, sa, sb)) for a, b, sa, sb in _pair_off(ordered)]
         for a, b, score in _rank_pairs(pairs, rule, _rng(seed, step, "pairs"))[:k]:
-            picks.append(Pick(a.id, b.id, {"rule": rule, "score": _score_or_none(rule, score), "step": step,
-                                          "pairing": "same_group", "group": a.group}))
+            picks.append(
+                Pick(
+                    a.id,
+                    b.id,
+                    {
+                        "rule": rule,
+                        "score": _score_or_none(rule, score),
+                        "step": step,
+                        "pairing": "same_group",
+                        "group": a.group,
+                    },
+                )
+            )
     return picks
 
 
@@ -306,7 +342,9 @@ def select_pairs_across_runs(candidates: Iterable[Candidate], source: dict[str, 
     first_run, second_run = source["runs"]
     latest = source.get("pair_steps") == "latest"
     # bucket → prompt → run → samples; with "latest" one bucket, and each run's latest step per prompt.
-    by_prompt: dict[Any, dict[str, dict[str, list[Candidate]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    by_prompt: dict[Any, dict[str, dict[str, list[Candidate]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     for c in candidates:
         by_prompt["latest" if latest else c.step][c.prompt][c.run_id].append(c)
     picks: list[Pick] = []
@@ -330,8 +368,13 @@ def select_pairs_across_runs(candidates: Iterable[Candidate], source: dict[str, 
             pairs.append((a, b, _pair_score(rule, sa, sb)))
         for a, b, score in _rank_pairs(pairs, rule, _rng(seed, bucket, "pairs"))[:k]:
             step: Any = a.step if a.step == b.step else {"a": a.step, "b": b.step}
-            picks.append(Pick(a.id, b.id, {"rule": rule, "score": _score_or_none(rule, score), "step": step,
-                                          "pairing": "across_runs"}))
+            picks.append(
+                Pick(
+                    a.id,
+                    b.id,
+                    {"rule": rule, "score": _score_or_none(rule, score), "step": step, "pairing": "across_runs"},
+                )
+            )
     return picks
 
 

@@ -24,8 +24,16 @@ from posttrain.review.questions import swap_pairwise
 from posttrain.review.services import open_items
 from posttrain.runs.models import Sample
 
-RESULT_ORDERINGS: tuple[str, ...] = ("position", "-position", "disagreement", "-disagreement", "reward", "-reward",
-                                     "judgements", "-judgements")
+RESULT_ORDERINGS: tuple[str, ...] = (
+    "position",
+    "-position",
+    "disagreement",
+    "-disagreement",
+    "reward",
+    "-reward",
+    "judgements",
+    "-judgements",
+)
 # A single item is flagged when the humans' verdict and the reward's standing among the campaign's items
 # are at least this far apart on a 0..1 scale (e.g. humans fail it but its reward is in the top half).
 SINGLE_DISAGREEMENT_FLAG = 0.5
@@ -37,10 +45,15 @@ SINGLE_DISAGREEMENT_FLAG = 0.5
 def campaign_list() -> QuerySet[Campaign]:
     """Campaigns with item_count, items_complete and judgement_total, one query per page."""
     annotators = Prefetch("annotators", queryset=get_user_model().objects.order_by("username"))
-    return (Campaign.objects.select_related("created_by").prefetch_related(annotators)
-            .annotate(item_count=Count("items"),
-                      items_complete=Count("items", filter=Q(items__judgement_count__gte=F("overlap"))),
-                      judgement_total=Coalesce(Sum("items__judgement_count"), 0)))
+    return (
+        Campaign.objects.select_related("created_by")
+        .prefetch_related(annotators)
+        .annotate(
+            item_count=Count("items"),
+            items_complete=Count("items", filter=Q(items__judgement_count__gte=F("overlap"))),
+            judgement_total=Coalesce(Sum("items__judgement_count"), 0),
+        )
+    )
 
 
 def annotator_campaigns(user: AbstractBaseUser) -> QuerySet[Campaign]:
@@ -50,7 +63,8 @@ def annotator_campaigns(user: AbstractBaseUser) -> QuerySet[Campaign]:
 
 def annotator_items(user: AbstractBaseUser) -> QuerySet[ReviewItem]:
     return ReviewItem.objects.select_related("campaign", "sample_a__run", "sample_b__run").filter(
-        campaign__annotators=user)
+        campaign__annotators=user
+    )
 
 
 def annotator_progress(campaign: Campaign, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:
@@ -75,16 +89,30 @@ def annotator_progress(campaign: Campaign, user: AbstractBaseUser, now: datetime
 def campaign_progress(campaign: Campaign, now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     items = campaign.items.aggregate(
-        total=Count("pk"), complete=Count("pk", filter=Q(judgement_count__gte=campaign.overlap)),
-        judgements=Coalesce(Sum("judgement_count"), 0), locked=Count("pk", filter=Q(locked_until__gt=now)))
-    judged = dict(Judgement.objects.filter(item__campaign=campaign).values("annotator")
-                  .annotate(n=Count("pk")).values_list("annotator", "n"))
-    seconds = dict(Judgement.objects.filter(item__campaign=campaign).values("annotator")
-                   .annotate(s=Sum("seconds")).values_list("annotator", "s"))
+        total=Count("pk"),
+        complete=Count("pk", filter=Q(judgement_count__gte=campaign.overlap)),
+        judgements=Coalesce(Sum("judgement_count"), 0),
+        locked=Count("pk", filter=Q(locked_until__gt=now)),
+    )
+    judged = dict(
+        Judgement.objects.filter(item__campaign=campaign)
+        .values("annotator")
+        .annotate(n=Count("pk"))
+        .values_list("annotator", "n")
+    )
+    seconds = dict(
+        Judgement.objects.filter(item__campaign=campaign)
+        .values("annotator")
+        .annotate(s=Sum("seconds"))
+        .values_list("annotator", "s")
+    )
     per_annotator = [
-        {"annotator": user.get_username(), "judged": judged.get(user.pk, 0),
-         "seconds": float(seconds.get(user.pk) or 0.0),
-         "holding": campaign.items.filter(locked_by=user, locked_until__gt=now).exists()}
+        {
+            "annotator": user.get_username(),
+            "judged": judged.get(user.pk, 0),
+            "seconds": float(seconds.get(user.pk) or 0.0),
+            "holding": campaign.items.filter(locked_by=user, locked_until__gt=now).exists(),
+        }
         for user in campaign.annotators.order_by("username")
     ]
     needed = items["total"] * campaign.overlap
@@ -109,21 +137,37 @@ def annotator_queue(user: AbstractBaseUser, now: datetime | None = None) -> list
 
 
 def _sample_facts(sample: Sample) -> dict[str, Any]:
-    return {"id": sample.pk, "run": str(sample.run_id), "run_name": sample.run.name or str(sample.run_id),
-            "step": sample.step, "index": sample.index, "reward": sample.reward, "components": sample.components}
+    return {
+        "id": sample.pk,
+        "run": str(sample.run_id),
+        "run_name": sample.run.name or str(sample.run_id),
+        "step": sample.step,
+        "index": sample.index,
+        "reward": sample.reward,
+        "components": sample.components,
+    }
 
 
 def campaign_for_annotator(campaign: Campaign) -> dict[str, Any]:
-    return {"id": campaign.pk, "name": campaign.name, "instructions": campaign.instructions, "kind": campaign.kind,
-            "blind": campaign.blind, "questions": campaign.questions}
+    return {
+        "id": campaign.pk,
+        "name": campaign.name,
+        "instructions": campaign.instructions,
+        "kind": campaign.kind,
+        "blind": campaign.blind,
+        "questions": campaign.questions,
+    }
 
 
 def item_for_annotator(item: ReviewItem, user: AbstractBaseUser) -> dict[str, Any]:
     """The item as the annotator may see it. Pairs show in the item's display order ("A" may be sample_b);
     the user's own earlier answers (only theirs) come back in the same terms."""
     campaign = item.campaign
-    shown = [item.sample_a] if item.sample_b is None else (
-        [item.sample_b, item.sample_a] if item.display_swap else [item.sample_a, item.sample_b])
+    shown = (
+        [item.sample_a]
+        if item.sample_b is None
+        else ([item.sample_b, item.sample_a] if item.display_swap else [item.sample_a, item.sample_b])
+    )
     responses = []
     for label, sample in zip("AB", shown):
         response: dict[str, Any] = {"label": label, "text": sample.response}
@@ -148,15 +192,23 @@ def item_for_annotator(item: ReviewItem, user: AbstractBaseUser) -> dict[str, An
 
 
 def campaign_items(campaign: Campaign) -> QuerySet[ReviewItem]:
-    return (campaign.items.select_related("sample_a__run", "sample_b__run", "locked_by")
-            .annotate(skip_count=Count("skips")).order_by("position"))
+    return (
+        campaign.items.select_related("sample_a__run", "sample_b__run", "locked_by")
+        .annotate(skip_count=Count("skips"))
+        .order_by("position")
+    )
 
 
 def _answered(campaign: Campaign) -> list[Answered]:
-    rows = (Judgement.objects.filter(item__campaign=campaign).select_related("annotator")
-            .order_by("item__position", "annotator__username"))
-    return [Answered(item=j.item_id, annotator=j.annotator.get_username(), answers=j.answers, seconds=j.seconds)
-            for j in rows]
+    rows = (
+        Judgement.objects.filter(item__campaign=campaign)
+        .select_related("annotator")
+        .order_by("item__position", "annotator__username")
+    )
+    return [
+        Answered(item=j.item_id, annotator=j.annotator.get_username(), answers=j.answers, seconds=j.seconds)
+        for j in rows
+    ]
 
 
 def agreement(campaign: Campaign) -> dict[str, Any]:
@@ -184,8 +236,11 @@ def _question_summary(question: dict[str, Any], values: list[Any]) -> dict[str, 
         return {"n": len(values), "mean": sum(values) / len(values) if values else None}
     if kind == "pairwise":
         counts = Counter(values)
-        return {"n": len(values), "counts": {c: counts.get(c, 0) for c in question["choices"]},
-                "majority": pairwise_majority(values)}
+        return {
+            "n": len(values),
+            "counts": {c: counts.get(c, 0) for c in question["choices"]},
+            "majority": pairwise_majority(values),
+        }
     if kind == "tags":
         counts = Counter(tag for chosen in values for tag in chosen)
         return {"n": len(values), "counts": {tag: counts.get(tag, 0) for tag in question["options"]}}
@@ -226,7 +281,9 @@ def _result_sample(sample: Sample) -> dict[str, Any]:
     return {**_sample_facts(sample), "response": sample.response, "label": sample.label}
 
 
-def campaign_results(campaign: Campaign, *, ordering: str = "position", disagreements_only: bool = False) -> list[dict[str, Any]]:
+def campaign_results(
+    campaign: Campaign, *, ordering: str = "position", disagreements_only: bool = False
+) -> list[dict[str, Any]]:
     """Per item: the samples with their rewards and components, every judgement, a per-question summary,
     and whether the humans disagree with the reward.
 
@@ -237,8 +294,9 @@ def campaign_results(campaign: Campaign, *, ordering: str = "position", disagree
     questions = campaign.questions
     items = list(campaign.items.select_related("sample_a__run", "sample_b__run").order_by("position"))
     judgements: dict[int, list[Judgement]] = {}
-    for judgement in (Judgement.objects.filter(item__campaign=campaign).select_related("annotator")
-                      .order_by("annotator__username")):
+    for judgement in (
+        Judgement.objects.filter(item__campaign=campaign).select_related("annotator").order_by("annotator__username")
+    ):
         judgements.setdefault(judgement.item_id, []).append(judgement)
     ranks = _reward_ranks([i.sample_a.reward for i in items if i.sample_b is None and i.sample_a.reward is not None])
     first_pairwise = next((q["key"] for q in questions if q["kind"] == "pairwise"), None)
@@ -247,8 +305,9 @@ def campaign_results(campaign: Campaign, *, ordering: str = "position", disagree
         mine = judgements.get(item.pk, [])
         summary = {}
         for question in questions:
-            entry = _question_summary(question, [j.answers[question["key"]] for j in mine
-                                                 if j.answers.get(question["key"]) is not None])
+            entry = _question_summary(
+                question, [j.answers[question["key"]] for j in mine if j.answers.get(question["key"]) is not None]
+            )
             if entry is not None:
                 summary[question["key"]] = entry
         row: dict[str, Any] = {
@@ -259,26 +318,47 @@ def campaign_results(campaign: Campaign, *, ordering: str = "position", disagree
             "samples": {"A": _result_sample(item.sample_a)},
             "judgement_count": item.judgement_count,
             "complete": item.judgement_count >= campaign.overlap,
-            "judgements": [{"annotator": j.annotator.get_username(), "answers": j.answers, "seconds": j.seconds,
-                            "updated_at": j.updated_at} for j in mine],
+            "judgements": [
+                {
+                    "annotator": j.annotator.get_username(),
+                    "answers": j.answers,
+                    "seconds": j.seconds,
+                    "updated_at": j.updated_at,
+                }
+                for j in mine
+            ],
             "summary": summary,
         }
         if item.sample_b is not None:
             row["samples"]["B"] = _result_sample(item.sample_b)
             reward_a, reward_b = item.sample_a.reward, item.sample_b.reward
-            reward_preferred = None if reward_a is None or reward_b is None else (
-                "A" if reward_a > reward_b else "B" if reward_b > reward_a else "tie")
+            reward_preferred = (
+                None
+                if reward_a is None or reward_b is None
+                else ("A" if reward_a > reward_b else "B" if reward_b > reward_a else "tie")
+            )
             human = summary[first_pairwise]["majority"] if first_pairwise else None
             both_pick = reward_preferred in ("A", "B") and human in ("A", "B")
-            row.update({"reward_preferred": reward_preferred, "human_preferred": human,
-                        "disagreement": (1.0 if reward_preferred != human else 0.0) if both_pick else None})
+            row.update(
+                {
+                    "reward_preferred": reward_preferred,
+                    "human_preferred": human,
+                    "disagreement": (1.0 if reward_preferred != human else 0.0) if both_pick else None,
+                }
+            )
         else:
             human_score = _human_score(questions, summary)
             reward = item.sample_a.reward
             reward_rank = ranks.get(reward) if reward is not None else None
-            row.update({"human_score": human_score, "reward_rank": reward_rank,
-                        "disagreement": None if human_score is None or reward_rank is None
-                        else abs(human_score - reward_rank)})
+            row.update(
+                {
+                    "human_score": human_score,
+                    "reward_rank": reward_rank,
+                    "disagreement": None
+                    if human_score is None or reward_rank is None
+                    else abs(human_score - reward_rank),
+                }
+            )
         row["disagrees"] = row["disagreement"] is not None and row["disagreement"] >= SINGLE_DISAGREEMENT_FLAG
         results.append(row)
     if disagreements_only:

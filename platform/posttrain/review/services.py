@@ -92,8 +92,9 @@ def _check_annotators(users: Sequence[AbstractBaseUser]) -> list[AbstractBaseUse
     errors = []
     for i, user in enumerate(users):
         if not user_roles(user) & ANNOTATOR_ROLES:
-            errors.append({"loc": f"annotators[{i}]",
-                           "msg": f"{user.get_username()!r} does not have the annotator role"})
+            errors.append(
+                {"loc": f"annotators[{i}]", "msg": f"{user.get_username()!r} does not have the annotator role"}
+            )
     if errors:
         raise InvalidInput(errors)
     return list({user.pk: user for user in users}.values())
@@ -101,8 +102,11 @@ def _check_annotators(users: Sequence[AbstractBaseUser]) -> list[AbstractBaseUse
 
 def _check_runs(run_ids: list[str]) -> None:
     found = {str(pk) for pk in Run.objects.filter(pk__in=run_ids).values_list("pk", flat=True)}
-    missing = [{"loc": f"source.runs[{i}]", "msg": f"no run with id {run_id}"}
-               for i, run_id in enumerate(run_ids) if run_id not in found]
+    missing = [
+        {"loc": f"source.runs[{i}]", "msg": f"no run with id {run_id}"}
+        for i, run_id in enumerate(run_ids)
+        if run_id not in found
+    ]
     if missing:
         raise InvalidInput(missing)
 
@@ -131,8 +135,10 @@ def _nothing_selected(source: dict[str, Any], kind: str) -> str:
     if kind == CampaignKind.PAIR:
         return "selects no items: no prompt group at these steps has two different responses"
     if source["rule"] in ("component_disagreement", "reward_vs_component"):
-        return (f"selects no items: no sample at these steps has a finite reward and the components "
-                f"{', '.join(source['components'])}")
+        return (
+            f"selects no items: no sample at these steps has a finite reward and the components "
+            f"{', '.join(source['components'])}"
+        )
     return "selects no items: the runs have no samples at these steps (with a reward, for the reward rules)"
 
 
@@ -173,20 +179,37 @@ def campaign_create(
     if not picks:
         raise InvalidInput.one("source", _nothing_selected(source, kind))
     if len(picks) > MAX_ITEMS:
-        raise InvalidInput.one("source.k", f"selects {len(picks)} items; at most {MAX_ITEMS} per campaign: "
-                               "lower k or choose fewer steps")
+        raise InvalidInput.one(
+            "source.k", f"selects {len(picks)} items; at most {MAX_ITEMS} per campaign: lower k or choose fewer steps"
+        )
     with transaction.atomic():
         campaign = Campaign.objects.create(
-            name=name, description=description, instructions=instructions, kind=kind, questions=questions,
-            source=source, blind=blind, overlap=overlap, lock_ttl_s=lock_ttl_s,
+            name=name,
+            description=description,
+            instructions=instructions,
+            kind=kind,
+            questions=questions,
+            source=source,
+            blind=blind,
+            overlap=overlap,
+            lock_ttl_s=lock_ttl_s,
             created_by=user if user is not None and user.is_authenticated else None,
         )
         campaign.annotators.set(annotators)
-        ReviewItem.objects.bulk_create([
-            ReviewItem(campaign=campaign, position=position, sample_a_id=pick.sample_a, sample_b_id=pick.sample_b,
-                       display_swap=swap, selection=pick.selection)
-            for position, (pick, swap) in enumerate(queue_order(picks, source["seed"]))
-        ], batch_size=1000)
+        ReviewItem.objects.bulk_create(
+            [
+                ReviewItem(
+                    campaign=campaign,
+                    position=position,
+                    sample_a_id=pick.sample_a,
+                    sample_b_id=pick.sample_b,
+                    display_swap=swap,
+                    selection=pick.selection,
+                )
+                for position, (pick, swap) in enumerate(queue_order(picks, source["seed"]))
+            ],
+            batch_size=1000,
+        )
     return campaign
 
 
@@ -213,18 +236,22 @@ def campaign_update(
         if annotators is not None:
             annotators = _check_annotators(annotators)
             if campaign.state == CampaignState.ACTIVE and len(annotators) < campaign.overlap:
-                raise InvalidInput.one("annotators", f"an active campaign with overlap {campaign.overlap} needs at "
-                                       f"least {campaign.overlap} annotators")
+                raise InvalidInput.one(
+                    "annotators",
+                    f"an active campaign with overlap {campaign.overlap} needs at least {campaign.overlap} annotators",
+                )
             campaign.annotators.set(annotators)
         if fields:
             campaign.save(update_fields=fields)
     return campaign
 
 
-def _transition(campaign: Campaign, allowed_from: Sequence[str], to_state: str, verb: str,
-                now: datetime | None) -> Campaign:
+def _transition(
+    campaign: Campaign, allowed_from: Sequence[str], to_state: str, verb: str, now: datetime | None
+) -> Campaign:
     updated = Campaign.objects.filter(pk=campaign.pk, state__in=allowed_from).update(
-        state=to_state, state_changed_at=now or timezone.now())
+        state=to_state, state_changed_at=now or timezone.now()
+    )
     campaign.refresh_from_db(fields=["state", "state_changed_at"])
     if not updated:
         raise IllegalTransition(f"cannot {verb} a campaign that is {campaign.state}", campaign.state)
@@ -237,7 +264,8 @@ def campaign_activate(campaign: Campaign, *, now: datetime | None = None) -> Cam
     if campaign.state == CampaignState.DRAFT and assigned < campaign.overlap:
         raise IllegalTransition(
             f"assign at least {campaign.overlap} annotator(s) (the overlap) before activating; {assigned} assigned",
-            campaign.state)
+            campaign.state,
+        )
     return _transition(campaign, [CampaignState.DRAFT], CampaignState.ACTIVE, "activate", now)
 
 
@@ -277,9 +305,12 @@ def _claimable(campaign: Campaign, user: AbstractBaseUser, now: datetime) -> Que
     """Open items nobody else holds, in queue order: unskipped ones first, then the ones this user
     skipped, earliest skip first."""
     last_skip = Skip.objects.filter(item=OuterRef("pk"), annotator=user).order_by("-at").values("at")[:1]
-    return (open_items(campaign, user).filter(_free_for(user, now))
-            .annotate(skipped_at=Subquery(last_skip))
-            .order_by(F("skipped_at").asc(nulls_first=True), "position"))
+    return (
+        open_items(campaign, user)
+        .filter(_free_for(user, now))
+        .annotate(skipped_at=Subquery(last_skip))
+        .order_by(F("skipped_at").asc(nulls_first=True), "position")
+    )
 
 
 def _load(pk: int) -> ReviewItem:
@@ -294,8 +325,13 @@ def item_claim_next(campaign: Campaign, user: AbstractBaseUser, *, now: datetime
     _require_assigned(campaign, user)
     _require_active(campaign)
     until = now + timedelta(seconds=campaign.lock_ttl_s)
-    held = (open_items(campaign, user).filter(locked_by=user, locked_until__gt=now)
-            .order_by("position").values_list("pk", flat=True).first())
+    held = (
+        open_items(campaign, user)
+        .filter(locked_by=user, locked_until__gt=now)
+        .order_by("position")
+        .values_list("pk", flat=True)
+        .first()
+    )
     if held is not None and ReviewItem.objects.filter(pk=held, locked_by=user).update(locked_until=until):
         return _load(held)
     for _ in range(MAX_CLAIM_ROUNDS):
@@ -305,8 +341,12 @@ def item_claim_next(campaign: Campaign, user: AbstractBaseUser, *, now: datetime
         for pk in candidates:
             # The same conditions as the candidate query, checked again in the UPDATE itself: another
             # annotator (or this user in another tab) may have taken or judged the item since.
-            won = open_items(campaign, user).filter(pk=pk).filter(_free_for(user, now)).update(
-                locked_by=user, locked_until=until)
+            won = (
+                open_items(campaign, user)
+                .filter(pk=pk)
+                .filter(_free_for(user, now))
+                .update(locked_by=user, locked_until=until)
+            )
             if won:
                 return _load(pk)
     raise ItemUnavailable("other annotators took every item offered to you just now; ask for the next item again")
@@ -332,8 +372,12 @@ def item_skip(item: ReviewItem, user: AbstractBaseUser, *, now: datetime | None 
 
 
 def _check_seconds(seconds: Any) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-            or not 0 <= seconds <= MAX_SECONDS:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or not 0 <= seconds <= MAX_SECONDS
+    ):
         raise InvalidInput.one("seconds", f"must be a number of seconds from 0 to {MAX_SECONDS:.0f}")
     return float(seconds)
 
@@ -362,9 +406,11 @@ def judgement_submit(
                 existing.seconds += seconds
                 existing.save(update_fields=["answers", "seconds", "updated_at"])
                 return existing, False
-            taken = (ReviewItem.objects.filter(pk=item.pk, judgement_count__lt=campaign.overlap)
-                     .filter(_free_for(user, now))
-                     .update(judgement_count=F("judgement_count") + 1, locked_by=None, locked_until=None))
+            taken = (
+                ReviewItem.objects.filter(pk=item.pk, judgement_count__lt=campaign.overlap)
+                .filter(_free_for(user, now))
+                .update(judgement_count=F("judgement_count") + 1, locked_by=None, locked_until=None)
+            )
             if not taken:
                 raise _why_unavailable(item.pk, campaign, now)
             return Judgement.objects.create(item=item, annotator=user, answers=stored, seconds=seconds), True

@@ -28,10 +28,14 @@ def campaign_new_page(request: HttpRequest) -> HttpResponse:
 @researcher_required
 def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     campaign = get_object_or_404(Campaign, pk=campaign_id)
-    return render(request, "review/detail.html", {
-        "campaign": campaign,
-        "page_data": {"id": campaign.pk, "name": campaign.name, "kind": campaign.kind},
-    })
+    return render(
+        request,
+        "review/detail.html",
+        {
+            "campaign": campaign,
+            "page_data": {"id": campaign.pk, "name": campaign.name, "kind": campaign.kind},
+        },
+    )
 
 
 @annotator_required
@@ -43,7 +47,11 @@ def queue_page(request: HttpRequest) -> HttpResponse:
 def work_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     # Only campaigns the user is assigned to, as in the API: anything else does not exist for them.
     campaign = get_object_or_404(selectors.annotator_campaigns(request.user), pk=campaign_id)
-    return render(request, "review/work.html", {
-        "campaign": campaign,
-        "page_data": {**selectors.campaign_for_annotator(campaign), "state": campaign.state},
-    })
+    return render(
+        request,
+        "review/work.html",
+        {
+            "campaign": campaign,
+            "page_data": {**selectors.campaign_for_annotator(campaign), "state": campaign.state},
+        },
+    )

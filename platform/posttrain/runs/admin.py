@@ -2,7 +2,16 @@
 
 from django.contrib import admin
 
-from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, MetricRow, Run, RunLog, RunTransition, Sample
+from posttrain.runs.models import (
+    Checkpoint,
+    Experiment,
+    ExperimentReward,
+    MetricRow,
+    Run,
+    RunLog,
+    RunTransition,
+    Sample,
+)
 
 
 class ExperimentRewardInline(admin.TabularInline):
@@ -35,9 +44,24 @@ class RunAdmin(admin.ModelAdmin):
     list_filter = ["state"]
     search_fields = ["id", "name", "note", "experiment__name"]
     list_select_related = ["experiment"]
-    readonly_fields = ["id", "experiment", "state", "state_reason", "state_changed_at", "resolved_config", "parent",
-                       "resume_from", "ingest_token_hash", "last_seq", "last_event_at", "last_step", "started_at",
-                       "finished_at", "created_by", "created_at"]
+    readonly_fields = [
+        "id",
+        "experiment",
+        "state",
+        "state_reason",
+        "state_changed_at",
+        "resolved_config",
+        "parent",
+        "resume_from",
+        "ingest_token_hash",
+        "last_seq",
+        "last_event_at",
+        "last_step",
+        "started_at",
+        "finished_at",
+        "created_by",
+        "created_at",
+    ]
     inlines = [RunTransitionInline]
 
 

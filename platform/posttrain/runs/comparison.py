@@ -51,12 +51,20 @@ def shared_prompts(runs: list[Run], q: str | None = None, limit: int = MAX_PROMP
     if q:
         samples = samples.filter(prompt__icontains=q)
     prompts = list(
-        samples.values("prompt").annotate(runs=Count("run", distinct=True), latest=Max("id"))
-        .filter(runs=len(runs)).order_by("-latest").values_list("prompt", flat=True)[:limit]
+        samples.values("prompt")
+        .annotate(runs=Count("run", distinct=True), latest=Max("id"))
+        .filter(runs=len(runs))
+        .order_by("-latest")
+        .values_list("prompt", flat=True)[:limit]
     )
     counts: dict[str, dict[str, int]] = {prompt: {} for prompt in prompts}
-    per_run = (Sample.objects.filter(run__in=runs, prompt__in=prompts).order_by().values("prompt", "run")
-               .annotate(n=Count("id")).values_list("prompt", "run", "n"))
+    per_run = (
+        Sample.objects.filter(run__in=runs, prompt__in=prompts)
+        .order_by()
+        .values("prompt", "run")
+        .annotate(n=Count("id"))
+        .values_list("prompt", "run", "n")
+    )
     for prompt, run_id, n in per_run:
         counts[prompt][str(run_id)] = n
     order = [str(run.pk) for run in runs]

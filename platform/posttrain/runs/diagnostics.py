@@ -34,8 +34,14 @@ PERSIST_POINTS = 3
 """Batch-level RL metrics are noisy (one batch of a few hundred samples); a condition must hold for
 3 consecutive points before it is an alert, so a single spike is not one."""
 
-NONFINITE_METRICS = ("policy/loss", "critic/loss", "kl/mean", "policy/approx_kl", "policy/grad_norm",
-                     "critic/grad_norm")
+NONFINITE_METRICS = (
+    "policy/loss",
+    "critic/loss",
+    "kl/mean",
+    "policy/approx_kl",
+    "policy/grad_norm",
+    "critic/grad_norm",
+)
 
 KL_METRICS = ("kl/mean", "policy/approx_kl")
 KL_BLOWUP_FACTOR = 10.0
@@ -57,8 +63,9 @@ SATURATION_NEAR_BEST = 0.1
 SATURATION_LENGTH_SHIFT = 0.5
 SATURATION_EDGE_POINTS = 3
 
-METRICS_USED: tuple[str, ...] = tuple(dict.fromkeys(
-    [*NONFINITE_METRICS, *KL_METRICS, ENTROPY_METRIC, LENGTH_METRIC, TRUNCATION_METRIC, REWARD_METRIC]))
+METRICS_USED: tuple[str, ...] = tuple(
+    dict.fromkeys([*NONFINITE_METRICS, *KL_METRICS, ENTROPY_METRIC, LENGTH_METRIC, TRUNCATION_METRIC, REWARD_METRIC])
+)
 """Every metric a rule reads: callers fetch just these series."""
 
 
@@ -130,12 +137,17 @@ def nonfinite_alerts(series: Mapping[str, Series]) -> list[Alert]:
         steps, values = series[name]
         bad_steps = [step for step, value in zip(steps, values) if not _is_finite(value)]
         if bad_steps:
-            alerts.append(Alert(
-                code="nonfinite", severity="critical", metric=name, step=bad_steps[0],
-                message=f"{name} is NaN or Inf at step {bad_steps[0]} ({len(bad_steps)} non-finite "
-                f"point{'s' if len(bad_steps) != 1 else ''} in all): the update diverged, weights after it "
-                "cannot be trusted; lower the learning rate or check rewards and precision.",
-            ))
+            alerts.append(
+                Alert(
+                    code="nonfinite",
+                    severity="critical",
+                    metric=name,
+                    step=bad_steps[0],
+                    message=f"{name} is NaN or Inf at step {bad_steps[0]} ({len(bad_steps)} non-finite "
+                    f"point{'s' if len(bad_steps) != 1 else ''} in all): the update diverged, weights after it "
+                    "cannot be trusted; lower the learning rate or check rewards and precision.",
+                )
+            )
     return alerts
 
 
@@ -166,13 +178,19 @@ def kl_blowup_alerts(series: Mapping[str, Series]) -> list[Alert]:
         hit = _first_persistent(points, lambda value: value > limit)
         if hit:
             step, value = hit
-            alerts.append(Alert(
-                code="kl_blowup", severity="critical", metric=name, step=step, value=value,
-                message=f"{name} reached {_fmt(value)} at step {step} and stayed above {_fmt(limit)} "
-                f"(the larger of {KL_BLOWUP_FACTOR:g}× its early level {_fmt(early)} and {_fmt(KL_FLOORS[name])}) "
-                f"for {PERSIST_POINTS}+ steps: the policy is moving away too fast; raise the KL "
-                "coefficient or lower the learning rate.",
-            ))
+            alerts.append(
+                Alert(
+                    code="kl_blowup",
+                    severity="critical",
+                    metric=name,
+                    step=step,
+                    value=value,
+                    message=f"{name} reached {_fmt(value)} at step {step} and stayed above {_fmt(limit)} "
+                    f"(the larger of {KL_BLOWUP_FACTOR:g}× its early level {_fmt(early)} and {_fmt(KL_FLOORS[name])}) "
+                    f"for {PERSIST_POINTS}+ steps: the policy is moving away too fast; raise the KL "
+                    "coefficient or lower the learning rate.",
+                )
+            )
     return alerts
 
 
@@ -195,12 +213,18 @@ def entropy_collapse_alerts(series: Mapping[str, Series]) -> list[Alert]:
     if not hit:
         return []
     step, value = hit
-    return [Alert(
-        code="entropy_collapse", severity="warning", metric=ENTROPY_METRIC, step=step, value=value,
-        message=f"{ENTROPY_METRIC} fell to {_fmt(value)} at step {step}, below {ENTROPY_COLLAPSE_FRACTION:.0%} of "
-        f"its early level {_fmt(early)} ({_fmt(limit)}), for {PERSIST_POINTS}+ steps: the policy is collapsing "
-        "onto few answers; consider clip-higher, an entropy bonus or a higher temperature.",
-    )]
+    return [
+        Alert(
+            code="entropy_collapse",
+            severity="warning",
+            metric=ENTROPY_METRIC,
+            step=step,
+            value=value,
+            message=f"{ENTROPY_METRIC} fell to {_fmt(value)} at step {step}, below {ENTROPY_COLLAPSE_FRACTION:.0%} of "
+            f"its early level {_fmt(early)} ({_fmt(limit)}), for {PERSIST_POINTS}+ steps: the policy is collapsing "
+            "onto few answers; consider clip-higher, an entropy bonus or a higher temperature.",
+        )
+    ]
 
 
 def length_runaway_alerts(series: Mapping[str, Series]) -> list[Alert]:
@@ -222,11 +246,17 @@ def length_runaway_alerts(series: Mapping[str, Series]) -> list[Alert]:
     if not hit:
         return []
     step, value = hit
-    return [Alert(
-        code="length_runaway", severity="warning", metric=LENGTH_METRIC, step=step, value=value,
-        message=f"{LENGTH_METRIC} reached {_fmt(value)} at step {step}, over {LENGTH_RUNAWAY_FACTOR:g}× its early "
-        f"level {_fmt(early)}, for {PERSIST_POINTS}+ steps: check samples for repetition or padding.",
-    )]
+    return [
+        Alert(
+            code="length_runaway",
+            severity="warning",
+            metric=LENGTH_METRIC,
+            step=step,
+            value=value,
+            message=f"{LENGTH_METRIC} reached {_fmt(value)} at step {step}, over {LENGTH_RUNAWAY_FACTOR:g}× its early "
+            f"level {_fmt(early)}, for {PERSIST_POINTS}+ steps: check samples for repetition or padding.",
+        )
+    ]
 
 
 def truncation_rising_alerts(series: Mapping[str, Series]) -> list[Alert]:
@@ -250,12 +280,18 @@ def truncation_rising_alerts(series: Mapping[str, Series]) -> list[Alert]:
     if not hit:
         return []
     step, value = hit
-    return [Alert(
-        code="truncation_rising", severity="warning", metric=TRUNCATION_METRIC, step=step, value=value,
-        message=f"{TRUNCATION_METRIC} is {_fmt(value)} at step {step} (early level {_fmt(early)}), at least "
-        f"{_fmt(limit)} for {PERSIST_POINTS}+ steps: responses run into max_new_tokens; raise the limit or "
-        "check samples for rambling.",
-    )]
+    return [
+        Alert(
+            code="truncation_rising",
+            severity="warning",
+            metric=TRUNCATION_METRIC,
+            step=step,
+            value=value,
+            message=f"{TRUNCATION_METRIC} is {_fmt(value)} at step {step} (early level {_fmt(early)}), at least "
+            f"{_fmt(limit)} for {PERSIST_POINTS}+ steps: responses run into max_new_tokens; raise the limit or "
+            "check samples for rambling.",
+        )
+    ]
 
 
 def reward_saturation_alerts(series: Mapping[str, Series]) -> list[Alert]:
@@ -273,15 +309,16 @@ def reward_saturation_alerts(series: Mapping[str, Series]) -> list[Alert]:
     if REWARD_METRIC not in series or LENGTH_METRIC not in series:
         return []
     lengths = dict(_finite_points(series[LENGTH_METRIC]))
-    paired = [(step, reward, lengths[step]) for step, reward in _finite_points(series[REWARD_METRIC])
-              if step in lengths]
+    paired = [
+        (step, reward, lengths[step]) for step, reward in _finite_points(series[REWARD_METRIC]) if step in lengths
+    ]
     best = worst = None
     for end, (step, reward, _) in enumerate(paired):
         best = reward if best is None else max(best, reward)
         worst = reward if worst is None else min(worst, reward)
         if end + 1 < SATURATION_WINDOW or best <= worst:
             continue
-        window = paired[end + 1 - SATURATION_WINDOW:end + 1]
+        window = paired[end + 1 - SATURATION_WINDOW : end + 1]
         near_best = best - SATURATION_NEAR_BEST * (best - worst)
         if min(r for _, r, _ in window) < near_best:
             continue
@@ -289,17 +326,27 @@ def reward_saturation_alerts(series: Mapping[str, Series]) -> list[Alert]:
         after = statistics.median(length for _, _, length in window[-SATURATION_EDGE_POINTS:])
         if before <= 0 or abs(after - before) / before < SATURATION_LENGTH_SHIFT:
             continue
-        return [Alert(
-            code="reward_saturation_length_shift", severity="warning", metric=REWARD_METRIC, step=step, value=reward,
-            message=f"{REWARD_METRIC} stayed within {_fmt(best - near_best)} of its best {_fmt(best)} over steps "
-            f"{window[0][0]}–{step} while {LENGTH_METRIC} went from {_fmt(before)} to {_fmt(after)} "
-            f"({(after - before) / before:+.0%}): a reward-hacking smell; read the samples of these steps.",
-        )]
+        return [
+            Alert(
+                code="reward_saturation_length_shift",
+                severity="warning",
+                metric=REWARD_METRIC,
+                step=step,
+                value=reward,
+                message=f"{REWARD_METRIC} stayed within {_fmt(best - near_best)} of its best {_fmt(best)} over steps "
+                f"{window[0][0]}–{step} while {LENGTH_METRIC} went from {_fmt(before)} to {_fmt(after)} "
+                f"({(after - before) / before:+.0%}): a reward-hacking smell; read the samples of these steps.",
+            )
+        ]
     return []
 
 
 RULES: tuple[Callable[[Mapping[str, Series]], list[Alert]], ...] = (
-    nonfinite_alerts, kl_blowup_alerts, entropy_collapse_alerts, length_runaway_alerts, truncation_rising_alerts,
+    nonfinite_alerts,
+    kl_blowup_alerts,
+    entropy_collapse_alerts,
+    length_runaway_alerts,
+    truncation_rising_alerts,
     reward_saturation_alerts,
 )
 

@@ -1,9 +1,9 @@
 """Errors raised by the runs services. The API maps each to a 4xx response (never a 500):
 
-    InvalidInput      400  {"errors": [{"loc": "rollout.samples_per_prompt", "msg": "..."}]}
-    IngestAuthError   401/403
-    IllegalTransition 409  {"detail": "...", "state": "<current state>"}
-    SeqConflict       409  {"detail": "...", "expected_seq": N}
+InvalidInput      400  {"errors": [{"loc": "rollout.samples_per_prompt", "msg": "..."}]}
+IngestAuthError   401/403
+IllegalTransition 409  {"detail": "...", "state": "<current state>"}
+SeqConflict       409  {"detail": "...", "expected_seq": N}
 """
 
 from __future__ import annotations

@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rl_engine.events import EVENT_TYPES
-
 from posttrain.runs.errors import InvalidInput
+from rl_engine.events import EVENT_TYPES
 
 MAX_EVENTS_PER_BATCH = 10_000
 ENGINE_STATES = ("running", "succeeded", "failed")
@@ -95,7 +94,9 @@ def _check_event(event: Any, loc: str, run_id: str, errors: _Errors) -> None:
         errors.add(f"{loc}.seq", f"must be an integer between 1 and {MAX_INT64}, got {seq!r}"[:200])
     kind = event.get("type")
     if "type" in event and kind not in EVENT_TYPES:
-        errors.add(f"{loc}.type", f"unknown event type {kind!r}; expected one of {', '.join(sorted(EVENT_TYPES))}"[:300])
+        errors.add(
+            f"{loc}.type", f"unknown event type {kind!r}; expected one of {', '.join(sorted(EVENT_TYPES))}"[:300]
+        )
     step = event.get("step")
     if step is not None and (not _is_int(step) or not 0 <= step <= MAX_INT32):
         errors.add(f"{loc}.step", f"must be null or an integer between 0 and {MAX_INT32}, got {step!r}"[:200])
@@ -116,7 +117,7 @@ def _check_metrics(event: dict, data: dict, loc: str, event_loc: str, errors: _E
         if len(name) > 200:
             errors.add(f"{loc}.{name[:40]}…", "metric names are at most 200 characters")
         elif not _is_numberish(value):
-            errors.add(f"{loc}.{name}", f"must be a number (or \"nan\"/\"inf\"), got {type(value).__name__}")
+            errors.add(f"{loc}.{name}", f'must be a number (or "nan"/"inf"), got {type(value).__name__}')
 
 
 def _check_samples(event: dict, data: dict, loc: str, event_loc: str, errors: _Errors) -> None:

@@ -17,7 +17,9 @@ class Experiment(models.Model):
     model = models.ForeignKey("registry.ModelAsset", on_delete=models.PROTECT, related_name="experiments")
     dataset = models.ForeignKey("registry.Dataset", on_delete=models.PROTECT, related_name="experiments")
     rewards = models.ManyToManyField("registry.RewardFunction", through="ExperimentReward", related_name="experiments")
-    config = models.JSONField(help_text="Engine run config without model/data/rewards (filled from the registry at launch).")
+    config = models.JSONField(
+        help_text="Engine run config without model/data/rewards (filled from the registry at launch)."
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -71,7 +73,8 @@ class Run(models.Model):
     last_event_at = models.DateTimeField(null=True, blank=True)
     last_step = models.IntegerField(null=True, blank=True)
     summary = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text='Per metric {"last", "step", "min", "max", "count"} over every step stored (W&B\'s run summary): '
         "the runs list and compare tables read it instead of the series.",
     )
@@ -123,7 +126,8 @@ class MetricBlock(models.Model):
     name = models.CharField(max_length=200)
     index = models.IntegerField(help_text="Position of the block in the metric's series, from 0.")
     through_seq = models.BigIntegerField(
-        help_text="Every metrics event of the run up to this seq is in blocks; later ones are read from MetricRow.")
+        help_text="Every metrics event of the run up to this seq is in blocks; later ones are read from MetricRow."
+    )
     count = models.IntegerField()
     first_step = models.IntegerField()
     last_step = models.IntegerField()
@@ -154,8 +158,11 @@ class Sample(models.Model):
     finish_reason = models.CharField(max_length=20)
     errors = models.JSONField(default=list)
     kept = models.BooleanField(default=True, help_text="False when dynamic sampling left the sample out of the update.")
-    turns = models.JSONField(default=list, blank=True,
-                             help_text="Multi-turn trajectories: [{role: assistant|environment, text, reward}] in order.")
+    turns = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Multi-turn trajectories: [{role: assistant|environment, text, reward}] in order.",
+    )
     env = models.JSONField(default=dict, blank=True, help_text="Per-episode environment logs (turns, calls, ...).")
 
     class Meta:

@@ -22,8 +22,11 @@ DEFAULT_LOG_TAIL_CHARS = 200_000
 
 
 def experiment_list() -> QuerySet[Experiment]:
-    return (Experiment.objects.select_related("model", "dataset", "created_by")
-            .prefetch_related("experimentreward_set__reward").annotate(run_count=Count("runs")))
+    return (
+        Experiment.objects.select_related("model", "dataset", "created_by")
+        .prefetch_related("experimentreward_set__reward")
+        .annotate(run_count=Count("runs"))
+    )
 
 
 def run_list() -> QuerySet[Run]:
@@ -46,8 +49,9 @@ def _jsonable_number(value: Any) -> Any:
     return value
 
 
-def run_metric_series(run: Run, names: list[str] | None = None, step_min: int | None = None,
-                      step_max: int | None = None) -> dict[str, dict[str, list]]:
+def run_metric_series(
+    run: Run, names: list[str] | None = None, step_min: int | None = None, step_max: int | None = None
+) -> dict[str, dict[str, list]]:
     """{name: {"steps": [...], "values": [...]}} in step order, for the named metrics or all of them."""
     rows = MetricRow.objects.filter(run=run)
     if step_min is not None:
@@ -74,9 +78,15 @@ def run_metric_series(run: Run, names: list[str] | None = None, step_min: int | 
     return dict(sorted(series.items()))
 
 
-def run_samples(run: Run, *, step: int | None = None, min_reward: float | None = None,
-                max_reward: float | None = None, finish_reason: str | None = None,
-                q: str | None = None) -> QuerySet[Sample]:
+def run_samples(
+    run: Run,
+    *,
+    step: int | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+    finish_reason: str | None = None,
+    q: str | None = None,
+) -> QuerySet[Sample]:
     samples = Sample.objects.filter(run=run)
     if step is not None:
         samples = samples.filter(step=step)
@@ -93,8 +103,11 @@ def run_samples(run: Run, *, step: int | None = None, min_reward: float | None =
 
 def run_log_entries(run: Run, *, upto_seq: int, limit: int = 500) -> list[dict[str, Any]]:
     """The engine's last `limit` log events up to `upto_seq`, oldest first (the run page's log tail)."""
-    rows = (RunLog.objects.filter(run=run, seq__lte=upto_seq).order_by("-seq")
-            .values("seq", "step", "time", "level", "message")[:limit])
+    rows = (
+        RunLog.objects.filter(run=run, seq__lte=upto_seq)
+        .order_by("-seq")
+        .values("seq", "step", "time", "level", "message")[:limit]
+    )
     return list(reversed(rows))
 
 

@@ -155,24 +155,41 @@ def summary_with(summary: dict[str, Any], events: Sequence[dict[str, Any]]) -> d
     return merged
 
 
-def seal_chunk(run_id: RunId, events: Sequence[dict[str, Any]], *,
-               block_model: type[MetricBlock] = MetricBlock) -> None:
+def seal_chunk(
+    run_id: RunId, events: Sequence[dict[str, Any]], *, block_model: type[MetricBlock] = MetricBlock
+) -> None:
     """One block per metric of a chunk of consecutive metrics events (seq order, at most BLOCK_POINTS),
     each numbered after that metric's last block; all of them cover the run through the chunk's last seq."""
     points = _points_by_name(events)
     if not points:
         return
-    last_index = dict(block_model.objects.filter(run_id=run_id, name__in=list(points)).order_by()
-                      .values("name").annotate(top=Max("index")).values_list("name", "top"))
+    last_index = dict(
+        block_model.objects.filter(run_id=run_id, name__in=list(points))
+        .order_by()
+        .values("name")
+        .annotate(top=Max("index"))
+        .values_list("name", "top")
+    )
     through_seq = events[-1]["seq"]
     blocks = []
     for name, p in points.items():
         low, high = _finite_min_max(p.values)
-        blocks.append(block_model(
-            run_id=run_id, name=name, index=last_index.get(name, -1) + 1, through_seq=through_seq,
-            count=int(p.values.size), first_step=int(p.steps[0]), last_step=int(p.steps[-1]), min=low, max=high,
-            steps=_pack(p.steps), values=_pack(p.values), times=_pack(p.times),
-        ))
+        blocks.append(
+            block_model(
+                run_id=run_id,
+                name=name,
+                index=last_index.get(name, -1) + 1,
+                through_seq=through_seq,
+                count=int(p.values.size),
+                first_step=int(p.steps[0]),
+                last_step=int(p.steps[-1]),
+                min=low,
+                max=high,
+                steps=_pack(p.steps),
+                values=_pack(p.values),
+                times=_pack(p.times),
+            )
+        )
     block_model.objects.bulk_create(blocks)
 
 
@@ -195,8 +212,10 @@ def append_metrics(run_id: RunId, summary: dict[str, Any], events: Sequence[dict
     if events[-1]["seq"] - sealed >= BLOCK_POINTS:
         tail = MetricRow.objects.filter(run_id=run_id, seq__gt=sealed)
         if tail.count() >= BLOCK_POINTS:
-            rows = [{"seq": seq, "step": step, "time": time, "data": values} for seq, step, time, values
-                    in tail.order_by("seq").values_list("seq", "step", "time", "values")]
+            rows = [
+                {"seq": seq, "step": step, "time": time, "data": values}
+                for seq, step, time, values in tail.order_by("seq").values_list("seq", "step", "time", "values")
+            ]
             for start in range(0, len(rows) - BLOCK_POINTS + 1, BLOCK_POINTS):
                 seal_chunk(run_id, rows[start : start + BLOCK_POINTS])
     return summary_with(summary, events)
@@ -229,8 +248,12 @@ class _RunMarks:
 def _run_marks(run_ids: Sequence[RunId]) -> dict[str, _RunMarks]:
     sealed = MetricBlock.objects.filter(run=OuterRef("pk")).order_by("-through_seq").values("through_seq")[:1]
     first = MetricRow.objects.filter(run=OuterRef("pk")).order_by("seq").values("time")[:1]
-    rows = (Run.objects.filter(pk__in=list(run_ids)).order_by()
-            .annotate(sealed=Subquery(sealed), t0=Subquery(first)).values_list("pk", "sealed", "t0"))
+    rows = (
+        Run.objects.filter(pk__in=list(run_ids))
+        .order_by()
+        .annotate(sealed=Subquery(sealed), t0=Subquery(first))
+        .values_list("pk", "sealed", "t0")
+    )
     return {str(pk): _RunMarks(sealed or 0, t0) for pk, sealed, t0 in rows}
 
 
@@ -258,8 +281,12 @@ def _any_of(conditions: Iterable[Q]) -> Q:
     return combined
 
 
-def read_series(run_ids: Sequence[RunId], names: Sequence[str], *, with_times: bool = False,
-                ) -> tuple[dict[tuple[str, str], Series], dict[str, int], dict[str, float | None]]:
+def read_series(
+    run_ids: Sequence[RunId],
+    names: Sequence[str],
+    *,
+    with_times: bool = False,
+) -> tuple[dict[tuple[str, str], Series], dict[str, int], dict[str, float | None]]:
     """({(run id, name): Series} of the metrics with points, {run id: highest metrics seq read},
     {run id: time of its first metrics event}).
 
@@ -271,17 +298,23 @@ def read_series(run_ids: Sequence[RunId], names: Sequence[str], *, with_times: b
     sealed_runs = [(run_id, mark.sealed) for run_id, mark in marks.items() if mark.sealed]
     if sealed_runs and names:
         fields = ["run_id", "name", "steps", "values"] + (["times"] if with_times else [])
-        blocks = (MetricBlock.objects.filter(_any_of(Q(run_id=r, through_seq__lte=s) for r, s in sealed_runs),
-                                             name__in=names)
-                  .order_by("run_id", "name", "index").values_list(*fields))
+        blocks = (
+            MetricBlock.objects.filter(_any_of(Q(run_id=r, through_seq__lte=s) for r, s in sealed_runs), name__in=names)
+            .order_by("run_id", "name", "index")
+            .values_list(*fields)
+        )
         for run_id, name, *arrays in _fetch(blocks):
             chunks.setdefault((str(run_id), name), []).append([_unpack(raw) for raw in arrays])
 
     last_seq = {run_id: mark.sealed for run_id, mark in marks.items()}
     # ->> (text): a float() per value beats Django decoding each jsonb value as a JSON document
     keys = {f"m{i}": KeyTextTransform(name, "values") for i, name in enumerate(names)}
-    tail = (MetricRow.objects.filter(_any_of(Q(run_id=r, seq__gt=mark.sealed) for r, mark in marks.items()))
-            .order_by("run_id", "seq").annotate(**keys).values_list("run_id", "seq", "step", "time", *keys))
+    tail = (
+        MetricRow.objects.filter(_any_of(Q(run_id=r, seq__gt=mark.sealed) for r, mark in marks.items()))
+        .order_by("run_id", "seq")
+        .annotate(**keys)
+        .values_list("run_id", "seq", "step", "time", *keys)
+    )
     for run_uuid, rows in groupby(_fetch(tail), key=itemgetter(0)):
         rows = list(rows)
         run_id = str(run_uuid)
@@ -289,11 +322,13 @@ def read_series(run_ids: Sequence[RunId], names: Sequence[str], *, with_times: b
         for i, name in enumerate(names, start=4):
             logged = [row for row in rows if row[i] is not None]  # null: the event has no such metric
             if logged:
-                chunks.setdefault((run_id, name), []).append([
-                    np.array([row[2] for row in logged], dtype=_DTYPE),
-                    np.array([_text_as_float(row[i]) for row in logged], dtype=_DTYPE),
-                    np.array([row[3] for row in logged], dtype=_DTYPE),
-                ])
+                chunks.setdefault((run_id, name), []).append(
+                    [
+                        np.array([row[2] for row in logged], dtype=_DTYPE),
+                        np.array([_text_as_float(row[i]) for row in logged], dtype=_DTYPE),
+                        np.array([row[3] for row in logged], dtype=_DTYPE),
+                    ]
+                )
 
     series = {}
     for key, parts in chunks.items():
@@ -350,13 +385,15 @@ def m4_indices(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
     high = np.where(finite, y, -np.inf)
     lows = np.repeat(np.minimum.reduceat(low, starts), sizes)
     highs = np.repeat(np.maximum.reduceat(high, starts), sizes)
-    keep = np.concatenate([
-        starts,
-        starts + sizes - 1,
-        first_per_bucket(np.flatnonzero(finite & (low == lows))),
-        first_per_bucket(np.flatnonzero(finite & (high == highs))),
-        first_per_bucket(np.flatnonzero(~finite)),
-    ])
+    keep = np.concatenate(
+        [
+            starts,
+            starts + sizes - 1,
+            first_per_bucket(np.flatnonzero(finite & (low == lows))),
+            first_per_bucket(np.flatnonzero(finite & (high == highs))),
+            first_per_bucket(np.flatnonzero(~finite)),
+        ]
+    )
     return np.unique(keep)
 
 
@@ -369,8 +406,9 @@ def _integers(values: np.ndarray) -> list[int]:
     return np.rint(values).astype(np.int64).tolist()
 
 
-def chart_series(series: Series | None, x_axis: str, max_points: int, *, progress: Series | None = None,
-                 t0: float | None = None) -> dict[str, Any]:
+def chart_series(
+    series: Series | None, x_axis: str, max_points: int, *, progress: Series | None = None, t0: float | None = None
+) -> dict[str, Any]:
     """{"x", "y", "step", "points", "downsampled"} of one metric on `x_axis` (one of X_AXES).
 
     `points` counts every stored point. On the samples and tokens axes, points logged before the
@@ -411,8 +449,12 @@ class RunSeries:
     series: dict[str, dict[str, Any]]
 
 
-def runs_series(runs: Sequence[Run], names: Sequence[str] | None, x_axis: str, max_points: int,
-                ) -> dict[str, RunSeries]:
+def runs_series(
+    runs: Sequence[Run],
+    names: Sequence[str] | None,
+    x_axis: str,
+    max_points: int,
+) -> dict[str, RunSeries]:
     """{run id: RunSeries} of the named metrics (default: all the runs have) on `x_axis`."""
     if x_axis not in X_AXES:
         raise ValueError(f"unknown x axis {x_axis!r}")
@@ -426,8 +468,10 @@ def runs_series(runs: Sequence[Run], names: Sequence[str] | None, x_axis: str, m
         progress = found.get((run_id, progress_name)) if progress_name else None
         out[run_id] = RunSeries(
             last_seq=last_seq.get(run_id, 0),
-            series={name: chart_series(found.get((run_id, name)), x_axis, max_points, progress=progress,
-                                       t0=t0.get(run_id)) for name in names},
+            series={
+                name: chart_series(found.get((run_id, name)), x_axis, max_points, progress=progress, t0=t0.get(run_id))
+                for name in names
+            },
         )
     return out
 
@@ -443,8 +487,12 @@ _FILENAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.#() -]+")
 def _export_rows(run: Run):
     """The run's metrics events in step order, up to the run's last_seq as read with its summary (the
     CSV header): events stored while the download streams are left out, not half-described."""
-    return (MetricRow.objects.filter(run_id=run.pk, seq__lte=run.last_seq).order_by("step", "seq")
-            .values_list("step", "time", "values").iterator(chunk_size=EXPORT_CHUNK_ROWS))
+    return (
+        MetricRow.objects.filter(run_id=run.pk, seq__lte=run.last_seq)
+        .order_by("step", "seq")
+        .values_list("step", "time", "values")
+        .iterator(chunk_size=EXPORT_CHUNK_ROWS)
+    )
 
 
 def _csv_cell(value: Any) -> Any:

@@ -238,7 +238,11 @@ def experiment_create(
     rewards = experiment_check(name=name, model=model, dataset=dataset, rewards=rewards, config=config).rewards
     with transaction.atomic():
         experiment = Experiment.objects.create(
-            name=name.strip(), description=description or "", model=model, dataset=dataset, config=config,
+            name=name.strip(),
+            description=description or "",
+            model=model,
+            dataset=dataset,
+            config=config,
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
         ExperimentReward.objects.bulk_create(
@@ -355,9 +359,18 @@ def _create_queued_run(
     with transaction.atomic():
         number = Run.objects.filter(experiment=experiment).count() + 1
         run = Run.objects.create(
-            id=run_id, experiment=experiment, name=f"{experiment.name} #{number}"[:200], seed=seed,
-            state=S.QUEUED, state_reason=reason, resolved_config=resolved, tags=tags, note=note,
-            parent=parent, resume_from=resume_from, ingest_token_hash=token_hash(ingest_token(run_id)),
+            id=run_id,
+            experiment=experiment,
+            name=f"{experiment.name} #{number}"[:200],
+            seed=seed,
+            state=S.QUEUED,
+            state_reason=reason,
+            resolved_config=resolved,
+            tags=tags,
+            note=note,
+            parent=parent,
+            resume_from=resume_from,
+            ingest_token_hash=token_hash(ingest_token(run_id)),
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
         RunTransition.objects.create(run=run, from_state=S.DRAFT, to_state=S.QUEUED, reason=reason)
@@ -371,12 +384,21 @@ def _dispatch(task_name: str, run_id: uuid.UUID | str) -> None:
     getattr(tasks, task_name).delay(str(run_id))
 
 
-def run_launch(experiment: Experiment, *, seed: int | None = None, tags: Any = None, note: Any = None, user=None) -> Run:
+def run_launch(
+    experiment: Experiment, *, seed: int | None = None, tags: Any = None, note: Any = None, user=None
+) -> Run:
     """A new run of the experiment, committed as `queued`; a Celery task submits its Ray job after commit."""
-    seed = _clean_seed(seed, default=_clean_seed(experiment.config.get("seed"), 0) if isinstance(experiment.config, dict) else 0)
+    seed = _clean_seed(
+        seed, default=_clean_seed(experiment.config.get("seed"), 0) if isinstance(experiment.config, dict) else 0
+    )
     return _create_queued_run(
-        experiment=experiment, config=experiment_engine_config(experiment), seed=seed, tags=_clean_tags(tags),
-        note=_clean_note(note), user=user, reason=f"launched by {_user_label(user)}",
+        experiment=experiment,
+        config=experiment_engine_config(experiment),
+        seed=seed,
+        tags=_clean_tags(tags),
+        note=_clean_note(note),
+        user=user,
+        reason=f"launched by {_user_label(user)}",
     )
 
 
@@ -385,9 +407,14 @@ def run_clone(run: Run, *, seed: int | None = None, tags: Any = None, note: Any 
     if not run.resolved_config:
         raise IllegalTransition("this run has no resolved config to clone (it was never launched)", run.state)
     return _create_queued_run(
-        experiment=run.experiment, config=run.resolved_config, seed=_clean_seed(seed, run.seed),
-        tags=_clean_tags(run.tags if tags is None else tags), note=_clean_note(note), user=user,
-        reason=f"cloned from run {run.id} by {_user_label(user)}", parent=run,
+        experiment=run.experiment,
+        config=run.resolved_config,
+        seed=_clean_seed(seed, run.seed),
+        tags=_clean_tags(run.tags if tags is None else tags),
+        note=_clean_note(note),
+        user=user,
+        reason=f"cloned from run {run.id} by {_user_label(user)}",
+        parent=run,
     )
 
 
@@ -402,9 +429,15 @@ def run_resume(run: Run, checkpoint: Checkpoint, *, user=None) -> Run:
     if path.is_relative_to(storage) and not path.exists():  # outside our storage we cannot tell
         raise InvalidInput.one("checkpoint", f"the folder {path} no longer exists (pruned by checkpoint.keep_last?)")
     return _create_queued_run(
-        experiment=run.experiment, config=run.resolved_config, seed=run.seed, tags=list(run.tags),
-        note="", user=user, reason=f"resumed from run {run.id} step {checkpoint.step} by {_user_label(user)}",
-        parent=run, resume_from=checkpoint,
+        experiment=run.experiment,
+        config=run.resolved_config,
+        seed=run.seed,
+        tags=list(run.tags),
+        note="",
+        user=user,
+        reason=f"resumed from run {run.id} step {checkpoint.step} by {_user_label(user)}",
+        parent=run,
+        resume_from=checkpoint,
     )
 
 
@@ -509,8 +542,16 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
         elif kind == "checkpoint":
             checkpoints.append(Checkpoint(run=run, seq=e["seq"], step=step, path=data["path"]))
         elif kind == "log":
-            logs.append(RunLog(run=run, seq=e["seq"], step=step, time=e["time"], level=data.get("level", "info"),
-                               message=data["message"]))
+            logs.append(
+                RunLog(
+                    run=run,
+                    seq=e["seq"],
+                    step=step,
+                    time=e["time"],
+                    level=data.get("level", "info"),
+                    message=data["message"],
+                )
+            )
     MetricRow.objects.bulk_create(metrics, batch_size=1000)
     summary = series.append_metrics(run.pk, run.summary, metric_events)  # the column store the charts read
     # (run, step, index) and (run, step) are unique: a step recorded twice (an engine re-running a
@@ -524,12 +565,25 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
 def _sample_row(run: Run, seq: int, step: int, r: dict[str, Any]) -> Sample:
     label = r.get("label")
     return Sample(
-        run=run, seq=seq, step=step, index=r["index"], group=r.get("group", 0), prompt=r["prompt"], response=r["response"],
-        label=None if label is None else str(label), reward=finite_or_none(r.get("reward")),
-        components=r.get("components") or {}, advantage=finite_or_none(r.get("advantage")), length=r["length"],
-        finish_reason=r["finish_reason"][:20], errors=r.get("errors") or [], kept=r.get("kept", True),
-        turns=[{"role": t["role"], "text": t["text"], "reward": finite_or_none(t.get("reward"))}
-               for t in r.get("turns") or []],
+        run=run,
+        seq=seq,
+        step=step,
+        index=r["index"],
+        group=r.get("group", 0),
+        prompt=r["prompt"],
+        response=r["response"],
+        label=None if label is None else str(label),
+        reward=finite_or_none(r.get("reward")),
+        components=r.get("components") or {},
+        advantage=finite_or_none(r.get("advantage")),
+        length=r["length"],
+        finish_reason=r["finish_reason"][:20],
+        errors=r.get("errors") or [],
+        kept=r.get("kept", True),
+        turns=[
+            {"role": t["role"], "text": t["text"], "reward": finite_or_none(t.get("reward"))}
+            for t in r.get("turns") or []
+        ],
         env={k: finite_or_none(v) for k, v in (r.get("env") or {}).items()},
     )
 
@@ -539,15 +593,24 @@ def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
     state, reason = data["state"], data.get("reason") or ""
     if state == "running":
         resumed = data.get("resumed_from")
-        run_transition(run_id, [S.QUEUED, S.STARTING], S.RUNNING,
-                       f"engine started (resuming from {resumed})" if resumed else "engine started")
+        run_transition(
+            run_id,
+            [S.QUEUED, S.STARTING],
+            S.RUNNING,
+            f"engine started (resuming from {resumed})" if resumed else "engine started",
+        )
     elif state == "succeeded":
-        run_transition(run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.CANCELLING], S.SUCCEEDED,
-                       reason or "engine finished every step")
+        run_transition(
+            run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.CANCELLING], S.SUCCEEDED, reason or "engine finished every step"
+        )
     elif state == "failed":
-        if not run_transition(run_id, [S.QUEUED, S.STARTING, S.RUNNING], S.FAILED, reason or "engine reported a failure"):
+        if not run_transition(
+            run_id, [S.QUEUED, S.STARTING, S.RUNNING], S.FAILED, reason or "engine reported a failure"
+        ):
             # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
-            run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled")
+            run_transition(
+                run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled"
+            )
 
 
 # =============================================================================================
@@ -587,8 +650,7 @@ def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None) -> No
         if waited < settings.RUN_SUBMIT_TIMEOUT_S:
             logger.info("Ray cannot take run %s yet (%s); the submit will be retried", run.pk, exc)
             raise  # the task retries with backoff; the reconcile resubmits runs left queued
-        run_transition(run.pk, [S.QUEUED], S.FAILED,
-                       f"Ray did not accept the job within {int(waited)} s: {exc}")
+        run_transition(run.pk, [S.QUEUED], S.FAILED, f"Ray did not accept the job within {int(waited)} s: {exc}")
         return
     except Exception as exc:
         logger.warning("submitting run %s failed", run.pk, exc_info=True)
@@ -672,8 +734,12 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         if run.state == S.CANCELLING:
             run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
         else:
-            run_transition(run.pk, [S.STARTING, S.RUNNING], S.FAILED,
-                           f"the Ray job {run.pk} does not exist (was the Ray cluster restarted?)")
+            run_transition(
+                run.pk,
+                [S.STARTING, S.RUNNING],
+                S.FAILED,
+                f"the Ray job {run.pk} does not exist (was the Ray cluster restarted?)",
+            )
     elif status == "SUCCEEDED":
         run_transition(run.pk, active, S.SUCCEEDED, "the Ray job succeeded (the engine's final status never arrived)")
     elif status == "STOPPED":
@@ -684,8 +750,12 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
             run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
         else:
             tail = _log_tail(jobs.logs(run))
-            run_transition(run.pk, [S.STARTING, S.RUNNING], S.FAILED,
-                           f"the Ray job failed:\n{tail}" if tail else "the Ray job failed (no logs)")
+            run_transition(
+                run.pk,
+                [S.STARTING, S.RUNNING],
+                S.FAILED,
+                f"the Ray job failed:\n{tail}" if tail else "the Ray job failed (no logs)",
+            )
     elif run.state == S.CANCELLING:
         jobs.stop(run)  # the cancel task may have died before Ray stopped it; ask again
     elif status == "RUNNING":

@@ -106,10 +106,17 @@ def stored_messages(run_id: uuid.UUID | str, after: int, upto: int) -> list[Mess
     window = {"run_id": run_id, "seq__gt": after, "seq__lte": upto}
     rows = MetricRow.objects.filter(**window).values_list("seq", "step", "time", "values")
     messages = [metrics_message(*row) for row in rows]
-    per_event = (Sample.objects.filter(**window).order_by().values("seq", "step")
-                 .annotate(count=Count("pk")).values_list("seq", "step", "count"))
+    per_event = (
+        Sample.objects.filter(**window)
+        .order_by()
+        .values("seq", "step")
+        .annotate(count=Count("pk"))
+        .values_list("seq", "step", "count")
+    )
     messages += [samples_message(*row) for row in per_event]
-    messages += [checkpoint_message(*row) for row in Checkpoint.objects.filter(**window).values_list("seq", "step", "path")]
+    messages += [
+        checkpoint_message(*row) for row in Checkpoint.objects.filter(**window).values_list("seq", "step", "path")
+    ]
     logs = RunLog.objects.filter(**window).values_list("seq", "step", "time", "level", "message")
     messages += [log_message(*row) for row in logs]
     return sorted(messages, key=lambda m: m.seq)

@@ -36,8 +36,16 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
         "config": config,
         "logs": selectors.run_log_entries(run, upto_seq=stream_from_seq),
     }
-    return render(request, "runs/detail.html", {"run": run, "config": config, "page_data": page_data,
-                                                "algorithm": (config.get("algorithm") or {}).get("name")})
+    return render(
+        request,
+        "runs/detail.html",
+        {
+            "run": run,
+            "config": config,
+            "page_data": page_data,
+            "algorithm": (config.get("algorithm") or {}).get("name"),
+        },
+    )
 
 
 @researcher_required

@@ -223,7 +223,9 @@ def test_per_group_estimators_give_every_token_of_a_row_the_same_value(name):
 @pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))
 def test_group_estimators_accept_a_bool_mask(name):
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.9])
-    assert_close(GROUP_ESTIMATORS[name](rewards, GROUPED_MASK.bool(), 3), GROUP_ESTIMATORS[name](rewards, GROUPED_MASK, 3))
+    assert_close(
+        GROUP_ESTIMATORS[name](rewards, GROUPED_MASK.bool(), 3), GROUP_ESTIMATORS[name](rewards, GROUPED_MASK, 3)
+    )
 
 
 @pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))

@@ -34,10 +34,17 @@ def call(url: str, body: dict | None = None) -> tuple[int, dict]:
 def config(demo: Path, **changes):
     base = dict(
         model={"path": str(demo / "model")},
-        data={"path": str(demo / "data" / "train.jsonl"), "eval_path": str(demo / "data" / "test.jsonl"), "eval_size": 4},
-        rewards=[], rollout={"prompts_per_step": 2, "samples_per_prompt": 2, "max_new_tokens": 4},
-        train={"steps": 2, "micro_batch_size": 4}, checkpoint={"every_steps": 0, "save_final": False},
-        logging={"eval_every": 0}, agent={"step_timeout_s": 60},
+        data={
+            "path": str(demo / "data" / "train.jsonl"),
+            "eval_path": str(demo / "data" / "test.jsonl"),
+            "eval_size": 4,
+        },
+        rewards=[],
+        rollout={"prompts_per_step": 2, "samples_per_prompt": 2, "max_new_tokens": 4},
+        train={"steps": 2, "micro_batch_size": 4},
+        checkpoint={"every_steps": 0, "save_final": False},
+        logging={"eval_every": 0},
+        agent={"step_timeout_s": 60},
     )
     base.update(changes)
     return demo_run_config(demo, **base)
@@ -57,7 +64,9 @@ def endpoint(tiny_demo):
     executor = AgentExecutor(rollout, tokenizer, cfg)
     prompts = PromptData.load(cfg.data, tokenizer, 0).train[:2]
     outcome: dict = {}
-    step = threading.Thread(target=lambda: outcome.update(rollouts=executor.run(prompts, SamplingParams(n=2, max_new_tokens=4))))
+    step = threading.Thread(
+        target=lambda: outcome.update(rollouts=executor.run(prompts, SamplingParams(n=2, max_new_tokens=4)))
+    )
     step.start()
     yield executor, prompts, tokenizer, step, outcome
     executor.close()
@@ -71,18 +80,29 @@ def test_a_session_becomes_a_trajectory_with_the_agents_messages_masked(endpoint
     sessions = [call(f"{executor.url}/sessions", {})[1] for _ in range(4)]
     assert [s["prompt"] for s in sessions] == [prompts[0].raw, prompts[0].raw, prompts[1].raw, prompts[1].raw]
     first = sessions[0]
-    status, reply = call(f"{first['base_url']}/chat/completions",
-                         {"model": "x", "messages": [{"role": "user", "content": first["prompt"]}], "max_tokens": 3})
+    status, reply = call(
+        f"{first['base_url']}/chat/completions",
+        {"model": "x", "messages": [{"role": "user", "content": first["prompt"]}], "max_tokens": 3},
+    )
     assert status == 200 and reply["object"] == "chat.completion"
     said = reply["choices"][0]["message"]["content"]
-    conversation = [{"role": "user", "content": first["prompt"]}, {"role": "assistant", "content": said},
-                    {"role": "user", "content": "=7"}]
+    conversation = [
+        {"role": "user", "content": first["prompt"]},
+        {"role": "assistant", "content": said},
+        {"role": "user", "content": "=7"},
+    ]
     status, again = call(f"{first['base_url']}/chat/completions", {"messages": conversation})
     assert status == 200
     for session, reward in zip(sessions, (1.0, 0.0, 0.5, 0.25)):
         if session is not first:
-            call(f"{session['base_url']}/chat/completions", {"messages": [{"role": "user", "content": session["prompt"]}]})
-        assert call(f"{executor.url}/sessions/{session['session_id']}/finish", {"reward": reward}) == (200, {"ok": True})
+            call(
+                f"{session['base_url']}/chat/completions",
+                {"messages": [{"role": "user", "content": session["prompt"]}]},
+            )
+        assert call(f"{executor.url}/sessions/{session['session_id']}/finish", {"reward": reward}) == (
+            200,
+            {"ok": True},
+        )
     step.join(timeout=60)
     rollouts = outcome["rollouts"]
     assert rollouts.env_rewards == [1.0, 0.0, 0.5, 0.25]
@@ -91,8 +111,9 @@ def test_a_session_becomes_a_trajectory_with_the_agents_messages_masked(endpoint
     first_turn = reply["usage"]["completion_tokens"]
     # [first reply: the engine's ids] [the agent's "=7": tokenised, masked] [second reply]
     assert sample.response_ids[first_turn : first_turn + len(observation)] == observation
-    assert sample.action_mask == ((1,) * first_turn + (0,) * len(observation)
-                                  + (1,) * again["usage"]["completion_tokens"])
+    assert sample.action_mask == (
+        (1,) * first_turn + (0,) * len(observation) + (1,) * again["usage"]["completion_tokens"]
+    )
     assert tokenizer.decode(sample.response_ids[:first_turn], skip_special_tokens=True) == said
     assert [t["role"] for t in rollouts.turns[0]] == ["assistant", "environment", "assistant"]
     assert rollouts.logs[0] == {"turns": 2.0, "finished": 1.0}
@@ -111,7 +132,9 @@ def test_bad_requests_are_refused_naming_what_is_wrong(endpoint):
     finish = f"{executor.url}/sessions/{session['session_id']}/finish"
     assert call(finish, {"reward": 1.0})[0] == 400  # nothing generated yet: nothing to train on
     call(url, {"messages": [{"role": "user", "content": session["prompt"]}]})
-    status, error = call(url, {"messages": [{"role": "user", "content": "rewritten history"}, {"role": "user", "content": "x"}]})
+    status, error = call(
+        url, {"messages": [{"role": "user", "content": "rewritten history"}, {"role": "user", "content": "x"}]}
+    )
     assert status == 400 and "repeat the session's conversation" in error["error"]["message"]
     status, error = call(finish, {"reward": "high"})
     assert status == 400 and error["error"]["message"].startswith("reward:")
@@ -123,8 +146,11 @@ def test_the_example_agent_drives_a_run_end_to_end(tiny_demo, tmp_path):
     from rl_engine.loop import train
 
     agent = f"{sys.executable} {REPO / 'rl_engine' / 'environments' / 'arithmetic_agent.py'} --workers 4"
-    cfg = config(tiny_demo, agent={"command": agent, "step_timeout_s": 120},
-                 rewards=[{"type": "regex", "name": "digit", "pattern": r"\d", "weight": 0.5}])
+    cfg = config(
+        tiny_demo,
+        agent={"command": agent, "step_timeout_s": 120},
+        rewards=[{"type": "regex", "name": "digit", "pattern": r"\d", "weight": 0.5}],
+    )
     train(cfg, tmp_path)
     events = read_events(tmp_path / "events.jsonl")
     assert "agent endpoint http://127.0.0.1:" in next(e["data"]["message"] for e in events if e["type"] == "log")
@@ -142,6 +168,13 @@ def test_an_agent_run_cannot_also_have_an_environment():
     from rl_engine.config import ConfigError
 
     with pytest.raises(ConfigError) as refused:
-        validate_config({"name": "x", "model": {"path": "m"}, "data": {"path": "d.jsonl"}, "agent": {},
-                         "environment": {"path": "env.py"}})
+        validate_config(
+            {
+                "name": "x",
+                "model": {"path": "m"},
+                "data": {"path": "d.jsonl"},
+                "agent": {},
+                "environment": {"path": "env.py"},
+            }
+        )
     assert [e["loc"] for e in refused.value.errors] == ["agent"]

@@ -88,7 +88,14 @@ def full_config() -> RunConfig:
                 {"type": "boxed_math", "name": "math"},
                 {"type": "regex", "pattern": r"^\d+$", "full_match": True, "score_match": 2.0, "score_miss": -1.0},
                 {"type": "length_penalty", "max_chars": 400, "coef": 0.01},
-                {"type": "python", "path": "r.py", "function": "compute_score", "timeout_s": 5, "memory_mb": 256, "batch": False},
+                {
+                    "type": "python",
+                    "path": "r.py",
+                    "function": "compute_score",
+                    "timeout_s": 5,
+                    "memory_mb": 256,
+                    "batch": False,
+                },
                 {
                     "type": "http",
                     "url": "https://rm.example:8000/get_reward",
@@ -183,7 +190,9 @@ def test_minimal_config_is_valid_and_fills_in_defaults():
 
 
 def test_reward_name_defaults_to_its_type():
-    cfg = validate_config(with_changes({"rewards": [{"type": "boxed_math"}, {"type": "regex", "pattern": "x", "name": "fmt"}]}))
+    cfg = validate_config(
+        with_changes({"rewards": [{"type": "boxed_math"}, {"type": "regex", "pattern": "x", "name": "fmt"}]})
+    )
 
     assert [r.name for r in cfg.rewards] == ["boxed_math", "fmt"]
 
@@ -211,16 +220,34 @@ def test_reward_spec_dump_without_weight_is_type_plus_constructor_kwargs():
     "changes",
     [
         pytest.param({"algorithm.name": "ppo", "rollout.samples_per_prompt": 1}, id="ppo-with-one-sample"),
-        pytest.param({"algorithm.name": "reinforce_pp", "rollout.samples_per_prompt": 1}, id="reinforce_pp-with-one-sample"),
-        pytest.param({"algorithm.name": "reinforce_pp", "algorithm.kl": {"coef": 0.1, "placement": "reward"}}, id="kl-in-reward-for-reinforce_pp"),
+        pytest.param(
+            {"algorithm.name": "reinforce_pp", "rollout.samples_per_prompt": 1}, id="reinforce_pp-with-one-sample"
+        ),
+        pytest.param(
+            {"algorithm.name": "reinforce_pp", "algorithm.kl": {"coef": 0.1, "placement": "reward"}},
+            id="kl-in-reward-for-reinforce_pp",
+        ),
         pytest.param({"algorithm.name": "dr_grpo", "algorithm.loss_agg": "token_mean"}, id="dr_grpo-with-token-mean"),
         pytest.param({"algorithm.clip_low": 0.3, "algorithm.clip_high": 0.1}, id="clip-high-below-clip-low"),
         pytest.param({"backends.async_rollout": True}, id="async-rollout-with-transformers"),
         pytest.param({"logging.eval_every": 10}, id="eval-every-without-eval-data"),
         pytest.param({"data.eval_path": "data/test.jsonl"}, id="eval-path-alone"),
-        pytest.param({"backends.training": "deepspeed", "backends.zero_stage": 2, "backends.offload": True}, id="zero2-offload"),
-        pytest.param({"rollout.prompts_per_step": 4, "rollout.samples_per_prompt": 4, "train.mini_batch_size": 8, "train.micro_batch_size": 2}, id="mini-batch-of-whole-groups"),
-        pytest.param({"rollout.prompts_per_step": 3, "rollout.samples_per_prompt": 2, "train.micro_batch_size": 6}, id="micro-equals-step"),
+        pytest.param(
+            {"backends.training": "deepspeed", "backends.zero_stage": 2, "backends.offload": True}, id="zero2-offload"
+        ),
+        pytest.param(
+            {
+                "rollout.prompts_per_step": 4,
+                "rollout.samples_per_prompt": 4,
+                "train.mini_batch_size": 8,
+                "train.micro_batch_size": 2,
+            },
+            id="mini-batch-of-whole-groups",
+        ),
+        pytest.param(
+            {"rollout.prompts_per_step": 3, "rollout.samples_per_prompt": 2, "train.micro_batch_size": 6},
+            id="micro-equals-step",
+        ),
         pytest.param({"algorithm.dual_clip": 3.0}, id="dual-clip"),
         pytest.param({"rollout.top_k": 20}, id="top-k"),
     ],
@@ -230,7 +257,9 @@ def test_valid_edge_configs_are_accepted(changes):
 
 
 def test_helper_properties():
-    cfg = validate_config(with_changes({"rollout.prompts_per_step": 5, "rollout.samples_per_prompt": 4, "train.micro_batch_size": 4}))
+    cfg = validate_config(
+        with_changes({"rollout.prompts_per_step": 5, "rollout.samples_per_prompt": 4, "train.micro_batch_size": 4})
+    )
     assert cfg.samples_per_step == 20
     assert cfg.algorithm.is_group_estimator and not cfg.algorithm.needs_critic
 
@@ -252,7 +281,9 @@ def test_yaml_round_trip_is_lossless():
 
 
 def test_yaml_round_trip_without_defaults_is_lossless_and_short():
-    cfg = validate_config(with_changes({"rewards": [{"type": "regex", "pattern": "a", "weight": 2.0}], "train.lr": 1e-4}))
+    cfg = validate_config(
+        with_changes({"rewards": [{"type": "regex", "pattern": "a", "weight": 2.0}], "train.lr": 1e-4})
+    )
 
     text = dump_config(cfg, exclude_defaults=True)
 
@@ -353,13 +384,38 @@ INVALID = [
     ("betas-out-of-range", {"train.betas": [0.9, 1.0]}, "train.betas"),
     ("grpo-with-one-sample", {"rollout.samples_per_prompt": 1}, "rollout.samples_per_prompt"),
     ("rloo-with-one-sample", {"algorithm.name": "rloo", "rollout.samples_per_prompt": 1}, "rollout.samples_per_prompt"),
-    ("dynamic-sampling-with-one-sample", {"algorithm.name": "ppo", "algorithm.dynamic_sampling": True, "rollout.samples_per_prompt": 1}, "algorithm.dynamic_sampling"),
+    (
+        "dynamic-sampling-with-one-sample",
+        {"algorithm.name": "ppo", "algorithm.dynamic_sampling": True, "rollout.samples_per_prompt": 1},
+        "algorithm.dynamic_sampling",
+    ),
     ("bad-regex", {"rewards": [{"type": "regex", "pattern": "(unclosed"}]}, "rewards.0.pattern"),
     ("regex-without-pattern", {"rewards": [{"type": "regex"}]}, "rewards.0.pattern"),
-    ("mini-batch-splits-groups", {"rollout.prompts_per_step": 4, "rollout.samples_per_prompt": 8, "train.mini_batch_size": 4, "train.micro_batch_size": 4}, "train.mini_batch_size"),
-    ("mini-batch-does-not-divide-step", {"rollout.prompts_per_step": 3, "rollout.samples_per_prompt": 8, "train.mini_batch_size": 16}, "train.mini_batch_size"),
-    ("micro-does-not-divide-mini", {"train.mini_batch_size": 16, "train.micro_batch_size": 6}, "train.micro_batch_size"),
-    ("micro-does-not-divide-step", {"rollout.prompts_per_step": 3, "rollout.samples_per_prompt": 2, "train.micro_batch_size": 4}, "train.micro_batch_size"),
+    (
+        "mini-batch-splits-groups",
+        {
+            "rollout.prompts_per_step": 4,
+            "rollout.samples_per_prompt": 8,
+            "train.mini_batch_size": 4,
+            "train.micro_batch_size": 4,
+        },
+        "train.mini_batch_size",
+    ),
+    (
+        "mini-batch-does-not-divide-step",
+        {"rollout.prompts_per_step": 3, "rollout.samples_per_prompt": 8, "train.mini_batch_size": 16},
+        "train.mini_batch_size",
+    ),
+    (
+        "micro-does-not-divide-mini",
+        {"train.mini_batch_size": 16, "train.micro_batch_size": 6},
+        "train.micro_batch_size",
+    ),
+    (
+        "micro-does-not-divide-step",
+        {"rollout.prompts_per_step": 3, "rollout.samples_per_prompt": 2, "train.micro_batch_size": 4},
+        "train.micro_batch_size",
+    ),
     ("zero-stage-without-deepspeed", {"backends.zero_stage": 2}, "backends.zero_stage"),
     ("unknown-zero-stage", {"backends.training": "deepspeed", "backends.zero_stage": 4}, "backends.zero_stage"),
     ("offload-without-zero", {"backends.training": "deepspeed", "backends.offload": True}, "backends.offload"),
@@ -367,18 +423,42 @@ INVALID = [
     ("unknown-reward-type", {"rewards": [{"type": "bleu"}]}, "rewards.0.type"),
     ("reward-without-type", {"rewards": [{"name": "a"}]}, "rewards.0.type"),
     ("no-rewards", {"rewards": []}, "rewards"),
-    ("duplicate-reward-names", {"rewards": [{"type": "exact_match"}, {"type": "boxed_math", "name": "exact_match"}]}, "rewards.1.name"),
+    (
+        "duplicate-reward-names",
+        {"rewards": [{"type": "exact_match"}, {"type": "boxed_math", "name": "exact_match"}]},
+        "rewards.1.name",
+    ),
     ("reward-name-with-space", {"rewards.0.name": "my reward"}, "rewards.0.name"),
     ("http-reward-with-ftp-url", {"rewards": [{"type": "http", "url": "ftp://host/x"}]}, "rewards.0.url"),
-    ("python-reward-zero-timeout", {"rewards": [{"type": "python", "path": "r.py", "timeout_s": 0}]}, "rewards.0.timeout_s"),
-    ("python-reward-tiny-memory", {"rewards": [{"type": "python", "path": "r.py", "memory_mb": 32}]}, "rewards.0.memory_mb"),
-    ("eval-path-and-eval-fraction", {"data.eval_path": "data/test.jsonl", "data.eval_fraction": 0.1}, "data.eval_fraction"),
+    (
+        "python-reward-zero-timeout",
+        {"rewards": [{"type": "python", "path": "r.py", "timeout_s": 0}]},
+        "rewards.0.timeout_s",
+    ),
+    (
+        "python-reward-tiny-memory",
+        {"rewards": [{"type": "python", "path": "r.py", "memory_mb": 32}]},
+        "rewards.0.memory_mb",
+    ),
+    (
+        "eval-path-and-eval-fraction",
+        {"data.eval_path": "data/test.jsonl", "data.eval_fraction": 0.1},
+        "data.eval_fraction",
+    ),
     ("eval-fraction-too-large", {"data.eval_fraction": 0.6}, "data.eval_fraction"),
-    ("kl-in-reward-with-group-estimator", {"algorithm.kl": {"coef": 0.1, "placement": "reward"}}, "algorithm.kl.placement"),
+    (
+        "kl-in-reward-with-group-estimator",
+        {"algorithm.kl": {"coef": 0.1, "placement": "reward"}},
+        "algorithm.kl.placement",
+    ),
     ("negative-kl-coef", {"algorithm.kl": {"coef": -0.1}}, "algorithm.kl.coef"),
     ("ppo-without-value-loss", {"algorithm.name": "ppo", "algorithm.value_coef": 0.0}, "algorithm.value_coef"),
     ("dual-clip-not-above-one", {"algorithm.dual_clip": 1.0}, "algorithm.dual_clip"),
-    ("overlong-buffer-covers-response", {"algorithm.overlong": {"enabled": True, "buffer_tokens": 16}}, "algorithm.overlong.buffer_tokens"),
+    (
+        "overlong-buffer-covers-response",
+        {"algorithm.overlong": {"enabled": True, "buffer_tokens": 16}},
+        "algorithm.overlong.buffer_tokens",
+    ),
     ("zero-temperature", {"rollout.temperature": 0}, "rollout.temperature"),
     ("top-p-above-one", {"rollout.top_p": 1.5}, "rollout.top_p"),
     ("top-k-zero", {"rollout.top_k": 0}, "rollout.top_k"),
@@ -410,7 +490,11 @@ def test_config_error_reads_as_field_colon_message():
 
 def test_typo_suggests_the_nearest_field():
     with pytest.raises(ConfigError) as info:
-        validate_config(with_changes({"rollout.sample_per_prompt": 4, "rewards": [{"type": "regex", "pattern": "a", "ful_match": True}]}))
+        validate_config(
+            with_changes(
+                {"rollout.sample_per_prompt": 4, "rewards": [{"type": "regex", "pattern": "a", "ful_match": True}]}
+            )
+        )
 
     assert "did you mean 'samples_per_prompt'" in str(info.value)
     assert "did you mean 'full_match'" in str(info.value)
@@ -452,10 +536,15 @@ def test_constructing_the_model_directly_still_runs_cross_field_rules():
 @pytest.mark.parametrize(
     ("changes", "loc", "message"),
     [
-        pytest.param({"backends.training": "deepspeed", "model.dtype": "float16"}, "model.dtype", "bfloat16",
-                     id="deepspeed-fp16"),
-        pytest.param({"backends.async_rollout": True}, "backends.async_rollout", "placement.mode 'separate'",
-                     id="async-colocated"),
+        pytest.param(
+            {"backends.training": "deepspeed", "model.dtype": "float16"}, "model.dtype", "bfloat16", id="deepspeed-fp16"
+        ),
+        pytest.param(
+            {"backends.async_rollout": True},
+            "backends.async_rollout",
+            "placement.mode 'separate'",
+            id="async-colocated",
+        ),
     ],
 )
 def test_combinations_the_engine_cannot_run_are_refused_naming_the_field(changes, loc, message):
@@ -466,11 +555,14 @@ def test_combinations_the_engine_cannot_run_are_refused_naming_the_field(changes
     assert message in refused.value.errors[0]["msg"]
 
 
-@pytest.mark.parametrize("changes", [
-    {"placement.mode": "separate", "backends.async_rollout": True},
-    {"placement.rollout_engines": 2, "placement.trainer_ranks": 2},
-    {"backends.training": "deepspeed", "backends.zero_stage": 3, "placement.trainer_ranks": 2},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"placement.mode": "separate", "backends.async_rollout": True},
+        {"placement.rollout_engines": 2, "placement.trainer_ranks": 2},
+        {"backends.training": "deepspeed", "backends.zero_stage": 3, "placement.trainer_ranks": 2},
+    ],
+)
 def test_placement_and_async_options_are_runnable(changes):
     check_runnable(validate_config(with_changes(changes)))
 

@@ -32,17 +32,32 @@ def deepspeed_ops() -> None:
 
 def config(demo: Path, training: str = "deepspeed", stage: int = 0, offload: bool = False, **sections) -> RunConfig:
     cfg = {
-        "name": "ds", "seed": 3, "model": {"path": str(demo / "model")},
-        "data": {"path": str(demo / "data" / "train.jsonl"), "eval_path": str(demo / "data" / "test.jsonl"),
-                 "eval_size": 8},
-        "rewards": [{"type": "exact_match"}, {"type": "regex", "name": "two_digits", "pattern": r"^\d\d", "weight": 0.5}],
+        "name": "ds",
+        "seed": 3,
+        "model": {"path": str(demo / "model")},
+        "data": {
+            "path": str(demo / "data" / "train.jsonl"),
+            "eval_path": str(demo / "data" / "test.jsonl"),
+            "eval_size": 8,
+        },
+        "rewards": [
+            {"type": "exact_match"},
+            {"type": "regex", "name": "two_digits", "pattern": r"^\d\d", "weight": 0.5},
+        ],
         # PPO with the KL as a loss term: the critic and the reference model take part in every update.
         "algorithm": {"name": "ppo", "kl": {"coef": 0.05, "placement": "loss", "estimator": "k3"}},
         "rollout": {"prompts_per_step": 4, "samples_per_prompt": 2, "max_new_tokens": 4},
         # Two mini-batches of two micro-batches: accumulation and several optimizer steps per RL step;
         # warm-up and cosine: the schedule moves; a low clip: clipping acts.
-        "train": {"steps": 2, "lr": 3e-3, "warmup_steps": 1, "lr_schedule": "cosine", "mini_batch_size": 4,
-                  "micro_batch_size": 2, "grad_clip": 0.5},
+        "train": {
+            "steps": 2,
+            "lr": 3e-3,
+            "warmup_steps": 1,
+            "lr_schedule": "cosine",
+            "mini_batch_size": 4,
+            "micro_batch_size": 2,
+            "grad_clip": 0.5,
+        },
         "backends": {"training": training, "zero_stage": stage, "offload": offload},
         "logging": {"eval_every": 0, "heartbeat_s": 60},
     }
@@ -57,8 +72,10 @@ def fixed_batches(engine) -> list[tuple[TokenBatch, torch.Tensor]]:
     batches = []
     for step in range(2):
         prompts = [engine.data.train[4 * step + i].token_ids for i in range(4) for _ in range(2)]
-        responses = [torch.randint(3, 200, (int(torch.randint(1, 5, (1,), generator=gen)),), generator=gen).tolist()
-                     for _ in prompts]
+        responses = [
+            torch.randint(3, 200, (int(torch.randint(1, 5, (1,), generator=gen)),), generator=gen).tolist()
+            for _ in prompts
+        ]
         batches.append((TokenBatch.build(prompts, responses, engine.rollout.pad_id), torch.randn(8, generator=gen)))
     return batches
 
@@ -91,8 +108,11 @@ def torch_result(tiny_demo):
     return policy, critic, metrics
 
 
-@pytest.mark.parametrize("stage, offload", [(0, False), (1, False), (2, False), (3, False), (2, True), (3, True)],
-                         ids=["zero0", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload"])
+@pytest.mark.parametrize(
+    "stage, offload",
+    [(0, False), (1, False), (2, False), (3, False), (2, True), (3, True)],
+    ids=["zero0", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload"],
+)
 def test_every_zero_stage_trains_the_same_weights_as_the_torch_trainer(tiny_demo, torch_result, stage, offload):
     want_policy, want_critic, want_metrics = torch_result
     policy, critic, metrics, engine = two_updates(config(tiny_demo, stage=stage, offload=offload))
@@ -103,8 +123,10 @@ def test_every_zero_stage_trains_the_same_weights_as_the_torch_trainer(tiny_demo
     assert policy.keys() == initial.keys(), "Hugging Face's names, tied lm_head included"
     assert all(policy[k].shape == initial[k].shape for k in initial), "whole weights, not partitions"
     assert max_diff(want_policy, initial) > 100 * TOLERANCE, "the updates moved the weights"
-    print(f"zero{stage}{' offload' if offload else ''}: max |policy - torch| {max_diff(policy, want_policy):.2e}, "
-          f"max |critic - torch| {max_diff(critic, want_critic):.2e}")
+    print(
+        f"zero{stage}{' offload' if offload else ''}: max |policy - torch| {max_diff(policy, want_policy):.2e}, "
+        f"max |critic - torch| {max_diff(critic, want_critic):.2e}"
+    )
     assert max_diff(policy, want_policy) < TOLERANCE
     assert max_diff(critic, want_critic) < TOLERANCE
     for got, want in zip(metrics, want_metrics):
@@ -131,8 +153,14 @@ def test_bf16_trains_with_fp32_master_weights_at_every_stage(tiny_demo, torch_re
 
 def test_a_zero3_run_writes_metrics_and_a_checkpoint_plain_transformers_loads(tiny_demo, tmp_path):
     # Groups of four: enough for rewards to differ within a group, so the updates are not all zero.
-    cfg = config(tiny_demo, stage=3, algorithm={"name": "grpo", "kl": {"coef": 0.0}}, rollout={"samples_per_prompt": 4},
-                 logging={"eval_every": 2}, train={"steps": 2, "mini_batch_size": None, "micro_batch_size": 8})
+    cfg = config(
+        tiny_demo,
+        stage=3,
+        algorithm={"name": "grpo", "kl": {"coef": 0.0}},
+        rollout={"samples_per_prompt": 4},
+        logging={"eval_every": 2},
+        train={"steps": 2, "mini_batch_size": None, "micro_batch_size": 8},
+    )
     last = train(cfg, tmp_path / "run")
     events = read_events(tmp_path / "run" / "events.jsonl")
 
@@ -157,14 +185,21 @@ def test_a_zero3_run_writes_metrics_and_a_checkpoint_plain_transformers_loads(ti
     assert reloaded.lm_head.weight.data_ptr() == reloaded.model.embed_tokens.weight.data_ptr(), "still tied"
 
 
-@pytest.mark.parametrize("stage, dtype", [(0, "float32"), (3, "float32"), (2, "bfloat16")],
-                         ids=["zero0", "zero3", "zero2-bf16"])
+@pytest.mark.parametrize(
+    "stage, dtype", [(0, "float32"), (3, "float32"), (2, "bfloat16")], ids=["zero0", "zero3", "zero2-bf16"]
+)
 def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo, tmp_path, stage, dtype):
     # "Contains a digit" varies within groups of four from the first step: every step updates, so the
     # optimizer state (and in bf16 the fp32 master weights) at the checkpoint differ from a fresh start.
-    cfg = config(tiny_demo, stage=stage, model={"dtype": dtype}, train={"steps": 4}, rollout={"samples_per_prompt": 4},
-                 rewards=[{"type": "regex", "name": "digit", "pattern": r"\d"}],
-                 checkpoint={"every_steps": 2, "keep_last": 5})
+    cfg = config(
+        tiny_demo,
+        stage=stage,
+        model={"dtype": dtype},
+        train={"steps": 4},
+        rollout={"samples_per_prompt": 4},
+        rewards=[{"type": "regex", "name": "digit", "pattern": r"\d"}],
+        checkpoint={"every_steps": 2, "keep_last": 5},
+    )
     train(cfg, tmp_path / "straight")
     straight_events = read_events(tmp_path / "straight" / "events.jsonl")
     assert all(e["data"]["policy/grad_norm"] > 0 for e in straight_events if e["type"] == "metrics" and e["step"] > 0)
@@ -176,13 +211,21 @@ def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo,
     resumed_events = read_events(stopped / "events.jsonl")
 
     def curve(events: list[dict]) -> dict[int, dict]:
-        return {e["step"]: {k: v for k, v in e["data"].items()
-                            if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"}
-                for e in events if e["type"] == "metrics"}
+        return {
+            e["step"]: {
+                k: v
+                for k, v in e["data"].items()
+                if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"
+            }
+            for e in events
+            if e["type"] == "metrics"
+        }
 
     for step in (3, 4):
         assert curve(resumed_events)[step] == curve(straight_events)[step], f"step {step} differs after resume"
-    samples = [[e["data"] for e in events if e["type"] == "samples"][-2:] for events in (straight_events, resumed_events)]
+    samples = [
+        [e["data"] for e in events if e["type"] == "samples"][-2:] for events in (straight_events, resumed_events)
+    ]
     assert samples[0] == samples[1]
 
 

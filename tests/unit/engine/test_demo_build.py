@@ -55,7 +55,10 @@ def test_manifest_reports_seed_sizes_accuracy_timing_and_versions(builds):
     _, _, manifest = builds
     assert manifest["seed"] == 0 and manifest["model_size"] == "tiny"
     assert {k: v["rows"] for k, v in manifest["data"].items()} == {
-        "train": 5000, "test": 1000, "sft": 1600, "sft_val": 500,
+        "train": 5000,
+        "test": 1000,
+        "sft": 1600,
+        "sft_val": 500,
     }
     assert 0.0 <= manifest["warm_start"]["test_accuracy"] <= 1.0
     assert manifest["warm_start"]["eval_rows"] == 1000

@@ -38,7 +38,11 @@ def run_config(demo: Path, **overrides):
     """A few small steps of the demo task with a reward that varies within groups (so updates are real)."""
     base = {
         "model": {"path": str(demo / "model")},
-        "data": {"path": str(demo / "data" / "train.jsonl"), "eval_path": str(demo / "data" / "test.jsonl"), "eval_size": 8},
+        "data": {
+            "path": str(demo / "data" / "train.jsonl"),
+            "eval_path": str(demo / "data" / "test.jsonl"),
+            "eval_size": 8,
+        },
         "rewards": [{"type": "exact_match"}, {"type": "regex", "name": "digit", "pattern": r"\d", "weight": 0.5}],
         "rollout": {"prompts_per_step": 8, "samples_per_prompt": 4, "max_new_tokens": 6},
         "train": {"steps": 3, "lr": 3e-3, "micro_batch_size": 16},
@@ -59,23 +63,45 @@ def metrics_events(run_dir: Path) -> list[dict]:
 
 
 def plan(**placement):
-    return plan_placement(validate_config({"name": "p", "model": {"path": "m"}, "data": {"path": "d.jsonl"},
-                                           "rewards": [{"type": "exact_match"}], "placement": placement,
-                                           "algorithm": {"kl": {"coef": 0.01}}}))
+    return plan_placement(
+        validate_config(
+            {
+                "name": "p",
+                "model": {"path": "m"},
+                "data": {"path": "d.jsonl"},
+                "rewards": [{"type": "exact_match"}],
+                "placement": placement,
+                "algorithm": {"kl": {"coef": 0.01}},
+            }
+        )
+    )
 
 
 def test_colocated_roles_share_one_bundle_per_rank_and_engine_pair():
     p = plan(mode="colocate", rollout_engines=2, trainer_ranks=2, cpus_per_trainer=1, cpus_per_rollout_engine=0.5)
     assert p.bundles == [{"CPU": 1}, {"CPU": 1}]
     assert {role: s.bundle for role, s in p.roles.items()} == {
-        "trainer_0": 0, "rollout_0": 0, "reference": 0, "reward": 0, "trainer_1": 1, "rollout_1": 1}
+        "trainer_0": 0,
+        "rollout_0": 0,
+        "reference": 0,
+        "reward": 0,
+        "trainer_1": 1,
+        "rollout_1": 1,
+    }
     assert sum(s.cpus for s in p.roles.values() if s.bundle == 0) == pytest.approx(1)
     assert p.roles["trainer_1"].cpus == p.roles["rollout_1"].cpus == 0.5
 
 
 def test_separate_roles_get_bundles_of_their_own_sized_by_the_config():
-    p = plan(mode="separate", rollout_engines=2, trainer_ranks=1, cpus_per_trainer=2, cpus_per_rollout_engine=1,
-             gpus_per_trainer=1, gpus_per_rollout_engine=0.5)
+    p = plan(
+        mode="separate",
+        rollout_engines=2,
+        trainer_ranks=1,
+        cpus_per_trainer=2,
+        cpus_per_rollout_engine=1,
+        gpus_per_trainer=1,
+        gpus_per_rollout_engine=0.5,
+    )
     assert p.bundles == [{"CPU": 2, "GPU": 1}, {"CPU": 1, "GPU": 0.5}, {"CPU": 1, "GPU": 0.5}]
     assert (p.roles["rollout_0"].bundle, p.roles["rollout_1"].bundle, p.roles["trainer_0"].bundle) == (1, 2, 0)
     assert p.roles["rollout_1"].gpus == 0.5
@@ -126,15 +152,16 @@ def test_colocated_engines_and_ranks_split_the_batch_and_keep_samples_prompt_maj
     for event in samples:
         groups = [s["group"] for s in event["data"]["samples"]]
         assert groups == [g for g in range(8) for _ in range(4)]  # 2 engines x 4 prompts, back in order
-    assert "trainer_1" in next(e["data"]["message"] for e in read_events(tmp_path / "events.jsonl") if e["type"] == "log")
+    assert "trainer_1" in next(
+        e["data"]["message"] for e in read_events(tmp_path / "events.jsonl") if e["type"] == "log"
+    )
     assert max(e["data"]["rollout/logprob_diff_max"] for e in metrics_events(tmp_path)) < 1e-4
 
 
 def test_async_mode_trains_on_batches_generated_one_update_behind(tiny_demo, tmp_path, ray_cluster):
     from rl_engine.loop import train
 
-    cfg = run_config(tiny_demo, placement={"mode": "separate"}, backends={"async_rollout": True},
-                     train={"steps": 4})
+    cfg = run_config(tiny_demo, placement={"mode": "separate"}, backends={"async_rollout": True}, train={"steps": 4})
     train(cfg, tmp_path)
     steps = metrics_events(tmp_path)
     assert [e["step"] for e in steps] == [1, 2, 3, 4]
@@ -169,24 +196,45 @@ def fixed_experience(cfg, seed: int = 0):
     from rl_engine.trainer import Experience, TokenBatch
 
     generator = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(5, 60, (int(n),), generator=generator).tolist() for n in torch.randint(3, 7, (32,), generator=generator)]
-    responses = [torch.randint(5, 60, (int(n),), generator=generator).tolist() for n in torch.randint(1, 7, (32,), generator=generator)]
+    prompts = [
+        torch.randint(5, 60, (int(n),), generator=generator).tolist()
+        for n in torch.randint(3, 7, (32,), generator=generator)
+    ]
+    responses = [
+        torch.randint(5, 60, (int(n),), generator=generator).tolist()
+        for n in torch.randint(1, 7, (32,), generator=generator)
+    ]
     batch = TokenBatch.build(prompts, responses, 0)
-    return Experience(batch, torch.randn(batch.response_mask.shape, generator=generator) * batch.response_mask, None, None)
+    return Experience(
+        batch, torch.randn(batch.response_mask.shape, generator=generator) * batch.response_mask, None, None
+    )
 
 
-@pytest.mark.parametrize("backend", [
-    pytest.param({"training": "torch"}, id="torch"),
-    pytest.param({"training": "deepspeed", "zero_stage": 3}, id="deepspeed-zero3"),
-])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param({"training": "torch"}, id="torch"),
+        pytest.param({"training": "deepspeed", "zero_stage": 3}, id="deepspeed-zero3"),
+    ],
+)
 def test_two_data_parallel_ranks_train_the_weights_one_process_trains(tiny_demo, tmp_path, ray_cluster, backend):
-    cfg = run_config(tiny_demo, backends=backend, train={"micro_batch_size": 4, "mini_batch_size": 16},
-                     rollout={"samples_per_prompt": 4})
+    cfg = run_config(
+        tiny_demo,
+        backends=backend,
+        train={"micro_batch_size": 4, "mini_batch_size": 16},
+        rollout={"samples_per_prompt": 4},
+    )
     exp = fixed_experience(cfg)
-    one = weights_after_one_update(cfg.model_copy(update={"placement": cfg.placement.model_copy(
-        update={"trainer_ranks": 1, "mode": "separate"})}), exp, tmp_path)
-    two = weights_after_one_update(cfg.model_copy(update={"placement": cfg.placement.model_copy(
-        update={"trainer_ranks": 2, "mode": "separate"})}), exp, tmp_path)
+    one = weights_after_one_update(
+        cfg.model_copy(update={"placement": cfg.placement.model_copy(update={"trainer_ranks": 1, "mode": "separate"})}),
+        exp,
+        tmp_path,
+    )
+    two = weights_after_one_update(
+        cfg.model_copy(update={"placement": cfg.placement.model_copy(update={"trainer_ranks": 2, "mode": "separate"})}),
+        exp,
+        tmp_path,
+    )
     initial = _load_initial(tiny_demo)
     assert set(one) == set(two)
     moved = max(float((one[k] - initial[k]).abs().max()) for k in one if k in initial)
@@ -202,8 +250,12 @@ def test_two_data_parallel_ranks_train_the_weights_one_process_trains(tiny_demo,
 def test_ranks_one_row_short_take_a_zero_weight_micro_batch_so_collectives_stay_in_step(tiny_demo, loss_agg):
     from rl_engine.trainer import TorchTrainer
 
-    cfg = run_config(tiny_demo, train={"micro_batch_size": 2, "mini_batch_size": 8}, rollout={"samples_per_prompt": 2},
-                     algorithm={"loss_agg": loss_agg})
+    cfg = run_config(
+        tiny_demo,
+        train={"micro_batch_size": 2, "mini_batch_size": 8},
+        rollout={"samples_per_prompt": 2},
+        algorithm={"loss_agg": loss_agg},
+    )
     mini = fixed_experience(cfg).select(torch.arange(5))  # a last, short mini-batch of 5 rows
     parts = {}
     for rank in (0, 1):
@@ -259,15 +311,19 @@ def test_a_killed_rollout_actor_fails_the_run_naming_it(tiny_demo, tmp_path, ray
     assert "rollout_0" in status["data"]["reason"] and "RoleDied" in status["data"]["reason"]
 
 
-def test_vllm_and_deepspeed_as_separate_roles_keep_logprobs_equal_after_every_sync(tmp_path, ray_cluster,
-                                                                                  tmp_path_factory):
+def test_vllm_and_deepspeed_as_separate_roles_keep_logprobs_equal_after_every_sync(
+    tmp_path, ray_cluster, tmp_path_factory
+):
     from rl_engine.demo.build import build_demo
     from rl_engine.loop import train
 
     demo = tmp_path_factory.mktemp("vllm-ds-demo")
     build_demo(demo, seed=0, model_size="demo", sft_steps=10, progress=False)  # vLLM-CPU needs the demo size
-    cfg = run_config(demo, placement={"mode": "separate"},
-                     backends={"rollout": "vllm", "training": "deepspeed", "zero_stage": 3, "vllm_kv_cache_gb": 0.25})
+    cfg = run_config(
+        demo,
+        placement={"mode": "separate"},
+        backends={"rollout": "vllm", "training": "deepspeed", "zero_stage": 3, "vllm_kv_cache_gb": 0.25},
+    )
     train(cfg, tmp_path)
     steps = metrics_events(tmp_path)
     assert [e["step"] for e in steps] == [1, 2, 3]

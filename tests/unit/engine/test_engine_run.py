@@ -25,10 +25,16 @@ def tiny_config(demo: Path, **sections) -> dict:
         "name": "tiny",
         "seed": 3,
         "model": {"path": str(demo / "model")},
-        "data": {"path": str(demo / "data" / "train.jsonl"), "eval_path": str(demo / "data" / "test.jsonl"),
-                 "eval_size": 16},
+        "data": {
+            "path": str(demo / "data" / "train.jsonl"),
+            "eval_path": str(demo / "data" / "test.jsonl"),
+            "eval_size": 16,
+        },
         # exact match alone is ~always 0 for a barely trained model; the format reward gives signal.
-        "rewards": [{"type": "exact_match"}, {"type": "regex", "name": "two_digits", "pattern": r"^\d\d", "weight": 0.5}],
+        "rewards": [
+            {"type": "exact_match"},
+            {"type": "regex", "name": "two_digits", "pattern": r"^\d\d", "weight": 0.5},
+        ],
         "algorithm": {"name": "grpo"},
         "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4, "temperature": 1.0},
         "train": {"steps": 2, "lr": 3e-3, "micro_batch_size": 8},
@@ -45,8 +51,11 @@ def by_type(events: list[dict], kind: str) -> list[dict]:
 
 def comparable(metrics: dict) -> dict:
     """Metrics that must be identical between equal runs (wall-clock ones excluded)."""
-    return {k: v for k, v in metrics.items()
-            if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"}
+    return {
+        k: v
+        for k, v in metrics.items()
+        if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"
+    }
 
 
 def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint(tiny_demo, tmp_path):
@@ -59,11 +68,24 @@ def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint
     assert states == ["running", "succeeded"]
     metrics = by_type(events, "metrics")
     assert [m["step"] for m in metrics] == [0, 1, 2]  # step 0 is the evaluation before training
-    for name in ("reward/mean", "reward/exact_match", "reward/two_digits", "policy/entropy", "policy/clip_ratio",
-                 "response/length_mean", "response/truncated_rate", "timing/generate", "timing/reward",
-                 "timing/train", "timing/weight_sync", "throughput/tokens_per_s"):
+    for name in (
+        "reward/mean",
+        "reward/exact_match",
+        "reward/two_digits",
+        "policy/entropy",
+        "policy/clip_ratio",
+        "response/length_mean",
+        "response/truncated_rate",
+        "timing/generate",
+        "timing/reward",
+        "timing/train",
+        "timing/weight_sync",
+        "throughput/tokens_per_s",
+    ):
         assert name in metrics[1]["data"], name
-    assert "eval/reward/mean" in metrics[2]["data"] and last["eval/reward/mean"] == metrics[2]["data"]["eval/reward/mean"]
+    assert (
+        "eval/reward/mean" in metrics[2]["data"] and last["eval/reward/mean"] == metrics[2]["data"]["eval/reward/mean"]
+    )
 
     samples = by_type(events, "samples")
     assert [len(s["data"]["samples"]) for s in samples] == [16, 16]  # every sample of every step
@@ -97,19 +119,28 @@ def test_evaluating_the_final_checkpoint_reproduces_the_runs_last_evaluation(tin
     assert evaluated["eval/reward/mean"] == last["eval/reward/mean"]
 
 
-@pytest.mark.parametrize("algorithm", [
-    {"name": "ppo", "kl": {"coef": 0.05, "placement": "reward", "estimator": "k1"}},
-    {"name": "reinforce_pp", "kl": {"coef": 0.05, "placement": "reward", "estimator": "k2"}},
-    {"name": "reinforce_pp_baseline", "kl": {"coef": 0.05, "placement": "loss", "estimator": "k3"}},
-    {"name": "rloo", "dual_clip": 3.0, "clip_high": 0.28},
-    {"name": "dr_grpo", "loss_agg": "seq_mean_token_sum_norm", "dynamic_sampling": True},
-    {"name": "grpo", "dynamic_sampling": True},
-    {"name": "grpo", "entropy_coef": 0.01, "overlong": {"enabled": True, "buffer_tokens": 2}},
-])
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        {"name": "ppo", "kl": {"coef": 0.05, "placement": "reward", "estimator": "k1"}},
+        {"name": "reinforce_pp", "kl": {"coef": 0.05, "placement": "reward", "estimator": "k2"}},
+        {"name": "reinforce_pp_baseline", "kl": {"coef": 0.05, "placement": "loss", "estimator": "k3"}},
+        {"name": "rloo", "dual_clip": 3.0, "clip_high": 0.28},
+        {"name": "dr_grpo", "loss_agg": "seq_mean_token_sum_norm", "dynamic_sampling": True},
+        {"name": "grpo", "dynamic_sampling": True},
+        {"name": "grpo", "entropy_coef": 0.01, "overlong": {"enabled": True, "buffer_tokens": 2}},
+    ],
+)
 def test_every_algorithm_trains_a_few_steps_with_finite_losses(tiny_demo, tmp_path, algorithm):
-    cfg = validate_config(tiny_config(tiny_demo, algorithm=algorithm,
-                                      train={"epochs_per_batch": 2, "mini_batch_size": 8},
-                                      logging={"eval_every": 0}, checkpoint={"save_final": False}))
+    cfg = validate_config(
+        tiny_config(
+            tiny_demo,
+            algorithm=algorithm,
+            train={"epochs_per_batch": 2, "mini_batch_size": 8},
+            logging={"eval_every": 0},
+            checkpoint={"save_final": False},
+        )
+    )
     train(cfg, tmp_path / "run")
     steps = [e["data"] for e in by_type(read_events(tmp_path / "run" / "events.jsonl"), "metrics")]
     trained = [m for m in steps if m["batch/kept_fraction"] > 0]  # dynamic sampling may skip a step
@@ -123,11 +154,14 @@ def test_every_algorithm_trains_a_few_steps_with_finite_losses(tiny_demo, tmp_pa
 
 
 def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo, tmp_path):
-    cfg = validate_config(tiny_config(
-        tiny_demo,
-        train={"steps": 4, "lr_schedule": "cosine", "warmup_steps": 1, "epochs_per_batch": 2, "mini_batch_size": 8},
-        checkpoint={"every_steps": 2, "keep_last": 5}, logging={"eval_every": 2},
-    ))
+    cfg = validate_config(
+        tiny_config(
+            tiny_demo,
+            train={"steps": 4, "lr_schedule": "cosine", "warmup_steps": 1, "epochs_per_batch": 2, "mini_batch_size": 8},
+            checkpoint={"every_steps": 2, "keep_last": 5},
+            logging={"eval_every": 2},
+        )
+    )
     train(cfg, tmp_path / "straight")
     straight = {e["step"]: e["data"] for e in by_type(read_events(tmp_path / "straight" / "events.jsonl"), "metrics")}
 
@@ -146,15 +180,18 @@ def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo,
     assert [s["data"] for s in samples_resumed[-2:]] == [s["data"] for s in samples_straight[-2:]]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["train", "/nonexistent/run.yaml"], "no such config file"),
-    (["train", "{config}", "--set", "train.lr=-1"], "train.lr"),
-    (["train", "{config}", "--set", "algorithm.name=sarsa"], "algorithm.name"),
-    (["train", "{config}", "--set", "rollout.samples_per_prompt=1"], "rollout.samples_per_prompt"),
-    (["train", "{config}", "--set", "data.path=/nope.jsonl"], "data.path: /nope.jsonl does not exist"),
-    (["evaluate", "{config}", "--checkpoint", "/no/checkpoint"], "no such folder"),
-    (["train", "{config}", "--resume", "/no/checkpoint"], "no such checkpoint folder"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["train", "/nonexistent/run.yaml"], "no such config file"),
+        (["train", "{config}", "--set", "train.lr=-1"], "train.lr"),
+        (["train", "{config}", "--set", "algorithm.name=sarsa"], "algorithm.name"),
+        (["train", "{config}", "--set", "rollout.samples_per_prompt=1"], "rollout.samples_per_prompt"),
+        (["train", "{config}", "--set", "data.path=/nope.jsonl"], "data.path: /nope.jsonl does not exist"),
+        (["evaluate", "{config}", "--checkpoint", "/no/checkpoint"], "no such folder"),
+        (["train", "{config}", "--resume", "/no/checkpoint"], "no such checkpoint folder"),
+    ],
+)
 def test_bad_input_ends_with_one_clear_line_and_exit_code_2(tiny_demo, tmp_path, capsys, args, expected):
     config = tmp_path / "run.yaml"
     config.write_text(dump_config(validate_config(tiny_config(tiny_demo))))

@@ -44,7 +44,9 @@ class ScriptedRollout:
 
 
 def prompt(tokenizer, text: str, label: str | None) -> Prompt:
-    return Prompt(text=text, raw=text, token_ids=tokenizer(text, add_special_tokens=False)["input_ids"], label=label, metadata={})
+    return Prompt(
+        text=text, raw=text, token_ids=tokenizer(text, add_special_tokens=False)["input_ids"], label=label, metadata={}
+    )
 
 
 def executor(tokenizer, script: list[list[str]], **env) -> tuple[EnvironmentExecutor, ScriptedRollout]:
@@ -53,8 +55,9 @@ def executor(tokenizer, script: list[list[str]], **env) -> tuple[EnvironmentExec
 
 
 def test_a_tool_call_trajectory_interleaves_actions_and_masked_observations(tokenizer):
-    run, rollout = executor(tokenizer, [["37+48", "12"], ["85", "13"]],
-                            path=str(EXAMPLES / "calculator.py"), name="Calculator", max_turns=3)
+    run, rollout = executor(
+        tokenizer, [["37+48", "12"], ["85", "13"]], path=str(EXAMPLES / "calculator.py"), name="Calculator", max_turns=3
+    )
     try:
         out = run.run([prompt(tokenizer, "37+48=", "85"), prompt(tokenizer, "10+3=", "13")], SamplingParams(n=1))
     finally:
@@ -80,22 +83,39 @@ def test_guess_the_number_answers_higher_or_lower_until_found(tokenizer):
     import zlib
 
     secret = 10 + zlib.crc32(b"any prompt") % 90
-    run, _ = executor(tokenizer, [["10"], [str(secret)]], path=str(EXAMPLES / "guess_number.py"), name="GuessNumber",
-                      max_turns=4, options={"low": 10, "high": 99})
+    run, _ = executor(
+        tokenizer,
+        [["10"], [str(secret)]],
+        path=str(EXAMPLES / "guess_number.py"),
+        name="GuessNumber",
+        max_turns=4,
+        options={"low": 10, "high": 99},
+    )
     try:
         out = run.run([prompt(tokenizer, "any prompt", None)], SamplingParams(n=1))
     finally:
         run.close()
     texts = [(t["role"], t["text"]) for t in out.turns[0]]
-    assert texts == [("environment", " guess 10-99:"), ("assistant", "10"),
-                     ("environment", " higher:" if secret > 10 else ""), ("assistant", str(secret)), ("environment", "")]
+    assert texts == [
+        ("environment", " guess 10-99:"),
+        ("assistant", "10"),
+        ("environment", " higher:" if secret > 10 else ""),
+        ("assistant", str(secret)),
+        ("environment", ""),
+    ]
     assert out.env_rewards == [pytest.approx(1.0 - 0.1)]
     assert out.logs[0]["solved"] == 1.0 and out.logs[0]["guesses"] == 2.0
 
 
 def test_an_episode_out_of_turns_ends_as_truncated(tokenizer):
-    run, _ = executor(tokenizer, [["1+1"], ["2+2"]], path=str(EXAMPLES / "calculator.py"), name="Calculator",
-                      max_turns=2, options={"max_calls": 5})
+    run, _ = executor(
+        tokenizer,
+        [["1+1"], ["2+2"]],
+        path=str(EXAMPLES / "calculator.py"),
+        name="Calculator",
+        max_turns=2,
+        options={"max_calls": 5},
+    )
     try:
         out = run.run([prompt(tokenizer, "1+1=", "2")], SamplingParams(n=1))
     finally:
@@ -112,8 +132,11 @@ def write(tmp_path: Path, source: str) -> str:
 
 
 def test_a_failing_step_ends_that_episode_with_the_reason_and_line(tokenizer, tmp_path):
-    path = write(tmp_path, "class Environment:\n    def reset(self, prompt, label, metadata):\n        return None\n"
-                           "    def step(self, action):\n        return 1 / 0\n")
+    path = write(
+        tmp_path,
+        "class Environment:\n    def reset(self, prompt, label, metadata):\n        return None\n"
+        "    def step(self, action):\n        return 1 / 0\n",
+    )
     run, _ = executor(tokenizer, [["7"]], path=path)
     try:
         out = run.run([prompt(tokenizer, "1+1=", "2")], SamplingParams(n=1))
@@ -124,9 +147,12 @@ def test_a_failing_step_ends_that_episode_with_the_reason_and_line(tokenizer, tm
 
 
 def test_a_step_over_its_time_limit_ends_the_episode_and_the_next_batch_still_runs(tokenizer, tmp_path):
-    path = write(tmp_path, "import time\nclass Environment:\n    def reset(self, prompt, label, metadata):\n"
-                           "        return None\n    def step(self, action):\n        time.sleep(5 if action == 'slow' else 0)\n"
-                           "        return None, 1.0, True\n")
+    path = write(
+        tmp_path,
+        "import time\nclass Environment:\n    def reset(self, prompt, label, metadata):\n"
+        "        return None\n    def step(self, action):\n        time.sleep(5 if action == 'slow' else 0)\n"
+        "        return None, 1.0, True\n",
+    )
     run, _ = executor(tokenizer, [["slow"], ["fast"]], path=path, timeout_s=0.5)
     try:
         slow = run.run([prompt(tokenizer, "a", None)], SamplingParams(n=1))
@@ -137,11 +163,17 @@ def test_a_step_over_its_time_limit_ends_the_episode_and_the_next_batch_still_ru
     assert fast.env_rewards == [1.0] and fast.errors == [[]]
 
 
-@pytest.mark.parametrize(("source", "problem"), [
-    ("class Other:\n    pass\n", "no class named 'Environment'"),
-    ("class Environment:\n    def reset(self, prompt, label, metadata):\n        return None\n", "has no step method"),
-    ("class Environment(\n", "syntax error at line 1"),
-])
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("class Other:\n    pass\n", "no class named 'Environment'"),
+        (
+            "class Environment:\n    def reset(self, prompt, label, metadata):\n        return None\n",
+            "has no step method",
+        ),
+        ("class Environment(\n", "syntax error at line 1"),
+    ],
+)
 def test_a_broken_environment_file_is_refused_at_start_naming_the_field(tokenizer, tmp_path, source, problem):
     with pytest.raises(EnvironmentLoadError) as refused:
         executor(tokenizer, [], path=write(tmp_path, source))
@@ -155,10 +187,17 @@ def test_observation_tokens_get_no_gradient_from_any_loss_term(tiny_demo):
 
     from rl_engine.trainer import Experience, TokenBatch, TorchTrainer
 
-    cfg = validate_config({"name": "mask", "model": {"path": str(tiny_demo / "model")}, "data": {"path": "d.jsonl"},
-                           "rewards": [{"type": "exact_match"}], "rollout": {"samples_per_prompt": 2},
-                           "algorithm": {"entropy_coef": 0.01, "kl": {"coef": 0.1, "placement": "loss"}},
-                           "train": {"micro_batch_size": 2}})
+    cfg = validate_config(
+        {
+            "name": "mask",
+            "model": {"path": str(tiny_demo / "model")},
+            "data": {"path": "d.jsonl"},
+            "rewards": [{"type": "exact_match"}],
+            "rollout": {"samples_per_prompt": 2},
+            "algorithm": {"entropy_coef": 0.01, "kl": {"coef": 0.1, "placement": "loss"}},
+            "train": {"micro_batch_size": 2},
+        }
+    )
     model = AutoModelForCausalLM.from_pretrained(tiny_demo / "model")
     trainer = TorchTrainer(cfg, model, None, None)
     mask = (1, 1, 0, 0, 0, 1)  # action, action, three observation tokens, action
@@ -171,8 +210,9 @@ def test_observation_tokens_get_no_gradient_from_any_loss_term(tiny_demo):
         captured["logits"] = output
 
     model.lm_head.register_forward_hook(keep_logits)
-    exp = Experience(batch, torch.ones_like(batch.response_mask), None,
-                     torch.full(batch.response_mask.shape, -3.0))  # a reference, so the KL term is live
+    exp = Experience(
+        batch, torch.ones_like(batch.response_mask), None, torch.full(batch.response_mask.shape, -3.0)
+    )  # a reference, so the KL term is live
     trainer._micro_step(exp, 1.0)
     grad = captured["logits"].grad[:, batch.prompt_width - 1 : -1].abs().sum(-1)  # per response position
     assert torch.all(grad[0, 2:5] == 0), "observation tokens must get no gradient"
@@ -182,30 +222,54 @@ def test_observation_tokens_get_no_gradient_from_any_loss_term(tiny_demo):
 def test_async_rollout_with_an_environment_is_refused_naming_the_field():
     from rl_engine.config import ConfigError, check_runnable
 
-    cfg = validate_config({"name": "x", "model": {"path": "m"}, "data": {"path": "d.jsonl"},
-                           "environment": {"path": "env.py"}, "backends": {"async_rollout": True},
-                           "placement": {"mode": "separate"}})
+    cfg = validate_config(
+        {
+            "name": "x",
+            "model": {"path": "m"},
+            "data": {"path": "d.jsonl"},
+            "environment": {"path": "env.py"},
+            "backends": {"async_rollout": True},
+            "placement": {"mode": "separate"},
+        }
+    )
     with pytest.raises(ConfigError) as refused:
         check_runnable(cfg)
     assert [e["loc"] for e in refused.value.errors] == ["backends.async_rollout"]
 
 
-@pytest.mark.parametrize("env", [
-    pytest.param({"path": str(EXAMPLES / "calculator.py"), "name": "Calculator", "max_turns": 3}, id="tool-use"),
-    pytest.param({"path": str(EXAMPLES / "guess_number.py"), "name": "GuessNumber", "max_turns": 3,
-                  "options": {"low": 10, "high": 20}}, id="guess-the-number"),
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        pytest.param({"path": str(EXAMPLES / "calculator.py"), "name": "Calculator", "max_turns": 3}, id="tool-use"),
+        pytest.param(
+            {
+                "path": str(EXAMPLES / "guess_number.py"),
+                "name": "GuessNumber",
+                "max_turns": 3,
+                "options": {"low": 10, "high": 20},
+            },
+            id="guess-the-number",
+        ),
+    ],
+)
 def test_a_multi_turn_run_completes_on_the_demo_model_with_turns_recorded(tiny_demo, tmp_path, env):
     from rl_engine.loop import train
 
     cfg = demo_run_config(
-        tiny_demo, model={"path": str(tiny_demo / "model")},
-        data={"path": str(tiny_demo / "data" / "train.jsonl"), "eval_path": str(tiny_demo / "data" / "test.jsonl"),
-              "eval_size": 8},
+        tiny_demo,
+        model={"path": str(tiny_demo / "model")},
+        data={
+            "path": str(tiny_demo / "data" / "train.jsonl"),
+            "eval_path": str(tiny_demo / "data" / "test.jsonl"),
+            "eval_size": 8,
+        },
         rewards=[{"type": "regex", "name": "digit", "pattern": r"\d", "weight": 0.5}],  # varies within groups
         rollout={"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4},
-        train={"steps": 2, "micro_batch_size": 16}, checkpoint={"every_steps": 0, "save_final": False},
-        logging={"eval_every": 2, "eval_size": 8}, environment=env)
+        train={"steps": 2, "micro_batch_size": 16},
+        checkpoint={"every_steps": 0, "save_final": False},
+        logging={"eval_every": 2, "eval_size": 8},
+        environment=env,
+    )
     last = train(cfg, tmp_path)
     events = read_events(tmp_path / "events.jsonl")
     metrics = [e["data"] for e in events if e["type"] == "metrics" and e["step"] > 0]
@@ -218,7 +282,8 @@ def test_a_multi_turn_run_completes_on_the_demo_model_with_turns_recorded(tiny_d
     for sample in samples:
         assert sample["turns"][0]["role"] in ("assistant", "environment")
         assert sample["components"]["environment"] == pytest.approx(
-            sum(t["reward"] for t in sample["turns"] if t["reward"] is not None))
+            sum(t["reward"] for t in sample["turns"] if t["reward"] is not None)
+        )
         assistant_turns = sum(t["role"] == "assistant" for t in sample["turns"])
         assert sample["length"] <= 4 * assistant_turns  # the policy's tokens only, observations left out
     assert json.dumps(samples)  # the records stay plain JSON for the platform

@@ -21,7 +21,11 @@ LORA = {"enabled": True, "rank": 4, "alpha": 8.0}
 def run_config(demo: Path, **overrides):
     base = {
         "model": {"path": str(demo / "model"), "lora": LORA},
-        "data": {"path": str(demo / "data" / "train.jsonl"), "eval_path": str(demo / "data" / "test.jsonl"), "eval_size": 8},
+        "data": {
+            "path": str(demo / "data" / "train.jsonl"),
+            "eval_path": str(demo / "data" / "test.jsonl"),
+            "eval_size": 8,
+        },
         "rewards": [{"type": "regex", "name": "digit", "pattern": r"\d"}],  # varies within groups: real updates
         "rollout": {"prompts_per_step": 8, "samples_per_prompt": 4, "max_new_tokens": 6},
         "train": {"steps": 3, "lr": 1e-2, "micro_batch_size": 16},
@@ -39,8 +43,9 @@ def peft_policy(demo: Path, seed: int = 0, scale: float = 0.05):
 
     from rl_engine.lora import apply_lora
 
-    model = apply_lora(AutoModelForCausalLM.from_pretrained(demo / "model", dtype=torch.float32),
-                       run_config(demo)).eval()
+    model = apply_lora(
+        AutoModelForCausalLM.from_pretrained(demo / "model", dtype=torch.float32), run_config(demo)
+    ).eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -61,7 +66,10 @@ def test_merged_weights_are_w_plus_scaled_b_a_under_the_base_models_names(tiny_d
     names = AutoModelForCausalLM.from_pretrained(tiny_demo / "model").state_dict()
     assert set(merged) == set(names) and all(merged[k].shape == names[k].shape for k in names)
     layer = model.get_base_model().model.layers[0].self_attn.q_proj
-    by_hand = base["model.layers.0.self_attn.q_proj.weight"] + (8.0 / 4) * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    by_hand = (
+        base["model.layers.0.self_attn.q_proj.weight"]
+        + (8.0 / 4) * layer.lora_B["default"].weight @ layer.lora_A["default"].weight
+    )
     torch.testing.assert_close(merged["model.layers.0.self_attn.q_proj.weight"], by_hand, rtol=0, atol=1e-6)
     torch.testing.assert_close(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"], rtol=0, atol=0)
     if "lm_head.weight" in merged:  # tied: still one tensor, as vLLM's sync expects
@@ -130,20 +138,28 @@ def test_the_checkpoint_is_a_plain_model_with_the_merged_weights_and_its_adapter
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    steps = [e["data"] for e in read_events(torch_lora_run / "events.jsonl") if e["type"] == "metrics" and e["step"] > 0]
+    steps = [
+        e["data"] for e in read_events(torch_lora_run / "events.jsonl") if e["type"] == "metrics" and e["step"] > 0
+    ]
     assert all(m["policy/grad_norm"] > 0 for m in steps)
     checkpoint = torch_lora_run / "checkpoints" / "step_3"
     merged = AutoModelForCausalLM.from_pretrained(checkpoint).eval()  # plain transformers, no peft
     base = load_file(next((tiny_demo / "model").glob("*.safetensors")))
     saved = merged.state_dict()
-    assert not torch.equal(saved["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        saved["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"]
+    )
     assert torch.equal(saved["model.embed_tokens.weight"], base["model.embed_tokens.weight"])  # no adapter there
     adapter = load_file(str(checkpoint / "adapter" / "adapter_model.safetensors"))
     prefix = "base_model.model.model.layers.0.self_attn.q_proj"
-    by_hand = base["model.layers.0.self_attn.q_proj.weight"] + (8.0 / 4) * adapter[f"{prefix}.lora_B.weight"] @ adapter[f"{prefix}.lora_A.weight"]
+    by_hand = (
+        base["model.layers.0.self_attn.q_proj.weight"]
+        + (8.0 / 4) * adapter[f"{prefix}.lora_B.weight"] @ adapter[f"{prefix}.lora_A.weight"]
+    )
     torch.testing.assert_close(saved["model.layers.0.self_attn.q_proj.weight"], by_hand, rtol=0, atol=1e-6)
-    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_demo / "model"),
-                                        checkpoint / "adapter").eval()
+    adapted = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(tiny_demo / "model"), checkpoint / "adapter"
+    ).eval()
     ids = torch.tensor([[5, 17, 23, 9, 41, 12]])
     with torch.no_grad():
         torch.testing.assert_close(merged(input_ids=ids).logits, adapted(input_ids=ids).logits, rtol=0, atol=1e-5)
@@ -160,9 +176,15 @@ def test_a_lora_run_resumed_from_its_checkpoint_continues_the_same_curve(tiny_de
     train(cfg, tmp_path / "stopped", resume=tmp_path / "stopped" / "checkpoints" / "step_2")
 
     def curve(run: Path) -> dict[int, dict]:
-        return {e["step"]: {k: v for k, v in e["data"].items()
-                            if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"}
-                for e in read_events(run / "events.jsonl") if e["type"] == "metrics"}
+        return {
+            e["step"]: {
+                k: v
+                for k, v in e["data"].items()
+                if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"
+            }
+            for e in read_events(run / "events.jsonl")
+            if e["type"] == "metrics"
+        }
 
     for step in (3, 4):
         assert curve(tmp_path / "stopped")[step] == curve(tmp_path / "straight")[step], f"step {step}"
@@ -175,12 +197,16 @@ def test_deepspeed_with_lora_trains_the_weights_the_torch_backend_trains(tiny_de
     from rl_engine.loop import train
 
     train(run_config(tiny_demo, backends={"training": "deepspeed", "zero_stage": stage}), tmp_path)
-    ours, theirs = (load_file(str(run / "checkpoints" / "step_3" / "model.safetensors")) for run in (torch_lora_run, tmp_path))
+    ours, theirs = (
+        load_file(str(run / "checkpoints" / "step_3" / "model.safetensors")) for run in (torch_lora_run, tmp_path)
+    )
     assert set(theirs) == set(ours)
     for name in ours:
         torch.testing.assert_close(theirs[name], ours[name], rtol=0, atol=1e-5, msg=name)
-    ours, theirs = (load_file(str(run / "checkpoints" / "step_3" / "adapter" / "adapter_model.safetensors"))
-                    for run in (torch_lora_run, tmp_path))
+    ours, theirs = (
+        load_file(str(run / "checkpoints" / "step_3" / "adapter" / "adapter_model.safetensors"))
+        for run in (torch_lora_run, tmp_path)
+    )
     assert set(theirs) == set(ours) and all(torch.allclose(theirs[k], ours[k], rtol=0, atol=1e-5) for k in ours)
 
 
@@ -202,8 +228,14 @@ def test_lora_with_a_separate_rollout_actor_samples_from_the_merged_weights(tiny
 
     ray.init(num_cpus=4, include_dashboard=False, configure_logging=False, log_to_driver=False)
     try:
-        train(run_config(tiny_demo, train={"steps": 2}, placement={"mode": "separate", "cpus_per_trainer": 0.5,
-                                                                   "cpus_per_rollout_engine": 0.5}), tmp_path)
+        train(
+            run_config(
+                tiny_demo,
+                train={"steps": 2},
+                placement={"mode": "separate", "cpus_per_trainer": 0.5, "cpus_per_rollout_engine": 0.5},
+            ),
+            tmp_path,
+        )
     finally:
         ray.shutdown()
     steps = [e["data"] for e in read_events(tmp_path / "events.jsonl") if e["type"] == "metrics" and e["step"] > 0]
@@ -253,22 +285,29 @@ def test_lora_on_vllm_after_a_sync_greedy_tokens_and_logprobs_equal_the_trainers
         engine.close()
 
     def hf_greedy(prompt: list[int]) -> list[int]:
-        out = policy.generate(input_ids=torch.tensor([prompt]), max_new_tokens=6, do_sample=False,
-                              eos_token_id=engine.eos_ids, pad_token_id=engine.pad_id)
-        return out[0, len(prompt):].tolist()
+        out = policy.generate(
+            input_ids=torch.tensor([prompt]),
+            max_new_tokens=6,
+            do_sample=False,
+            eos_token_id=engine.eos_ids,
+            pad_token_id=engine.pad_id,
+        )
+        return out[0, len(prompt) :].tolist()
 
     with torch.no_grad():
         assert [s.response_ids for s in samples] == [hf_greedy(p) for p in prompts]
         with policy.disable_adapter():
             assert [s.response_ids for s in before] == [hf_greedy(p) for p in prompts]
         batch = TokenBatch.build(prompts, [s.response_ids for s in samples], 0)
-        trainer = token_logprobs(response_logits(policy, batch, 1.0), batch.sequences[:, batch.prompt_width:])
+        trainer = token_logprobs(response_logits(policy, batch, 1.0), batch.sequences[:, batch.prompt_width :])
         with policy.disable_adapter():
-            base = token_logprobs(response_logits(policy, batch, 1.0), batch.sequences[:, batch.prompt_width:])
+            base = token_logprobs(response_logits(policy, batch, 1.0), batch.sequences[:, batch.prompt_width :])
 
     def gap(reference: torch.Tensor) -> float:
-        return max(float((torch.tensor(s.logprobs) - reference[i, : len(s.response_ids)]).abs().max())
-                   for i, s in enumerate(samples))
+        return max(
+            float((torch.tensor(s.logprobs) - reference[i, : len(s.response_ids)]).abs().max())
+            for i, s in enumerate(samples)
+        )
 
     assert gap(trainer) <= 1e-3
     assert gap(base) > 0.1  # the adapters moved the policy: an engine left on the base would fail above

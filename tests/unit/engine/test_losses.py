@@ -19,7 +19,9 @@ from rl_engine.algorithms import (
 NAN = float("nan")
 
 
-def logprobs_for_ratios(ratios: list[list[float]], old: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def logprobs_for_ratios(
+    ratios: list[list[float]], old: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """New and old log-probs whose ratio exp(new - old) is exactly `ratios`."""
     ratio = torch.tensor(ratios, dtype=torch.float64)
     old = torch.full_like(ratio, -1.0) if old is None else old
@@ -46,7 +48,12 @@ def test_aggregate_modes_match_hand_values_and_ignore_padding(mode, expected):
 
 
 def test_every_aggregation_mode_is_tested_above():
-    assert set(AGGREGATION_MODES) == {"token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"}
+    assert set(AGGREGATION_MODES) == {
+        "token_mean",
+        "seq_mean_token_sum",
+        "seq_mean_token_mean",
+        "seq_mean_token_sum_norm",
+    }
 
 
 def test_dr_grpo_aggregation_needs_the_generation_budget():

@@ -14,7 +14,11 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 def _score(payload: object) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rl_engine.rewards", "score"],
-        input=json.dumps(payload), capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
     )
 
 
@@ -22,7 +26,10 @@ def test_score_prints_the_composite_result_as_the_last_line():
     proc = _score(
         {
             "rewards": [{"type": "exact_match", "name": "em"}, {"type": "regex", "pattern": "\\d", "weight": 0.5}],
-            "samples": [{"prompt": "1+1=", "response": "2", "label": "2"}, {"prompt": "x", "response": "y", "label": 3}],
+            "samples": [
+                {"prompt": "1+1=", "response": "2", "label": "2"},
+                {"prompt": "x", "response": "y", "label": 3},
+            ],
         }
     )
     assert proc.returncode == 0, proc.stderr

@@ -75,7 +75,10 @@ def test_wrong_length_or_non_finite_scores_are_turned_into_errors():
     composite = CompositeReward([(Fixed("short", [1.0]), 1.0), (Fixed("nan", [float("nan"), 2.0]), 1.0)])
     result = composite.score(make_batch(2))
     assert result.total == [0.0, 2.0]
-    assert result.errors[0] == ["short: component returned 1 scores and 1 errors for 2 samples", "nan: score is not finite: nan"]
+    assert result.errors[0] == [
+        "short: component returned 1 scores and 1 errors for 2 samples",
+        "nan: score is not finite: nan",
+    ]
     assert result.errors[1] == ["short: component returned 1 scores and 1 errors for 2 samples"]
 
 
@@ -176,9 +179,13 @@ def test_every_reward_type_of_the_run_config_builds_through_the_registry(tmp_pat
     reward_file.write_text("def reward_func(queries, prompts, labels, **kw):\n    return [0.0] * len(queries)\n")
     (tmp_path / "config.json").write_text("{}")  # the reward model folder is only opened on first use
     specs = [
-        {"type": "exact_match"}, {"type": "boxed_math"}, {"type": "regex", "pattern": "x"},
-        {"type": "length_penalty", "max_chars": 10, "coef": 0.1}, {"type": "python", "path": str(reward_file)},
-        {"type": "http", "url": "http://127.0.0.1:9/score"}, {"type": "reward_model", "path": str(tmp_path)},
+        {"type": "exact_match"},
+        {"type": "boxed_math"},
+        {"type": "regex", "pattern": "x"},
+        {"type": "length_penalty", "max_chars": 10, "coef": 0.1},
+        {"type": "python", "path": str(reward_file)},
+        {"type": "http", "url": "http://127.0.0.1:9/score"},
+        {"type": "reward_model", "path": str(tmp_path)},
     ]
     cfg = validate_config({"name": "t", "model": {"path": "m"}, "data": {"path": "d.jsonl"}, "rewards": specs})
     assert {s.type for s in cfg.rewards} == set(COMPONENT_TYPES)

@@ -55,7 +55,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, json.dumps(rewards).encode())
         if behaviour == "rewards_only":
             return self.reply(200, json.dumps({"rewards": rewards}).encode())
-        payload = {"rewards": rewards, "scores": [r / 10 for r in rewards], "extra_logs": {"server_batch": float(len(queries))}}
+        payload = {
+            "rewards": rewards,
+            "scores": [r / 10 for r in rewards],
+            "extra_logs": {"server_batch": float(len(queries))},
+        }
         self.reply(200, json.dumps(payload).encode())
 
     def reply(self, status, body):
@@ -115,7 +119,9 @@ def test_persistent_server_error_fails_the_batch_naming_url_attempts_and_status(
     server.behaviour, server.failures_left = "fail_first", 100
     result = HttpReward(server.url, retries=2, backoff_s=0.01).score(make_batch(2))
     assert result.scores == [0.0, 0.0]
-    assert result.errors == [f"POST {server.url} failed after 3 attempts: HTTP 500 Internal Server Error: overloaded"] * 2
+    assert (
+        result.errors == [f"POST {server.url} failed after 3 attempts: HTTP 500 Internal Server Error: overloaded"] * 2
+    )
     assert len(server.requests) == 3
 
 
@@ -166,7 +172,12 @@ def test_big_batch_is_split_into_chunks_and_reassembled_in_order(server):
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [({"url": "ftp://x"}, "url"), ({"timeout_s": 0}, "timeout_s"), ({"retries": -1}, "retries"), ({"batch_size": 0}, "batch_size")],
+    [
+        ({"url": "ftp://x"}, "url"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"retries": -1}, "retries"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
 )
 def test_invalid_settings_are_rejected_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"^{field}:"):

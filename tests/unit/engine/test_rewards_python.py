@@ -5,8 +5,7 @@ import time
 
 import pytest
 
-from rl_engine.rewards import PythonFunctionReward, RewardBatch, check_reward_file
-from rl_engine.rewards import python_fn
+from rl_engine.rewards import PythonFunctionReward, RewardBatch, check_reward_file, python_fn
 
 
 def write(tmp_path, source, name="reward.py"):
@@ -17,9 +16,7 @@ def write(tmp_path, source, name="reward.py"):
 
 def make_batch(responses, labels=None, metadata=None):
     n = len(responses)
-    return RewardBatch.build(
-        [f"Q{i}: " for i in range(n)], responses, labels or ["4"] * n, metadata=metadata
-    )
+    return RewardBatch.build([f"Q{i}: " for i in range(n)], responses, labels or ["4"] * n, metadata=metadata)
 
 
 @pytest.fixture
@@ -82,21 +79,27 @@ def test_worker_process_is_reused_across_batches(tmp_path, reward):
 
 
 def test_function_with_only_three_parameters_and_a_bare_list_return_works(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def reward_func(queries, prompts, labels):
             return [float(len(p)) for p in prompts]
-    """)
+    """,
+    )
     assert reward(path).score(make_batch(["a", "b"])).scores == [4.0, 4.0]
 
 
 def test_named_function_is_called_with_its_declared_shape(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def my_batched(queries, prompts, labels):
             return [1.0] * len(queries)
 
         def my_single(data_source, solution_str, ground_truth, extra_info=None):
             return 0.5
-    """)
+    """,
+    )
     assert reward(path, function="my_batched").score(make_batch(["a", "b"])).scores == [1.0, 1.0]
     assert reward(path, function="my_single").score(make_batch(["a", "b"])).scores == [0.5, 0.5]
 
@@ -150,7 +153,9 @@ def test_sample_stuck_where_the_alarm_cannot_reach_is_killed_and_the_rest_still_
     # The user code disables SIGALRM (as some libraries do) and spins: only the parent's hard
     # deadline can stop it. The child is replaced and the later samples still get scores.
     monkeypatch.setattr(python_fn, "HARD_KILL_GRACE_S", 0.5)
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         import signal
 
         def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -159,7 +164,8 @@ def test_sample_stuck_where_the_alarm_cannot_reach_is_killed_and_the_rest_still_
                 while True:
                     pass
             return 1.0
-    """)
+    """,
+    )
     component = reward(path, timeout_s=0.5)
     component.score(make_batch(["ok"]))
     first_pid = component.worker_pid
@@ -172,21 +178,26 @@ def test_sample_stuck_where_the_alarm_cannot_reach_is_killed_and_the_rest_still_
 
 
 def test_sample_that_crashes_the_interpreter_fails_alone(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         import os, signal
 
         def compute_score(data_source, solution_str, ground_truth, extra_info=None):
             if solution_str == "crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
             return 1.0
-    """)
+    """,
+    )
     result = reward(path).score(make_batch(["ok", "crash", "ok"]))
     assert result.scores == [1.0, 0.0, 1.0]
     assert result.errors[1] == "worker process died from signal SIGSEGV"
 
 
 def test_exception_in_batched_function_fails_the_batch_with_its_line(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def helper(x):
             return x
 
@@ -194,7 +205,8 @@ def test_exception_in_batched_function_fails_the_batch_with_its_line(tmp_path, r
             if len(queries) > 1:
                 return [helper(1 / 0)]
             return [1.0]
-    """)
+    """,
+    )
     component = reward(path)
 
     result = component.score(make_batch(["a", "b"]))
@@ -205,13 +217,16 @@ def test_exception_in_batched_function_fails_the_batch_with_its_line(tmp_path, r
 
 
 def test_infinite_loop_times_out_and_the_worker_recovers(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def reward_func(queries, prompts, labels, **kwargs):
             if queries[0].endswith("spin"):
                 while True:
                     pass
             return [1.0] * len(queries)
-    """)
+    """,
+    )
     component = reward(path, timeout_s=1)
 
     started = time.monotonic()
@@ -222,12 +237,15 @@ def test_infinite_loop_times_out_and_the_worker_recovers(tmp_path, reward):
 
 
 def test_runaway_allocation_hits_the_memory_limit_and_the_worker_is_replaced(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def reward_func(queries, prompts, labels, **kwargs):
             if queries[0].endswith("big"):
                 block = bytearray(4 * 1024 ** 3)
             return [1.0] * len(queries)
-    """)
+    """,
+    )
     component = reward(path, memory_mb=256)
     component.score(make_batch(["x"]))
     first_pid = component.worker_pid
@@ -241,42 +259,54 @@ def test_runaway_allocation_hits_the_memory_limit_and_the_worker_is_replaced(tmp
 
 
 def test_wrong_number_of_scores_fails_the_batch(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def reward_func(queries, prompts, labels, **kwargs):
             return [1.0, 1.0, 1.0]
-    """)
+    """,
+    )
     result = reward(path).score(make_batch(["a", "b", "c", "d"]))
     assert result.errors == ["returned 3 scores for 4 samples"] * 4
 
 
 def test_non_numeric_entry_fails_only_its_sample(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def reward_func(queries, prompts, labels, **kwargs):
             return {"rewards": [1.0, None, float("nan")]}
-    """)
+    """,
+    )
     result = reward(path).score(make_batch(["a", "b", "c"]))
     assert result.scores == [1.0, 0.0, 0.0]
     assert result.errors == [None, "score is not a number: None", "score is not finite: nan"]
 
 
 def test_syntax_error_is_reported_with_its_line(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def reward_func(queries, prompts, labels):
             x = 1
             return [x for q in queries
-    """)
+    """,
+    )
     with pytest.raises(ValueError, match=r"^path: syntax error at line 3"):
         PythonFunctionReward(path)
     assert check_reward_file(path)[0].startswith("syntax error at line 3")
 
 
 def test_error_while_importing_the_file_fails_the_batch_with_the_reason(tmp_path, reward):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         import no_such_module_here
 
         def reward_func(queries, prompts, labels):
             return [1.0]
-    """)
+    """,
+    )
     result = reward(path).score(make_batch(["a"]))
     assert result.errors[0].startswith("loading reward.py failed: importing the file failed: ModuleNotFoundError")
     assert "(line 1)" in result.errors[0]
@@ -287,7 +317,10 @@ def test_error_while_importing_the_file_fails_the_batch_with_the_reason(tmp_path
     [
         ("def something_else(x):\n    return 1\n", "the file defines neither reward_func"),
         ("def reward_func(queries):\n    return [1]\n", "cannot be called as reward_func(queries, prompts, labels"),
-        ("def compute_score(solution_str):\n    return 1\n", "cannot be called as compute_score(data_source, solution_str"),
+        (
+            "def compute_score(solution_str):\n    return 1\n",
+            "cannot be called as compute_score(data_source, solution_str",
+        ),
         ("reward_func = 3\n", "'reward_func' is not a function"),
         ("raise RuntimeError('bad config')\n", "importing the file failed: RuntimeError: bad config (line 1)"),
     ],

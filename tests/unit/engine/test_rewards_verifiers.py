@@ -161,7 +161,12 @@ def test_length_penalty_converts_a_token_target_to_characters():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [({}, "max_chars"), ({"max_chars": 5, "target_tokens": 5}, "max_chars"), ({"max_chars": 0}, "max_chars"), ({"max_chars": 5, "coef": -1}, "coef")],
+    [
+        ({}, "max_chars"),
+        ({"max_chars": 5, "target_tokens": 5}, "max_chars"),
+        ({"max_chars": 0}, "max_chars"),
+        ({"max_chars": 5, "coef": -1}, "coef"),
+    ],
 )
 def test_length_penalty_rejects_bad_limits(kwargs, field):
     with pytest.raises(ValueError, match=f"^{field}:"):

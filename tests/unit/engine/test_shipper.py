@@ -87,8 +87,19 @@ def platform():
 def write_events(path: Path, first: int, last: int, payload: str = "") -> None:
     with path.open("a") as f:
         for seq in range(first, last + 1):
-            f.write(json.dumps({"run": "r", "seq": seq, "type": "log", "step": None, "time": 1.0,
-                                "data": {"message": f"event {seq}{payload}"}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "run": "r",
+                        "seq": seq,
+                        "type": "log",
+                        "step": None,
+                        "time": 1.0,
+                        "data": {"message": f"event {seq}{payload}"},
+                    }
+                )
+                + "\n"
+            )
 
 
 def shipper_for(path: Path, platform: Platform, **kwargs) -> EventShipper:

@@ -15,9 +15,16 @@ from rl_engine.trainer import Experience, TokenBatch, TorchTrainer, batched_logp
 def _trainer(tiny_demo: Path, **model_config) -> TorchTrainer:
     from transformers import AutoModelForCausalLM
 
-    cfg = validate_config({"name": "gap", "model": {"path": str(tiny_demo / "model")}, "data": {"path": "d.jsonl"},
-                           "rewards": [{"type": "exact_match"}], "rollout": {"samples_per_prompt": 2},
-                           "train": {"micro_batch_size": 2}})
+    cfg = validate_config(
+        {
+            "name": "gap",
+            "model": {"path": str(tiny_demo / "model")},
+            "data": {"path": "d.jsonl"},
+            "rewards": [{"type": "exact_match"}],
+            "rollout": {"samples_per_prompt": 2},
+            "train": {"micro_batch_size": 2},
+        }
+    )
     model = AutoModelForCausalLM.from_pretrained(tiny_demo / "model", **model_config)
     return TorchTrainer(cfg, model, None, None)
 
@@ -32,8 +39,8 @@ def test_the_update_compares_every_rows_engine_logprobs_with_its_training_forwar
     batch = _batch()
     exact = batched_logprobs(trainer.model.eval(), batch, 4, 1.0)
     engine = exact.clone()
-    engine[3, 0] += 0.3   # a real token of the last row: in the second micro-batch of two
-    engine[1, 2] += 5.0   # padding (row 1 has two response tokens): must not count
+    engine[3, 0] += 0.3  # a real token of the last row: in the second micro-batch of two
+    engine[1, 2] += 5.0  # padding (row 1 has two response tokens): must not count
     exp = Experience(batch, torch.zeros_like(batch.response_mask), None, None, rollout_logprobs=engine)
 
     metrics = trainer.update(exp)

@@ -8,7 +8,9 @@ from rl_engine.backends.vllm_rollout import cpu_thread_binding
 
 def test_one_engine_binds_its_threads_to_the_first_cpus_and_reserves_none():
     assert cpu_thread_binding(0, cpus=[0, 1], threads=2) == {
-        "VLLM_CPU_OMP_THREADS_BIND": "0,1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+        "VLLM_CPU_OMP_THREADS_BIND": "0,1",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
 
 
 def test_engines_on_one_host_take_consecutive_slices_of_the_allowed_cpus():

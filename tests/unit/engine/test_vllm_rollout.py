@@ -52,8 +52,9 @@ def engine(vllm_demo: Path, tokenizer):
     from rl_engine.backends.vllm_rollout import VLLMRollout
 
     # 32-token KV blocks (vLLM's CPU default is 128, the model's whole context) so prompts get cached
-    rollout = VLLMRollout(vllm_demo / "model", tokenizer, dtype="float32", seed=0, max_model_len=128, kv_cache_gb=0.25,
-                          block_size=32)
+    rollout = VLLMRollout(
+        vllm_demo / "model", tokenizer, dtype="float32", seed=0, max_model_len=128, kv_cache_gb=0.25, block_size=32
+    )
     yield rollout
     rollout.close()
 
@@ -64,12 +65,13 @@ def prompts(vllm_demo: Path, tokenizer) -> list[list[int]]:
     return [tokenizer(r["prompt"])["input_ids"] for r in rows]
 
 
-def trainer_logprobs(model: torch.nn.Module, prompts: list[list[int]], samples: list[Sample],
-                     temperature: float) -> list[torch.Tensor]:
+def trainer_logprobs(
+    model: torch.nn.Module, prompts: list[list[int]], samples: list[Sample], temperature: float
+) -> list[torch.Tensor]:
     """Each sample's response-token log-probs as the trainer computes old log-probs."""
     batch = TokenBatch.build([prompts[s.prompt_index] for s in samples], [s.response_ids for s in samples], 0)
     with torch.no_grad():
-        logprobs = token_logprobs(response_logits(model, batch, temperature), batch.sequences[:, batch.prompt_width:])
+        logprobs = token_logprobs(response_logits(model, batch, temperature), batch.sequences[:, batch.prompt_width :])
     return [logprobs[row, : len(s.response_ids)] for row, s in enumerate(samples)]
 
 
@@ -87,19 +89,25 @@ def test_a_training_run_with_the_vllm_backend_syncs_every_step_and_reports_the_l
     from rl_engine.events import read_events
     from rl_engine.loop import train
 
-    cfg = validate_config({
-        "name": "vllm", "seed": 3,
-        "model": {"path": str(vllm_demo / "model")},
-        "data": {"path": str(vllm_demo / "data" / "train.jsonl"), "eval_path": str(vllm_demo / "data" / "test.jsonl"),
-                 "eval_size": 8},
-        # Shorter is better: response lengths vary within a group from the start, so every step updates.
-        "rewards": [{"type": "length_penalty", "max_chars": 1, "coef": 1.0}],
-        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4},
-        "train": {"steps": 2, "lr": 3e-3, "micro_batch_size": 8},
-        "backends": {"rollout": "vllm", "vllm_kv_cache_gb": 0.25},
-        "checkpoint": {"save_final": False},
-        "logging": {"eval_every": 2, "heartbeat_s": 60},
-    })
+    cfg = validate_config(
+        {
+            "name": "vllm",
+            "seed": 3,
+            "model": {"path": str(vllm_demo / "model")},
+            "data": {
+                "path": str(vllm_demo / "data" / "train.jsonl"),
+                "eval_path": str(vllm_demo / "data" / "test.jsonl"),
+                "eval_size": 8,
+            },
+            # Shorter is better: response lengths vary within a group from the start, so every step updates.
+            "rewards": [{"type": "length_penalty", "max_chars": 1, "coef": 1.0}],
+            "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4},
+            "train": {"steps": 2, "lr": 3e-3, "micro_batch_size": 8},
+            "backends": {"rollout": "vllm", "vllm_kv_cache_gb": 0.25},
+            "checkpoint": {"save_final": False},
+            "logging": {"eval_every": 2, "heartbeat_s": 60},
+        }
+    )
     train(cfg, tmp_path / "run")
 
     events = read_events(tmp_path / "run" / "events.jsonl")
@@ -121,7 +129,8 @@ def test_greedy_outputs_and_logprobs_equal_transformers_and_the_trainer(engine, 
     reference = TransformersRollout(policy, tokenizer).generate(prompts, greedy())
 
     assert [(s.prompt_index, s.response_ids, s.finish_reason) for s in samples] == [
-        (r.prompt_index, r.response_ids, r.finish_reason) for r in reference]
+        (r.prompt_index, r.response_ids, r.finish_reason) for r in reference
+    ]
     gap = max_gap(policy, prompts, samples)
     print(f"greedy: max |logprob(vLLM) - logprob(trainer)| = {gap:.2e}")
     assert gap < TOLERANCE
@@ -163,8 +172,10 @@ def test_after_a_sync_the_engine_samples_from_the_updated_policy(engine, policy,
 def test_a_sync_drops_prompt_blocks_cached_under_the_old_weights(engine, policy, vllm_demo, tokenizer):
     rows = [json.loads(line) for line in (vllm_demo / "data" / "test.jsonl").read_text().splitlines()[:32]]
     # Eight sums in a row: over 32 tokens, so each prompt fills a KV block the prefix cache keeps.
-    long_prompts = [tokenizer("".join(r["prompt"] + r["label"] + " " for r in rows[i : i + 8]))["input_ids"]
-                    for i in range(0, 32, 8)]
+    long_prompts = [
+        tokenizer("".join(r["prompt"] + r["label"] + " " for r in rows[i : i + 8]))["input_ids"]
+        for i in range(0, 32, 8)
+    ]
     assert min(map(len, long_prompts)) > 32
     updated = copy.deepcopy(policy)
     torch.manual_seed(1)
@@ -223,7 +234,9 @@ def test_the_engine_runs_its_model_threads_on_the_cpus_chosen_for_it_with_a_boun
     from rl_engine.backends.vllm_rollout import cpu_thread_binding
 
     chosen = {int(cpu) for cpu in cpu_thread_binding(0)["VLLM_CPU_OMP_THREADS_BIND"].split(",")}
-    workers = [pid for pid in _children(os.getpid()) if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::Worker")]
+    workers = [
+        pid for pid in _children(os.getpid()) if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::Worker")
+    ]
     assert workers, "no vLLM worker process under this one"
     assert _allowed_cpus(workers[0]) == chosen
     # A bounded oneDNN primitive cache for the engine's processes; that and the binding only for them.
@@ -261,8 +274,13 @@ def test_the_engines_processes_end_when_the_process_that_started_it_is_killed(vl
 
     script = tmp_path / "owner.py"
     script.write_text(_OWNER)
-    owner = subprocess.Popen([sys.executable, str(script), str(vllm_demo / "model")], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, cwd=Path(__file__).resolve().parents[3])
+    owner = subprocess.Popen(
+        [sys.executable, str(script), str(vllm_demo / "model")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=Path(__file__).resolve().parents[3],
+    )
     try:
         for line in owner.stdout:  # vLLM logs to stdout too
             if line.strip() == "ready":
@@ -270,14 +288,18 @@ def test_the_engines_processes_end_when_the_process_that_started_it_is_killed(vl
         assert owner.poll() is None, "the engine's owner exited before the engine was up"
         engine = _children(owner.pid)
         titles = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in engine}
-        assert any(t.startswith("VLLM::EngineCor") for t in titles) and any(t.startswith("VLLM::Worker") for t in titles)
+        assert any(t.startswith("VLLM::EngineCor") for t in titles) and any(
+            t.startswith("VLLM::Worker") for t in titles
+        )
         vllm_processes = [pid for pid in engine if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::")]
         assert {_nice(int(task.name)) for pid in vllm_processes for task in Path(f"/proc/{pid}/task").iterdir()} == {19}
         assert _nice(owner.pid) == _nice(os.getpid())
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in engine):
+        while time.monotonic() < deadline and any(
+            Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in engine
+        ):
             time.sleep(0.5)
         assert [pid for pid in engine if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"] == []
     finally:

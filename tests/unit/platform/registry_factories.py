@@ -20,7 +20,12 @@ def a_dataset_row(name: str = "data") -> Any:
     from posttrain.registry.models import Dataset
 
     return Dataset.objects.create(
-        name=name, sha256=uuid.uuid4().hex * 2, format="jsonl", path="/nonexistent/data.jsonl", size_bytes=1, row_count=1
+        name=name,
+        sha256=uuid.uuid4().hex * 2,
+        format="jsonl",
+        path="/nonexistent/data.jsonl",
+        size_bytes=1,
+        row_count=1,
     )
 
 
@@ -28,7 +33,9 @@ def a_reward_row(name: str | None = None) -> Any:
     from posttrain.registry.models import RewardFunction
 
     return RewardFunction.objects.create(
-        name=name or f"reward-{uuid.uuid4().hex[:8]}", kind="builtin", spec={"type": "exact_match", "name": "exact_match"}
+        name=name or f"reward-{uuid.uuid4().hex[:8]}",
+        kind="builtin",
+        spec={"type": "exact_match", "name": "exact_match"},
     )
 
 
@@ -60,7 +67,9 @@ def write_safetensors(path: Path, shapes: dict[str, list[int]], metadata: dict[s
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
 
 
-def write_model_folder(folder: Path, shapes: dict[str, list[int]] | None = None, *, architecture: str = "LlamaForCausalLM") -> Path:
+def write_model_folder(
+    folder: Path, shapes: dict[str, list[int]] | None = None, *, architecture: str = "LlamaForCausalLM"
+) -> Path:
     """A small model folder with config.json, one safetensors file and a tokenizer file."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({"architectures": [architecture], "model_type": "llama"}))

@@ -63,12 +63,20 @@ def registry(db, tmp_path) -> dict[str, Any]:
     return {
         "model": ModelAsset.objects.create(name="tiny", path=str(model_dir)),
         "dataset": Dataset.objects.create(
-            name="sums", sha256="a" * 64, format="jsonl", path=str(data), size_bytes=data.stat().st_size,
-            row_count=8, prompt_field="question", label_field="answer", columns=["question", "answer"],
+            name="sums",
+            sha256="a" * 64,
+            format="jsonl",
+            path=str(data),
+            size_bytes=data.stat().st_size,
+            row_count=8,
+            prompt_field="question",
+            label_field="answer",
+            columns=["question", "answer"],
         ),
         "exact": RewardFunction.objects.create(name="exact answer", kind="builtin", spec={"type": "exact_match"}),
         "format": RewardFunction.objects.create(
-            name="two-digits", kind="builtin", spec={"type": "regex", "pattern": r"^\d\d"}),
+            name="two-digits", kind="builtin", spec={"type": "regex", "pattern": r"^\d\d"}
+        ),
     }
 
 
@@ -92,8 +100,12 @@ def post(api, url: str, body) -> object:
 @pytest.fixture
 def experiment(registry, researcher):
     return services.experiment_create(
-        name="sums grpo", model=registry["model"], dataset=registry["dataset"],
-        rewards=[(registry["exact"], 1.0), (registry["format"], 0.5)], config=BASE_CONFIG, user=researcher,
+        name="sums grpo",
+        model=registry["model"],
+        dataset=registry["dataset"],
+        rewards=[(registry["exact"], 1.0), (registry["format"], 0.5)],
+        config=BASE_CONFIG,
+        user=researcher,
     )
 
 
@@ -123,17 +135,32 @@ def event(run: Run, seq: int, type: str = "heartbeat", step: int | None = None, 
 
 
 def sample_record(index: int, reward: float = 1.0, **overrides) -> dict:
-    record = {"index": index, "group": index // 2, "prompt": f"{index}+1=", "response": str(index + 1),
-              "label": str(index + 1), "reward": reward, "components": {"exact_answer": reward}, "advantage": 0.5,
-              "length": 2, "finish_reason": "stop", "errors": [], "kept": True}
+    record = {
+        "index": index,
+        "group": index // 2,
+        "prompt": f"{index}+1=",
+        "response": str(index + 1),
+        "label": str(index + 1),
+        "reward": reward,
+        "components": {"exact_answer": reward},
+        "advantage": 0.5,
+        "length": 2,
+        "finish_reason": "stop",
+        "errors": [],
+        "kept": True,
+    }
     record.update(overrides)
     return record
 
 
 def post_events(client, run: Run, events: list[dict], headers: dict | None = None, slash: bool = True):
     url = f"/api/runs/{run.id}/events" + ("/" if slash else "")
-    return client.post(url, data=json.dumps({"events": events}), content_type="application/json",
-                       **(auth(run) if headers is None else headers))
+    return client.post(
+        url,
+        data=json.dumps({"events": events}),
+        content_type="application/json",
+        **(auth(run) if headers is None else headers),
+    )
 
 
 class FakeJobs:

@@ -62,7 +62,9 @@ def test_create_user_command_prints_the_generated_password_and_a_token(capsys):
     password = out.split("password: ")[1].split()[0]
     token = out.split("API token: ")[1].strip()
     client = APIClient()
-    assert client.post("/api/auth/token/", {"username": "grace", "password": password}, format="json").json() == {"token": token}
+    assert client.post("/api/auth/token/", {"username": "grace", "password": password}, format="json").json() == {
+        "token": token
+    }
 
 
 def test_create_user_command_refuses_an_existing_user():
@@ -111,7 +113,13 @@ def test_anonymous_requests_get_a_json_403():
 def test_openapi_schema_documents_the_registry_and_the_token_endpoint(researcher_client):
     schema = researcher_client.get("/api/schema/", {"format": "json"}).json()
     paths = schema["paths"]
-    for path in ("/api/models/", "/api/datasets/", "/api/datasets/{id}/preview/", "/api/rewards/{id}/try/", "/api/auth/token/"):
+    for path in (
+        "/api/models/",
+        "/api/datasets/",
+        "/api/datasets/{id}/preview/",
+        "/api/rewards/{id}/try/",
+        "/api/auth/token/",
+    ):
         assert path in paths, path
     upload = paths["/api/datasets/"]["post"]["requestBody"]["content"]
     assert {"multipart/form-data", "application/json"} <= set(upload)

@@ -44,11 +44,14 @@ def test_set_launches_a_variant_experiment_with_the_overrides_and_leaves_the_dem
     assert Run.objects.filter(experiment=variant).count() == 1
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("backends.rollout", "expected key.path=value"),
-    ("model.path=/elsewhere", "model.path"),
-    ("backends.rollout=sglang", "backends.rollout"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("backends.rollout", "expected key.path=value"),
+        ("model.path=/elsewhere", "model.path"),
+        ("backends.rollout=sglang", "backends.rollout"),
+    ],
+)
 def test_a_bad_override_is_a_command_error_and_creates_nothing(assets, override, message):
     with pytest.raises(CommandError, match=message.replace(".", r"\.")):
         call_command("demo_launch", str(assets), "--set", override)

@@ -55,16 +55,20 @@ def a_campaign() -> Any:
     """A review campaign nobody is assigned to: annotators reach it only by assignment (404 otherwise)."""
     from posttrain.review.models import Campaign
 
-    return Campaign.objects.create(name="c", questions=[{"key": "ok", "kind": "pass_fail", "label": "OK?",
-                                                         "required": True, "help": ""}], source={})
+    return Campaign.objects.create(
+        name="c",
+        questions=[{"key": "ok", "kind": "pass_fail", "label": "OK?", "required": True, "help": ""}],
+        source={},
+    )
 
 
 def a_review_item() -> Any:
     from posttrain.review.models import ReviewItem
     from posttrain.runs.models import Sample
 
-    sample = Sample.objects.create(run=a_run(), step=0, index=0, prompt="p", response="r", length=1,
-                                   finish_reason="stop")
+    sample = Sample.objects.create(
+        run=a_run(), step=0, index=0, prompt="p", response="r", length=1, finish_reason="stop"
+    )
     return ReviewItem.objects.create(campaign=a_campaign(), position=0, sample_a=sample)
 
 
@@ -191,7 +195,9 @@ def test_role_access(key: str, role: str, client_for, settings):
     # 500 is a crash; a deliberate 503 (health without Ray) is an answer.
     assert response.status_code != 500, f"{key} as {role}: {response.status_code}"
     if role in access.allowed:
-        assert response.status_code not in (401, 403), f"{key} refused {role}: {response.status_code} {response.content[:300]!r}"
+        assert response.status_code not in (401, 403), (
+            f"{key} refused {role}: {response.status_code} {response.content[:300]!r}"
+        )
     else:
         assert response.status_code in (401, 403), f"{key} let {role} in: {response.status_code}"
         assert "detail" in response.json()

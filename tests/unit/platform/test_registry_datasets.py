@@ -70,7 +70,11 @@ def test_a_split_column_is_counted_per_value(researcher_client):
 def test_field_mapping_names_the_prompt_and_label_columns(researcher_client):
     rows = [{"question": "2+2?", "answer": 4, "source": "gsm"}]
     body = upload(researcher_client, jsonl(rows), prompt_field="question", label_field="answer").json()
-    assert (body["prompt_field"], body["label_field"], body["columns"]) == ("question", "answer", ["question", "answer", "source"])
+    assert (body["prompt_field"], body["label_field"], body["columns"]) == (
+        "question",
+        "answer",
+        ["question", "answer", "source"],
+    )
 
 
 def test_a_dataset_without_labels_is_accepted_with_an_empty_label_field(researcher_client):
@@ -91,7 +95,9 @@ def test_parquet_upload_reads_rows_in_batches(researcher_client):
     import pyarrow.parquet as pq
 
     buffer = io.BytesIO()
-    pq.write_table(pa.table({"prompt": [f"q{i}" for i in range(5000)], "label": list(range(5000))}), buffer, row_group_size=1000)
+    pq.write_table(
+        pa.table({"prompt": [f"q{i}" for i in range(5000)], "label": list(range(5000))}), buffer, row_group_size=1000
+    )
     body = upload(researcher_client, buffer.getvalue(), filename="d.parquet").json()
     assert (body["format"], body["row_count"], body["columns"]) == ("parquet", 5000, ["prompt", "label"])
 

@@ -36,9 +36,17 @@ def test_registering_a_model_folder_reads_architecture_and_parameter_count(resea
 def test_parameter_count_sums_every_shard_of_an_indexed_checkpoint_and_skips_metadata(tmp_path):
     folder = write_model_folder(tmp_path / "m", {"unused": [1]})
     (folder / "model.safetensors").unlink()
-    write_safetensors(folder / "model-00001-of-00002.safetensors", {"a": [4, 5], "scalar": []}, metadata={"format": "pt"})
+    write_safetensors(
+        folder / "model-00001-of-00002.safetensors", {"a": [4, 5], "scalar": []}, metadata={"format": "pt"}
+    )
     write_safetensors(folder / "model-00002-of-00002.safetensors", {"b": [3, 2, 2]})
-    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "scalar": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    index = {
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "scalar": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        }
+    }
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
 
     info = inspect_model_folder(folder)
@@ -49,7 +57,9 @@ def test_parameter_count_sums_every_shard_of_an_indexed_checkpoint_and_skips_met
 
 def test_a_shard_missing_from_the_index_is_named(tmp_path):
     folder = write_model_folder(tmp_path / "m")
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00002-of-00002.safetensors"}}))
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00002-of-00002.safetensors"}})
+    )
     with pytest.raises(ValidationError) as exc:
         model_register("m", str(folder))
     assert "model-00002-of-00002.safetensors" in exc.value.message_dict["path"][0]
@@ -74,7 +84,9 @@ def test_a_folder_without_config_json_is_refused_naming_the_path(researcher_clie
 
 def test_a_second_model_with_the_same_name_is_refused(researcher_client, tmp_path):
     folder = write_model_folder(tmp_path / "m")
-    assert researcher_client.post("/api/models/", {"name": "same", "path": str(folder)}, format="json").status_code == 201
+    assert (
+        researcher_client.post("/api/models/", {"name": "same", "path": str(folder)}, format="json").status_code == 201
+    )
     response = researcher_client.post("/api/models/", {"name": "same", "path": str(folder)}, format="json")
     assert response.status_code == 400
     assert "already exists" in response.json()["name"][0]
@@ -91,7 +103,9 @@ def test_models_filter_by_name_and_architecture(researcher_client, tmp_path):
 
 def test_a_model_can_be_renamed_and_described_but_not_moved(researcher_client, tmp_path):
     model = model_register("old", str(write_model_folder(tmp_path / "m")))
-    response = researcher_client.patch(f"/api/models/{model.pk}/", {"name": "new", "description": "d", "path": "/x"}, format="json")
+    response = researcher_client.patch(
+        f"/api/models/{model.pk}/", {"name": "new", "description": "d", "path": "/x"}, format="json"
+    )
     assert response.status_code == 200
     model.refresh_from_db()
     assert (model.name, model.description, model.path) == ("new", "d", str((tmp_path / "m").resolve()))

@@ -39,13 +39,24 @@ def test_a_builtin_reward_stores_the_engines_full_spec_named_for_metrics(researc
     response = create(researcher_client, name="Has a number", kind="builtin", spec={"type": "regex", "pattern": r"\d+"})
     assert response.status_code == 201, response.content
     spec = response.json()["spec"]
-    assert spec == {"type": "regex", "name": "Has_a_number", "pattern": r"\d+", "full_match": False, "score_match": 1.0, "score_miss": 0.0}
+    assert spec == {
+        "type": "regex",
+        "name": "Has_a_number",
+        "pattern": r"\d+",
+        "full_match": False,
+        "score_match": 1.0,
+        "score_miss": 0.0,
+    }
     # The stored spec, plus a weight, is a valid reward of a run config.
-    validate_config({"name": "r", "model": {"path": "m"}, "data": {"path": "d.jsonl"}, "rewards": [{**spec, "weight": 0.5}]})
+    validate_config(
+        {"name": "r", "model": {"path": "m"}, "data": {"path": "d.jsonl"}, "rewards": [{**spec, "weight": 0.5}]}
+    )
 
 
 def test_spec_field_errors_come_out_in_the_engines_wording(researcher_client):
-    response = create(researcher_client, name="r", kind="builtin", spec={"type": "regex", "pattern": "(", "full_mach": True})
+    response = create(
+        researcher_client, name="r", kind="builtin", spec={"type": "regex", "pattern": "(", "full_mach": True}
+    )
     assert response.status_code == 400
     errors = response.json()
     assert errors["spec.pattern"][0].startswith("invalid regular expression: missing ), unterminated subpattern")
@@ -57,7 +68,11 @@ def test_builtin_try_scores_each_sample_with_its_label(researcher_client):
     response = try_(
         researcher_client,
         reward["id"],
-        [{"prompt": "2+2=", "response": "4", "label": "4"}, {"prompt": "2+3=", "response": "6", "label": 5}, {"prompt": "x", "response": "y"}],
+        [
+            {"prompt": "2+2=", "response": "4", "label": "4"},
+            {"prompt": "2+3=", "response": "6", "label": 5},
+            {"prompt": "x", "response": "y"},
+        ],
     )
     assert response.status_code == 200, response.content
     body = response.json()
@@ -75,7 +90,11 @@ def test_python_source_is_stored_by_hash_and_scored_in_the_sandbox(researcher_cl
     assert reward["source"] == VERL_SOURCE
     assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # the staged file was moved
 
-    body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": " 7 ", "label": "7"}, {"prompt": "p", "response": "8", "label": "7"}]).json()
+    body = try_(
+        researcher_client,
+        reward["id"],
+        [{"prompt": "p", "response": " 7 ", "label": "7"}, {"prompt": "p", "response": "8", "label": "7"}],
+    ).json()
     assert body["scores"] == [1.0, 0.0]
     assert body["extra_logs"] == {"verl-exact/length": 2.0}
 
@@ -97,14 +116,21 @@ def test_a_python_reward_from_a_server_file_stores_its_text(researcher_client, t
 
 
 def test_a_syntax_error_in_python_source_names_the_line(researcher_client, storage_root):
-    response = create(researcher_client, name="bad", kind="python", source="def compute_score(a, b, c):\n    return (\n")
+    response = create(
+        researcher_client, name="bad", kind="python", source="def compute_score(a, b, c):\n    return (\n"
+    )
     assert response.status_code == 400
     assert "line 2" in response.json()["source"][0]
     assert not (storage_root / "rewards").exists() or not list((storage_root / "rewards").iterdir())
 
 
 def test_http_reward_is_checked_by_the_engine_schema(researcher_client):
-    ok = create(researcher_client, name="server", kind="http", spec={"url": "http://127.0.0.1:9/score", "retries": 0, "timeout_s": 0.5})
+    ok = create(
+        researcher_client,
+        name="server",
+        kind="http",
+        spec={"url": "http://127.0.0.1:9/score", "retries": 0, "timeout_s": 0.5},
+    )
     assert ok.status_code == 201
     assert ok.json()["spec"]["type"] == "http"
     body = try_(researcher_client, ok.json()["id"], [{"prompt": "p", "response": "r"}]).json()
@@ -128,7 +154,9 @@ def test_reward_model_try_runs_in_a_subprocess_and_returns_scores(researcher_cli
 
     monkeypatch.setattr(RewardModelReward, "load", no_torch_here)  # the child process is unaffected
     reward = create(researcher_client, name="rm", kind="reward_model", spec={"path": str(tiny_model)}).json()
-    body = try_(researcher_client, reward["id"], [{"prompt": "1+1=", "response": "2"}, {"prompt": "2+2=", "response": "4"}]).json()
+    body = try_(
+        researcher_client, reward["id"], [{"prompt": "1+1=", "response": "2"}, {"prompt": "2+2=", "response": "4"}]
+    ).json()
     assert body["errors"] == [[], []], body
     assert len(body["components"]["rm"]) == 2 and all(isinstance(x, float) for x in body["scores"])
 
@@ -149,12 +177,19 @@ def test_a_reward_can_be_renamed_without_changing_its_metric_name(researcher_cli
 
 
 def test_deleting_a_reward_an_experiment_uses_is_refused_with_409(researcher_client):
-    reward = RewardFunction.objects.get(pk=create(researcher_client, name="used", kind="builtin", spec={"type": "exact_match"}).json()["id"])
+    reward = RewardFunction.objects.get(
+        pk=create(researcher_client, name="used", kind="builtin", spec={"type": "exact_match"}).json()["id"]
+    )
     an_experiment(rewards=[reward], name="scored-by-it")
     response = researcher_client.delete(f"/api/rewards/{reward.pk}/")
     assert response.status_code == 409
     assert "scored-by-it" in response.json()["detail"]
-    assert researcher_client.delete(f"/api/rewards/{create(researcher_client, name='free', kind='builtin', spec={'type': 'exact_match'}).json()['id']}/").status_code == 204
+    assert (
+        researcher_client.delete(
+            f"/api/rewards/{create(researcher_client, name='free', kind='builtin', spec={'type': 'exact_match'}).json()['id']}/"
+        ).status_code
+        == 204
+    )
 
 
 def test_rewards_filter_by_kind(researcher_client):

@@ -88,8 +88,12 @@ PASS_QUESTION = {"key": "ok", "kind": "pass_fail", "label": "OK?", "required": T
 
 
 def _rows(question: str, table: dict[str, list]) -> list[Answered]:
-    return [Answered(item=i, annotator=name, answers={question: value}, seconds=10.0)
-            for name, values in table.items() for i, value in enumerate(values) if value is not None]
+    return [
+        Answered(item=i, annotator=name, answers={question: value}, seconds=10.0)
+        for name, values in table.items()
+        for i, value in enumerate(values)
+        if value is not None
+    ]
 
 
 def test_pass_fail_question_gets_kappa_and_alpha_of_its_two_annotators():
@@ -112,7 +116,9 @@ def test_rating_question_uses_interval_alpha_and_quadratic_kappa():
     result = question_agreement(question, _rows("q", {"a": list(first), "b": list(second)}))
     assert (result["metric"], result["kappa_weighting"]) == ("interval", "quadratic")
     assert result["kappa"] == pytest.approx(0.75, abs=1e-9)
-    assert result["alpha"] == pytest.approx(krippendorff_alpha([list(p) for p in WEIGHTED_PAIRS], "interval"), abs=1e-12)
+    assert result["alpha"] == pytest.approx(
+        krippendorff_alpha([list(p) for p in WEIGHTED_PAIRS], "interval"), abs=1e-12
+    )
 
 
 def test_tags_are_judged_one_tag_at_a_time_as_yes_or_no():

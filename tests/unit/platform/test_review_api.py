@@ -13,8 +13,10 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 
 CAMPAIGNS = "/api/review/campaigns/"
 PASS_FAIL = [{"key": "correct", "kind": "pass_fail", "label": "Is the answer correct?"}]
-PREFERENCE = [{"key": "better", "kind": "pairwise", "label": "Which is better?"},
-              {"key": "note", "kind": "comment", "label": "Why?"}]
+PREFERENCE = [
+    {"key": "better", "kind": "pairwise", "label": "Which is better?"},
+    {"key": "note", "kind": "comment", "label": "Why?"},
+]
 
 
 @pytest.fixture
@@ -34,16 +36,31 @@ def clients(users) -> dict[str, APIClient]:
 @pytest.fixture
 def run(experiment):
     """Four prompts at step 1; rewards 1, 0, 1, 0 (the responses "4" and "9" are right, "7" and "3" wrong)."""
-    return run_with_samples(experiment, {1: [
-        sample(0, 1.0, "2+2=", "4", group=0), sample(1, 0.0, "3+4=", "7x", group=1),
-        sample(2, 1.0, "1+8=", "9", group=2), sample(3, 0.0, "1+2=", "3x", group=3),
-    ]}, name="secret-run-name")
+    return run_with_samples(
+        experiment,
+        {
+            1: [
+                sample(0, 1.0, "2+2=", "4", group=0),
+                sample(1, 0.0, "3+4=", "7x", group=1),
+                sample(2, 1.0, "1+8=", "9", group=2),
+                sample(3, 0.0, "1+2=", "3x", group=3),
+            ]
+        },
+        name="secret-run-name",
+    )
 
 
 def create(client: APIClient, run, **fields):
-    body = {"name": "check answers", "instructions": "Pass if the answer is right.", "kind": "single",
-            "questions": PASS_FAIL, "source": {"runs": [str(run.id)], "rule": "random", "k": 10, "seed": 1},
-            "overlap": 2, "annotators": ["ann", "bob"], **fields}
+    body = {
+        "name": "check answers",
+        "instructions": "Pass if the answer is right.",
+        "kind": "single",
+        "questions": PASS_FAIL,
+        "source": {"runs": [str(run.id)], "rule": "random", "k": 10, "seed": 1},
+        "overlap": 2,
+        "annotators": ["ann", "bob"],
+        **fields,
+    }
     return client.post(CAMPAIGNS, body, format="json")
 
 
@@ -70,29 +87,55 @@ def test_a_researcher_creates_a_draft_campaign_with_its_items(researcher_client,
     response = create(researcher_client, run)
     assert response.status_code == 201, response.content
     body = response.json()
-    assert (body["state"], body["kind"], body["blind"], body["overlap"], body["item_count"]) == ("draft", "single", True, 2, 4)
+    assert (body["state"], body["kind"], body["blind"], body["overlap"], body["item_count"]) == (
+        "draft",
+        "single",
+        True,
+        2,
+        4,
+    )
     assert body["annotators"] == ["ann", "bob"]
-    assert body["questions"] == [{"key": "correct", "kind": "pass_fail", "label": "Is the answer correct?",
-                                  "required": True, "help": ""}]
+    assert body["questions"] == [
+        {"key": "correct", "kind": "pass_fail", "label": "Is the answer correct?", "required": True, "help": ""}
+    ]
     assert body["progress"]["judgements_needed"] == 8
     items = researcher_client.get(f"{CAMPAIGNS}{body['id']}/items/").json()
     assert items["count"] == 4
     first = items["results"][0]
-    assert set(first) == {"id", "position", "sample_a", "sample_b", "display_swap", "selection", "judgement_count",
-                          "locked_by", "locked_until", "skip_count"}
+    assert set(first) == {
+        "id",
+        "position",
+        "sample_a",
+        "sample_b",
+        "display_swap",
+        "selection",
+        "judgement_count",
+        "locked_by",
+        "locked_until",
+        "skip_count",
+    }
     assert first["sample_a"]["run_name"] == "secret-run-name"
     listed = researcher_client.get(CAMPAIGNS, {"state": "draft"}).json()
     assert [c["id"] for c in listed["results"]] == [body["id"]]
 
 
 def test_bad_campaign_fields_come_back_naming_each_field(researcher_client, run, users):
-    response = create(researcher_client, run, questions=[{"key": "stars", "kind": "rating", "label": "Stars", "min": 5, "max": 1}],
-                      source={"runs": [str(run.id)], "rule": "median"}, annotators=["ann", "nobody"])
+    response = create(
+        researcher_client,
+        run,
+        questions=[{"key": "stars", "kind": "rating", "label": "Stars", "min": 5, "max": 1}],
+        source={"runs": [str(run.id)], "rule": "median"},
+        annotators=["ann", "nobody"],
+    )
     assert response.status_code == 400
     locs = {e["loc"] for e in response.json()["errors"]}
     assert "annotators" in locs  # an unknown username, from the serializer
-    response = create(researcher_client, run, questions=[{"key": "stars", "kind": "rating", "label": "Stars", "min": 5, "max": 1}],
-                      source={"runs": [str(run.id)], "rule": "median"})
+    response = create(
+        researcher_client,
+        run,
+        questions=[{"key": "stars", "kind": "rating", "label": "Stars", "min": 5, "max": 1}],
+        source={"runs": [str(run.id)], "rule": "median"},
+    )
     assert {e["loc"] for e in response.json()["errors"]} == {"questions[0].max", "source.rule"}
 
 
@@ -117,11 +160,26 @@ def test_a_blind_item_shows_no_reward_run_step_or_sample(researcher_client, clie
     assert response.status_code == 200
     body = response.json()
     assert set(body) == {"campaign", "item", "progress"}
-    assert body["campaign"] == {"id": campaign["id"], "name": "check answers", "kind": "single", "blind": True,
-                                "instructions": "Pass if the answer is right.", "questions": campaign["questions"]}
+    assert body["campaign"] == {
+        "id": campaign["id"],
+        "name": "check answers",
+        "kind": "single",
+        "blind": True,
+        "instructions": "Pass if the answer is right.",
+        "questions": campaign["questions"],
+    }
     item = body["item"]
-    assert set(item) == {"id", "campaign", "position", "kind", "prompt", "reference", "responses", "locked_until",
-                         "my_answers"}
+    assert set(item) == {
+        "id",
+        "campaign",
+        "position",
+        "kind",
+        "prompt",
+        "reference",
+        "responses",
+        "locked_until",
+        "my_answers",
+    }
     assert [set(r) for r in item["responses"]] == [{"label", "text"}]
     text = response.content.decode()
     assert not _keys(body) & {"reward", "components", "run", "run_name", "step", "sample", "judgements"}
@@ -157,16 +215,25 @@ def test_an_annotator_works_the_queue_one_request_per_item(researcher_client, cl
     item = clients["ann"].post(f"{CAMPAIGNS}{campaign['id']}/next/").json()["item"]
     judged = []
     while item is not None:
-        response = clients["ann"].post(f"/api/review/items/{item['id']}/judgement/",
-                                       {"answers": {"correct": True}, "seconds": 2.5, "claim_next": True}, format="json")
+        response = clients["ann"].post(
+            f"/api/review/items/{item['id']}/judgement/",
+            {"answers": {"correct": True}, "seconds": 2.5, "claim_next": True},
+            format="json",
+        )
         assert response.status_code == 201, response.content
         body = response.json()
         assert body["judgement"]["answers"] == {"correct": True} and body["created"] is True
         judged.append(item["id"])
         item = body["next"] and body["next"]["item"]
     assert len(set(judged)) == 4
-    assert body["progress"] == {"judged": 4, "remaining": 0, "available": 0, "skipped": 0, "held_item": None,
-                                "done": True}
+    assert body["progress"] == {
+        "judged": 4,
+        "remaining": 0,
+        "available": 0,
+        "skipped": 0,
+        "held_item": None,
+        "done": True,
+    }
     assert clients["ann"].post(f"{CAMPAIGNS}{campaign['id']}/next/").status_code == 204
 
 
@@ -184,8 +251,9 @@ def test_skip_moves_on_and_release_gives_the_item_back(researcher_client, client
 def test_bad_answers_name_the_question(researcher_client, clients, run):
     campaign = active(researcher_client, run)
     item = clients["ann"].post(f"{CAMPAIGNS}{campaign['id']}/next/").json()["item"]
-    response = clients["ann"].post(f"/api/review/items/{item['id']}/judgement/", {"answers": {"correct": "maybe"}},
-                                   format="json")
+    response = clients["ann"].post(
+        f"/api/review/items/{item['id']}/judgement/", {"answers": {"correct": "maybe"}}, format="json"
+    )
     assert response.status_code == 400
     assert response.json() == {"errors": [{"loc": "answers.correct", "msg": "must be true (pass) or false (fail)"}]}
 
@@ -203,8 +271,13 @@ def test_an_unassigned_annotator_cannot_reach_the_campaign_or_its_items(research
 
 def test_annotators_are_refused_on_researcher_endpoints(researcher_client, clients, run):
     campaign = active(researcher_client, run)
-    for url in (CAMPAIGNS, f"{CAMPAIGNS}{campaign['id']}/", f"{CAMPAIGNS}{campaign['id']}/results/",
-                f"{CAMPAIGNS}{campaign['id']}/agreement/", f"{CAMPAIGNS}{campaign['id']}/export/?format=trl"):
+    for url in (
+        CAMPAIGNS,
+        f"{CAMPAIGNS}{campaign['id']}/",
+        f"{CAMPAIGNS}{campaign['id']}/results/",
+        f"{CAMPAIGNS}{campaign['id']}/agreement/",
+        f"{CAMPAIGNS}{campaign['id']}/export/?format=trl",
+    ):
         assert clients["ann"].get(url).status_code == 403, url
 
 
@@ -217,8 +290,9 @@ def _judge_all(clients, campaign_id: int, verdicts: dict[str, dict[str, bool]]) 
         while (response := clients[name].post(f"{CAMPAIGNS}{campaign_id}/next/")).status_code == 200:
             item = response.json()["item"]
             answer = by_response[item["responses"][0]["text"]]
-            clients[name].post(f"/api/review/items/{item['id']}/judgement/", {"answers": {"correct": answer}},
-                               format="json")
+            clients[name].post(
+                f"/api/review/items/{item['id']}/judgement/", {"answers": {"correct": answer}}, format="json"
+            )
 
 
 def test_agreement_equals_the_hand_computed_figures(researcher_client, clients, run):
@@ -226,8 +300,14 @@ def test_agreement_equals_the_hand_computed_figures(researcher_client, clients, 
     test_review_agreement.test_pass_fail_question_gets_kappa_and_alpha_of_its_two_annotators:
     kappa = 0.5, alpha = 16/30."""
     campaign = active(researcher_client, run)
-    _judge_all(clients, campaign["id"], {"ann": {"4": True, "7x": True, "9": False, "3x": False},
-                                         "bob": {"4": True, "7x": False, "9": False, "3x": False}})
+    _judge_all(
+        clients,
+        campaign["id"],
+        {
+            "ann": {"4": True, "7x": True, "9": False, "3x": False},
+            "bob": {"4": True, "7x": False, "9": False, "3x": False},
+        },
+    )
     body = researcher_client.get(f"{CAMPAIGNS}{campaign['id']}/agreement/").json()
     (question,) = body["questions"]
     assert (question["key"], question["metric"], question["items"]) == ("correct", "nominal", 4)
@@ -261,8 +341,11 @@ def test_pair_results_compare_the_rewards_choice_with_the_humans(researcher_clie
     campaign = active(researcher_client, run, kind="pair", questions=PREFERENCE, overlap=1)
     item = clients["ann"].post(f"{CAMPAIGNS}{campaign['id']}/next/").json()["item"]
     right = next(r["label"] for r in item["responses"] if r["text"] == "4")
-    clients["ann"].post(f"/api/review/items/{item['id']}/judgement/",
-                        {"answers": {"better": right, "note": "5 is wrong"}}, format="json")
+    clients["ann"].post(
+        f"/api/review/items/{item['id']}/judgement/",
+        {"answers": {"better": right, "note": "5 is wrong"}},
+        format="json",
+    )
     (row,) = researcher_client.get(f"{CAMPAIGNS}{campaign['id']}/results/").json()["results"]
     human = row["human_preferred"]
     assert row["samples"][human]["response"] == "4"
@@ -300,4 +383,3 @@ def test_export_downloads_and_registers_as_a_dataset(researcher_client, clients,
 def test_the_annotator_list_offers_only_annotators(researcher_client, users, make_user):
     make_user("researcher", "rita")
     assert [u["username"] for u in researcher_client.get("/api/review/annotators/").json()] == ["ann", "bob", "eve"]
-

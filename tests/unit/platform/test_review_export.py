@@ -28,8 +28,11 @@ def annotators(make_user):
 @pytest.fixture
 def judged_pairs(experiment, annotators):
     """Humans prefer "4" (both), split on "6"/"9", prefer "2" (both), call "10"/"55" a tie (both)."""
-    samples = [sample(2 * g + j, 1.0 - j if g != 2 else float(j), prompt, response, group=g)
-               for g, (prompt, *responses) in enumerate(GROUPS) for j, response in enumerate(responses)]
+    samples = [
+        sample(2 * g + j, 1.0 - j if g != 2 else float(j), prompt, response, group=g)
+        for g, (prompt, *responses) in enumerate(GROUPS)
+        for j, response in enumerate(responses)
+    ]
     run = run_with_samples(experiment, {1: samples})
     campaign = pair_campaign([run], annotators, overlap=2)
     preferred = {"2+2=": ("4", "4"), "3+3=": ("6", "9"), "1+1=": ("2", "2"), "5+5=": ("tie", "tie")}
@@ -62,9 +65,11 @@ def test_trl_export_has_one_line_per_majority_preference(judged_pairs):
 
 def test_openai_export_uses_the_preference_fine_tuning_format(judged_pairs):
     lines = export_campaign(judged_pairs, "openai").lines
-    assert ('{"input": {"messages": [{"role": "user", "content": "2+2="}]}, '
-            '"preferred_output": [{"role": "assistant", "content": "4"}], '
-            '"non_preferred_output": [{"role": "assistant", "content": "5"}]}\n') in lines
+    assert (
+        '{"input": {"messages": [{"role": "user", "content": "2+2="}]}, '
+        '"preferred_output": [{"role": "assistant", "content": "4"}], '
+        '"non_preferred_output": [{"role": "assistant", "content": "5"}]}\n'
+    ) in lines
     assert len(lines) == 2
 
 
@@ -90,7 +95,9 @@ def rated(experiment, annotators):
     campaign = single_campaign([run], annotators, overlap=2, questions=QUESTIONS)
     item = campaign.items.get()
     ann, bob = annotators
-    review.judgement_submit(item, ann, {"correct": True, "stars": 4, "issues": ["wrong", "rude"], "note": "fine, mostly"}, 12.5)
+    review.judgement_submit(
+        item, ann, {"correct": True, "stars": 4, "issues": ["wrong", "rude"], "note": "fine, mostly"}, 12.5
+    )
     review.judgement_submit(item, bob, {"correct": False, "stars": 2, "issues": []}, 3)
     return campaign, item, run
 

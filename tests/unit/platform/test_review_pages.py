@@ -28,8 +28,9 @@ def admin(make_user):
 
 @pytest.fixture
 def campaign(experiment, annotator, admin):
-    run = run_with_samples(experiment, {1: [sample(0, 1.0, "2+2=", "4"), sample(1, 0.0, "3+4=", "8")]},
-                           name="secret-run-name")
+    run = run_with_samples(
+        experiment, {1: [sample(0, 1.0, "2+2=", "4"), sample(1, 0.0, "3+4=", "8")]}, name="secret-run-name"
+    )
     return single_campaign([run], [annotator, admin], k=2)
 
 
@@ -79,16 +80,24 @@ def test_the_campaign_page_of_an_unknown_campaign_is_a_404(client, researcher):
 def embedded_campaign(response) -> dict:
     html = response.content.decode()
     start = html.index('<script id="campaign-data" type="application/json">') + len(
-        '<script id="campaign-data" type="application/json">')
-    return json.loads(html[start:html.index("</script>", start)])
+        '<script id="campaign-data" type="application/json">'
+    )
+    return json.loads(html[start : html.index("</script>", start)])
 
 
 def test_the_work_page_embeds_the_questions_and_nothing_about_the_runs(client, annotator, campaign):
     response = signed_in(client, annotator).get(f"/annotate/{campaign.pk}/")
     html = response.content.decode()
     data = embedded_campaign(response)
-    assert data == {"id": campaign.pk, "name": "review", "instructions": "", "kind": "single", "blind": True,
-                    "questions": campaign.questions, "state": "active"}
+    assert data == {
+        "id": campaign.pk,
+        "name": "review",
+        "instructions": "",
+        "kind": "single",
+        "blind": True,
+        "questions": campaign.questions,
+        "state": "active",
+    }
     run_id = campaign.source["runs"][0]
     assert "secret-run-name" not in html and run_id not in html
 
@@ -96,7 +105,7 @@ def test_the_work_page_embeds_the_questions_and_nothing_about_the_runs(client, a
 def test_the_nav_shows_each_role_its_review_pages(client, researcher, annotator, admin):
     def nav_links(user) -> set[str]:
         html = signed_in(client, user).get("/").content.decode()
-        nav = html[html.index("<nav>"):html.index("</nav>")]
+        nav = html[html.index("<nav>") : html.index("</nav>")]
         return {label for label in ("Review", "Annotate") if f">{label}</a>" in nav}
 
     assert nav_links(researcher) == {"Review"}

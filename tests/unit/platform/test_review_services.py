@@ -37,10 +37,20 @@ def annotators(make_user):
 @pytest.fixture
 def run(experiment):
     """Two steps of four samples; rewards 0.1·index (+1 at step 2); two components that disagree most on index 2."""
+
     def step(offset: float) -> list[dict]:
-        return [sample(i, offset + 0.1 * i, f"question {i // 2}", str(i + 1), group=i // 2,
-                       components={"exact_answer": float(i % 2), "format": 1.0 if i != 2 else -3.0})
-                for i in range(4)]
+        return [
+            sample(
+                i,
+                offset + 0.1 * i,
+                f"question {i // 2}",
+                str(i + 1),
+                group=i // 2,
+                components={"exact_answer": float(i % 2), "format": 1.0 if i != 2 else -3.0},
+            )
+            for i in range(4)
+        ]
+
     return run_with_samples(experiment, {1: step(0.0), 2: step(1.0)}, name="r1")
 
 
@@ -60,15 +70,22 @@ def test_lowest_and_highest_reward_pick_k_samples_per_step(run, annotators):
 
 
 def test_component_disagreement_picks_the_largest_spread_between_components(run, annotators):
-    campaign = single_campaign([run], annotators, k=1, rule="component_disagreement", activate=False,
-                               source={"components": ["exact_answer", "format"]})
+    campaign = single_campaign(
+        [run],
+        annotators,
+        k=1,
+        rule="component_disagreement",
+        activate=False,
+        source={"components": ["exact_answer", "format"]},
+    )
     assert _picked(campaign) == {(1, 2), (2, 2)}  # exact 0 vs format −3: spread 3
     assert {i.selection["score"] for i in campaign.items.all()} == {3.0}
 
 
 def test_reward_vs_component_picks_where_the_reward_and_the_verifier_differ_most(run, annotators):
-    campaign = single_campaign([run], annotators, k=1, rule="reward_vs_component", activate=False,
-                               source={"components": ["exact_answer"]})
+    campaign = single_campaign(
+        [run], annotators, k=1, rule="reward_vs_component", activate=False, source={"components": ["exact_answer"]}
+    )
     # step 1: |0.1i − i%2| is largest at i=1 (0.9); step 2: |1 + 0.1i − i%2| is largest at i=2 (1.2).
     assert _picked(campaign) == {(1, 1), (2, 2)}
 
@@ -76,7 +93,9 @@ def test_reward_vs_component_picks_where_the_reward_and_the_verifier_differ_most
 def test_random_selection_is_deterministic_by_seed(run, annotators):
     def draw(seed: int) -> list[tuple[int, int]]:
         campaign = single_campaign([run], annotators, k=2, activate=False, source={"seed": seed})
-        return [(i.sample_a.step, i.sample_a.index) for i in campaign.items.select_related("sample_a").order_by("position")]
+        return [
+            (i.sample_a.step, i.sample_a.index) for i in campaign.items.select_related("sample_a").order_by("position")
+        ]
 
     assert draw(1) == draw(1)
     assert len(draw(1)) == 4
@@ -103,8 +122,11 @@ def test_pairs_within_a_run_are_two_different_responses_of_one_prompt_group(run,
 
 def test_pairs_across_two_runs_match_the_same_prompt_text(experiment, annotators):
     first = run_with_samples(experiment, {1: [sample(0, 1.0, "2+2=", "4"), sample(1, 0.0, "3+3=", "6")]}, name="a")
-    second = run_with_samples(experiment, {1: [sample(0, 0.0, "2+2=", "5"), sample(1, 0.0, "9+9=", "18")],
-                                           3: [sample(0, 1.0, "2+2=", "four")]}, name="b")
+    second = run_with_samples(
+        experiment,
+        {1: [sample(0, 0.0, "2+2=", "5"), sample(1, 0.0, "9+9=", "18")], 3: [sample(0, 1.0, "2+2=", "four")]},
+        name="b",
+    )
     same = pair_campaign([first, second], annotators, activate=False)
     (item,) = same.items.select_related("sample_a__run", "sample_b__run")
     assert (item.sample_a.run_id, item.sample_b.run_id) == (first.id, second.id)
@@ -115,10 +137,18 @@ def test_pairs_across_two_runs_match_the_same_prompt_text(experiment, annotators
 
 
 def test_pairs_skip_responses_with_the_same_text(experiment, annotators):
-    run = run_with_samples(experiment, {1: [
-        sample(0, 0.0, "q", "same", group=0), sample(1, 0.0, "q", "same", group=0), sample(2, 0.0, "q", "other", group=0),
-        sample(3, 0.0, "r", "dup", group=1), sample(4, 0.0, "r", "dup", group=1),
-    ]})
+    run = run_with_samples(
+        experiment,
+        {
+            1: [
+                sample(0, 0.0, "q", "same", group=0),
+                sample(1, 0.0, "q", "same", group=0),
+                sample(2, 0.0, "q", "other", group=0),
+                sample(3, 0.0, "r", "dup", group=1),
+                sample(4, 0.0, "r", "dup", group=1),
+            ]
+        },
+    )
     campaign = pair_campaign([run], annotators, activate=False)
     (item,) = campaign.items.select_related("sample_a", "sample_b")
     assert {item.sample_a.response, item.sample_b.response} == {"same", "other"}
@@ -127,8 +157,13 @@ def test_pairs_skip_responses_with_the_same_text(experiment, annotators):
 def test_pair_sources_take_one_run_or_two(run, experiment, annotators):
     runs = [str(run_with_samples(experiment, {1: [sample(0, 0.0, "q", "a")]}).id) for _ in range(3)]
     with pytest.raises(InvalidInput) as refused:
-        review.campaign_create(name="x", kind="pair", questions=[{"key": "b", "kind": "pairwise", "label": "B?"}],
-                               source={"runs": runs}, annotators=annotators)
+        review.campaign_create(
+            name="x",
+            kind="pair",
+            questions=[{"key": "b", "kind": "pairwise", "label": "B?"}],
+            source={"runs": runs},
+            annotators=annotators,
+        )
     assert refused.value.errors[0]["loc"] == "source.runs"
     with pytest.raises(InvalidInput) as single:
         single_campaign([run], annotators, activate=False, source={"pair_steps": "latest"})
@@ -145,11 +180,21 @@ def test_a_source_that_selects_nothing_is_refused_naming_the_field(run, annotato
 def test_every_invalid_field_is_reported_at_once(run, annotators, researcher):
     with pytest.raises(InvalidInput) as refused:
         review.campaign_create(
-            name="", kind="single", overlap=0, annotators=[researcher],
+            name="",
+            kind="single",
+            overlap=0,
+            annotators=[researcher],
             questions=[{"key": "q", "kind": "rating", "label": "Q", "min": 5, "max": 1}],
-            source={"runs": [str(run.id)], "rule": "component_disagreement", "components": ["only_one"], "k": 0})
+            source={"runs": [str(run.id)], "rule": "component_disagreement", "components": ["only_one"], "k": 0},
+        )
     assert {e["loc"] for e in refused.value.errors} == {
-        "name", "overlap", "annotators[0]", "questions[0].max", "source.k", "source.components"}
+        "name",
+        "overlap",
+        "annotators[0]",
+        "questions[0].max",
+        "source.k",
+        "source.components",
+    }
 
 
 # --- campaign states --------------------------------------------------------------------------
@@ -316,14 +361,20 @@ def test_submitting_again_edits_the_annotators_own_judgement(run, annotators):
 
 def test_answers_are_checked_against_the_questions(run, annotators):
     ann = annotators[0]
-    questions = PASS_FAIL + [{"key": "stars", "kind": "rating", "label": "Stars", "min": 1, "max": 5},
-                             {"key": "issues", "kind": "tags", "label": "Issues", "options": ["rude", "wrong"]}]
+    questions = PASS_FAIL + [
+        {"key": "stars", "kind": "rating", "label": "Stars", "min": 1, "max": 5},
+        {"key": "issues", "kind": "tags", "label": "Issues", "options": ["rude", "wrong"]},
+    ]
     campaign = single_campaign([run], [ann], questions=questions)
     item = review.item_claim_next(campaign, ann)
     with pytest.raises(InvalidInput) as refused:
         review.judgement_submit(item, ann, {"correct": "yes", "stars": 9, "issues": ["bad"], "extra": 1})
-    assert {e["loc"] for e in refused.value.errors} == {"answers.correct", "answers.stars", "answers.issues",
-                                                      "answers.extra"}
+    assert {e["loc"] for e in refused.value.errors} == {
+        "answers.correct",
+        "answers.stars",
+        "answers.issues",
+        "answers.extra",
+    }
     with pytest.raises(InvalidInput) as missing:
         review.judgement_submit(item, ann, {"correct": True})
     assert [e["loc"] for e in missing.value.errors] == ["answers.stars"]
@@ -356,8 +407,9 @@ def test_pairs_show_their_responses_in_a_seeded_random_order(experiment, annotat
 def test_concurrent_claims_never_give_two_annotators_the_same_item(experiment, make_user):
     """Two annotators claim and judge as fast as they can, each in its own thread and connection; with
     overlap 1 every item is judged exactly once and no item is ever handed to both."""
-    run = run_with_samples(experiment, {step: [sample(i, 0.1 * i, f"{step}:{i}", str(i)) for i in range(6)]
-                                        for step in range(1, 4)})
+    run = run_with_samples(
+        experiment, {step: [sample(i, 0.1 * i, f"{step}:{i}", str(i)) for i in range(6)] for step in range(1, 4)}
+    )
     ann, bob = make_user("annotator", "ann"), make_user("annotator", "bob")
     campaign = single_campaign([run], [ann, bob], k=6, overlap=1)
     claimed: dict[str, list[int]] = {"ann": [], "bob": []}

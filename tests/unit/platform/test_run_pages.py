@@ -35,23 +35,33 @@ def test_pages_open_for_researchers_and_admins(client_for, path):
 
 def run_page_data(response) -> dict:
     html = response.content.decode()
-    start = html.index('<script id="run-data" type="application/json">') + len('<script id="run-data" type="application/json">')
-    return json.loads(html[start:html.index("</script>", start)])
+    start = html.index('<script id="run-data" type="application/json">') + len(
+        '<script id="run-data" type="application/json">'
+    )
+    return json.loads(html[start : html.index("</script>", start)])
 
 
-def test_run_page_embeds_the_seq_its_stream_resumes_from_and_the_logs_up_to_it(researcher_client, experiment, no_dispatch):
+def test_run_page_embeds_the_seq_its_stream_resumes_from_and_the_logs_up_to_it(
+    researcher_client, experiment, no_dispatch
+):
     run = make_run(experiment, state="running")
-    services.events_ingest(run.pk, [
-        event(run, 1, "log", step=0, data={"level": "info", "message": "loading the policy"}),
-        event(run, 2, "metrics", step=1, data={"reward/mean": 0.25}),
-        event(run, 3, "log", step=1, data={"level": "warning", "message": "reward timed out"}),
-    ])
+    services.events_ingest(
+        run.pk,
+        [
+            event(run, 1, "log", step=0, data={"level": "info", "message": "loading the policy"}),
+            event(run, 2, "metrics", step=1, data={"reward/mean": 0.25}),
+            event(run, 3, "log", step=1, data={"level": "warning", "message": "reward timed out"}),
+        ],
+    )
     response = researcher_client.get(f"/runs/{run.pk}/")
     assert response.status_code == 200
     data = run_page_data(response)
     assert data["id"] == str(run.pk)
     assert data["stream_from_seq"] == 3
-    assert [(entry["seq"], entry["message"]) for entry in data["logs"]] == [(1, "loading the policy"), (3, "reward timed out")]
+    assert [(entry["seq"], entry["message"]) for entry in data["logs"]] == [
+        (1, "loading the policy"),
+        (3, "reward timed out"),
+    ]
     assert data["total_steps"] == 2
     assert data["reward_names"] == ["exact_answer", "two-digits"]
 

@@ -33,9 +33,16 @@ def run(experiment):
         metrics = {"reward/mean": 0.1 * step, "timing/generate": 1.5}
         if step == 2:
             metrics["kl/mean"] = "nan"
-        samples = [sample_record(i, reward=float(i % 2), finish_reason="length" if i == 3 else "stop",
-                                 response=f"answer {step}-{i}") for i in range(4)]
-        events += [event(run, seq, "metrics", step, metrics), event(run, seq + 1, "samples", step, {"samples": samples})]
+        samples = [
+            sample_record(
+                i, reward=float(i % 2), finish_reason="length" if i == 3 else "stop", response=f"answer {step}-{i}"
+            )
+            for i in range(4)
+        ]
+        events += [
+            event(run, seq, "metrics", step, metrics),
+            event(run, seq + 1, "samples", step, {"samples": samples}),
+        ]
         seq += 2
     services.events_ingest(run.id, events)
     return run
@@ -85,8 +92,14 @@ def test_nul_characters_in_text_filters_are_dropped_not_a_server_error(api, run)
 
 
 def test_admin_pages_of_runs_and_experiments_open(admin_client, run):
-    for url in ("/admin/runs/run/", f"/admin/runs/run/{run.id}/change/", "/admin/runs/experiment/",
-                f"/admin/runs/experiment/{run.experiment_id}/change/", "/admin/runs/sample/", "/admin/runs/metricrow/"):
+    for url in (
+        "/admin/runs/run/",
+        f"/admin/runs/run/{run.id}/change/",
+        "/admin/runs/experiment/",
+        f"/admin/runs/experiment/{run.experiment_id}/change/",
+        "/admin/runs/sample/",
+        "/admin/runs/metricrow/",
+    ):
         assert admin_client.get(url).status_code == 200, url
 
 

@@ -27,8 +27,14 @@ def metrics(run: Run, seq: int, step: int, data: dict) -> dict:
 
 
 def samples(run: Run, seq: int, step: int, records: list[dict]) -> dict:
-    return {"run": str(run.id), "seq": seq, "type": "samples", "step": step, "time": T0 + step,
-            "data": {"samples": records}}
+    return {
+        "run": str(run.id),
+        "seq": seq,
+        "type": "samples",
+        "step": step,
+        "time": T0 + step,
+        "data": {"samples": records},
+    }
 
 
 @pytest.fixture
@@ -36,10 +42,16 @@ def two_runs(experiment) -> tuple[Run, Run]:
     """Run a: steps 1..3, reward 0.1/0.2/0.3, 10 samples per step; run b: steps 1..2, reward 0.5/"nan", 20 per step."""
     a = make_run(experiment, RunState.SUCCEEDED)
     b = make_run(experiment, RunState.RUNNING, tags=["baseline"])
-    services.events_ingest(a.id, [
-        metrics(a, step, step, {"reward/mean": 0.1 * step, "progress/samples": 10 * step}) for step in (1, 2, 3)])
-    services.events_ingest(b.id, [metrics(b, 1, 1, {"reward/mean": 0.5, "progress/samples": 20, "kl/mean": 0.01}),
-                                  metrics(b, 2, 2, {"reward/mean": "nan", "progress/samples": 40})])
+    services.events_ingest(
+        a.id, [metrics(a, step, step, {"reward/mean": 0.1 * step, "progress/samples": 10 * step}) for step in (1, 2, 3)]
+    )
+    services.events_ingest(
+        b.id,
+        [
+            metrics(b, 1, 1, {"reward/mean": 0.5, "progress/samples": 20, "kl/mean": 0.01}),
+            metrics(b, 2, 2, {"reward/mean": "nan", "progress/samples": 40}),
+        ],
+    )
     a.refresh_from_db()
     b.refresh_from_db()
     return a, b
@@ -57,14 +69,30 @@ def test_compare_answers_each_run_in_the_order_given_with_its_curves(api, two_ru
     assert body["x_axis"] == "step"
     assert [r["id"] for r in body["runs"]] == [str(b.id), str(a.id)]
     first = body["runs"][0]
-    assert set(first) == {"id", "name", "experiment", "experiment_name", "state", "seed", "tags", "created_at",
-                          "config", "summary", "series"}
+    assert set(first) == {
+        "id",
+        "name",
+        "experiment",
+        "experiment_name",
+        "state",
+        "seed",
+        "tags",
+        "created_at",
+        "config",
+        "summary",
+        "series",
+    }
     assert (first["name"], first["experiment_name"], first["state"], first["tags"]) == (
-        "sums grpo #2", "sums grpo", "running", ["baseline"])
+        "sums grpo #2",
+        "sums grpo",
+        "running",
+        ["baseline"],
+    )
     assert first["config"] == b.resolved_config
     assert first["summary"]["reward/mean"] == {"last": None, "step": 2, "min": 0.5, "max": 0.5, "count": 2}
-    assert first["series"] == {"reward/mean": {"x": [1, 2], "y": [0.5, None], "step": [1, 2], "points": 2,
-                                               "downsampled": False}}
+    assert first["series"] == {
+        "reward/mean": {"x": [1, 2], "y": [0.5, None], "step": [1, 2], "points": 2, "downsampled": False}
+    }
     assert body["runs"][1]["series"]["reward/mean"]["y"] == pytest.approx([0.1, 0.2, 0.3])
 
 
@@ -90,12 +118,15 @@ def test_compare_downsamples_every_run(api, experiment):
     assert (curve["x"][0], curve["x"][-1]) == (0, 49)
 
 
-@pytest.mark.parametrize(("runs", "needle"), [
-    (None, "required"),
-    ("", "required"),
-    ("not-a-uuid", "'not-a-uuid' is not a run id"),
-    (unknown_run_id(), "no run with id"),
-])
+@pytest.mark.parametrize(
+    ("runs", "needle"),
+    [
+        (None, "required"),
+        ("", "required"),
+        ("not-a-uuid", "'not-a-uuid' is not a run id"),
+        (unknown_run_id(), "no run with id"),
+    ],
+)
 def test_compare_without_valid_runs_is_a_400_naming_runs(api, two_runs, runs, needle):
     params = {} if runs is None else {"runs": runs}
     response = api.get("/api/compare/", params)
@@ -125,15 +156,30 @@ def sampled(experiment) -> tuple[Run, Run]:
     "2+2=" at step 1; b: "2+2=" at step 5 (three times), "3+3=" at step 4."""
     a = make_run(experiment, RunState.RUNNING)
     b = make_run(experiment, RunState.RUNNING)
-    services.events_ingest(a.id, [
-        samples(a, 1, 1, [sample_record(0, prompt="1+1="), sample_record(1, prompt="2+2="),
-                          sample_record(2, prompt="3+3="), sample_record(3, prompt="3+3=")]),
-        samples(a, 2, 2, [sample_record(0, prompt="3+3=", response="6"), sample_record(1, prompt="3+3=")]),
-    ])
-    services.events_ingest(b.id, [
-        samples(b, 1, 4, [sample_record(0, prompt="3+3=")]),
-        samples(b, 2, 5, [sample_record(i, prompt="2+2=") for i in range(3)]),
-    ])
+    services.events_ingest(
+        a.id,
+        [
+            samples(
+                a,
+                1,
+                1,
+                [
+                    sample_record(0, prompt="1+1="),
+                    sample_record(1, prompt="2+2="),
+                    sample_record(2, prompt="3+3="),
+                    sample_record(3, prompt="3+3="),
+                ],
+            ),
+            samples(a, 2, 2, [sample_record(0, prompt="3+3=", response="6"), sample_record(1, prompt="3+3=")]),
+        ],
+    )
+    services.events_ingest(
+        b.id,
+        [
+            samples(b, 1, 4, [sample_record(0, prompt="3+3=")]),
+            samples(b, 2, 5, [sample_record(i, prompt="2+2=") for i in range(3)]),
+        ],
+    )
     return a, b
 
 
@@ -141,10 +187,12 @@ def test_prompts_every_run_sampled_come_most_recent_first_with_counts(api, sampl
     a, b = sampled
     response = api.get("/api/compare/prompts/", {"runs": f"{a.id},{b.id}"})
     assert response.status_code == 200
-    assert response.json() == {"prompts": [
-        {"prompt": "2+2=", "counts": {str(a.id): 1, str(b.id): 3}},  # b stored its "2+2=" last
-        {"prompt": "3+3=", "counts": {str(a.id): 4, str(b.id): 1}},
-    ]}
+    assert response.json() == {
+        "prompts": [
+            {"prompt": "2+2=", "counts": {str(a.id): 1, str(b.id): 3}},  # b stored its "2+2=" last
+            {"prompt": "3+3=", "counts": {str(a.id): 4, str(b.id): 1}},
+        ]
+    }
 
 
 def test_prompts_filtered_by_text(api, sampled):
@@ -160,11 +208,28 @@ def test_samples_of_a_prompt_show_each_runs_latest_step_with_it(api, sampled):
     assert response.status_code == 200
     runs = response.json()["runs"]
     assert [(r["id"], r["step"], [s["index"] for s in r["samples"]]) for r in runs] == [
-        (str(a.id), 2, [0, 1]), (str(b.id), 4, [0])]
+        (str(a.id), 2, [0, 1]),
+        (str(b.id), 4, [0]),
+    ]
     assert runs[0]["samples"][0]["response"] == "6"
-    assert set(runs[0]["samples"][0]) == {"id", "step", "index", "group", "prompt", "response", "label", "reward",
-                                          "components", "advantage", "length", "finish_reason", "errors", "kept",
-                                          "turns", "env"}
+    assert set(runs[0]["samples"][0]) == {
+        "id",
+        "step",
+        "index",
+        "group",
+        "prompt",
+        "response",
+        "label",
+        "reward",
+        "components",
+        "advantage",
+        "length",
+        "finish_reason",
+        "errors",
+        "kept",
+        "turns",
+        "env",
+    }
 
 
 def test_samples_of_a_prompt_at_a_given_step(api, sampled):

@@ -3,7 +3,6 @@ YAML in and out."""
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
 
@@ -37,7 +36,14 @@ def test_the_schema_endpoint_serves_the_engines_schema_and_the_platform_fields(a
     body = response.json()
     assert body["schema"] == config_json_schema()
     assert set(body["platform_fields"]) >= {
-        "model.path", "data.path", "data.format", "data.prompt_field", "data.label_field", "rewards", "logging.run_dir"}
+        "model.path",
+        "data.path",
+        "data.format",
+        "data.prompt_field",
+        "data.label_field",
+        "rewards",
+        "logging.run_dir",
+    }
 
 
 def test_every_listed_platform_field_is_refused_in_an_experiment_config(api, registry):
@@ -80,20 +86,23 @@ def test_validate_yaml_is_the_experiment_config_without_the_platform_fields(api,
     assert text.index("algorithm") < text.index("rollout") < text.index("train")  # the order given
 
 
-@pytest.mark.parametrize(("overrides", "loc"), [
-    ({"config": {**BASE_CONFIG, "rollout": {"samples_per_prompt": 1}}}, "rollout.samples_per_prompt"),
-    ({"config": {**BASE_CONFIG, "rollout": {"temprature": 0.7}}}, "rollout.temprature"),
-    ({"config": {**BASE_CONFIG, "train": {"lr": -1}}}, "train.lr"),
-    ({"config": {**BASE_CONFIG, "model": {"path": "/elsewhere"}}}, "model.path"),
-    ({"config": {**BASE_CONFIG, "description": "a\x00b"}}, "description"),
-    ({"config": "rollout: 1"}, "config"),
-    ({"config": {**BASE_CONFIG, "seed": -1}}, "seed"),  # the engine takes it, the launch would not
-    ({"name": ""}, "name"),
-    ({"name": "x" * 201}, "name"),
-    ({"model": 987654}, "model"),
-    ({"rewards": []}, "rewards"),
-    ({"rewards": [{"reward": 987654}]}, "rewards[0].reward"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "loc"),
+    [
+        ({"config": {**BASE_CONFIG, "rollout": {"samples_per_prompt": 1}}}, "rollout.samples_per_prompt"),
+        ({"config": {**BASE_CONFIG, "rollout": {"temprature": 0.7}}}, "rollout.temprature"),
+        ({"config": {**BASE_CONFIG, "train": {"lr": -1}}}, "train.lr"),
+        ({"config": {**BASE_CONFIG, "model": {"path": "/elsewhere"}}}, "model.path"),
+        ({"config": {**BASE_CONFIG, "description": "a\x00b"}}, "description"),
+        ({"config": "rollout: 1"}, "config"),
+        ({"config": {**BASE_CONFIG, "seed": -1}}, "seed"),  # the engine takes it, the launch would not
+        ({"name": ""}, "name"),
+        ({"name": "x" * 201}, "name"),
+        ({"model": 987654}, "model"),
+        ({"rewards": []}, "rewards"),
+        ({"rewards": [{"reward": 987654}]}, "rewards[0].reward"),
+    ],
+)
 def test_validate_gives_exactly_the_errors_create_gives_and_writes_nothing(api, registry, overrides, loc):
     body = create_body(registry, **overrides)
     validated = post(api, "/api/experiments/validate/", body)
@@ -108,7 +117,9 @@ def test_validate_gives_exactly_the_errors_create_gives_and_writes_nothing(api, 
 
 def test_a_reward_listed_twice_is_refused_at_its_index(api, registry):
     exact = registry["exact"].pk
-    response = post(api, "/api/experiments/validate/", create_body(registry, rewards=[{"reward": exact}, {"reward": exact}]))
+    response = post(
+        api, "/api/experiments/validate/", create_body(registry, rewards=[{"reward": exact}, {"reward": exact}])
+    )
     assert response.status_code == 400
     assert [e["loc"] for e in response.json()["errors"]] == ["rewards[1].reward"]
 
@@ -143,19 +154,27 @@ def test_json_text_is_read_as_well(api):
     assert response.json() == {"config": {"rollout": {"samples_per_prompt": 4}}}
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("rollout:\n  samples_per_prompt: 4\n temperature: 0.7\n", "YAML syntax error at line 3"),
-    ("train:\n  lr: [1, 2\n", "YAML syntax error at line 3"),
-    ("rollout:\n  top_k: 1\nrollout:\n  top_k: 2\n", "duplicate key 'rollout' (first at line 1)"),
-    ("- rollout\n- train\n", "must be a mapping of sections, got a list"),
-    ("just words\n", "must be a mapping of sections, got a single value ('just words')"),
-    ("", "the config is empty"),
-    ("rollout:\n  temperature: .nan\n", "rollout.temperature: nan is not allowed"),
-    ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
-        for i in range(8)), "is an alias expanding without end?"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("rollout:\n  samples_per_prompt: 4\n temperature: 0.7\n", "YAML syntax error at line 3"),
+        ("train:\n  lr: [1, 2\n", "YAML syntax error at line 3"),
+        ("rollout:\n  top_k: 1\nrollout:\n  top_k: 2\n", "duplicate key 'rollout' (first at line 1)"),
+        ("- rollout\n- train\n", "must be a mapping of sections, got a list"),
+        ("just words\n", "must be a mapping of sections, got a single value ('just words')"),
+        ("", "the config is empty"),
+        ("rollout:\n  temperature: .nan\n", "rollout.temperature: nan is not allowed"),
+        (
+            "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + "".join(
+                f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+                f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+                for i in range(8)
+            ),
+            "is an alias expanding without end?",
+        ),
+    ],
+)
 def test_bad_yaml_is_a_400_at_loc_yaml_naming_the_problem(api, text, expected):
     response = post(api, "/api/config/yaml/", {"yaml": text})
     assert response.status_code == 400, response.content
@@ -164,12 +183,15 @@ def test_bad_yaml_is_a_400_at_loc_yaml_naming_the_problem(api, text, expected):
     assert expected in error["msg"], error
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    ({}, ""),
-    ({"yaml": "seed: 1\n", "config": {"seed": 1}}, ""),
-    ({"config": ["seed", 1]}, "config"),
-    ({"yaml": 12}, "yaml"),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({}, ""),
+        ({"yaml": "seed: 1\n", "config": {"seed": 1}}, ""),
+        ({"config": ["seed", 1]}, "config"),
+        ({"yaml": 12}, "yaml"),
+    ],
+)
 def test_the_yaml_endpoint_takes_exactly_one_of_yaml_and_config(api, body, loc):
     response = post(api, "/api/config/yaml/", body)
     assert response.status_code == 400
@@ -178,6 +200,9 @@ def test_the_yaml_endpoint_takes_exactly_one_of_yaml_and_config(api, body, loc):
 
 def test_the_config_endpoints_are_for_researchers_only(client, make_user):
     client.force_login(make_user("annotator"))
-    for method, url in (("get", "/api/config/schema/"), ("post", "/api/config/yaml/"),
-                        ("post", "/api/experiments/validate/")):
+    for method, url in (
+        ("get", "/api/config/schema/"),
+        ("post", "/api/config/yaml/"),
+        ("post", "/api/experiments/validate/"),
+    ):
         assert getattr(client, method)(url).status_code == 403, url

@@ -45,10 +45,12 @@ def test_a_nan_loss_is_critical_at_its_first_step():
 
 
 def test_an_infinite_grad_norm_and_kl_each_raise_their_own_alert():
-    alerts = d.diagnose({
-        "policy/grad_norm": ([10, 20, 30], [1.0, float("inf"), 2.0]),
-        "kl/mean": ([10, 20, 30], [0.0, 0.01, float("-inf")]),
-    })
+    alerts = d.diagnose(
+        {
+            "policy/grad_norm": ([10, 20, 30], [1.0, float("inf"), 2.0]),
+            "kl/mean": ([10, 20, 30], [0.0, 0.01, float("-inf")]),
+        }
+    )
     assert codes(alerts) == [("nonfinite", "policy/grad_norm", 20), ("nonfinite", "kl/mean", 30)]
 
 
@@ -125,7 +127,8 @@ def test_truncation_rising_fires_above_the_level_and_the_early_rate():
     # early = median(0, .05, 0, .02, .01) = .01; limit max(.2, .11) = .2: steps 7, 8, 9 -> 7.
     truncated = series(0.0, 0.05, 0.0, 0.02, 0.01, 0.1, 0.25, 0.3, 0.4)
     assert codes(d.diagnose({"response/truncated_rate": truncated})) == [
-        ("truncation_rising", "response/truncated_rate", 7)]
+        ("truncation_rising", "response/truncated_rate", 7)
+    ]
 
 
 def test_truncation_that_was_high_from_the_start_is_not_rising():
@@ -199,19 +202,33 @@ def test_a_healthy_noisy_run_raises_nothing():
 
 
 def test_alerts_come_sorted_by_step_with_critical_first():
-    alerts = d.diagnose({
-        "response/length_mean": series(100, 100, 100, 100, 100, 400, 400, 400),  # runaway at 6
-        "policy/loss": series(1, 1, 1, 1, 1, math.nan),  # non-finite at 6
-        "kl/mean": series(0, 0, 0, 2, 2, 2),  # blow-up at 4
-    })
-    assert codes(alerts) == [("kl_blowup", "kl/mean", 4), ("nonfinite", "policy/loss", 6),
-                             ("length_runaway", "response/length_mean", 6)]
+    alerts = d.diagnose(
+        {
+            "response/length_mean": series(100, 100, 100, 100, 100, 400, 400, 400),  # runaway at 6
+            "policy/loss": series(1, 1, 1, 1, 1, math.nan),  # non-finite at 6
+            "kl/mean": series(0, 0, 0, 2, 2, 2),  # blow-up at 4
+        }
+    )
+    assert codes(alerts) == [
+        ("kl_blowup", "kl/mean", 4),
+        ("nonfinite", "policy/loss", 6),
+        ("length_runaway", "response/length_mean", 6),
+    ]
 
 
 def test_every_metric_a_rule_reads_is_listed_for_the_callers():
     assert set(d.METRICS_USED) == {
-        "policy/loss", "critic/loss", "kl/mean", "policy/approx_kl", "policy/grad_norm", "critic/grad_norm",
-        "policy/entropy", "response/length_mean", "response/truncated_rate", "reward/mean"}
+        "policy/loss",
+        "critic/loss",
+        "kl/mean",
+        "policy/approx_kl",
+        "policy/grad_norm",
+        "critic/grad_norm",
+        "policy/entropy",
+        "response/length_mean",
+        "response/truncated_rate",
+        "reward/mean",
+    }
 
 
 # --- the endpoint ------------------------------------------------------------------------------
@@ -220,7 +237,8 @@ def test_every_metric_a_rule_reads_is_listed_for_the_callers():
 def store_metrics(run, rows: list[dict]) -> None:
     """One metrics row per step from 1, as ingestion stores them (non-finite values as strings)."""
     MetricRow.objects.bulk_create(
-        MetricRow(run=run, seq=step, step=step, time=float(step), values=values) for step, values in enumerate(rows, 1))
+        MetricRow(run=run, seq=step, step=step, time=float(step), values=values) for step, values in enumerate(rows, 1)
+    )
 
 
 @pytest.mark.django_db
@@ -228,10 +246,13 @@ def store_metrics(run, rows: list[dict]) -> None:
 def test_the_alerts_endpoint_lists_the_runs_alerts_by_step(api, experiment):
     run = make_run(experiment, RunState.RUNNING)
     kl = [0.0, 0.01, 0.02, 0.01, 0.02, 0.03, 0.5, 1.5, 2.0, 3.0]  # blow-up at step 8 (as above)
-    store_metrics(run, [
-        {"kl/mean": value, "policy/loss": "nan" if step == 9 else 0.1, "reward/mean": 0.5, "timing/step": 1.0}
-        for step, value in enumerate(kl, 1)
-    ])
+    store_metrics(
+        run,
+        [
+            {"kl/mean": value, "policy/loss": "nan" if step == 9 else 0.1, "reward/mean": 0.5, "timing/step": 1.0}
+            for step, value in enumerate(kl, 1)
+        ],
+    )
     response = api.get(f"/api/runs/{run.id}/alerts/")
     assert response.status_code == 200
     alerts = response.json()["alerts"]

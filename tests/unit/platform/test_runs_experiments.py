@@ -38,18 +38,21 @@ def test_an_experiment_is_created_with_its_rewards_and_its_config_stored_as_give
     assert Experiment.objects.get().config == BASE_CONFIG
 
 
-@pytest.mark.parametrize(("config", "loc"), [
-    ({**BASE_CONFIG, "rollout": {"samples_per_prompt": 1}}, "rollout.samples_per_prompt"),
-    ({**BASE_CONFIG, "rollout": {"temprature": 0.7}}, "rollout.temprature"),
-    ({**BASE_CONFIG, "train": {"lr": -1}}, "train.lr"),
-    ({**BASE_CONFIG, "algorithm": {"name": "dpo"}}, "algorithm.name"),
-    ({**BASE_CONFIG, "model": {"path": "/elsewhere"}}, "model.path"),
-    ({**BASE_CONFIG, "data": {"prompt_field": "text"}}, "data.prompt_field"),
-    ({**BASE_CONFIG, "rewards": [{"type": "exact_match"}]}, "rewards"),
-    ({**BASE_CONFIG, "logging": {"run_dir": "/tmp/x"}}, "logging.run_dir"),
-    ({**BASE_CONFIG, "model": "tiny"}, "model"),
-    ({**BASE_CONFIG, "description": "a\x00b"}, "description"),
-])
+@pytest.mark.parametrize(
+    ("config", "loc"),
+    [
+        ({**BASE_CONFIG, "rollout": {"samples_per_prompt": 1}}, "rollout.samples_per_prompt"),
+        ({**BASE_CONFIG, "rollout": {"temprature": 0.7}}, "rollout.temprature"),
+        ({**BASE_CONFIG, "train": {"lr": -1}}, "train.lr"),
+        ({**BASE_CONFIG, "algorithm": {"name": "dpo"}}, "algorithm.name"),
+        ({**BASE_CONFIG, "model": {"path": "/elsewhere"}}, "model.path"),
+        ({**BASE_CONFIG, "data": {"prompt_field": "text"}}, "data.prompt_field"),
+        ({**BASE_CONFIG, "rewards": [{"type": "exact_match"}]}, "rewards"),
+        ({**BASE_CONFIG, "logging": {"run_dir": "/tmp/x"}}, "logging.run_dir"),
+        ({**BASE_CONFIG, "model": "tiny"}, "model"),
+        ({**BASE_CONFIG, "description": "a\x00b"}, "description"),
+    ],
+)
 def test_experiment_config_errors_are_400_naming_the_loc(api, registry, config, loc):
     response = post(api, "/api/experiments/", create_body(registry, config=config))
     assert response.status_code == 400, response.content
@@ -58,16 +61,19 @@ def test_experiment_config_errors_are_400_naming_the_loc(api, registry, config, 
     assert not Experiment.objects.exists()
 
 
-@pytest.mark.parametrize(("overrides", "loc"), [
-    ({"name": ""}, "name"),
-    ({"model": 987654}, "model"),
-    ({"dataset": "sums"}, "dataset"),
-    ({"rewards": []}, "rewards"),
-    ({"rewards": [{"reward": 987654}]}, "rewards[0].reward"),
-    ({"rewards": [{"weight": 1.0}]}, "rewards[0].reward"),
-    ({"config": "rollout: 1"}, "config"),
-    ({"config": None}, "config"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "loc"),
+    [
+        ({"name": ""}, "name"),
+        ({"model": 987654}, "model"),
+        ({"dataset": "sums"}, "dataset"),
+        ({"rewards": []}, "rewards"),
+        ({"rewards": [{"reward": 987654}]}, "rewards[0].reward"),
+        ({"rewards": [{"weight": 1.0}]}, "rewards[0].reward"),
+        ({"config": "rollout: 1"}, "config"),
+        ({"config": None}, "config"),
+    ],
+)
 def test_bad_experiment_fields_are_400_naming_the_field(api, registry, overrides, loc):
     response = post(api, "/api/experiments/", create_body(registry, **overrides))
     assert response.status_code == 400, response.content
@@ -83,7 +89,8 @@ def test_the_same_reward_twice_and_a_non_finite_weight_are_refused(api, registry
 
 
 def test_launch_commits_a_queued_run_with_its_resolved_config_and_submits_after_commit(
-        api, experiment, registry, storage, no_dispatch, django_capture_on_commit_callbacks):
+    api, experiment, registry, storage, no_dispatch, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         response = post(api, f"/api/experiments/{experiment.pk}/launch/", {"seed": 7, "tags": ["a", "b"], "note": "hi"})
     assert response.status_code == 201, response.json()
@@ -95,17 +102,23 @@ def test_launch_commits_a_queued_run_with_its_resolved_config_and_submits_after_
     assert config["logging"]["run_dir"] == str(storage / "runs" / str(run.id))
     assert config["model"]["path"] == registry["model"].path
     assert (config["data"]["path"], config["data"]["prompt_field"], config["data"]["label_field"]) == (
-        registry["dataset"].path, "question", "answer")
+        registry["dataset"].path,
+        "question",
+        "answer",
+    )
     assert [(r["name"], r["type"], r["weight"]) for r in config["rewards"]] == [
-        ("exact_answer", "exact_match", 1.0), ("two-digits", "regex", 0.5)]
+        ("exact_answer", "exact_match", 1.0),
+        ("two-digits", "regex", 0.5),
+    ]
     # Only the token's hash is stored; the raw token is derived again by the worker for the engine.
     assert run.ingest_token_hash == token_hash(ingest_token(run.id))
     assert ingest_token(run.id) not in json.dumps(response.json())
     assert list(RunTransition.objects.values_list("from_state", "to_state")) == [("draft", "queued")]
 
 
-def test_nothing_is_dispatched_when_the_launch_transaction_rolls_back(experiment, no_dispatch,
-                                                                       django_capture_on_commit_callbacks):
+def test_nothing_is_dispatched_when_the_launch_transaction_rolls_back(
+    experiment, no_dispatch, django_capture_on_commit_callbacks
+):
     from django.db import transaction
 
     from posttrain.runs import services
@@ -117,14 +130,17 @@ def test_nothing_is_dispatched_when_the_launch_transaction_rolls_back(experiment
     assert no_dispatch == [] and not Run.objects.exists()
 
 
-@pytest.mark.parametrize(("body", "loc"), [
-    ({"seed": -1}, "seed"),
-    ({"seed": "x"}, "seed"),
-    ({"tags": "a"}, "tags"),
-    ({"tags": [""]}, "tags[0]"),
-    ({"tags": ["x" * 51]}, "tags[0]"),
-    ({"note": ["x"]}, "note"),
-])
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"seed": -1}, "seed"),
+        ({"seed": "x"}, "seed"),
+        ({"tags": "a"}, "tags"),
+        ({"tags": [""]}, "tags[0]"),
+        ({"tags": ["x" * 51]}, "tags[0]"),
+        ({"note": ["x"]}, "note"),
+    ],
+)
 def test_bad_launch_fields_are_400_naming_the_field(api, experiment, body, loc):
     response = post(api, f"/api/experiments/{experiment.pk}/launch/", body)
     assert response.status_code == 400, response.content
@@ -178,8 +194,11 @@ def test_resume_refuses_a_checkpoint_of_another_run_an_unfinished_run_and_a_prun
 
 def test_tags_and_note_are_editable_and_nothing_else_is(api, experiment):
     run = make_run(experiment, RunState.RUNNING)
-    response = api.patch(f"/api/runs/{run.id}/", data=json.dumps({"tags": ["best", "best", "lr"], "note": "ok"}),
-                         content_type="application/json")
+    response = api.patch(
+        f"/api/runs/{run.id}/",
+        data=json.dumps({"tags": ["best", "best", "lr"], "note": "ok"}),
+        content_type="application/json",
+    )
     assert response.status_code == 200, response.json()
     run.refresh_from_db()
     assert (run.tags, run.note, run.state) == (["best", "lr"], "ok", RunState.RUNNING)
@@ -217,15 +236,29 @@ def test_the_runs_api_needs_a_login(client, experiment):
 
 def test_openapi_schema_documents_the_runs_endpoints(api):
     paths = api.get("/api/schema/", {"format": "json"}).json()["paths"]
-    for path in ("/api/experiments/", "/api/experiments/{id}/launch/", "/api/runs/", "/api/runs/{id}/cancel/",
-                 "/api/runs/{id}/metrics/", "/api/runs/{id}/samples/", "/api/runs/{id}/events/",
-                 "/api/runs/{id}/logs/", "/api/runs/{id}/resume/", "/api/runs/{id}/transitions/"):
+    for path in (
+        "/api/experiments/",
+        "/api/experiments/{id}/launch/",
+        "/api/runs/",
+        "/api/runs/{id}/cancel/",
+        "/api/runs/{id}/metrics/",
+        "/api/runs/{id}/samples/",
+        "/api/runs/{id}/events/",
+        "/api/runs/{id}/logs/",
+        "/api/runs/{id}/resume/",
+        "/api/runs/{id}/transitions/",
+    ):
         assert path in paths, path
 
 
 def test_an_experiment_asking_for_a_combination_the_engine_cannot_run_is_refused_at_create(api, registry):
-    body = {"name": "async colocated", "model": registry["model"].pk, "dataset": registry["dataset"].pk,
-            "rewards": [{"reward": registry["exact"].pk}], "config": {**BASE_CONFIG, "backends": {"async_rollout": True}}}
+    body = {
+        "name": "async colocated",
+        "model": registry["model"].pk,
+        "dataset": registry["dataset"].pk,
+        "rewards": [{"reward": registry["exact"].pk}],
+        "config": {**BASE_CONFIG, "backends": {"async_rollout": True}},
+    }
     response = api.post("/api/experiments/", body, content_type="application/json")
     assert response.status_code == 400
     assert [e["loc"] for e in response.json()["errors"]] == ["backends.async_rollout"]

@@ -145,43 +145,138 @@ BAD_BATCHES = [
     ("time a string", lambda r: {"events": [_bad(r, 0, time="now")]}, "events[0].time"),
     ("negative step", lambda r: {"events": [_bad(r, 0, step=-1)]}, "events[0].step"),
     ("metrics without step", lambda r: {"events": [_bad(r, 0, step=None)]}, "events[0].step"),
-    ("metric value a dict", lambda r: {"events": [_bad(r, 0, data={"reward/mean": {"x": 1}})]},
-     "events[0].data.reward/mean"),
-    ("samples not a list", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": 3})]},
-     "events[0].data.samples"),
-    ("sample reward a string", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        sample_record(0), sample_record(1, reward="high")]})]}, "events[0].data.samples[1].reward"),
-    ("sample index repeated", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        sample_record(0), sample_record(0)]})]}, "events[0].data.samples[1].index"),
-    ("sample without response", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        {k: v for k, v in sample_record(0).items() if k != "response"}]})]}, "events[0].data.samples[0].response"),
-    ("turn with an unknown role", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        sample_record(0, turns=[{"role": "assistant", "text": "1+1", "reward": None},
-                                {"role": "tool", "text": "=2", "reward": 0}])]})]},
-     "events[0].data.samples[0].turns[1].role"),
-    ("turn text missing", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        sample_record(0, turns=[{"role": "assistant", "reward": None}])]})]}, "events[0].data.samples[0].turns[0].text"),
-    ("env log not a number", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        sample_record(0, env={"turns": "two"})]})]}, "events[0].data.samples[0].env"),
-    ("turns not a list", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        sample_record(0, turns={"role": "assistant", "text": "2"})]})]}, "events[0].data.samples[0].turns"),
-    ("turn reward not a number", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        sample_record(0, turns=[{"role": "environment", "text": "ok", "reward": "high"}])]})]},
-     "events[0].data.samples[0].turns[0].reward"),
-    ("env not an object", lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [
-        sample_record(0, env=[3])]})]}, "events[0].data.samples[0].env"),
+    (
+        "metric value a dict",
+        lambda r: {"events": [_bad(r, 0, data={"reward/mean": {"x": 1}})]},
+        "events[0].data.reward/mean",
+    ),
+    (
+        "samples not a list",
+        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": 3})]},
+        "events[0].data.samples",
+    ),
+    (
+        "sample reward a string",
+        lambda r: {
+            "events": [
+                _bad(r, 0, type="samples", data={"samples": [sample_record(0), sample_record(1, reward="high")]})
+            ]
+        },
+        "events[0].data.samples[1].reward",
+    ),
+    (
+        "sample index repeated",
+        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [sample_record(0), sample_record(0)]})]},
+        "events[0].data.samples[1].index",
+    ),
+    (
+        "sample without response",
+        lambda r: {
+            "events": [
+                _bad(
+                    r,
+                    0,
+                    type="samples",
+                    data={"samples": [{k: v for k, v in sample_record(0).items() if k != "response"}]},
+                )
+            ]
+        },
+        "events[0].data.samples[0].response",
+    ),
+    (
+        "turn with an unknown role",
+        lambda r: {
+            "events": [
+                _bad(
+                    r,
+                    0,
+                    type="samples",
+                    data={
+                        "samples": [
+                            sample_record(
+                                0,
+                                turns=[
+                                    {"role": "assistant", "text": "1+1", "reward": None},
+                                    {"role": "tool", "text": "=2", "reward": 0},
+                                ],
+                            )
+                        ]
+                    },
+                )
+            ]
+        },
+        "events[0].data.samples[0].turns[1].role",
+    ),
+    (
+        "turn text missing",
+        lambda r: {
+            "events": [
+                _bad(
+                    r,
+                    0,
+                    type="samples",
+                    data={"samples": [sample_record(0, turns=[{"role": "assistant", "reward": None}])]},
+                )
+            ]
+        },
+        "events[0].data.samples[0].turns[0].text",
+    ),
+    (
+        "env log not a number",
+        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [sample_record(0, env={"turns": "two"})]})]},
+        "events[0].data.samples[0].env",
+    ),
+    (
+        "turns not a list",
+        lambda r: {
+            "events": [
+                _bad(
+                    r, 0, type="samples", data={"samples": [sample_record(0, turns={"role": "assistant", "text": "2"})]}
+                )
+            ]
+        },
+        "events[0].data.samples[0].turns",
+    ),
+    (
+        "turn reward not a number",
+        lambda r: {
+            "events": [
+                _bad(
+                    r,
+                    0,
+                    type="samples",
+                    data={
+                        "samples": [sample_record(0, turns=[{"role": "environment", "text": "ok", "reward": "high"}])]
+                    },
+                )
+            ]
+        },
+        "events[0].data.samples[0].turns[0].reward",
+    ),
+    (
+        "env not an object",
+        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [sample_record(0, env=[3])]})]},
+        "events[0].data.samples[0].env",
+    ),
     ("checkpoint without path", lambda r: {"events": [_bad(r, 0, type="checkpoint", data={})]}, "events[0].data.path"),
-    ("log without message", lambda r: {"events": [_bad(r, 0, type="log", data={"level": "info"})]},
-     "events[0].data.message"),
-    ("unknown engine state", lambda r: {"events": [_bad(r, 0, type="status", data={"state": "paused"})]},
-     "events[0].data.state"),
+    (
+        "log without message",
+        lambda r: {"events": [_bad(r, 0, type="log", data={"level": "info"})]},
+        "events[0].data.message",
+    ),
+    (
+        "unknown engine state",
+        lambda r: {"events": [_bad(r, 0, type="status", data={"state": "paused"})]},
+        "events[0].data.state",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "build", "loc"), BAD_BATCHES, ids=[b[0] for b in BAD_BATCHES])
 def test_bad_event_batches_are_400_naming_the_field(client, run, name, build, loc):
-    response = client.post(f"/api/runs/{run.id}/events/", data=json.dumps(build(run)),
-                           content_type="application/json", **auth(run))
+    response = client.post(
+        f"/api/runs/{run.id}/events/", data=json.dumps(build(run)), content_type="application/json", **auth(run)
+    )
     assert response.status_code == 400, response.content
     errors = response.json()["errors"]
     assert loc in [e["loc"] for e in errors], errors
@@ -190,12 +285,15 @@ def test_bad_event_batches_are_400_naming_the_field(client, run, name, build, lo
     assert run.last_seq == 0
 
 
-@pytest.mark.parametrize(("body", "needle"), [
-    (b"", "empty body"),
-    (b"{not json", "invalid JSON"),
-    (b'{"events": [{"seq": NaN}]}', "NaN is not JSON"),
-    (b"\xff\xfe", "UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (b"", "empty body"),
+        (b"{not json", "invalid JSON"),
+        (b'{"events": [{"seq": NaN}]}', "NaN is not JSON"),
+        (b"\xff\xfe", "UTF-8"),
+    ],
+)
 def test_a_body_that_is_not_json_is_a_400_saying_why(client, run, body, needle):
     response = client.post(f"/api/runs/{run.id}/events/", data=body, content_type="application/json", **auth(run))
     assert response.status_code == 400
@@ -209,10 +307,17 @@ def test_a_batch_larger_than_the_limit_is_a_413(client, run, settings):
 
 
 def test_a_multi_turn_sample_keeps_its_turns_and_environment_logs(client, run, researcher):
-    turns = [{"role": "assistant", "text": "37+48", "reward": None}, {"role": "environment", "text": "=85", "reward": -0.05},
-             {"role": "assistant", "text": "85", "reward": None}, {"role": "environment", "text": "", "reward": 1.0}]
+    turns = [
+        {"role": "assistant", "text": "37+48", "reward": None},
+        {"role": "environment", "text": "=85", "reward": -0.05},
+        {"role": "assistant", "text": "85", "reward": None},
+        {"role": "environment", "text": "", "reward": 1.0},
+    ]
     record = sample_record(0, turns=turns, env={"turns": 2, "calls": 1, "correct": 1.0})
-    assert post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record, sample_record(1)]})]).status_code == 200
+    assert (
+        post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record, sample_record(1)]})]).status_code
+        == 200
+    )
     stored = {s.index: s for s in Sample.objects.filter(run=run)}
     assert stored[0].turns == turns and stored[0].env == {"turns": 2, "calls": 1, "correct": 1.0}
     assert stored[1].turns == [] and stored[1].env == {}  # single-turn samples carry none
@@ -222,14 +327,19 @@ def test_a_multi_turn_sample_keeps_its_turns_and_environment_logs(client, run, r
 
 
 def test_turns_keep_role_text_and_reward_only_and_non_finite_values_become_null(client, run):
-    turns = [{"role": "assistant", "text": "gu\x00ess 50", "reward": None, "token_ids": [1, 2]},
-             {"role": "environment", "text": "higher", "reward": "nan"}, {"role": "assistant", "text": "75"}]
+    turns = [
+        {"role": "assistant", "text": "gu\x00ess 50", "reward": None, "token_ids": [1, 2]},
+        {"role": "environment", "text": "higher", "reward": "nan"},
+        {"role": "assistant", "text": "75"},
+    ]
     record = sample_record(0, turns=turns, env={"turns": 2, "env_time_s": "inf"})
     assert post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record]})]).status_code == 200
     sample = Sample.objects.get(run=run)
-    assert sample.turns == [{"role": "assistant", "text": "guess 50", "reward": None},
-                            {"role": "environment", "text": "higher", "reward": None},
-                            {"role": "assistant", "text": "75", "reward": None}]
+    assert sample.turns == [
+        {"role": "assistant", "text": "guess 50", "reward": None},
+        {"role": "environment", "text": "higher", "reward": None},
+        {"role": "assistant", "text": "75", "reward": None},
+    ]
     assert sample.env == {"turns": 2, "env_time_s": None}
 
 
@@ -271,7 +381,8 @@ def test_a_heartbeat_only_updates_when_the_run_was_last_heard_of(client, run):
 
 
 def test_an_accepted_batch_is_published_on_the_runs_live_channel_after_commit(
-        client, run, settings, django_capture_on_commit_callbacks):
+    client, run, settings, django_capture_on_commit_callbacks
+):
     settings.PUBSUB_BACKEND = "inprocess"
     batch = a_step(run, 1, 1)
     with live.subscribe(run.id) as subscription:

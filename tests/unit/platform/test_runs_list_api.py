@@ -36,9 +36,30 @@ def test_each_listed_run_names_its_algorithm_model_dataset_and_summary(api, expe
     assert (listed["algorithm"], listed["model_name"], listed["dataset_name"]) == ("grpo", "tiny", "sums")
     assert listed["summary"] == SUMMARY
     assert set(listed) == {
-        "id", "experiment", "experiment_name", "name", "seed", "state", "state_reason", "state_changed_at", "tags",
-        "note", "parent", "resume_from", "last_seq", "last_step", "last_event_at", "started_at", "finished_at",
-        "created_by", "created_at", "algorithm", "model_name", "dataset_name", "summary"}
+        "id",
+        "experiment",
+        "experiment_name",
+        "name",
+        "seed",
+        "state",
+        "state_reason",
+        "state_changed_at",
+        "tags",
+        "note",
+        "parent",
+        "resume_from",
+        "last_seq",
+        "last_step",
+        "last_event_at",
+        "started_at",
+        "finished_at",
+        "created_by",
+        "created_at",
+        "algorithm",
+        "model_name",
+        "dataset_name",
+        "summary",
+    }
 
 
 def test_a_run_never_launched_has_no_algorithm(api, experiment):
@@ -65,8 +86,9 @@ def test_listing_more_runs_takes_no_more_queries(api, experiment, registry):
     one = queries_of_a_list()
     for i in range(3):  # each run on its own experiment, model and dataset
         model = ModelAsset.objects.create(name=f"model-{i}", path="/nonexistent")
-        dataset = Dataset.objects.create(name=f"data-{i}", sha256=f"{i}" * 64, format="jsonl", path="/nonexistent",
-                                         size_bytes=1, row_count=1)
+        dataset = Dataset.objects.create(
+            name=f"data-{i}", sha256=f"{i}" * 64, format="jsonl", path="/nonexistent", size_bytes=1, row_count=1
+        )
         other = Experiment.objects.create(name=f"exp-{i}", model=model, dataset=dataset, config={})
         Run.objects.create(experiment=other, state=RunState.SUCCEEDED, summary=SUMMARY)
     assert queries_of_a_list() == one

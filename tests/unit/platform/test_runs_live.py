@@ -23,8 +23,17 @@ def backend(request, settings) -> str:
 
 
 def batch(run_id: str, first: int, n: int = 2) -> list[dict]:
-    return [{"run": run_id, "seq": first + i, "type": "metrics", "step": first + i, "time": 1.0,
-             "data": {"reward/mean": 0.5, "note": "é"}} for i in range(n)]
+    return [
+        {
+            "run": run_id,
+            "seq": first + i,
+            "type": "metrics",
+            "step": first + i,
+            "time": 1.0,
+            "data": {"reward/mean": 0.5, "note": "é"},
+        }
+        for i in range(n)
+    ]
 
 
 def test_a_subscriber_receives_each_published_batch_of_its_run_only(backend):

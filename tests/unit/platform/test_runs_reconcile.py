@@ -70,10 +70,23 @@ def test_events_the_engine_could_not_deliver_are_recovered_from_the_run_folder(e
     folder = Path(run.resolved_config["logging"]["run_dir"])
     folder.mkdir(parents=True)
     lines = [
-        {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": time.time(), "data": {"state": "running"}},
+        {
+            "run": str(run.id),
+            "seq": 1,
+            "type": "status",
+            "step": None,
+            "time": time.time(),
+            "data": {"state": "running"},
+        },
         {"run": str(run.id), "seq": 2, "type": "metrics", "step": 1, "time": time.time(), "data": {"reward/mean": 0.5}},
-        {"run": str(run.id), "seq": 3, "type": "status", "step": 1, "time": time.time(),
-         "data": {"state": "failed", "reason": "ValueError: path: reward.py line 3: invalid syntax"}},
+        {
+            "run": str(run.id),
+            "seq": 3,
+            "type": "status",
+            "step": 1,
+            "time": time.time(),
+            "data": {"state": "failed", "reason": "ValueError: path: reward.py line 3: invalid syntax"},
+        },
     ]
     (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines) + '{"torn')
     run = reconciled(run, jobs, "FAILED")

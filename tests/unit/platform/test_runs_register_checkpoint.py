@@ -28,20 +28,29 @@ def test_a_checkpoint_registers_as_a_model_that_remembers_its_run_and_step(api, 
     shutil.copytree(tiny_model, folder)
     checkpoint = Checkpoint.objects.create(run=run, step=4, path=str(folder))
 
-    response = api.post(f"/api/runs/{run.pk}/register-checkpoint/", {"checkpoint": checkpoint.pk, "name": "sums-step-4"},
-                        content_type="application/json")
+    response = api.post(
+        f"/api/runs/{run.pk}/register-checkpoint/",
+        {"checkpoint": checkpoint.pk, "name": "sums-step-4"},
+        content_type="application/json",
+    )
 
     assert response.status_code == 201, response.content
     model = ModelAsset.objects.get(pk=response.json()["id"])
-    assert (model.name, model.source, model.source_run_id, model.source_step) == ("sums-step-4", "checkpoint", run.pk, 4)
+    assert (model.name, model.source, model.source_run_id, model.source_step) == (
+        "sums-step-4",
+        "checkpoint",
+        run.pk,
+        4,
+    )
     assert model.architecture == "Qwen2ForCausalLM" and model.parameter_count > 0
 
 
 def test_a_checkpoint_of_another_run_is_refused_naming_the_field(api, experiment, tiny_model):
     run, other = make_run(experiment, RunState.SUCCEEDED), make_run(experiment, RunState.SUCCEEDED)
     checkpoint = Checkpoint.objects.create(run=other, step=1, path=str(tiny_model))
-    response = api.post(f"/api/runs/{run.pk}/register-checkpoint/", {"checkpoint": checkpoint.pk},
-                        content_type="application/json")
+    response = api.post(
+        f"/api/runs/{run.pk}/register-checkpoint/", {"checkpoint": checkpoint.pk}, content_type="application/json"
+    )
     assert response.status_code == 400
     assert "checkpoint" in response.content.decode()
 
@@ -56,14 +65,19 @@ def test_a_lora_checkpoint_registers_its_merged_weights_and_keeps_its_adapter(ap
     shutil.copytree(tiny_model, folder)
     (folder / "adapter").mkdir()
     (folder / "adapter" / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4}')
-    save_file({"base_model.model.lm_head.lora_A.weight": torch.zeros(4, 32)}, folder / "adapter" / "adapter_model.safetensors")
+    save_file(
+        {"base_model.model.lm_head.lora_A.weight": torch.zeros(4, 32)}, folder / "adapter" / "adapter_model.safetensors"
+    )
     plain = Checkpoint.objects.create(run=run, step=1, path=str(tiny_model))
     lora = Checkpoint.objects.create(run=run, step=2, path=str(folder))
 
     counts = []
     for checkpoint, name in ((plain, "plain"), (lora, "lora")):
-        response = api.post(f"/api/runs/{run.pk}/register-checkpoint/", {"checkpoint": checkpoint.pk, "name": name},
-                            content_type="application/json")
+        response = api.post(
+            f"/api/runs/{run.pk}/register-checkpoint/",
+            {"checkpoint": checkpoint.pk, "name": name},
+            content_type="application/json",
+        )
         assert response.status_code == 201, response.content
         counts.append(ModelAsset.objects.get(pk=response.json()["id"]).parameter_count)
     assert counts[0] == counts[1] > 0  # the adapter's tensors are not the model's parameters

@@ -38,8 +38,14 @@ def run(experiment) -> Run:
 
 
 def metrics_event(run: Run, seq: int, step: int, data: dict, time: float | None = None) -> dict:
-    return {"run": str(run.id), "seq": seq, "type": "metrics", "step": step,
-            "time": T0 + step if time is None else time, "data": data}
+    return {
+        "run": str(run.id),
+        "seq": seq,
+        "type": "metrics",
+        "step": step,
+        "time": T0 + step if time is None else time,
+        "data": data,
+    }
 
 
 def ingest(run: Run, events: list[dict]) -> None:
@@ -139,15 +145,27 @@ def test_the_series_endpoint_reads_blocks_and_the_unsealed_tail_alike(api, run, 
 
 
 def test_a_step_sent_again_later_reads_back_in_step_order(run):
-    ingest(run, [metrics_event(run, 1, 1, {"a": 1.0}), metrics_event(run, 2, 2, {"a": 2.0}),
-                 metrics_event(run, 3, 1, {"a": 1.5})])  # e.g. a resume that re-ran step 1
+    ingest(
+        run,
+        [
+            metrics_event(run, 1, 1, {"a": 1.0}),
+            metrics_event(run, 2, 2, {"a": 2.0}),
+            metrics_event(run, 3, 1, {"a": 1.5}),
+        ],
+    )  # e.g. a resume that re-ran step 1
     assert stored(run, "a") == ([1, 1, 2], [1.0, 1.5, 2.0])
 
 
 def test_a_null_value_counts_as_not_logged_in_blocks_tail_and_summary(run, monkeypatch):
     monkeypatch.setattr(series, "BLOCK_POINTS", 2)
-    ingest(run, [metrics_event(run, 1, 1, {"a": 1.0, "b": None}), metrics_event(run, 2, 2, {"a": None, "b": 2.0}),
-                 metrics_event(run, 3, 3, {"a": 3.0, "b": None})])  # seqs 1-2 sealed, 3 in the tail
+    ingest(
+        run,
+        [
+            metrics_event(run, 1, 1, {"a": 1.0, "b": None}),
+            metrics_event(run, 2, 2, {"a": None, "b": 2.0}),
+            metrics_event(run, 3, 3, {"a": 3.0, "b": None}),
+        ],
+    )  # seqs 1-2 sealed, 3 in the tail
     assert stored(run, "a") == ([1, 3], [1.0, 3.0])
     assert stored(run, "b") == ([2], [2.0])
     assert (run.summary["a"]["count"], run.summary["b"]["count"]) == (2, 1)
@@ -159,8 +177,14 @@ def test_reading_runs_that_no_longer_exist_finds_nothing(run):
 
 def test_the_summary_keeps_last_min_max_and_count_ignoring_non_finite_values(run):
     ingest(run, [metrics_event(run, 1, 1, {"a": 1.0, "b": "nan"}), metrics_event(run, 2, 2, {"a": "nan"})])
-    ingest(run, [metrics_event(run, 3, 3, {"a": 3.0}), metrics_event(run, 4, 4, {"a": -2.0}),
-                 metrics_event(run, 5, 5, {"a": "inf"})])
+    ingest(
+        run,
+        [
+            metrics_event(run, 3, 3, {"a": 3.0}),
+            metrics_event(run, 4, 4, {"a": -2.0}),
+            metrics_event(run, 5, 5, {"a": "inf"}),
+        ],
+    )
     assert run.summary == {
         "a": {"last": None, "step": 5, "min": -2.0, "max": 3.0, "count": 5},
         "b": {"last": None, "step": 1, "min": None, "max": None, "count": 1},
@@ -199,15 +223,17 @@ def test_the_data_migration_fills_blocks_and_summaries_from_stored_rows(run, exp
     monkeypatch.setattr(series, "BLOCK_POINTS", 3)
     migration = importlib.import_module("posttrain.runs.migrations.0004_metricblock")
     other = make_run(experiment, RunState.RUNNING)
-    events = [metrics_event(run, seq, seq, {"a": seq * 1.0, **({"b": "nan"} if seq % 3 == 0 else {})})
-              for seq in range(1, 11)]
+    events = [
+        metrics_event(run, seq, seq, {"a": seq * 1.0, **({"b": "nan"} if seq % 3 == 0 else {})}) for seq in range(1, 11)
+    ]
     ingest(run, events[:6])
     ingest(run, events[6:])
     ingest(other, [metrics_event(other, 1, 0, {"a": 7.0})])
     fields = ("name", "index", "count", "first_step", "last_step", "through_seq", "min", "max")
     expected_blocks = list(MetricBlock.objects.filter(run=run).order_by("name", "index").values_list(*fields))
-    expected_bytes = [bytes(b) for b in MetricBlock.objects.filter(run=run).order_by("name", "index")
-                      .values_list("values", flat=True)]
+    expected_bytes = [
+        bytes(b) for b in MetricBlock.objects.filter(run=run).order_by("name", "index").values_list("values", flat=True)
+    ]
     expected_summary = run.summary
     assert [b[:2] for b in expected_blocks] == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)]
 
@@ -219,8 +245,9 @@ def test_the_data_migration_fills_blocks_and_summaries_from_stored_rows(run, exp
     assert run.summary == expected_summary
     assert run.summary["a"] == {"last": 10.0, "step": 10, "min": 1.0, "max": 10.0, "count": 10}
     assert list(MetricBlock.objects.filter(run=run).order_by("name", "index").values_list(*fields)) == expected_blocks
-    assert [bytes(b) for b in MetricBlock.objects.filter(run=run).order_by("name", "index")
-            .values_list("values", flat=True)] == expected_bytes
+    assert [
+        bytes(b) for b in MetricBlock.objects.filter(run=run).order_by("name", "index").values_list("values", flat=True)
+    ] == expected_bytes
     assert Run.objects.get(pk=other.pk).summary["a"]["count"] == 1
     migration.delete_metric_blocks(django_apps, None)
     assert not MetricBlock.objects.exists()
@@ -256,8 +283,13 @@ def test_series_on_the_step_axis_carry_points_and_gaps(api, trained):
     assert response.status_code == 200
     body = response.json()
     assert (body["run"], body["x_axis"], body["last_seq"]) == (str(trained.id), "step", 5)
-    assert body["series"]["reward/mean"] == {"x": [1, 2, 3, 4], "y": [0.25, 0.5, None, 1.0], "step": [1, 2, 3, 4],
-                                             "points": 4, "downsampled": False}
+    assert body["series"]["reward/mean"] == {
+        "x": [1, 2, 3, 4],
+        "y": [0.25, 0.5, None, 1.0],
+        "step": [1, 2, 3, 4],
+        "points": 4,
+        "downsampled": False,
+    }
     assert body["series"]["eval/accuracy"]["x"] == [2]
     assert body["series"]["missing"] == {"x": [], "y": [], "step": [], "points": 0, "downsampled": False}
 
@@ -267,11 +299,14 @@ def test_series_default_to_every_metric(api, trained):
     assert sorted(body["series"]) == ["eval/accuracy", "progress/samples", "progress/tokens", "reward/mean"]
 
 
-@pytest.mark.parametrize(("axis", "reward_x", "eval_x"), [
-    ("samples", [8, 16, 24, 32], [16]),
-    ("tokens", [100, 200, 300, 400], [200]),
-    ("time", [0.0, 2.0, 4.0, 6.0], [3.0]),  # seconds since the first metrics event (step 1 at T0 + 2)
-])
+@pytest.mark.parametrize(
+    ("axis", "reward_x", "eval_x"),
+    [
+        ("samples", [8, 16, 24, 32], [16]),
+        ("tokens", [100, 200, 300, 400], [200]),
+        ("time", [0.0, 2.0, 4.0, 6.0], [3.0]),  # seconds since the first metrics event (step 1 at T0 + 2)
+    ],
+)
 def test_series_on_the_samples_tokens_and_time_axes(api, trained, axis, reward_x, eval_x):
     body = get_series(api, trained, names="reward/mean,eval/accuracy", x=axis).json()
     assert body["x_axis"] == axis
@@ -281,8 +316,13 @@ def test_series_on_the_samples_tokens_and_time_axes(api, trained, axis, reward_x
 
 
 def test_points_before_the_first_progress_value_have_no_place_on_the_samples_axis(api, run):
-    ingest(run, [metrics_event(run, 1, 0, {"reward/mean": 0.1}),
-                 metrics_event(run, 2, 1, {"reward/mean": 0.2, "progress/samples": 8})])
+    ingest(
+        run,
+        [
+            metrics_event(run, 1, 0, {"reward/mean": 0.1}),
+            metrics_event(run, 2, 1, {"reward/mean": 0.2, "progress/samples": 8}),
+        ],
+    )
     body = get_series(api, run, names="reward/mean", x="samples").json()
     assert body["series"]["reward/mean"] == {"x": [8], "y": [0.2], "step": [1], "points": 2, "downsampled": False}
 
@@ -298,13 +338,16 @@ def test_long_series_come_downsampled_to_max_points(api, run):
     assert (body["points"], body["downsampled"]) == (100, True)
 
 
-@pytest.mark.parametrize(("params", "loc"), [
-    ({"x": "wall"}, "x"),
-    ({"max_points": "many"}, "max_points"),
-    ({"max_points": 9}, "max_points"),
-    ({"max_points": 20001}, "max_points"),
-    ({"names": ",".join(f"m{i}" for i in range(201))}, "names"),
-])
+@pytest.mark.parametrize(
+    ("params", "loc"),
+    [
+        ({"x": "wall"}, "x"),
+        ({"max_points": "many"}, "max_points"),
+        ({"max_points": 9}, "max_points"),
+        ({"max_points": 20001}, "max_points"),
+        ({"names": ",".join(f"m{i}" for i in range(201))}, "names"),
+    ],
+)
 def test_bad_series_parameters_are_400_naming_them(api, trained, params, loc):
     response = get_series(api, trained, **params)
     assert response.status_code == 400

@@ -48,10 +48,17 @@ def test_terminal_transitions_stamp_start_and_finish_times(experiment):
     assert run.started_at is not None and run.finished_at >= run.started_at
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    (S.SUCCEEDED, S.RUNNING), (S.FAILED, S.QUEUED), (S.CANCELLED, S.CANCELLING), (S.RUNNING, S.QUEUED),
-    (S.CANCELLING, S.RUNNING), (S.DRAFT, S.RUNNING),
-])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (S.SUCCEEDED, S.RUNNING),
+        (S.FAILED, S.QUEUED),
+        (S.CANCELLED, S.CANCELLING),
+        (S.RUNNING, S.QUEUED),
+        (S.CANCELLING, S.RUNNING),
+        (S.DRAFT, S.RUNNING),
+    ],
+)
 def test_illegal_transitions_are_refused(experiment, old, new):
     run = make_run(experiment, old)
     with pytest.raises(ValueError, match="not a transition"):
@@ -100,7 +107,8 @@ def test_cancel_of_finished_run_is_refused(api, experiment, state):
 
 @pytest.mark.parametrize("state", [S.QUEUED, S.STARTING, S.RUNNING])
 def test_cancel_of_an_active_run_goes_to_cancelling_and_stops_the_job_after_commit(
-        api, experiment, no_dispatch, django_capture_on_commit_callbacks, state):
+    api, experiment, no_dispatch, django_capture_on_commit_callbacks, state
+):
     run = make_run(experiment, state)
     with django_capture_on_commit_callbacks(execute=True):
         response = api.post(f"/api/runs/{run.id}/cancel/")
@@ -156,14 +164,21 @@ def test_a_run_ray_never_accepts_fails_after_the_submit_timeout(experiment, sett
     run = make_run(experiment)
     services.run_submit(run.id, jobs=jobs)
     run.refresh_from_db()
-    assert run.state == S.FAILED and "did not accept the job" in run.state_reason and "Connection refused" in run.state_reason
+    assert (
+        run.state == S.FAILED
+        and "did not accept the job" in run.state_reason
+        and "Connection refused" in run.state_reason
+    )
 
 
-@pytest.mark.parametrize("message, transient", [
-    ("Request failed with status code 500: No available agent to submit job, please try again later.", True),
-    ("Request failed with status code 503: Service Unavailable", True),
-    ("Request failed with status code 400: invalid runtime_env", False),
-])
+@pytest.mark.parametrize(
+    "message, transient",
+    [
+        ("Request failed with status code 500: No available agent to submit job, please try again later.", True),
+        ("Request failed with status code 503: Service Unavailable", True),
+        ("Request failed with status code 400: invalid runtime_env", False),
+    ],
+)
 def test_ray_errors_worth_retrying_are_told_apart_from_permanent_ones(message, transient):
     from workers.ray_jobs import _transient
 

@@ -113,8 +113,13 @@ def expected(history: list[dict], after: int = 0) -> list[tuple[int, str, dict]]
         elif e["type"] == "checkpoint":
             out.append((seq, "checkpoint", {"seq": seq, "step": step, "path": data["path"]}))
         elif e["type"] == "log":
-            out.append((seq, "log", {"seq": seq, "step": step, "time": e["time"], "level": data["level"],
-                                     "message": data["message"]}))
+            out.append(
+                (
+                    seq,
+                    "log",
+                    {"seq": seq, "step": step, "time": e["time"], "level": data["level"], "message": data["message"]},
+                )
+            )
     return out
 
 
@@ -216,8 +221,9 @@ def test_a_finished_run_streams_retry_state_everything_stored_then_end(client, f
     run, history = finished_run
     reader = read_whole_stream(client, run)
     assert reader.retry == [1000]
-    assert reader.messages[0] == Message(None, "state", {"state": "succeeded", "reason": "engine finished every step",
-                                                          "last_step": 2})
+    assert reader.messages[0] == Message(
+        None, "state", {"state": "succeeded", "reason": "engine finished every step", "last_step": 2}
+    )
     assert reader.seq_messages() == expected(history)
     assert reader.kinds()[-1] == "end" and reader.messages[-1] == Message(None, "end", {})
 
@@ -225,8 +231,10 @@ def test_a_finished_run_streams_retry_state_everything_stored_then_end(client, f
 def test_samples_come_as_one_message_per_event_with_their_count(client, finished_run):
     run, _ = finished_run
     samples = [m for m in read_whole_stream(client, run).messages if m.kind == "samples"]
-    assert samples == [Message(4, "samples", {"seq": 4, "step": 1, "count": 3}),
-                       Message(9, "samples", {"seq": 9, "step": 2, "count": 2})]
+    assert samples == [
+        Message(4, "samples", {"seq": 4, "step": 1, "count": 3}),
+        Message(9, "samples", {"seq": 9, "step": 2, "count": 2}),
+    ]
 
 
 def test_the_query_parameter_is_the_resume_point_and_the_header_wins_over_it(client, finished_run):
@@ -252,7 +260,8 @@ def test_stored_rows_and_live_events_make_identical_messages(experiment, store, 
 
 
 def test_live_events_published_during_the_replay_are_neither_lost_nor_repeated(
-        backend, client, experiment, store, transition):
+    backend, client, experiment, store, transition
+):
     run = make_run(experiment, S.STARTING)
     history = a_run_history(run)
     store(run, history[:5])  # seq 1..5 stored before the client connects
@@ -330,7 +339,8 @@ def test_a_quiet_stream_sends_keepalives_and_ends_after_its_maximum_duration(cli
 
 
 def test_run_transition_publishes_the_change_on_the_live_channel_after_commit(
-        experiment, django_capture_on_commit_callbacks):
+    experiment, django_capture_on_commit_callbacks
+):
     run = make_run(experiment, S.RUNNING)
     with live.subscribe(run.pk) as subscription:
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
@@ -338,8 +348,15 @@ def test_run_transition_publishes_the_change_on_the_live_channel_after_commit(
         assert subscription.get(timeout=0.05) is None  # nothing before the commit
         for callback in callbacks:
             callback()
-        assert subscription.get(timeout=2) == [{"type": "state", "run": str(run.pk), "from_state": "running",
-                                                "state": "cancelling", "reason": "cancel requested by ada"}]
+        assert subscription.get(timeout=2) == [
+            {
+                "type": "state",
+                "run": str(run.pk),
+                "from_state": "running",
+                "state": "cancelling",
+                "reason": "cancel requested by ada",
+            }
+        ]
 
 
 # --- refusals ------------------------------------------------------------------------------------
@@ -365,18 +382,24 @@ def test_an_annotator_is_refused_with_their_role_named(finished_run, make_user):
     assert response.json() == {"detail": "Only researchers and admins may use this endpoint; your role is annotator."}
 
 
-@pytest.mark.parametrize(("query", "headers", "loc", "bad"), [
-    ("?last_event_id=abc", {}, "last_event_id", "'abc'"),
-    ("?last_event_id=-1", {}, "last_event_id", "'-1'"),
-    ("?last_event_id=1.5", {}, "last_event_id", "'1.5'"),
-    ("", {"Last-Event-ID": "9223372036854775808"}, "Last-Event-ID", "'9223372036854775808'"),
-])
+@pytest.mark.parametrize(
+    ("query", "headers", "loc", "bad"),
+    [
+        ("?last_event_id=abc", {}, "last_event_id", "'abc'"),
+        ("?last_event_id=-1", {}, "last_event_id", "'-1'"),
+        ("?last_event_id=1.5", {}, "last_event_id", "'1.5'"),
+        ("", {"Last-Event-ID": "9223372036854775808"}, "Last-Event-ID", "'9223372036854775808'"),
+    ],
+)
 def test_a_bad_resume_point_is_a_400_naming_it(client, finished_run, query, headers, loc, bad):
     run, _ = finished_run
     response = get(client, f"/api/runs/{run.pk}/stream/{query}", **headers)
     assert response.status_code == 400
-    assert response.json() == {"errors": [{
-        "loc": loc, "msg": f"must be an event seq (an integer between 0 and 9223372036854775807), got {bad}"}]}
+    assert response.json() == {
+        "errors": [
+            {"loc": loc, "msg": f"must be an event seq (an integer between 0 and 9223372036854775807), got {bad}"}
+        ]
+    }
 
 
 def test_the_stream_of_an_unknown_run_is_a_404(client):

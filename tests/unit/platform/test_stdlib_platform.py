@@ -26,7 +26,13 @@ def test_there_is_no_platform_package_to_shadow_it():
 
 
 def test_manage_py_keeps_the_standard_platform_module():
-    out = _run(sys.executable, "manage.py", "shell", "-c", "import platform; print(platform.__file__, platform.python_version())")
+    out = _run(
+        sys.executable,
+        "manage.py",
+        "shell",
+        "-c",
+        "import platform; print(platform.__file__, platform.python_version())",
+    )
     path, version = out.split()
     assert Path(path).resolve().parent == STDLIB
     assert version == platform.python_version()

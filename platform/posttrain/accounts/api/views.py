@@ -14,7 +14,11 @@ from posttrain.accounts.services import token_get_or_create
 _Token = inline_serializer("AuthTokenResponse", fields={"token": serializers.CharField()})
 _Me = inline_serializer(
     "CurrentUser",
-    fields={"id": serializers.IntegerField(), "username": serializers.CharField(), "role": serializers.CharField(allow_null=True)},
+    fields={
+        "id": serializers.IntegerField(),
+        "username": serializers.CharField(),
+        "role": serializers.CharField(allow_null=True),
+    },
 )
 
 
@@ -34,7 +38,9 @@ class ObtainTokenView(APIView):
         ),
         request=AuthTokenSerializer,
         responses={200: _Token},
-        examples=[OpenApiExample("Response", value={"token": "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"}, response_only=True)],
+        examples=[
+            OpenApiExample("Response", value={"token": "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"}, response_only=True)
+        ],
         tags=["auth"],
     )
     def post(self, request: Request) -> Response:

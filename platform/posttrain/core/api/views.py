@@ -9,7 +9,11 @@ from posttrain.core.selectors import system_health
 
 _dependency = inline_serializer(
     "DependencyStatus",
-    fields={"ok": serializers.BooleanField(), "latency_ms": serializers.FloatField(), "detail": serializers.CharField()},
+    fields={
+        "ok": serializers.BooleanField(),
+        "latency_ms": serializers.FloatField(),
+        "detail": serializers.CharField(),
+    },
 )
 
 

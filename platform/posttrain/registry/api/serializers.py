@@ -10,22 +10,33 @@ from posttrain.registry.reward_specs import KINDS
 from posttrain.registry.services import MAX_TRY_SAMPLES
 
 
-
 class ModelAssetSerializer(serializers.ModelSerializer):
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = ModelAsset
         fields = [
-            "id", "name", "description", "source", "path", "architecture", "parameter_count", "hf_config",
-            "source_run", "source_step", "created_by", "created_at",
+            "id",
+            "name",
+            "description",
+            "source",
+            "path",
+            "architecture",
+            "parameter_count",
+            "hf_config",
+            "source_run",
+            "source_step",
+            "created_by",
+            "created_at",
         ]
         read_only_fields = fields
 
 
 class ModelRegisterSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
-    path = serializers.CharField(max_length=1000, help_text="Hugging Face model folder on the server (config.json, weights, tokenizer).")
+    path = serializers.CharField(
+        max_length=1000, help_text="Hugging Face model folder on the server (config.json, weights, tokenizer)."
+    )
     description = serializers.CharField(required=False, allow_blank=True, default="")
 
 
@@ -40,21 +51,45 @@ class DatasetSerializer(serializers.ModelSerializer):
     class Meta:
         model = Dataset
         fields = [
-            "id", "name", "description", "sha256", "format", "path", "size_bytes", "row_count", "prompt_field",
-            "label_field", "columns", "splits", "source_campaign_id", "created_by", "created_at",
+            "id",
+            "name",
+            "description",
+            "sha256",
+            "format",
+            "path",
+            "size_bytes",
+            "row_count",
+            "prompt_field",
+            "label_field",
+            "columns",
+            "splits",
+            "source_campaign_id",
+            "created_by",
+            "created_at",
         ]
         read_only_fields = fields
 
 
 class _DatasetInputSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="", help_text="Defaults to the file name.")
+    name = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default="", help_text="Defaults to the file name."
+    )
     description = serializers.CharField(required=False, allow_blank=True, default="")
     format = serializers.ChoiceField(
-        choices=Dataset.Format.choices, required=False, allow_null=True, default=None, help_text="Defaults to the file extension."
+        choices=Dataset.Format.choices,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Defaults to the file extension.",
     )
-    prompt_field = serializers.CharField(max_length=200, required=False, default="prompt", help_text="Field (column) holding the prompt.")
+    prompt_field = serializers.CharField(
+        max_length=200, required=False, default="prompt", help_text="Field (column) holding the prompt."
+    )
     label_field = serializers.CharField(
-        max_length=200, required=False, allow_blank=True, default="label",
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        default="label",
         help_text="Field (column) holding the reference answer; empty for a dataset without labels.",
     )
 
@@ -64,7 +99,9 @@ class DatasetUploadSerializer(_DatasetInputSerializer):
 
 
 class DatasetRegisterPathSerializer(_DatasetInputSerializer):
-    path = serializers.CharField(max_length=1000, help_text="Absolute path of a data file on the server; it is copied into the store.")
+    path = serializers.CharField(
+        max_length=1000, help_text="Absolute path of a data file on the server; it is copied into the store."
+    )
 
 
 class DatasetPreviewSerializer(serializers.Serializer):
@@ -89,12 +126,16 @@ class RewardCreateSerializer(serializers.Serializer):
     description = serializers.CharField(required=False, allow_blank=True, default="")
     kind = serializers.ChoiceField(choices=KINDS)
     spec = serializers.JSONField(
-        required=False, default=dict,
+        required=False,
+        default=dict,
         help_text="The engine's reward spec (rl_engine.config RewardSpec) without weight: e.g. "
         '{"type": "regex", "pattern": "\\\\d+"}; for kind python, the function name and limits.',
     )
     source = serializers.CharField(
-        required=False, allow_blank=True, default="", trim_whitespace=False,
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
         help_text="Python code for kind python: reward_func(queries, prompts, labels, **kwargs) or compute_score(...).",
     )
 
@@ -102,7 +143,9 @@ class RewardCreateSerializer(serializers.Serializer):
 class RewardTrySampleSerializer(serializers.Serializer):
     prompt = serializers.CharField(allow_blank=True, trim_whitespace=False)
     response = serializers.CharField(allow_blank=True, trim_whitespace=False)
-    label = serializers.JSONField(required=False, allow_null=True, default=None, help_text="Reference answer (text or number).")
+    label = serializers.JSONField(
+        required=False, allow_null=True, default=None, help_text="Reference answer (text or number)."
+    )
     metadata = serializers.DictField(required=False, default=dict, help_text="Extra dataset fields (data_source, ...).")
 
 

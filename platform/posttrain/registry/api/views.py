@@ -27,7 +27,9 @@ def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[st
 
 
 _ERRORS = {
-    400: OpenApiResponse(description="Invalid input: `{field: [message]}`, each message naming the line or field at fault."),
+    400: OpenApiResponse(
+        description="Invalid input: `{field: [message]}`, each message naming the line or field at fault."
+    ),
     403: OpenApiResponse(description="Not signed in, or not a researcher or admin."),
 }
 _IN_USE = OpenApiResponse(description="An experiment uses it: delete the experiments first.")
@@ -77,10 +79,17 @@ class ModelAssetViewSet(_RegistryViewSet):
     def create(self, request: Request) -> Response:
         data = _valid(s.ModelRegisterSerializer, request.data)
         with service_errors():
-            model = services.model_register(data["name"], data["path"], description=data["description"], user=request.user)
+            model = services.model_register(
+                data["name"], data["path"], description=data["description"], user=request.user
+            )
         return Response(self.get_serializer(model).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Rename or redescribe a model", request=s.AssetUpdateSerializer, responses={200: s.ModelAssetSerializer, **_ERRORS}, tags=["models"])
+    @extend_schema(
+        summary="Rename or redescribe a model",
+        request=s.AssetUpdateSerializer,
+        responses={200: s.ModelAssetSerializer, **_ERRORS},
+        tags=["models"],
+    )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         return self._update(request, services.model_update)
 
@@ -132,7 +141,9 @@ class DatasetViewSet(_RegistryViewSet):
         },
         responses={
             201: s.DatasetSerializer,
-            200: OpenApiResponse(s.DatasetSerializer, description="The same content was stored before: the existing dataset."),
+            200: OpenApiResponse(
+                s.DatasetSerializer, description="The same content was stored before: the existing dataset."
+            ),
             **_ERRORS,
         },
         examples=[
@@ -147,31 +158,54 @@ class DatasetViewSet(_RegistryViewSet):
     )
     def create(self, request: Request) -> Response:
         if "file" in request.FILES and "path" in request.data:
-            raise serializers.ValidationError({"path": ["give either an uploaded file or a server-side path, not both"]})
+            raise serializers.ValidationError(
+                {"path": ["give either an uploaded file or a server-side path, not both"]}
+            )
         with service_errors():
             if "file" in request.FILES or "path" not in request.data:
                 data = _valid(s.DatasetUploadSerializer, request.data)
                 dataset, created = services.dataset_upload(
-                    data["name"], data["file"], data["format"], data["prompt_field"], data["label_field"],
-                    description=data["description"], user=request.user,
+                    data["name"],
+                    data["file"],
+                    data["format"],
+                    data["prompt_field"],
+                    data["label_field"],
+                    description=data["description"],
+                    user=request.user,
                 )
             else:
                 data = _valid(s.DatasetRegisterPathSerializer, request.data)
                 dataset, created = services.dataset_register_path(
-                    data["name"], data["path"], data["format"], data["prompt_field"], data["label_field"],
-                    description=data["description"], user=request.user,
+                    data["name"],
+                    data["path"],
+                    data["format"],
+                    data["prompt_field"],
+                    data["label_field"],
+                    description=data["description"],
+                    user=request.user,
                 )
-        return Response(self.get_serializer(dataset).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            self.get_serializer(dataset).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
 
-    @extend_schema(summary="Rename or redescribe a dataset", request=s.AssetUpdateSerializer, responses={200: s.DatasetSerializer, **_ERRORS}, tags=["datasets"])
+    @extend_schema(
+        summary="Rename or redescribe a dataset",
+        request=s.AssetUpdateSerializer,
+        responses={200: s.DatasetSerializer, **_ERRORS},
+        tags=["datasets"],
+    )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         return self._update(request, services.dataset_update)
 
-    @extend_schema(summary="Delete a dataset and its stored file", responses={204: None, 409: _IN_USE}, tags=["datasets"])
+    @extend_schema(
+        summary="Delete a dataset and its stored file", responses={204: None, 409: _IN_USE}, tags=["datasets"]
+    )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         return self._destroy(services.dataset_delete)
 
-    @extend_schema(summary="The first rows of a dataset", responses={200: s.DatasetPreviewSerializer}, tags=["datasets"])
+    @extend_schema(
+        summary="The first rows of a dataset", responses={200: s.DatasetPreviewSerializer}, tags=["datasets"]
+    )
     @action(detail=True, methods=["get"])
     def preview(self, request: Request, pk: str | None = None) -> Response:
         # The list queryset defers the preview; one extra query here is the point of that.
@@ -203,7 +237,11 @@ class RewardFunctionViewSet(_RegistryViewSet):
         request=s.RewardCreateSerializer,
         responses={201: s.RewardFunctionSerializer, **_ERRORS},
         examples=[
-            OpenApiExample("Regex", value={"name": "has-answer", "kind": "builtin", "spec": {"type": "regex", "pattern": "\\d+"}}, request_only=True),
+            OpenApiExample(
+                "Regex",
+                value={"name": "has-answer", "kind": "builtin", "spec": {"type": "regex", "pattern": "\\d+"}},
+                request_only=True,
+            ),
             OpenApiExample(
                 "Python (verl shape)",
                 value={
@@ -221,11 +259,21 @@ class RewardFunctionViewSet(_RegistryViewSet):
         data = _valid(s.RewardCreateSerializer, request.data)
         with service_errors():
             reward = services.reward_create(
-                data["name"], data["kind"], data["spec"], data["source"], description=data["description"], user=request.user
+                data["name"],
+                data["kind"],
+                data["spec"],
+                data["source"],
+                description=data["description"],
+                user=request.user,
             )
         return Response(self.get_serializer(reward).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Rename or redescribe a reward function", request=s.AssetUpdateSerializer, responses={200: s.RewardFunctionSerializer, **_ERRORS}, tags=["rewards"])
+    @extend_schema(
+        summary="Rename or redescribe a reward function",
+        request=s.AssetUpdateSerializer,
+        responses={200: s.RewardFunctionSerializer, **_ERRORS},
+        tags=["rewards"],
+    )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         return self._update(request, services.reward_update)
 
@@ -258,4 +306,3 @@ class RewardFunctionViewSet(_RegistryViewSet):
         with service_errors():
             result = services.reward_try(reward, [dict(sample) for sample in data["samples"]])
         return Response(result)
-

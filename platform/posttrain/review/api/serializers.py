@@ -23,21 +23,28 @@ _SOURCE_HELP = (
 
 def _annotators_field(**kwargs) -> serializers.SlugRelatedField:
     return serializers.SlugRelatedField(
-        many=True, slug_field="username", queryset=get_user_model().objects.filter(is_active=True),
-        help_text="Usernames of users with the annotator role.", **kwargs)
+        many=True,
+        slug_field="username",
+        queryset=get_user_model().objects.filter(is_active=True),
+        help_text="Usernames of users with the annotator role.",
+        **kwargs,
+    )
 
 
 class CampaignCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
-    instructions = serializers.CharField(required=False, allow_blank=True, default="",
-                                         help_text="Shown to annotators with every item.")
+    instructions = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Shown to annotators with every item."
+    )
     # Plain strings (validated by the service) rather than enums: drf-spectacular would give these
     # names that collide with the registry's `kind` and `format` enums.
     kind = serializers.CharField(default=CampaignKind.SINGLE, help_text="single (one response per item) or pair.")
     questions = serializers.JSONField(help_text=_QUESTIONS_HELP)
     source = serializers.JSONField(help_text=_SOURCE_HELP)
-    blind = serializers.BooleanField(default=True, help_text="Hide rewards, components, runs and steps from annotators.")
+    blind = serializers.BooleanField(
+        default=True, help_text="Hide rewards, components, runs and steps from annotators."
+    )
     overlap = serializers.IntegerField(default=1, help_text="Annotators per item (1..20).")
     lock_ttl_s = serializers.IntegerField(default=600, help_text="Seconds an item stays locked to its annotator.")
     annotators = _annotators_field(required=False, default=list)
@@ -56,14 +63,27 @@ class CampaignSerializer(serializers.ModelSerializer):
     kind = serializers.CharField(read_only=True, help_text="single or pair")
     state = serializers.CharField(read_only=True, help_text="draft, active or closed")
     item_count = serializers.IntegerField(read_only=True, default=0)
-    items_complete = serializers.IntegerField(read_only=True, default=0,
-                                              help_text="Items with `overlap` judgements.")
+    items_complete = serializers.IntegerField(read_only=True, default=0, help_text="Items with `overlap` judgements.")
     judgement_total = serializers.IntegerField(read_only=True, default=0)
 
     class Meta:
         model = Campaign
-        fields = ["id", "name", "description", "kind", "blind", "overlap", "state", "state_changed_at", "annotators",
-                  "created_by", "created_at", "item_count", "items_complete", "judgement_total"]
+        fields = [
+            "id",
+            "name",
+            "description",
+            "kind",
+            "blind",
+            "overlap",
+            "state",
+            "state_changed_at",
+            "annotators",
+            "created_by",
+            "created_at",
+            "item_count",
+            "items_complete",
+            "judgement_total",
+        ]
         read_only_fields = fields
 
 
@@ -117,18 +137,34 @@ class ReviewItemSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ReviewItem
-        fields = ["id", "position", "sample_a", "sample_b", "display_swap", "selection", "judgement_count",
-                  "locked_by", "locked_until", "skip_count"]
+        fields = [
+            "id",
+            "position",
+            "sample_a",
+            "sample_b",
+            "display_swap",
+            "selection",
+            "judgement_count",
+            "locked_by",
+            "locked_until",
+            "skip_count",
+        ]
         read_only_fields = fields
 
 
 class ExportRegisterSerializer(serializers.Serializer):
     format = serializers.CharField(help_text=", ".join(f for f, kind in EXPORT_FORMATS.items() if kind.registrable))
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="",
-                                 help_text="Dataset name; default '<campaign> (<format>)'.")
+    name = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Dataset name; default '<campaign> (<format>)'.",
+    )
     description = serializers.CharField(required=False, allow_blank=True, default="")
-    question = serializers.CharField(required=False, allow_null=True, default=None,
-                                     help_text="trl: the pairwise question (default: the first).")
+    question = serializers.CharField(
+        required=False, allow_null=True, default=None, help_text="trl: the pairwise question (default: the first)."
+    )
 
 
 # --- annotators ---------------------------------------------------------------------------------
@@ -165,8 +201,9 @@ class QueueEntrySerializer(AnnotatorCampaignSerializer):
 class ResponseViewSerializer(serializers.Serializer):
     label = serializers.ChoiceField(choices=["A", "B"])
     text = serializers.CharField()
-    sample = serializers.DictField(required=False, help_text="Not blind only: id, run, run_name, step, index, "
-                                   "reward, components.")
+    sample = serializers.DictField(
+        required=False, help_text="Not blind only: id, run, run_name, step, index, reward, components."
+    )
 
 
 class ItemViewSerializer(serializers.Serializer):
@@ -188,8 +225,10 @@ class NextItemSerializer(serializers.Serializer):
 
 
 class JudgementBodySerializer(serializers.Serializer):
-    answers = serializers.JSONField(help_text='Question key to answer: rating an integer, pass_fail true/false, '
-                                    'pairwise "A"|"B"|"tie"|"both_bad" as shown, tags a list, comment a string.')
+    answers = serializers.JSONField(
+        help_text="Question key to answer: rating an integer, pass_fail true/false, "
+        'pairwise "A"|"B"|"tie"|"both_bad" as shown, tags a list, comment a string.'
+    )
     seconds = serializers.FloatField(default=0.0, help_text="Seconds spent on the item.")
     claim_next = serializers.BooleanField(default=False, help_text="Also claim and return the next item.")
 
@@ -254,14 +293,20 @@ class ResultRowSerializer(serializers.Serializer):
     judgement_count = serializers.IntegerField()
     complete = serializers.BooleanField()
     judgements = ResultJudgementSerializer(many=True)
-    summary = serializers.DictField(help_text="Per question key: pass_fail {n, pass_rate}, rating {n, mean}, "
-                                    "pairwise {n, counts, majority}, tags {n, counts}.")
-    reward_preferred = serializers.CharField(required=False, allow_null=True, help_text='Pairs: "A", "B", "tie" or null.')
-    human_preferred = serializers.CharField(required=False, allow_null=True,
-                                            help_text="Pairs: plurality answer of the first pairwise question.")
+    summary = serializers.DictField(
+        help_text="Per question key: pass_fail {n, pass_rate}, rating {n, mean}, "
+        "pairwise {n, counts, majority}, tags {n, counts}."
+    )
+    reward_preferred = serializers.CharField(
+        required=False, allow_null=True, help_text='Pairs: "A", "B", "tie" or null.'
+    )
+    human_preferred = serializers.CharField(
+        required=False, allow_null=True, help_text="Pairs: plurality answer of the first pairwise question."
+    )
     human_score = serializers.FloatField(required=False, allow_null=True, help_text="Singles: 0..1.")
-    reward_rank = serializers.FloatField(required=False, allow_null=True,
-                                         help_text="Singles: the reward's standing among the campaign's items, 0..1.")
+    reward_rank = serializers.FloatField(
+        required=False, allow_null=True, help_text="Singles: the reward's standing among the campaign's items, 0..1."
+    )
     disagreement = serializers.FloatField(allow_null=True)
     disagrees = serializers.BooleanField()
 
@@ -290,6 +335,10 @@ class AgreementSerializer(serializers.Serializer):
     annotators = serializers.ListField(child=serializers.CharField())
     judgements = serializers.IntegerField()
     questions = QuestionAgreementSerializer(many=True)
-    annotator_stats = serializers.ListField(child=serializers.DictField(), help_text=(
-        "Per annotator: {annotator, items_judged, mean_seconds, questions: {key: {answered, pass_rate | mean | "
-        "choices | tag_rates, agreement_with_majority {rate, items} | mean_abs_diff_from_others {value, items}}}}"))
+    annotator_stats = serializers.ListField(
+        child=serializers.DictField(),
+        help_text=(
+            "Per annotator: {annotator, items_judged, mean_seconds, questions: {key: {answered, pass_rate | mean | "
+            "choices | tag_rates, agreement_with_majority {rate, items} | mean_abs_diff_from_others {value, items}}}}"
+        ),
+    )

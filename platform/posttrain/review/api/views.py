@@ -13,7 +13,13 @@ from django.contrib.auth import get_user_model
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -39,8 +45,9 @@ _busy_response = inline_serializer("ReviewItemUnavailable", fields={"detail": se
 
 @extend_schema_view(
     list=extend_schema(summary="Review campaigns", description="Filter with `state` (draft, active, closed)."),
-    retrieve=extend_schema(summary="One campaign, with its questions, source and progress",
-                           responses=s.CampaignDetailSerializer),
+    retrieve=extend_schema(
+        summary="One campaign, with its questions, source and progress", responses=s.CampaignDetailSerializer
+    ),
 )
 class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     permission_classes = [IsResearcher]
@@ -70,8 +77,11 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         campaign = services.campaign_create(**body.validated_data, user=request.user)
         return self._detail(campaign, status=201)
 
-    @extend_schema(summary="Edit a campaign's texts and annotators", request=s.CampaignUpdateSerializer,
-                   responses={200: s.CampaignDetailSerializer, 400: ERRORS_RESPONSE})
+    @extend_schema(
+        summary="Edit a campaign's texts and annotators",
+        request=s.CampaignUpdateSerializer,
+        responses={200: s.CampaignDetailSerializer, 400: ERRORS_RESPONSE},
+    )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         campaign = self.get_object()
         body = s.CampaignUpdateSerializer(data=request.data, partial=True)
@@ -79,19 +89,27 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         services.campaign_update(campaign, **body.validated_data)
         return self._detail(campaign)
 
-    @extend_schema(summary="Open the campaign to its annotators (draft → active)", request=None,
-                   responses={200: s.CampaignDetailSerializer, 409: CONFLICT_RESPONSE})
+    @extend_schema(
+        summary="Open the campaign to its annotators (draft → active)",
+        request=None,
+        responses={200: s.CampaignDetailSerializer, 409: CONFLICT_RESPONSE},
+    )
     @action(detail=True, methods=["post"])
     def activate(self, request: Request, pk: str | None = None) -> Response:
         return self._detail(services.campaign_activate(self.get_object()))
 
-    @extend_schema(summary="Close the campaign (draft or active → closed)", request=None,
-                   responses={200: s.CampaignDetailSerializer, 409: CONFLICT_RESPONSE})
+    @extend_schema(
+        summary="Close the campaign (draft or active → closed)",
+        request=None,
+        responses={200: s.CampaignDetailSerializer, 409: CONFLICT_RESPONSE},
+    )
     @action(detail=True, methods=["post"])
     def close(self, request: Request, pk: str | None = None) -> Response:
         return self._detail(services.campaign_close(self.get_object()))
 
-    @extend_schema(summary="The campaign's items in queue order (paginated)", responses=s.ReviewItemSerializer(many=True))
+    @extend_schema(
+        summary="The campaign's items in queue order (paginated)", responses=s.ReviewItemSerializer(many=True)
+    )
     @action(detail=True, methods=["get"], filter_backends=[])
     def items(self, request: Request, pk: str | None = None) -> Response:
         page = self.paginate_queryset(selectors.campaign_items(self.get_object()))
@@ -99,12 +117,16 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
 
     @extend_schema(
         summary="Judgements next to the rewards, per item (paginated)",
-        description="Pairs: `reward_preferred` vs `human_preferred` (\"A\" = samples.A). Singles: `human_score` "
+        description='Pairs: `reward_preferred` vs `human_preferred` ("A" = samples.A). Singles: `human_score` '
         "(first pass/fail pass rate, else first rating scaled to 0..1) vs `reward_rank` (the reward's standing "
         "among the campaign's items, 0..1). `disagrees` when they are ≥ 0.5 apart or name different samples.",
         parameters=[
-            OpenApiParameter("ordering", OpenApiTypes.STR, enum=list(selectors.RESULT_ORDERINGS),
-                             description="Default position; unknown values (no judgement, no reward) sort last."),
+            OpenApiParameter(
+                "ordering",
+                OpenApiTypes.STR,
+                enum=list(selectors.RESULT_ORDERINGS),
+                description="Default position; unknown values (no judgement, no reward) sort last.",
+            ),
             OpenApiParameter("disagrees", OpenApiTypes.BOOL, description="true: only items flagged as disagreeing."),
         ],
         responses={200: s.ResultRowSerializer(many=True), 400: ERRORS_RESPONSE},
@@ -114,8 +136,9 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         campaign = self.get_object()
         ordering = text_param(request, "ordering") or "position"
         if ordering not in selectors.RESULT_ORDERINGS:
-            raise InvalidInput.one("ordering", f"must be one of {', '.join(selectors.RESULT_ORDERINGS)}, "
-                                   f"got {ordering[:50]!r}")
+            raise InvalidInput.one(
+                "ordering", f"must be one of {', '.join(selectors.RESULT_ORDERINGS)}, got {ordering[:50]!r}"
+            )
         only = (text_param(request, "disagrees") or "").lower() in ("1", "true", "yes")
         rows = selectors.campaign_results(campaign, ordering=ordering, disagreements_only=only)
         return self.get_paginated_response(self.paginate_queryset(rows))
@@ -131,14 +154,23 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         "both_bad and level votes give no pair). ratings_jsonl / ratings_csv: one row per judgement.",
         parameters=[
             OpenApiParameter("format", OpenApiTypes.STR, enum=list(export.EXPORT_FORMATS), required=True),
-            OpenApiParameter("question", OpenApiTypes.STR, description="trl/openai: the pairwise question key "
-                             "(default: the first)."),
+            OpenApiParameter(
+                "question", OpenApiTypes.STR, description="trl/openai: the pairwise question key (default: the first)."
+            ),
         ],
-        responses={(200, "application/x-ndjson"): OpenApiTypes.STR, (200, "text/csv"): OpenApiTypes.STR,
-                   400: ERRORS_RESPONSE},
+        responses={
+            (200, "application/x-ndjson"): OpenApiTypes.STR,
+            (200, "text/csv"): OpenApiTypes.STR,
+            400: ERRORS_RESPONSE,
+        },
     )
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[],
-            content_negotiation_class=FileFormatNegotiation)
+    @action(
+        detail=True,
+        methods=["get"],
+        pagination_class=None,
+        filter_backends=[],
+        content_negotiation_class=FileFormatNegotiation,
+    )
     def export(self, request: Request, pk: str | None = None) -> HttpResponse:
         campaign = self.get_object()
         fmt = export.check_format(text_param(request, "format"))
@@ -161,19 +193,26 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         body.is_valid(raise_exception=True)
         data = body.validated_data
         dataset, created = export.campaign_export_register(
-            campaign, data["format"], data["name"] or None, request.user, description=data["description"],
-            question=data["question"])
+            campaign,
+            data["format"],
+            data["name"] or None,
+            request.user,
+            description=data["description"],
+            question=data["question"],
+        )
         return Response(DatasetSerializer(dataset).data, status=201 if created else 200)
 
 
 class AnnotatorListView(RunsErrorsMixin, APIView):
     permission_classes = [IsResearcher]
 
-    @extend_schema(summary="Users who may be assigned to campaigns (annotator role)",
-                   responses=s.AnnotatorSerializer(many=True))
+    @extend_schema(
+        summary="Users who may be assigned to campaigns (annotator role)", responses=s.AnnotatorSerializer(many=True)
+    )
     def get(self, request: Request) -> Response:
-        users = (get_user_model().objects.filter(is_active=True, groups__name=Role.ANNOTATOR)
-                 .order_by("username").distinct())
+        users = (
+            get_user_model().objects.filter(is_active=True, groups__name=Role.ANNOTATOR).order_by("username").distinct()
+        )
         return Response([{"id": user.pk, "username": user.get_username()} for user in users])
 
 
@@ -185,9 +224,11 @@ def _next_payload(campaign: Campaign, request: Request) -> dict[str, Any] | None
     item = services.item_claim_next(campaign, request.user)
     if item is None:
         return None
-    return {"campaign": selectors.campaign_for_annotator(campaign),
-            "item": selectors.item_for_annotator(item, request.user),
-            "progress": selectors.annotator_progress(campaign, request.user)}
+    return {
+        "campaign": selectors.campaign_for_annotator(campaign),
+        "item": selectors.item_for_annotator(item, request.user),
+        "progress": selectors.annotator_progress(campaign, request.user),
+    }
 
 
 class _AnnotatorView(RunsErrorsMixin, APIView):
@@ -200,10 +241,16 @@ class _AnnotatorView(RunsErrorsMixin, APIView):
 class QueueView(_AnnotatorView):
     @extend_schema(summary="My active campaigns, with my progress in each", responses=s.QueueEntrySerializer(many=True))
     def get(self, request: Request) -> Response:
-        return Response([
-            {**selectors.campaign_for_annotator(campaign), "description": campaign.description, "progress": progress}
-            for campaign, progress in selectors.annotator_queue(request.user)
-        ])
+        return Response(
+            [
+                {
+                    **selectors.campaign_for_annotator(campaign),
+                    "description": campaign.description,
+                    "progress": progress,
+                }
+                for campaign, progress in selectors.annotator_queue(request.user)
+            ]
+        )
 
 
 class CampaignNextView(_AnnotatorView):
@@ -214,8 +261,12 @@ class CampaignNextView(_AnnotatorView):
         "(`GET /api/review/queue/` tells done from waiting on others' locks). Blind campaigns show no reward, "
         "components, run, step or sample id.",
         request=None,
-        responses={200: s.NextItemSerializer, 204: OpenApiResponse(description="Nothing left for me now."),
-                   404: OpenApiTypes.OBJECT, 409: CONFLICT_RESPONSE},
+        responses={
+            200: s.NextItemSerializer,
+            204: OpenApiResponse(description="Nothing left for me now."),
+            404: OpenApiTypes.OBJECT,
+            409: CONFLICT_RESPONSE,
+        },
     )
     def post(self, request: Request, pk: int) -> Response:
         campaign = get_object_or_404(selectors.annotator_campaigns(request.user), pk=pk)
@@ -230,8 +281,13 @@ class ItemJudgementView(_AnnotatorView):
         "for me: I hold its lock, or nobody holds an unexpired one. Releases the lock. With `claim_next`, the "
         "response carries my next item (`next`, null when none) so the page needs one request per item.",
         request=s.JudgementBodySerializer,
-        responses={201: s.JudgementResponseSerializer, 200: s.JudgementResponseSerializer, 400: ERRORS_RESPONSE,
-                   404: OpenApiTypes.OBJECT, 409: _busy_response},
+        responses={
+            201: s.JudgementResponseSerializer,
+            200: s.JudgementResponseSerializer,
+            400: ERRORS_RESPONSE,
+            404: OpenApiTypes.OBJECT,
+            409: _busy_response,
+        },
     )
     def post(self, request: Request, pk: int) -> Response:
         item = self._item(request, pk)
@@ -240,10 +296,13 @@ class ItemJudgementView(_AnnotatorView):
         data = body.validated_data
         judgement, created = services.judgement_submit(item, request.user, data["answers"], data["seconds"])
         payload: dict[str, Any] = {
-            "judgement": {"item": item.pk,
-                          "answers": swap_pairwise(item.campaign.questions, judgement.answers, item.display_swap),
-                          "seconds": judgement.seconds, "created_at": judgement.created_at,
-                          "updated_at": judgement.updated_at},
+            "judgement": {
+                "item": item.pk,
+                "answers": swap_pairwise(item.campaign.questions, judgement.answers, item.display_swap),
+                "seconds": judgement.seconds,
+                "created_at": judgement.created_at,
+                "updated_at": judgement.updated_at,
+            },
             "created": created,
             "progress": selectors.annotator_progress(item.campaign, request.user),
         }
@@ -253,22 +312,30 @@ class ItemJudgementView(_AnnotatorView):
 
 
 class ItemSkipView(_AnnotatorView):
-    @extend_schema(summary="Skip an item for now (it comes back after my other items)",
-                   request=s.ClaimNextBodySerializer,
-                   responses={200: s.SkipResponseSerializer, 404: OpenApiTypes.OBJECT, 409: _busy_response})
+    @extend_schema(
+        summary="Skip an item for now (it comes back after my other items)",
+        request=s.ClaimNextBodySerializer,
+        responses={200: s.SkipResponseSerializer, 404: OpenApiTypes.OBJECT, 409: _busy_response},
+    )
     def post(self, request: Request, pk: int) -> Response:
         item = self._item(request, pk)
         body = s.ClaimNextBodySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         services.item_skip(item, request.user)
-        payload: dict[str, Any] = {"skipped": True, "progress": selectors.annotator_progress(item.campaign, request.user)}
+        payload: dict[str, Any] = {
+            "skipped": True,
+            "progress": selectors.annotator_progress(item.campaign, request.user),
+        }
         if body.validated_data["claim_next"]:
             payload["next"] = _next_payload(item.campaign, request)
         return Response(payload)
 
 
 class ItemReleaseView(_AnnotatorView):
-    @extend_schema(summary="Give an item back unjudged (idempotent)", request=None,
-                   responses={200: s.ReleaseResponseSerializer, 404: OpenApiTypes.OBJECT})
+    @extend_schema(
+        summary="Give an item back unjudged (idempotent)",
+        request=None,
+        responses={200: s.ReleaseResponseSerializer, 404: OpenApiTypes.OBJECT},
+    )
     def post(self, request: Request, pk: int) -> Response:
         return Response({"released": services.item_release(self._item(request, pk), request.user)})

@@ -20,8 +20,11 @@ from posttrain.runs.errors import InvalidInput
 from posttrain.runs.models import Run
 
 RUNS_PARAMETER = OpenApiParameter(
-    "runs", OpenApiTypes.STR, required=True,
-    description="Run ids, comma-separated or the parameter repeated; the answer keeps their order.")
+    "runs",
+    OpenApiTypes.STR,
+    required=True,
+    description="Run ids, comma-separated or the parameter repeated; the answer keeps their order.",
+)
 
 
 class CompareRunSerializer(serializers.ModelSerializer):
@@ -30,8 +33,18 @@ class CompareRunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Run
-        fields = ["id", "name", "experiment", "experiment_name", "state", "seed", "tags", "created_at", "config",
-                  "summary"]
+        fields = [
+            "id",
+            "name",
+            "experiment",
+            "experiment_name",
+            "state",
+            "seed",
+            "tags",
+            "created_at",
+            "config",
+            "summary",
+        ]
         read_only_fields = fields
 
 
@@ -45,10 +58,13 @@ class ComparedRunSerializer(CompareRunSerializer):
         read_only_fields = fields
 
 
-_compare_response = inline_serializer("Comparison", fields={
-    "x_axis": serializers.ChoiceField(choices=list(run_series.X_AXES)),
-    "runs": ComparedRunSerializer(many=True),
-})
+_compare_response = inline_serializer(
+    "Comparison",
+    fields={
+        "x_axis": serializers.ChoiceField(choices=list(run_series.X_AXES)),
+        "runs": ComparedRunSerializer(many=True),
+    },
+)
 
 
 class CompareView(RunsErrorsMixin, APIView):
@@ -63,10 +79,12 @@ class CompareView(RunsErrorsMixin, APIView):
         runs = comparison.runs_in_order(request.query_params.getlist("runs"))
         query = series_query(request)
         curves = run_series.runs_series(runs, query.names, query.x_axis, query.max_points)
-        return Response({
-            "x_axis": query.x_axis,
-            "runs": [{**CompareRunSerializer(run).data, "series": curves[str(run.pk)].series} for run in runs],
-        })
+        return Response(
+            {
+                "x_axis": query.x_axis,
+                "runs": [{**CompareRunSerializer(run).data, "series": curves[str(run.pk)].series} for run in runs],
+            }
+        )
 
 
 class ComparePromptsView(RunsErrorsMixin, APIView):
@@ -76,12 +94,25 @@ class ComparePromptsView(RunsErrorsMixin, APIView):
         summary="Prompts every compared run sampled, with each run's sample count",
         description=f"Most recently stored first, at most {comparison.MAX_PROMPTS}.",
         parameters=[RUNS_PARAMETER, OpenApiParameter("q", OpenApiTypes.STR, description="Text in the prompt.")],
-        responses={200: inline_serializer("SharedPrompts", fields={
-            "prompts": serializers.ListField(child=inline_serializer("SharedPrompt", fields={
-                "prompt": serializers.CharField(),
-                "counts": serializers.DictField(child=serializers.IntegerField(), help_text="Run id to samples."),
-            })),
-        }), 400: ERRORS_RESPONSE},
+        responses={
+            200: inline_serializer(
+                "SharedPrompts",
+                fields={
+                    "prompts": serializers.ListField(
+                        child=inline_serializer(
+                            "SharedPrompt",
+                            fields={
+                                "prompt": serializers.CharField(),
+                                "counts": serializers.DictField(
+                                    child=serializers.IntegerField(), help_text="Run id to samples."
+                                ),
+                            },
+                        )
+                    ),
+                },
+            ),
+            400: ERRORS_RESPONSE,
+        },
     )
     def get(self, request: Request) -> Response:
         runs = comparison.runs_in_order(request.query_params.getlist("runs"))
@@ -95,16 +126,29 @@ class CompareSamplesView(RunsErrorsMixin, APIView):
     @extend_schema(
         summary="What each compared run answered to one prompt",
         description="Without `step`, each run shows its latest step with that prompt (`step` null: never sampled).",
-        parameters=[RUNS_PARAMETER,
-                    OpenApiParameter("prompt", OpenApiTypes.STR, required=True, description="The exact prompt."),
-                    OpenApiParameter("step", OpenApiTypes.INT)],
-        responses={200: inline_serializer("PromptSamples", fields={
-            "runs": serializers.ListField(child=inline_serializer("RunPromptSamples", fields={
-                "id": serializers.UUIDField(),
-                "step": serializers.IntegerField(allow_null=True),
-                "samples": s.SampleSerializer(many=True),
-            })),
-        }), 400: ERRORS_RESPONSE},
+        parameters=[
+            RUNS_PARAMETER,
+            OpenApiParameter("prompt", OpenApiTypes.STR, required=True, description="The exact prompt."),
+            OpenApiParameter("step", OpenApiTypes.INT),
+        ],
+        responses={
+            200: inline_serializer(
+                "PromptSamples",
+                fields={
+                    "runs": serializers.ListField(
+                        child=inline_serializer(
+                            "RunPromptSamples",
+                            fields={
+                                "id": serializers.UUIDField(),
+                                "step": serializers.IntegerField(allow_null=True),
+                                "samples": s.SampleSerializer(many=True),
+                            },
+                        )
+                    ),
+                },
+            ),
+            400: ERRORS_RESPONSE,
+        },
     )
     def get(self, request: Request) -> Response:
         runs = comparison.runs_in_order(request.query_params.getlist("runs"))
@@ -113,7 +157,15 @@ class CompareSamplesView(RunsErrorsMixin, APIView):
             raise InvalidInput.one("prompt", "required: the exact prompt text")
         step = int_param(request, "step")
         shown = comparison.samples_of_prompt(runs, prompt, step)
-        return Response({"runs": [
-            {"id": str(item.run.pk), "step": item.step, "samples": s.SampleSerializer(item.samples, many=True).data}
-            for item in shown
-        ]})
+        return Response(
+            {
+                "runs": [
+                    {
+                        "id": str(item.run.pk),
+                        "step": item.step,
+                        "samples": s.SampleSerializer(item.samples, many=True).data,
+                    }
+                    for item in shown
+                ]
+            }
+        )

@@ -28,8 +28,6 @@ MAX_YAML_CHARS = 200_000
 MAX_YAML_VALUES = 20_000
 
 
-
-
 def config_to_yaml(config: dict[str, Any]) -> str:
     """An (experiment) config as YAML, keys in the order given, as the engine's dump_config writes it."""
     return yaml.safe_dump(config, sort_keys=False, allow_unicode=True, default_flow_style=False)
@@ -87,10 +85,15 @@ class ConfigSchemaView(RunsErrorsMixin, APIView):
         description="`schema` is rl_engine.config's JSON schema (sections, defaults, limits, help text); "
         "`platform_fields` are the dotted fields the platform fills from the registry and the run, which an "
         "experiment's config must leave out.",
-        responses={200: inline_serializer("ConfigSchema", fields={
-            "schema": serializers.DictField(),
-            "platform_fields": serializers.ListField(child=serializers.CharField()),
-        })},
+        responses={
+            200: inline_serializer(
+                "ConfigSchema",
+                fields={
+                    "schema": serializers.DictField(),
+                    "platform_fields": serializers.ListField(child=serializers.CharField()),
+                },
+            )
+        },
     )
     def get(self, request: Request) -> Response:
         from rl_engine.config import config_json_schema
@@ -107,23 +110,35 @@ class ExperimentValidateView(RunsErrorsMixin, APIView):
         "`config` is the full engine config a run would get (defaults filled in; `logging.run_dir` and the seed "
         "are set at launch); `yaml` is the experiment's own config (without the platform's fields) as YAML.",
         request=ExperimentCreateSerializer,
-        responses={200: inline_serializer("ExperimentValidation", fields={
-            "config": serializers.DictField(), "yaml": serializers.CharField()}), 400: ERRORS_RESPONSE},
+        responses={
+            200: inline_serializer(
+                "ExperimentValidation", fields={"config": serializers.DictField(), "yaml": serializers.CharField()}
+            ),
+            400: ERRORS_RESPONSE,
+        },
     )
     def post(self, request: Request) -> Response:
         body = ExperimentCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
         checked = services.experiment_check(
-            name=data["name"], model=data["model"], dataset=data["dataset"],
-            rewards=[(item["reward"], item["weight"]) for item in data["rewards"]], config=data["config"],
+            name=data["name"],
+            model=data["model"],
+            dataset=data["dataset"],
+            rewards=[(item["reward"], item["weight"]) for item in data["rewards"]],
+            config=data["config"],
         )
         return Response({"config": checked.engine_config, "yaml": config_to_yaml(data["config"])})
 
 
 class ConfigTextSerializer(serializers.Serializer):
-    yaml = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=MAX_YAML_CHARS,
-                                 help_text="YAML (or JSON) text of a config: answered with `config`.")
+    yaml = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=MAX_YAML_CHARS,
+        help_text="YAML (or JSON) text of a config: answered with `config`.",
+    )
     config = serializers.JSONField(required=False, help_text="A config object: answered with `yaml`.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -139,16 +154,31 @@ class ConfigYamlView(RunsErrorsMixin, APIView):
 
     @extend_schema(
         summary="Convert a config between YAML and JSON",
-        description="`{\"yaml\": text}` → `{\"config\": object}` (parsed only: validate it with the experiment); "
-        "a YAML error is a 400 with loc `yaml` and the line. `{\"config\": object}` → `{\"yaml\": text}`.",
+        description='`{"yaml": text}` → `{"config": object}` (parsed only: validate it with the experiment); '
+        'a YAML error is a 400 with loc `yaml` and the line. `{"config": object}` → `{"yaml": text}`.',
         request=ConfigTextSerializer,
-        responses={200: inline_serializer("ConfigConversion", fields={
-            "config": serializers.DictField(required=False), "yaml": serializers.CharField(required=False)}),
-            400: ERRORS_RESPONSE},
+        responses={
+            200: inline_serializer(
+                "ConfigConversion",
+                fields={"config": serializers.DictField(required=False), "yaml": serializers.CharField(required=False)},
+            ),
+            400: ERRORS_RESPONSE,
+        },
         examples=[
             OpenApiExample("Parse", value={"yaml": "rollout:\n  samples_per_prompt: 4\n"}, request_only=True),
-            OpenApiExample("A syntax error", response_only=True, status_codes=["400"], value={"errors": [{
-                "loc": "yaml", "msg": "YAML syntax error at line 2, column 3: mapping values are not allowed here"}]}),
+            OpenApiExample(
+                "A syntax error",
+                response_only=True,
+                status_codes=["400"],
+                value={
+                    "errors": [
+                        {
+                            "loc": "yaml",
+                            "msg": "YAML syntax error at line 2, column 3: mapping values are not allowed here",
+                        }
+                    ]
+                },
+            ),
         ],
     )
     def post(self, request: Request) -> Response:

@@ -20,8 +20,10 @@ from posttrain.runs.series import read_series
 
 
 class AlertSerializer(serializers.Serializer):
-    code = serializers.CharField(help_text="nonfinite, kl_blowup, entropy_collapse, length_runaway, "
-                                 "truncation_rising or reward_saturation_length_shift.")
+    code = serializers.CharField(
+        help_text="nonfinite, kl_blowup, entropy_collapse, length_runaway, "
+        "truncation_rising or reward_saturation_length_shift."
+    )
     severity = serializers.ChoiceField(choices=["warning", "critical"])
     metric = serializers.CharField()
     step = serializers.IntegerField(help_text="First step where the condition holds.")
@@ -46,7 +48,11 @@ class RunAlertsView(RunsErrorsMixin, APIView):
         run = get_object_or_404(Run.objects.only("id"), pk=pk)
         # The column store: a long run's alerts cost a few block reads, not a scan of every step's row.
         stored, _, _ = read_series([run.pk], diagnostics.METRICS_USED)
-        series = {name: ([int(step) for step in points.steps],
-                         [None if math.isnan(value) else value for value in points.values.tolist()])
-                  for (_, name), points in stored.items()}
+        series = {
+            name: (
+                [int(step) for step in points.steps],
+                [None if math.isnan(value) else value for value in points.values.tolist()],
+            )
+            for (_, name), points in stored.items()
+        }
         return Response({"alerts": [asdict(alert) for alert in diagnostics.diagnose(series)]})

@@ -61,11 +61,17 @@ class RunsErrorsMixin:
 # The OpenAPI shapes of the two error bodies, for `extend_schema(responses={400: ..., 409: ...})`.
 ERRORS_RESPONSE = inline_serializer(
     "ValidationErrors",
-    fields={"errors": serializers.ListField(child=inline_serializer(
-        "FieldError", fields={"loc": serializers.CharField(), "msg": serializers.CharField()}))},
+    fields={
+        "errors": serializers.ListField(
+            child=inline_serializer(
+                "FieldError", fields={"loc": serializers.CharField(), "msg": serializers.CharField()}
+            )
+        )
+    },
 )
 CONFLICT_RESPONSE = inline_serializer(
-    "StateConflict", fields={"detail": serializers.CharField(), "state": serializers.CharField()})
+    "StateConflict", fields={"detail": serializers.CharField(), "state": serializers.CharField()}
+)
 
 
 class FileFormatNegotiation(BaseContentNegotiation):

@@ -9,7 +9,6 @@ from rest_framework import serializers
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunTransition, Sample
 
-
 # --- experiments -----------------------------------------------------------------------------
 
 
@@ -28,8 +27,18 @@ class ExperimentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Experiment
-        fields = ["id", "name", "description", "model", "dataset", "rewards", "config", "run_count",
-                  "created_by", "created_at"]
+        fields = [
+            "id",
+            "name",
+            "description",
+            "model",
+            "dataset",
+            "rewards",
+            "config",
+            "run_count",
+            "created_by",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -60,13 +69,36 @@ class RunSerializer(serializers.ModelSerializer):
     model_name = serializers.CharField(source="experiment.model.name", read_only=True)
     dataset_name = serializers.CharField(source="experiment.dataset.name", read_only=True)
     summary = serializers.JSONField(
-        read_only=True, help_text='Per metric {"last", "step", "min", "max", "count"} over the whole run.')
+        read_only=True, help_text='Per metric {"last", "step", "min", "max", "count"} over the whole run.'
+    )
 
     class Meta:
         model = Run
-        fields = ["id", "experiment", "experiment_name", "name", "seed", "state", "state_reason", "state_changed_at",
-                  "tags", "note", "parent", "resume_from", "last_seq", "last_step", "last_event_at", "started_at",
-                  "finished_at", "created_by", "created_at", "algorithm", "model_name", "dataset_name", "summary"]
+        fields = [
+            "id",
+            "experiment",
+            "experiment_name",
+            "name",
+            "seed",
+            "state",
+            "state_reason",
+            "state_changed_at",
+            "tags",
+            "note",
+            "parent",
+            "resume_from",
+            "last_seq",
+            "last_step",
+            "last_event_at",
+            "started_at",
+            "finished_at",
+            "created_by",
+            "created_at",
+            "algorithm",
+            "model_name",
+            "dataset_name",
+            "summary",
+        ]
         read_only_fields = fields
 
     def get_algorithm(self, run: Run) -> str | None:
@@ -82,30 +114,38 @@ class RunDetailSerializer(RunSerializer):
 
 
 class RunLaunchSerializer(serializers.Serializer):
-    seed = serializers.IntegerField(required=False, allow_null=True, default=None,
-                                    help_text="Default: the experiment config's seed (else 0).")
+    seed = serializers.IntegerField(
+        required=False, allow_null=True, default=None, help_text="Default: the experiment config's seed (else 0)."
+    )
     tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False, default=list)
     note = serializers.CharField(required=False, allow_blank=True, default="")
 
 
 class RunCloneSerializer(serializers.Serializer):
-    seed = serializers.IntegerField(required=False, allow_null=True, default=None,
-                                    help_text="Default: the source run's seed.")
-    tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False, allow_null=True,
-                                 default=None, help_text="Default: the source run's tags.")
+    seed = serializers.IntegerField(
+        required=False, allow_null=True, default=None, help_text="Default: the source run's seed."
+    )
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=50),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Default: the source run's tags.",
+    )
     note = serializers.CharField(required=False, allow_blank=True, default="")
 
 
 class RunResumeSerializer(serializers.Serializer):
-    checkpoint = serializers.PrimaryKeyRelatedField(queryset=Checkpoint.objects.all(),
-                                                    help_text="A checkpoint of this run.")
+    checkpoint = serializers.PrimaryKeyRelatedField(
+        queryset=Checkpoint.objects.all(), help_text="A checkpoint of this run."
+    )
 
 
 class CheckpointRegisterSerializer(serializers.Serializer):
-    checkpoint = serializers.PrimaryKeyRelatedField(queryset=Checkpoint.objects.all(),
-                                                    help_text="A checkpoint of this run.")
-    name = serializers.CharField(max_length=200, required=False,
-                                 help_text="Model name; default <run>-step-<n>.")
+    checkpoint = serializers.PrimaryKeyRelatedField(
+        queryset=Checkpoint.objects.all(), help_text="A checkpoint of this run."
+    )
+    name = serializers.CharField(max_length=200, required=False, help_text="Model name; default <run>-step-<n>.")
 
     def validate_checkpoint(self, checkpoint: Checkpoint) -> Checkpoint:
         if checkpoint.run_id != self.context["run"].pk:
@@ -121,14 +161,31 @@ class RunUpdateSerializer(serializers.Serializer):
 class SampleSerializer(serializers.ModelSerializer):
     class Meta:
         model = Sample
-        fields = ["id", "step", "index", "group", "prompt", "response", "label", "reward", "components", "advantage",
-                  "length", "finish_reason", "errors", "kept", "turns", "env"]
+        fields = [
+            "id",
+            "step",
+            "index",
+            "group",
+            "prompt",
+            "response",
+            "label",
+            "reward",
+            "components",
+            "advantage",
+            "length",
+            "finish_reason",
+            "errors",
+            "kept",
+            "turns",
+            "env",
+        ]
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
     available = serializers.SerializerMethodField(
         help_text="False once the engine pruned the folder (checkpoint.keep_last): it can no longer be "
-        "registered or resumed from.")
+        "registered or resumed from."
+    )
 
     class Meta:
         model = Checkpoint

@@ -57,20 +57,28 @@ def series_query(request: Request) -> SeriesQuery:
     if max_points is None:
         max_points = run_series.DEFAULT_MAX_POINTS
     elif not run_series.MIN_MAX_POINTS <= max_points <= run_series.MAX_MAX_POINTS:
-        raise InvalidInput.one("max_points",
-                               f"must be between {run_series.MIN_MAX_POINTS} and {run_series.MAX_MAX_POINTS}")
+        raise InvalidInput.one(
+            "max_points", f"must be between {run_series.MIN_MAX_POINTS} and {run_series.MAX_MAX_POINTS}"
+        )
     return SeriesQuery(list(dict.fromkeys(names)) or None, x_axis, max_points)
 
 
 SERIES_PARAMETERS = [
     OpenApiParameter("names", OpenApiTypes.STR, description="Comma-separated metric names; default: all."),
-    OpenApiParameter("x", OpenApiTypes.STR, enum=list(run_series.X_AXES),
-                     description="x axis: step, samples (progress/samples at the step), tokens (progress/tokens) "
-                     "or time (seconds since the run's first metrics event). Default step."),
-    OpenApiParameter("max_points", OpenApiTypes.INT,
-                     description=f"Points per series at most ({run_series.MIN_MAX_POINTS}.."
-                     f"{run_series.MAX_MAX_POINTS}, default {run_series.DEFAULT_MAX_POINTS}); longer series are "
-                     "downsampled (M4: first, min, max, last per bucket)."),
+    OpenApiParameter(
+        "x",
+        OpenApiTypes.STR,
+        enum=list(run_series.X_AXES),
+        description="x axis: step, samples (progress/samples at the step), tokens (progress/tokens) "
+        "or time (seconds since the run's first metrics event). Default step.",
+    ),
+    OpenApiParameter(
+        "max_points",
+        OpenApiTypes.INT,
+        description=f"Points per series at most ({run_series.MIN_MAX_POINTS}.."
+        f"{run_series.MAX_MAX_POINTS}, default {run_series.DEFAULT_MAX_POINTS}); longer series are "
+        "downsampled (M4: first, min, max, last per bucket).",
+    ),
 ]
 
 
@@ -84,12 +92,15 @@ class ChartSeriesSerializer(serializers.Serializer):
     downsampled = serializers.BooleanField()
 
 
-RUN_SERIES_RESPONSE = inline_serializer("RunSeries", fields={
-    "run": serializers.UUIDField(),
-    "x_axis": serializers.ChoiceField(choices=list(run_series.X_AXES)),
-    "last_seq": serializers.IntegerField(help_text="Highest seq of a metrics event included."),
-    "series": serializers.DictField(child=ChartSeriesSerializer(), help_text="Metric name to its chart series."),
-})
+RUN_SERIES_RESPONSE = inline_serializer(
+    "RunSeries",
+    fields={
+        "run": serializers.UUIDField(),
+        "x_axis": serializers.ChoiceField(choices=list(run_series.X_AXES)),
+        "last_seq": serializers.IntegerField(help_text="Highest seq of a metrics event included."),
+        "series": serializers.DictField(child=ChartSeriesSerializer(), help_text="Metric name to its chart series."),
+    },
+)
 
 
 # --- experiments -----------------------------------------------------------------------------
@@ -122,8 +133,12 @@ class ExperimentViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
         body.is_valid(raise_exception=True)
         data = body.validated_data
         experiment = services.experiment_create(
-            name=data["name"], description=data["description"], model=data["model"], dataset=data["dataset"],
-            rewards=[(item["reward"], item["weight"]) for item in data["rewards"]], config=data["config"],
+            name=data["name"],
+            description=data["description"],
+            model=data["model"],
+            dataset=data["dataset"],
+            rewards=[(item["reward"], item["weight"]) for item in data["rewards"]],
+            config=data["config"],
             user=request.user,
         )
         return Response(s.ExperimentSerializer(selectors.experiment_list().get(pk=experiment.pk)).data, status=201)
@@ -160,8 +175,10 @@ class RunFilter(django_filters.FilterSet):
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Runs", description="Filter by state (repeatable), experiment, tag; `search` "
-                       "matches name, note and experiment name."),
+    list=extend_schema(
+        summary="Runs",
+        description="Filter by state (repeatable), experiment, tag; `search` matches name, note and experiment name.",
+    ),
     retrieve=extend_schema(summary="One run, with its resolved config", responses=s.RunDetailSerializer),
 )
 class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -179,8 +196,11 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
     def get_serializer_class(self):
         return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
 
-    @extend_schema(summary="Edit a run's tags and note", request=s.RunUpdateSerializer,
-                   responses={200: s.RunDetailSerializer, 400: ERRORS_RESPONSE})
+    @extend_schema(
+        summary="Edit a run's tags and note",
+        request=s.RunUpdateSerializer,
+        responses={200: s.RunDetailSerializer, 400: ERRORS_RESPONSE},
+    )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         body = s.RunUpdateSerializer(data=request.data, partial=True)
@@ -188,15 +208,17 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         services.run_update(run, **body.validated_data)
         return Response(s.RunDetailSerializer(run).data)
 
-    @extend_schema(summary="Cancel a run", request=None,
-                   responses={200: s.RunDetailSerializer, 409: CONFLICT_RESPONSE})
+    @extend_schema(summary="Cancel a run", request=None, responses={200: s.RunDetailSerializer, 409: CONFLICT_RESPONSE})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = services.run_cancel(self.get_object(), user=request.user)
         return Response(s.RunDetailSerializer(run).data)
 
-    @extend_schema(summary="A new run with this run's exact config", request=s.RunCloneSerializer,
-                   responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE})
+    @extend_schema(
+        summary="A new run with this run's exact config",
+        request=s.RunCloneSerializer,
+        responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE},
+    )
     @action(detail=True, methods=["post"])
     def clone(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
@@ -205,8 +227,11 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         new = services.run_clone(run, user=request.user, **body.validated_data)
         return Response(s.RunDetailSerializer(new).data, status=201)
 
-    @extend_schema(summary="A new run continuing this one from a checkpoint", request=s.RunResumeSerializer,
-                   responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE, 409: CONFLICT_RESPONSE})
+    @extend_schema(
+        summary="A new run continuing this one from a checkpoint",
+        request=s.RunResumeSerializer,
+        responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE, 409: CONFLICT_RESPONSE},
+    )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
@@ -230,8 +255,9 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         names = [n.strip() for n in (text_param(request, "names") or "").split(",") if n.strip()]
         if len(names) > 200:
             raise InvalidInput.one("names", "at most 200 metric names per request")
-        series = selectors.run_metric_series(run, names or None, int_param(request, "step_min"),
-                                             int_param(request, "step_max"))
+        series = selectors.run_metric_series(
+            run, names or None, int_param(request, "step_min"), int_param(request, "step_max")
+        )
         return Response({"series": series})
 
     @extend_schema(
@@ -249,9 +275,12 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
     def samples(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         queryset = selectors.run_samples(
-            run, step=int_param(request, "step"), min_reward=float_param(request, "min_reward"),
+            run,
+            step=int_param(request, "step"),
+            min_reward=float_param(request, "min_reward"),
             max_reward=float_param(request, "max_reward"),
-            finish_reason=text_param(request, "finish_reason"), q=text_param(request, "q"),
+            finish_reason=text_param(request, "finish_reason"),
+            q=text_param(request, "q"),
         )
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(s.SampleSerializer(page, many=True).data)
@@ -261,8 +290,11 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
     def checkpoints(self, request: Request, pk: str | None = None) -> Response:
         return Response(s.CheckpointSerializer(selectors.run_checkpoints(self.get_object()), many=True).data)
 
-    @extend_schema(summary="Register one of the run's checkpoints as a model (lineage kept)",
-                   request=s.CheckpointRegisterSerializer, responses={201: ModelAssetSerializer, 400: ERRORS_RESPONSE})
+    @extend_schema(
+        summary="Register one of the run's checkpoints as a model (lineage kept)",
+        request=s.CheckpointRegisterSerializer,
+        responses={201: ModelAssetSerializer, 400: ERRORS_RESPONSE},
+    )
     @action(detail=True, methods=["post"], url_path="register-checkpoint")
     def register_checkpoint(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
@@ -270,8 +302,9 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         body.is_valid(raise_exception=True)
         checkpoint = body.validated_data["checkpoint"]
         with service_errors():
-            model = model_register_checkpoint(run, checkpoint.step, checkpoint.path, body.validated_data.get("name"),
-                                              user=request.user)
+            model = model_register_checkpoint(
+                run, checkpoint.step, checkpoint.path, body.validated_data.get("name"), user=request.user
+            )
         return Response(ModelAssetSerializer(model).data, status=201)
 
     @extend_schema(summary="State transitions of a run, with reasons", responses=s.RunTransitionSerializer(many=True))
@@ -281,7 +314,9 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
 
     @extend_schema(
         summary="Logs of the run's Ray job",
-        parameters=[OpenApiParameter("tail", OpenApiTypes.INT, description="Characters from the end (default 200000).")],
+        parameters=[
+            OpenApiParameter("tail", OpenApiTypes.INT, description="Characters from the end (default 200000).")
+        ],
         responses={200: s.RunLogsSerializer, 503: OpenApiTypes.OBJECT},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
@@ -305,26 +340,39 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         run = self.get_object()
         query = series_query(request)
         found = run_series.runs_series([run], query.names, query.x_axis, query.max_points)[str(run.pk)]
-        return Response({"run": str(run.pk), "x_axis": query.x_axis, "last_seq": found.last_seq,
-                         "series": found.series})
+        return Response(
+            {"run": str(run.pk), "x_axis": query.x_axis, "last_seq": found.last_seq, "series": found.series}
+        )
 
     @extend_schema(
         summary="Download the raw per-step metrics (CSV or JSON lines)",
         description="Every stored metrics event in step order. CSV: `step,time,<metric names sorted>`, non-finite "
-        "values as nan/inf, empty where a step has no value. JSONL: one `{\"step\", \"time\", \"values\"}` per line.",
-        parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=list(run_series.EXPORT_FORMATS),
-                                     description="csv (default) or jsonl")],
-        responses={(200, "text/csv"): OpenApiTypes.STR, (200, "application/x-ndjson"): OpenApiTypes.STR,
-                   400: ERRORS_RESPONSE},
+        'values as nan/inf, empty where a step has no value. JSONL: one `{"step", "time", "values"}` per line.',
+        parameters=[
+            OpenApiParameter(
+                "format", OpenApiTypes.STR, enum=list(run_series.EXPORT_FORMATS), description="csv (default) or jsonl"
+            )
+        ],
+        responses={
+            (200, "text/csv"): OpenApiTypes.STR,
+            (200, "application/x-ndjson"): OpenApiTypes.STR,
+            400: ERRORS_RESPONSE,
+        },
     )
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[],
-            content_negotiation_class=FileFormatNegotiation)
+    @action(
+        detail=True,
+        methods=["get"],
+        pagination_class=None,
+        filter_backends=[],
+        content_negotiation_class=FileFormatNegotiation,
+    )
     def export(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
         run = self.get_object()
         kind = text_param(request, "format") or "csv"
         if kind not in run_series.EXPORT_FORMATS:
-            raise InvalidInput.one("format",
-                                   f"must be one of {', '.join(run_series.EXPORT_FORMATS)}, got {kind[:50]!r}")
+            raise InvalidInput.one(
+                "format", f"must be one of {', '.join(run_series.EXPORT_FORMATS)}, got {kind[:50]!r}"
+            )
         content_type, lines = run_series.EXPORT_FORMATS[kind]
         response = StreamingHttpResponse(lines(run), content_type=content_type)
         response["Content-Disposition"] = f'attachment; filename="{run_series.export_filename(run, kind)}"'
@@ -343,7 +391,7 @@ def _bearer_token(request: Request) -> str:
 
 
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON; send non-finite numbers as the strings \"nan\", \"inf\", \"-inf\"")
+    raise ValueError(f'{name} is not JSON; send non-finite numbers as the strings "nan", "inf", "-inf"')
 
 
 def _json_body(request: Request) -> Any:
@@ -352,8 +400,10 @@ def _json_body(request: Request) -> Any:
     except ValueError:
         raise InvalidInput.one("", "invalid Content-Length header") from None
     if length > settings.INGEST_MAX_BODY_BYTES:
-        error = RunsError(f"the batch has {length} bytes; at most {settings.INGEST_MAX_BODY_BYTES} per request: "
-                          "send fewer events per batch")
+        error = RunsError(
+            f"the batch has {length} bytes; at most {settings.INGEST_MAX_BODY_BYTES} per request: "
+            "send fewer events per batch"
+        )
         error.status_code = 413
         raise error
     stream = request.stream
@@ -383,9 +433,13 @@ class RunEventsView(RunsErrorsMixin, APIView):
         "ingestion token>.",
         request=s.EventBatchSerializer,
         responses={
-            200: s.EventAckSerializer, 400: ERRORS_RESPONSE, 401: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT,
-            409: inline_serializer("SeqConflict", fields={"detail": serializers.CharField(),
-                                                         "expected_seq": serializers.IntegerField()}),
+            200: s.EventAckSerializer,
+            400: ERRORS_RESPONSE,
+            401: OpenApiTypes.OBJECT,
+            403: OpenApiTypes.OBJECT,
+            409: inline_serializer(
+                "SeqConflict", fields={"detail": serializers.CharField(), "expected_seq": serializers.IntegerField()}
+            ),
         },
     )
     def post(self, request: Request, pk) -> Response:

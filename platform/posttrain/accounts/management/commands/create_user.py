@@ -37,7 +37,9 @@ class Command(BaseCommand):
         try:
             user = user_create(username, password, role, email=email)
         except ValidationError as exc:
-            raise CommandError("; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.message_dict.items())) from None
+            raise CommandError(
+                "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.message_dict.items())
+            ) from None
         line = f"created {role} {user.username}"
         if generated:
             line += f" / password: {password}"

@@ -9,7 +9,6 @@ the overrides, so the plain demo experiment is never reused with, or changed by,
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -22,8 +21,11 @@ from posttrain.runs.models import TERMINAL_STATES, Experiment
 from posttrain.runs.services import experiment_create, run_launch
 
 # Fields the platform fills from the registry and per run; the rest of the demo config is the experiment's.
-_FROM_REGISTRY = {"model": ["path", "tokenizer_path"], "data": ["path", "format", "prompt_field", "label_field"],
-                  "logging": ["run_dir"]}
+_FROM_REGISTRY = {
+    "model": ["path", "tokenizer_path"],
+    "data": ["path", "format", "prompt_field", "label_field"],
+    "logging": ["run_dir"],
+}
 
 
 class Command(BaseCommand):
@@ -33,11 +35,16 @@ class Command(BaseCommand):
         parser.add_argument("assets", type=Path, help="the folder `python -m rl_engine demo build` wrote")
         parser.add_argument("--username", default="admin")
         parser.add_argument(
-            "--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+            "--set",
+            action="append",
+            default=[],
+            dest="overrides",
+            metavar="KEY=VALUE",
             help="override a field of the demo experiment's config, as `python -m rl_engine train --set` does "
-                 "(dotted key, YAML value; repeatable), e.g. backends.rollout=vllm. The overrides make a separate "
-                 "experiment named <demo name>+KEY=VALUE[+KEY=VALUE...], in the order given, so the plain demo "
-                 "experiment stays as it is.")
+            "(dotted key, YAML value; repeatable), e.g. backends.rollout=vllm. The overrides make a separate "
+            "experiment named <demo name>+KEY=VALUE[+KEY=VALUE...], in the order given, so the plain demo "
+            "experiment stays as it is.",
+        )
 
     def handle(self, *args, assets: Path, username: str, overrides: list[str], **options):
         from rl_engine.demo.run_config import demo_run_config
@@ -49,13 +56,25 @@ class Command(BaseCommand):
         engine_config = demo_run_config(assets).model_dump(mode="json")
 
         model = ModelAsset.objects.filter(name="demo-qwen2").first() or model_register(
-            "demo-qwen2", str(assets / "model"), description="Demo policy: small Qwen2 with a supervised warm start.",
-            user=user)
-        dataset, _ = dataset_register_path("demo-addition", str(assets / "data" / "train.jsonl"), "jsonl",
-                                           description="Two-digit addition prompts.", user=user)
+            "demo-qwen2",
+            str(assets / "model"),
+            description="Demo policy: small Qwen2 with a supervised warm start.",
+            user=user,
+        )
+        dataset, _ = dataset_register_path(
+            "demo-addition",
+            str(assets / "data" / "train.jsonl"),
+            "jsonl",
+            description="Two-digit addition prompts.",
+            user=user,
+        )
         reward = RewardFunction.objects.filter(name="correct").first() or reward_create(
-            "correct", "builtin", {"type": "exact_match", "name": "correct"},
-            description="1 when the answer equals the label.", user=user)
+            "correct",
+            "builtin",
+            {"type": "exact_match", "name": "correct"},
+            description="1 when the answer equals the label.",
+            user=user,
+        )
 
         name = "+".join([engine_config["name"], *overrides])
         experiment = Experiment.objects.filter(name=name).first()
@@ -67,8 +86,15 @@ class Command(BaseCommand):
             if overrides:
                 config = _with_overrides(config, overrides)
             try:
-                experiment = experiment_create(name=name, description=engine_config["description"], model=model,
-                                               dataset=dataset, rewards=[(reward, 1.0)], config=config, user=user)
+                experiment = experiment_create(
+                    name=name,
+                    description=engine_config["description"],
+                    model=model,
+                    dataset=dataset,
+                    rewards=[(reward, 1.0)],
+                    config=config,
+                    user=user,
+                )
             except InvalidInput as exc:  # e.g. an override of a field the registry fills, or a bad value
                 raise CommandError(f"--set: {exc}") from None
         active = experiment.runs.exclude(state__in=TERMINAL_STATES).first()
