@@ -164,7 +164,7 @@ def launch(api: Api, experiment: dict, seed: int = 1) -> dict:
 
 
 def run_folder_events(run: dict) -> list[dict]:
-    from rl_engine.events import read_events
+    from posttrain_sdk.event_log import read_events
 
     return read_events(Path(run["resolved_config"]["logging"]["run_dir"]) / "events.jsonl")
 
@@ -338,5 +338,5 @@ def test_the_engine_keeps_its_events_through_a_10_second_web_outage_and_delivers
     events = run_folder_events(run)
     assert any(down_at < e["time"] < up_at for e in events), "the engine wrote nothing during the outage"
     assert_store_matches_the_run_folder(run)
-    # Delivered by the engine's shipper, not recovered from the run folder by the reconcile afterwards.
+    # Delivered by the engine's sender, not recovered from the run folder by the reconcile afterwards.
     assert f"of run {run['id']} from" not in stack.worker_log.read_text()

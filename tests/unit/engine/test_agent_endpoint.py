@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.demo.run_config import demo_run_config
-from rl_engine.events import read_events
 from rl_engine.rollout import SamplingParams
 
 REPO = Path(__file__).resolve().parents[3]

@@ -427,7 +427,7 @@ class RunEventsView(RunsErrorsMixin, APIView):
     permission_classes = [AllowAny]  # the per-run token is checked in post()
 
     @extend_schema(
-        summary="Ingest a batch of the run's events (the engine's shipper)",
+        summary="Ingest a batch of the run's events (the engine's sender)",
         description="Idempotent on (run, seq): events up to the stored `last_seq` are dropped, the rest must "
         "continue at last_seq + 1 without gaps (else 409 with `expected_seq`). Authorization: Bearer <the run's "
         "ingestion token>.",
