@@ -128,11 +128,12 @@ class TensorBoardFollower:
 
 
 def follower_for(path: Path, fmt: str = "auto") -> VerlJsonlFollower | TensorBoardFollower:
-    """A follower for `path`: a verl JSONL file, or TensorBoard event files (a file or a folder)."""
+    """A follower for `path`: a verl JSONL file, or TensorBoard event files (a file or a folder, which
+    the job may not have created yet)."""
     if fmt == "auto":
         if path.suffix in (".jsonl", ".json"):
             fmt = "verl"
-        elif path.is_dir() or path.name.startswith("events.out.tfevents"):
+        elif path.is_dir() or path.name.startswith("events.out.tfevents") or not (path.exists() or path.suffix):
             fmt = "tensorboard"
         else:
             raise PosttrainError(

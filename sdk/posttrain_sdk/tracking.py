@@ -240,7 +240,7 @@ class TrackedRun:
                 return bool(self.delivered)
             self.finished = True
         self._heartbeat.__exit__(None, None, None)
-        self._events.emit("status", {"state": state, **({"reason": reason[:2000]} if reason else {})})
+        self._events.emit("status", {"state": state, "reason": (reason or "finished by its client")[:2000]})
         self._events.close()
         self.delivered = self._sender.finish(self.flush_timeout_s if timeout_s is None else timeout_s)
         if _current is self:
@@ -358,7 +358,7 @@ def _finish_at_exit(run: TrackedRun) -> None:
 def _finish_open_runs() -> None:
     for run in list(_at_exit):
         if not run.finished:
-            run.finish()
+            run.finish(reason="its client's process exited")
 
 
 def _fail_open_runs(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:

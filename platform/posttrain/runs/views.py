@@ -8,7 +8,6 @@ from django.shortcuts import get_object_or_404, render
 
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
-from posttrain.runs.models import Run
 
 
 @researcher_required

@@ -23,7 +23,7 @@ from posttrain.accounts.permissions import IsResearcher
 from posttrain.registry.api.errors import service_errors
 from posttrain.registry.api.serializers import ModelAssetSerializer
 from posttrain.registry.services import model_register_checkpoint
-from posttrain.runs import external, selectors, services
+from posttrain.runs import selectors, services
 from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
 from posttrain.runs.api.errors import CONFLICT_RESPONSE, ERRORS_RESPONSE, FileFormatNegotiation, RunsErrorsMixin
@@ -397,7 +397,7 @@ class ExternalRunCreateView(RunsErrorsMixin, APIView):
     def post(self, request: Request) -> Response:
         body = s.ExternalRunCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        created = external.external_run_create(user=request.user, **body.validated_data)
+        created = services.external_run_create(user=request.user, **body.validated_data)
         run = selectors.run_list().get(pk=created.run.pk)
         return Response(
             {

@@ -5,6 +5,7 @@ heartbeats stop for RUN_HEARTBEAT_TIMEOUT_S the periodic reconcile fails the run
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -14,8 +15,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from posttrain.runs.errors import InvalidInput
+from posttrain.runs.errors import IllegalTransition, InvalidInput
 from posttrain.runs.models import Experiment, Run, RunKind, RunState, RunTransition
+from posttrain.runs.services.experiments import nul_at
+from posttrain.runs.services.run_fields import clean_note, clean_tags
+from posttrain.runs.services.state_machine import run_transition
 from posttrain.runs.tokens import ingest_token, token_hash
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -40,13 +44,9 @@ def _clean_engine(engine: Any) -> str:
 
 
 def _clean_config(config: Any) -> dict[str, Any]:
-    import json
-
-    from posttrain.runs.services import _nul_at
-
     if not isinstance(config, dict):
         raise InvalidInput.one("config", f"must be an object, got {type(config).__name__}")
-    nul = _nul_at(config)
+    nul = nul_at(config)
     if nul is not None:
         raise InvalidInput.one(f"config.{nul}", "contains a NUL character")
     if len(json.dumps(config, default=str)) > MAX_CONFIG_BYTES:
@@ -84,17 +84,15 @@ def external_run_create(
     user=None,
 ) -> ExternalRun:
     """A running external run and its ingestion token (shown once, to the client that asked)."""
-    from posttrain.runs.services import _clean_note, _clean_tags, _user_label
-
     engine = _clean_engine(engine)
     config = _clean_config({} if config is None else config)
-    tags, note = _clean_tags(tags), _clean_note(note)
+    tags, note = clean_tags(tags), clean_note(note)
     if total_steps is not None and (
         isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1
     ):
         raise InvalidInput.one("total_steps", "must be a positive integer")
     run_id = uuid.uuid4()
-    reason = f"tracked from {engine} by {_user_label(user)}"
+    reason = f"tracked from {engine} by {getattr(user, 'username', None) or 'someone'}"
     now = timezone.now()
     with transaction.atomic():
         experiment = _project(project, user)
@@ -122,8 +120,6 @@ def external_run_create(
 def external_runs_fail_lost(now=None) -> int:
     """Fails every running external run whose client sent nothing (not even a heartbeat) for
     RUN_HEARTBEAT_TIMEOUT_S: the W&B "crashed" of a process that was killed or lost its network."""
-    from posttrain.runs.services import run_transition
-
     timeout = float(settings.RUN_HEARTBEAT_TIMEOUT_S)
     stale = (now or timezone.now()) - timedelta(seconds=timeout)
     failed = 0
@@ -134,3 +130,18 @@ def external_runs_fail_lost(now=None) -> int:
             reason = f"lost: the client sent nothing for {timeout:g}s (its process ended without finish(), or lost the network)"
             failed += run_transition(run.pk, [RunState.RUNNING], RunState.FAILED, reason)
     return failed
+
+
+def external_run_cancel(run: Run, reason: str) -> None:
+    """There is no job to stop: the run ends at once; whatever its client still sends is stored, but
+    its final status cannot change the state any more."""
+    if not run_transition(run.pk, [RunState.RUNNING], RunState.CANCELLED, f"{reason} (its client is not stopped)"):
+        run.refresh_from_db(fields=["state"])
+        raise IllegalTransition(f"the run already ended ({run.state}); there is nothing to cancel", run.state)
+
+
+def refuse_external(run: Run, what: str) -> None:
+    if run.is_external:
+        raise IllegalTransition(
+            f"an external run ({run.engine}) cannot be {what}: Posttrain has no config of it to launch", run.state
+        )
