@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import UvicornServer, postgres_url
+from tests.conftest import REPO_ROOT, UvicornServer, postgres_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -430,3 +430,41 @@ def test_the_sdk_reads_metrics_series_and_review_exports(web, token, tmp_path):
     assert series["series"]["reward/mean"]["step"] == [0, 1, 2, 3, 4]
     with pytest.raises(posttrain.NotFound):
         client.review.export(424242, tmp_path / "pairs.jsonl")
+
+
+def readme_block(section: str, language: str, index: int = 0) -> str:
+    """The `index`-th ```language block of a README section, as a reader would copy it."""
+    text = (REPO_ROOT / "README.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return body.split(f"```{language}\n")[index + 1].split("```", 1)[0]
+
+
+def test_the_readmes_python_examples_work_as_pasted(logged_in, web, token, tmp_path):
+    from tests.unit.platform.registry_factories import write_model_folder
+
+    cli = logged_in
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "label": str(i + 1)}) + "\n" for i in range(4)))
+    terminal = readme_block("Use from Python and the terminal", "bash")
+    for line in terminal.splitlines()[1:4]:  # datasets push, rewards push, models register (a real folder here)
+        args = line.split("#")[0].split()[1:]
+        if args[:2] == ["models", "register"]:
+            args[-1] = str(write_model_folder(tmp_path / "model"))
+        code, _, err = cli(*args)
+        assert code == 0, (line, err)
+    env = {**cli.env, "POSTTRAIN_URL": web.url, "POSTTRAIN_TOKEN": token}
+    client_example = readme_block("Use from Python and the terminal", "python")
+    done = subprocess.run([sys.executable, "-c", client_example], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "{'train.lr': 'Input should be greater than 0'}" in done.stdout
+
+    tracking_example = readme_block("Track a TRL / OpenRLHF / verl run", "python")
+    done = subprocess.run(
+        [sys.executable, "-c", tracking_example], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    import posttrain_sdk as posttrain
+
+    (run,) = posttrain.Client(web.url, token).runs.list(kind="external", search="baseline")
+    assert (run.state, run.last_step, run.total_steps) == ("succeeded", 99, 100)
+    assert (tmp_path / "posttrain-runs" / run.id / "events.jsonl").exists()
