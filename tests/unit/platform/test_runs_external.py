@@ -157,3 +157,22 @@ def test_the_run_page_of_an_external_run_names_its_engine_and_offers_no_clone(ap
     run = track(api, total_steps=12)["run"]
     page = api.get(f"/runs/{run['id']}/").content.decode()
     assert "external · trl" in page and 'id="clone-run"' not in page and "/ 12" in page
+
+
+def test_a_review_campaign_pairs_an_external_runs_answers_with_a_native_runs(client, api, experiment, make_user):
+    from posttrain.review.models import ReviewItem
+    from tests.unit.platform.review_fixtures import pair_campaign, run_with_samples, sample
+
+    native = run_with_samples(experiment, {1: [sample(0, 1.0, "2+2=", "4"), sample(1, 0.0, "3+3=", "7")]})
+    external = Run.objects.get(pk=track(api)["run"]["id"])
+    answers = [sample(0, 0.0, "2+2=", "5"), sample(1, 1.0, "3+3=", "6")]
+    assert (
+        post_events(client, external, [event(external, 1, "samples", step=1, data={"samples": answers})]).status_code
+        == 200
+    )
+    campaign = pair_campaign([native, external], [make_user("annotator")], k=2)
+    items = ReviewItem.objects.filter(campaign=campaign)
+    assert items.count() == 2
+    for item in items:
+        assert {item.sample_a.run_id, item.sample_b.run_id} == {native.pk, external.pk}
+        assert item.sample_a.prompt == item.sample_b.prompt
