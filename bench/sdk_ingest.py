@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
 import subprocess
 import sys
@@ -42,11 +41,6 @@ import ingest  # noqa: E402 -- bench/ingest.py: the servers, the databases, the 
 
 ingest.OURS_DB = "bench_sdk_posttrain"
 ingest.MLFLOW_DB = "bench_sdk_mlflow"
-
-_CREATE_USER = """
-from posttrain.accounts.services import token_get_or_create, user_create
-print("BENCH_TOKEN " + token_get_or_create(user_create("bench", "a-long-bench-passphrase", "researcher")).key)
-"""
 
 OURS_CLIENT = """
 import json, sys, time
@@ -111,23 +105,10 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-sdk-ingest-"))
     ours_proc = mlflow_proc = None
     try:
-        pg.recreate(ingest.OURS_DB)
         pg.recreate(ingest.MLFLOW_DB)
-        mlflow_proc, mlflow_url = ingest.start_mlflow(pg, workdir)
-        env = ingest.ours_env(pg, workdir, secrets.token_urlsafe(40), None)
+        mlflow_proc, mlflow_url = ingest.start_mlflow(pg, workdir)  # migrates its database while ours does
+        ours_proc, ours_url, token = ingest.start_ours_for_a_researcher(pg, workdir)
         py = str(ingest.OURS_BIN / "python")
-        subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, env=env, check=True)
-        made = subprocess.run(
-            [py, "manage.py", "shell", "-c", _CREATE_USER],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        token = next(x for x in made.stdout.splitlines() if x.startswith("BENCH_TOKEN ")).split()[1]
-        ours_proc, ours_url = ingest.start_ours(env, workdir)
-        ingest.wait_for_http(f"{ours_url}/login/", 120, ours_proc)
         ingest.wait_for_http(f"{mlflow_url}/health", 300, mlflow_proc)
         experiment = ingest.http_json("POST", f"{mlflow_url}/api/2.0/mlflow/experiments/create", {"name": "bench-sdk"})[
             "experiment_id"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
 import subprocess
 import sys
@@ -36,11 +35,6 @@ sys.path.insert(0, str(REPO / "bench"))
 import ingest  # noqa: E402 -- bench/ingest.py: our server and its database
 
 ingest.OURS_DB = "bench_sdk_overhead"
-
-_CREATE_USER = """
-from posttrain.accounts.services import token_get_or_create, user_create
-print("BENCH_TOKEN " + token_get_or_create(user_create("bench", "a-long-bench-passphrase", "researcher")).key)
-"""
 
 TRAIN = r"""
 import json, sys, time, warnings
@@ -135,21 +129,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-sdk-overhead-"))
     server = None
     try:
-        pg.recreate(ingest.OURS_DB)
-        env = ingest.ours_env(pg, workdir, secrets.token_urlsafe(40), None)
-        py = str(ingest.OURS_BIN / "python")
-        subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, env=env, check=True)
-        made = subprocess.run(
-            [py, "manage.py", "shell", "-c", _CREATE_USER],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        token = next(x for x in made.stdout.splitlines() if x.startswith("BENCH_TOKEN ")).split()[1]
-        server, url = ingest.start_ours(env, workdir)
-        ingest.wait_for_http(f"{url}/login/", 120, server)
+        server, url, token = ingest.start_ours_for_a_researcher(pg, workdir)
         runs: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
         for repeat in range(args.repeats):
             for variant in ("without", "with") if repeat % 2 == 0 else ("with", "without"):
