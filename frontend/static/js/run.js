@@ -1,7 +1,7 @@
 // The run page: curves that grow as the engine's events arrive (SSE, traces extended in place),
 // RL diagnostics, the rollout browser, checkpoints, logs and the run's actions.
 import { api, el, formatNumber, pageData } from "./api.js";
-import { openRunStream } from "./stream.js";
+import { openRunStream } from "./browser_stream_client.js";
 
 const run = pageData("run-data");
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);

@@ -1,4 +1,5 @@
-"""`GET /api/runs/<id>/stream/`: the run page's live stream, Server-Sent Events (see posttrain.runs.stream).
+"""`GET /api/runs/<id>/stream/`: the browser stream's endpoint, Server-Sent Events (the messages:
+posttrain.runs.browser_stream; the page's side: frontend/static/js/browser_stream_client.js).
 
 An async view: under ASGI an open stream costs a coroutine and, while it waits, a pooled thread, not a
 worker process. Access is the runs API's (session user, researcher or admin); errors take the API's
@@ -19,10 +20,10 @@ from django.views.decorators.http import require_GET
 
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import user_role, user_roles
+from posttrain.runs.browser_stream import run_stream
 from posttrain.runs.errors import InvalidInput
 from posttrain.runs.event_schema import MAX_INT64
 from posttrain.runs.models import Run
-from posttrain.runs.stream import run_stream
 
 ALLOWED_ROLES = frozenset({Role.RESEARCHER, Role.ADMIN})
 
