@@ -370,7 +370,7 @@ def test_anonymous_users_are_refused_as_by_the_rest_of_the_api(finished_run):
     run, _ = finished_run
     response = get(AsyncClient(), f"/api/runs/{run.pk}/stream/")
     assert response.status_code == 403
-    assert response.json() == {"detail": "Authentication credentials were not provided."}
+    assert response.json() == {"errors": [{"loc": "", "msg": "Authentication credentials were not provided."}]}
 
 
 def test_an_annotator_is_refused_with_their_role_named(finished_run, make_user):
@@ -379,7 +379,9 @@ def test_an_annotator_is_refused_with_their_role_named(finished_run, make_user):
     client.force_login(make_user("annotator"))
     response = get(client, f"/api/runs/{run.pk}/stream/")
     assert response.status_code == 403
-    assert response.json() == {"detail": "Only researchers and admins may use this endpoint; your role is annotator."}
+    assert response.json() == {
+        "errors": [{"loc": "", "msg": "Only researchers and admins may use this endpoint; your role is annotator."}]
+    }
 
 
 @pytest.mark.parametrize(
@@ -405,7 +407,7 @@ def test_a_bad_resume_point_is_a_400_naming_it(client, finished_run, query, head
 def test_the_stream_of_an_unknown_run_is_a_404(client):
     response = get(client, "/api/runs/6f1c1b2e-0000-4000-8000-000000000000/stream/")
     assert response.status_code == 404
-    assert response.json() == {"detail": "No Run matches the given query."}
+    assert response.json() == {"errors": [{"loc": "", "msg": "No Run matches the given query."}]}
 
 
 def test_only_get_is_served(client, finished_run):

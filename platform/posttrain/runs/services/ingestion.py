@@ -11,8 +11,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from posttrain.core.errors import SeqConflict
 from posttrain.runs import live_channel, series
-from posttrain.runs.errors import SeqConflict
 from posttrain.runs.event_schema import finite_or_none
 from posttrain.runs.models import (
     Checkpoint,
