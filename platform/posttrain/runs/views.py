@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, render
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
 from posttrain.runs.models import Run
+from rl_engine.metric_catalogue import catalogue_json
 
 
 @researcher_required
@@ -43,6 +44,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "run": run,
             "config": config,
             "page_data": page_data,
+            "metric_catalogue": catalogue_json(),
             "algorithm": (config.get("algorithm") or {}).get("name"),
         },
     )
@@ -50,7 +52,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
 
 @researcher_required
 def compare_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "runs/compare.html")
+    return render(request, "runs/compare.html", {"metric_catalogue": catalogue_json()})
 
 
 @researcher_required
