@@ -24,7 +24,7 @@ from posttrain.runs.models import (
 
 S = RunState
 ACTIVE_STATES = (S.STARTING, S.RUNNING, S.CANCELLING)  # a Ray job exists (or should)
-# The state machine of DESIGN.md. Terminal states have no way out.
+# The state machine (docs/ARCHITECTURE.md, "Run states"). Terminal states have no way out.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.DRAFT: frozenset({S.QUEUED, S.CANCELLED}),
     S.QUEUED: frozenset({S.STARTING, S.RUNNING, S.CANCELLING, S.CANCELLED, S.FAILED, S.SUCCEEDED}),
