@@ -1,4 +1,4 @@
-"""Validation of an event batch posted by the engine (DESIGN.md contract 3).
+"""Validation of an event batch posted by the engine (docs/ARCHITECTURE.md, "Events").
 
 `parse_batch` turns the request body into clean events or raises InvalidInput whose errors name the
 exact field (`events[3].seq`, `events[0].data.samples[5].reward`). The checks are what the store
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from posttrain.runs.errors import InvalidInput
+from posttrain.core.errors import InvalidInput
 from posttrain_sdk.event_log import EVENT_TYPES
 
 MAX_EVENTS_PER_BATCH = 10_000

@@ -14,7 +14,7 @@ from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
-from posttrain.runs.errors import DispatchError
+from posttrain.core.errors import DispatchError
 from posttrain.runs.models import Checkpoint, Experiment, MetricRow, Run, RunLog, RunTransition, Sample
 
 RAY_HTTP_TIMEOUT_S = 5.0

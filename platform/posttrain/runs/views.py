@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, render
 
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
+from rl_engine.metric_catalogue import catalogue_json
 
 
 @researcher_required
@@ -42,6 +43,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "run": run,
             "config": config,
             "page_data": page_data,
+            "metric_catalogue": catalogue_json(),
             "algorithm": (config.get("algorithm") or {}).get("name") if not run.is_external else None,
         },
     )
@@ -49,7 +51,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
 
 @researcher_required
 def compare_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "runs/compare.html")
+    return render(request, "runs/compare.html", {"metric_catalogue": catalogue_json()})
 
 
 @researcher_required

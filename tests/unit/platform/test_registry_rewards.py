@@ -58,7 +58,9 @@ def test_spec_field_errors_come_out_in_the_engines_wording(researcher_client):
         researcher_client, name="r", kind="builtin", spec={"type": "regex", "pattern": "(", "full_mach": True}
     )
     assert response.status_code == 400
-    errors = response.json()
+    errors = {}
+    for error in response.json()["errors"]:
+        errors.setdefault(error["loc"], []).append(error["msg"])
     assert errors["spec.pattern"][0].startswith("invalid regular expression: missing ), unterminated subpattern")
     assert errors["spec.full_mach"] == ["unknown field 'full_mach' (did you mean 'full_match'?)"]
 
@@ -120,7 +122,8 @@ def test_a_syntax_error_in_python_source_names_the_line(researcher_client, stora
         researcher_client, name="bad", kind="python", source="def compute_score(a, b, c):\n    return (\n"
     )
     assert response.status_code == 400
-    assert "line 2" in response.json()["source"][0]
+    [error] = response.json()["errors"]
+    assert error["loc"] == "source" and "line 2" in error["msg"]
     assert not (storage_root / "rewards").exists() or not list((storage_root / "rewards").iterdir())
 
 
@@ -183,7 +186,7 @@ def test_deleting_a_reward_an_experiment_uses_is_refused_with_409(researcher_cli
     an_experiment(rewards=[reward], name="scored-by-it")
     response = researcher_client.delete(f"/api/rewards/{reward.pk}/")
     assert response.status_code == 409
-    assert "scored-by-it" in response.json()["detail"]
+    assert "scored-by-it" in response.json()["errors"][0]["msg"]
     assert (
         researcher_client.delete(
             f"/api/rewards/{create(researcher_client, name='free', kind='builtin', spec={'type': 'exact_match'}).json()['id']}/"

@@ -2,8 +2,8 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from posttrain.runs.api import compare, config_views, views
+from posttrain.runs.api.browser_stream_view import run_stream_view
 from posttrain.runs.api.diagnostics import RunAlertsView
-from posttrain.runs.api.stream import run_stream_view
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False

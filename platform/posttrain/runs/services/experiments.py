@@ -12,8 +12,8 @@ from typing import Any
 
 from django.db import transaction
 
+from posttrain.core.errors import InvalidInput
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
-from posttrain.runs.errors import InvalidInput
 from posttrain.runs.models import (
     Experiment,
     ExperimentReward,

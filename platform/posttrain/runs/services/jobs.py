@@ -16,7 +16,7 @@ from typing import Protocol
 from django.conf import settings
 from django.utils import timezone
 
-from posttrain.runs.errors import InvalidInput, JobsUnavailable, SeqConflict
+from posttrain.core.errors import InvalidInput, JobsUnavailable, SeqConflict
 from posttrain.runs.models import Run, RunKind
 from posttrain.runs.services.external import external_runs_fail_lost
 from posttrain.runs.services.ingestion import events_ingest

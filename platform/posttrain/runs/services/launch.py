@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from posttrain.runs.errors import IllegalTransition, InvalidInput
+from posttrain.core.errors import IllegalTransition, InvalidInput
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Checkpoint,

@@ -1,9 +1,10 @@
-"""`GET /api/runs/<id>/stream/`: the run page's live stream, Server-Sent Events (see posttrain.runs.stream).
+"""`GET /api/runs/<id>/stream/`: the browser stream's endpoint, Server-Sent Events (the messages:
+posttrain.runs.browser_stream; the page's side: frontend/static/js/browser_stream_client.js).
 
 An async view: under ASGI an open stream costs a coroutine and, while it waits, a pooled thread, not a
-worker process. Access is the runs API's (session user or `Authorization: Token <key>` as the CLI's
-`runs follow` sends it; researcher or admin); errors take the API's
-shapes (`{"detail": ...}`, `{"errors": [{"loc", "msg"}]}`) since EventSource callers and tests read them.
+worker process. Access is the runs API's (session user, or `Authorization: Token <key>` as the CLI's
+`runs follow` sends it; researcher or admin), and so are its errors: the error contract
+(posttrain.core.errors), though this is a plain Django view, not a DRF one.
 
 The resume point is the `Last-Event-ID` header (EventSource sends it when it reconnects), else
 `?last_event_id=` (the page's first connection: the seq its initial REST reads covered), else 0.
@@ -15,15 +16,22 @@ import uuid
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
-from django.views.decorators.http import require_GET
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import user_role, user_roles
-from posttrain.runs.errors import InvalidInput
+from posttrain.core.api.errors import error_response
+from posttrain.core.errors import (
+    InvalidInput,
+    MethodNotAllowed,
+    NotAuthenticated,
+    NotFound,
+    PermissionDenied,
+    ServiceError,
+)
+from posttrain.runs.browser_stream import run_stream
 from posttrain.runs.event_schema import MAX_INT64
 from posttrain.runs.models import Run
-from posttrain.runs.stream import run_stream
 
 ALLOWED_ROLES = frozenset({Role.RESEARCHER, Role.ADMIN})
 
@@ -38,23 +46,23 @@ def _token_user(key: str):
         return None
 
 
-async def _refusal(request: HttpRequest) -> JsonResponse | None:
-    """DRF's answers for the runs API: 401 for a token it does not know, 403 when not signed in
-    (session authentication sends no challenge, so DRF never says 401), 403 naming the role otherwise."""
+async def check_access(request: HttpRequest) -> None:
+    """The runs API's refusals: 401 for a token it does not know, 403 when not signed in (session
+    authentication sends no challenge, so DRF never says 401), 403 naming the role otherwise."""
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "token" and key.strip():
         user = await sync_to_async(_token_user)(key.strip())
         if user is None:
-            return JsonResponse({"detail": "Invalid token."}, status=401)
+            raise NotAuthenticated("Invalid token.")
     else:
         user = await request.auser()
     if not user.is_authenticated:
-        return JsonResponse({"detail": "Authentication credentials were not provided."}, status=403)
+        raise PermissionDenied("Authentication credentials were not provided.")
     if not await sync_to_async(user_roles)(user) & ALLOWED_ROLES:
         role = await sync_to_async(user_role)(user)
-        detail = f"Only researchers and admins may use this endpoint; your role is {role or 'none (ask an admin)'}."
-        return JsonResponse({"detail": detail}, status=403)
-    return None
+        raise PermissionDenied(
+            f"Only researchers and admins may use this endpoint; your role is {role or 'none (ask an admin)'}."
+        )
 
 
 def resume_point(request: HttpRequest) -> int:
@@ -68,17 +76,18 @@ def resume_point(request: HttpRequest) -> int:
     return int(raw)
 
 
-@require_GET
 async def run_stream_view(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    refusal = await _refusal(request)
-    if refusal is not None:
+    if request.method != "GET":
+        refusal = error_response(MethodNotAllowed(request.method))
+        refusal["Allow"] = "GET"
         return refusal
     try:
+        await check_access(request)
         after = resume_point(request)
-    except InvalidInput as exc:
-        return JsonResponse(exc.payload(), status=400)
-    if not await sync_to_async(Run.objects.filter(pk=pk).exists)():
-        return JsonResponse({"detail": "No Run matches the given query."}, status=404)
+        if not await sync_to_async(Run.objects.filter(pk=pk).exists)():
+            raise NotFound("No Run matches the given query.")
+    except ServiceError as exc:
+        return error_response(exc)
     response = StreamingHttpResponse(
         run_stream(pk, after, keepalive_s=settings.SSE_KEEPALIVE_S, max_s=settings.SSE_MAX_STREAM_S),
         content_type="text/event-stream",
