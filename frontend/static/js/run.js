@@ -24,6 +24,14 @@ const PANELS = [
     id: "offpolicy", title: "Rollout engine vs trainer (log-prob gap, off-policy KL)",
     match: (n) => n === "kl/rollout_vs_policy" || n === "rollout/logprob_diff_max" || n === "rollout/logprob_diff_mean",
   },
+  {
+    id: "rollout_corr", title: "Rollout correction: trainer vs rollout engine (KL, log-perplexity gap, χ²)",
+    match: (n) => n.startsWith("rollout_corr/") && !n.startsWith("rollout_corr/weight_") && !n.endsWith("_fraction"),
+  },
+  {
+    id: "rollout_corr_weights", title: "Rollout correction: importance weights (quantiles) and dropped / truncated fractions",
+    match: (n) => n.startsWith("rollout_corr/weight_") || (n.startsWith("rollout_corr/") && n.endsWith("_fraction")),
+  },
   { id: "memory", title: "Peak memory per role (GiB)", match: (n) => n.startsWith("memory/") },
   { id: "loss", title: "Losses", match: (n) => n === "policy/loss" || n === "critic/loss" },
   { id: "eval", title: "Held-out evaluation", match: (n) => n.startsWith("eval/") && n !== "eval/size" },
