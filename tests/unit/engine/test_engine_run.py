@@ -196,6 +196,26 @@ def test_a_gspo_run_with_token_tis_logs_the_rollout_mismatch_every_step(tiny_dem
         assert metrics["rollout/logprob_diff_max"] < 1e-4
 
 
+def test_top_k_sampling_is_a_real_mismatch_that_the_correction_measures_and_weighs(tiny_demo, tmp_path):
+    """Top-k samples from the distribution renormalised over the k most likely tokens; the trainer scores
+    them under its full softmax, so every sampled token's ratio trainer / rollout is <= 1."""
+    cfg = validate_config(
+        tiny_config(
+            tiny_demo,
+            algorithm={"rollout_correction": {"method": "token_tis"}},
+            rollout={"top_k": 3},
+            logging={"eval_every": 0},
+            checkpoint={"save_final": False},
+        )
+    )
+    train(cfg, tmp_path / "run")
+    steps = [e["data"] for e in by_type(read_events(tmp_path / "run" / "events.jsonl"), "metrics")]
+    for metrics in steps:
+        assert metrics["rollout_corr/kl"] > 0.01  # KL(rollout || trainer) on the rollout's own samples
+        assert metrics["rollout_corr/weight_max"] <= 1.0 + 1e-5
+        assert metrics["rollout_corr/weight_p50"] < 1.0 and metrics["rollout_corr/weight_mean"] < 1.0
+
+
 @pytest.mark.parametrize(("method", "old_policy_passes"), [("none", 0), ("metrics", 1)])
 def test_only_a_rollout_correction_adds_an_old_policy_forward_to_a_single_update_step(
     tiny_demo, tmp_path, method, old_policy_passes
