@@ -10,6 +10,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from rl_engine.rollout import RolloutBackend
+
 if TYPE_CHECKING:
     import torch
 
@@ -55,16 +57,10 @@ class LocalTrainer(TrainerRole, Protocol):
     def adapter_state_dict(self) -> dict[str, torch.Tensor] | None: ...
 
 
-class RolloutRole(Protocol):
-    """The generation engine(s)."""
+class RolloutRole(RolloutBackend, Protocol):
+    """The generation engine(s): a rollout backend, or the Ray engines behind one."""
 
     pad_id: int
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]: ...
-
-    def sync_weights(self, model: Any) -> float: ...
-
-    def close(self) -> None: ...
 
 
 class AsyncRolloutRole(RolloutRole, Protocol):

@@ -74,7 +74,7 @@ class CorrectionInputs:
     behaviour_logprobs: Tensor  # [B, T]
     proximal_logprobs: Tensor  # [B, T]
     mask: Tensor  # [B, T] real (action) tokens
-    policy_versions: Tensor | None = None  # [B]
+    policy_versions: Tensor | None = None  # [B], or [B, T] when a row's tokens were sampled under several
     trainer_version: int | None = None
 
 
@@ -155,9 +155,11 @@ def mismatch_metrics(inputs: CorrectionInputs, log_ratio: Tensor, mask: Tensor) 
             }
         )
     if inputs.policy_versions is not None and inputs.trainer_version is not None:
-        staleness = (inputs.trainer_version - inputs.policy_versions).float()
-        metrics["rollout_corr/staleness_mean"] = float(staleness.mean())
-        metrics["rollout_corr/staleness_max"] = float(staleness.max())
+        staleness = (inputs.trainer_version - inputs.policy_versions).to(log_ratio.dtype)
+        # One version per row, or per token (a partial rollout resumed under newer weights).
+        real = mask if staleness.dim() == 2 else torch.ones_like(staleness, dtype=torch.bool)
+        metrics["rollout_corr/staleness_mean"] = float(staleness[real].mean()) if real.any() else 0.0
+        metrics["rollout_corr/staleness_max"] = float(staleness[real].max()) if real.any() else 0.0
     return metrics
 
 

@@ -51,11 +51,11 @@ def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
             ("algorithm.dynamic_sampling", "dynamic sampling filters prompt groups; it needs samples_per_prompt > 1")
         )
     if alg.kl.placement not in alg.estimator.kl_placements:
+        token_level = ", ".join(sorted(TOKEN_RETURN_ESTIMATORS))
         errors.append(
             (
                 "algorithm.kl.placement",
-                f"KL in the {alg.kl.placement} needs token-level returns ({', '.join(sorted(TOKEN_RETURN_ESTIMATORS))}), "
-                f"not {alg.name!r}; use 'loss'",
+                f"KL in the reward needs token-level returns ({token_level}), not {alg.name!r}; use 'loss'",
             )
         )
     if alg.dual_clip is not None and not alg.loss.dual_clip:

@@ -126,6 +126,14 @@ def test_the_samples_policy_versions_give_the_staleness():
     assert metrics["rollout_corr/staleness_mean"] == 2.0 and metrics["rollout_corr/staleness_max"] == 3.0
 
 
+def test_per_token_policy_versions_give_the_staleness_of_real_tokens():
+    # A partial rollout: row 0's last token was sampled after a sync; row 1's padding carries garbage.
+    versions = torch.tensor([[5, 5, 7], [6, 6, -100]])
+    metrics = corrected("metrics", policy_versions=versions, trainer_version=8).metrics
+    assert metrics["rollout_corr/staleness_mean"] == pytest.approx((3 + 3 + 1 + 2 + 2) / 5)
+    assert metrics["rollout_corr/staleness_max"] == 3.0
+
+
 def test_thresholds_out_of_order_and_unknown_methods_are_refused():
     with pytest.raises(ValueError, match="low .* must be below high"):
         corrected("token_tis", low=3.0, high=2.0)
