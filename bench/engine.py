@@ -402,8 +402,8 @@ def worker_trl(cfg_path: Path, dtype: str, out: Path) -> None:
         weight_decay=tr.weight_decay,
         beta=0.0,
         loss_type="dapo",  # no KL; dapo = our token_mean (one process, one generation per update)
-        epsilon=alg.clip_low,
-        epsilon_high=alg.clip_high,
+        epsilon=alg.clip_range[0],
+        epsilon_high=alg.clip_range[1],
         num_iterations=1,
         # One optimizer step per generation batch of prompts x samples, in micro-batches of our size.
         num_generations=ro.samples_per_prompt,

@@ -1,26 +1,46 @@
-"""Learning speed: held-out exact-match accuracy against training wall time, ours vs TRL's GRPOTrainer.
+"""Learning speed: held-out exact-match accuracy against training wall time, our recipes vs TRL's GRPOTrainer.
 
 Both start from the demo task's warm-start checkpoint, use the same reward (exact match), the same
-samples per step (32 prompts x 8 samples = 256 completions) and the same judge (greedy decoding on
-the held-out set, `rl_engine.demo.evaluate.evaluate_greedy`). The clock counts training steps only:
-it is paused while a system is evaluated. Each (system, seed) runs in its own process, one at a time,
-so the two never share the 2 cores, and its peak resident memory is read from the kernel (wait4).
+samples per step (32 prompts x 8 samples = 256 completions, unless a recipe changes it) and the same
+judge (greedy decoding on the held-out set, `rl_engine.demo.evaluate.evaluate_greedy`). The clock counts
+training steps only: it is paused while a system is evaluated. Each (system, seed) runs in its own
+process, one at a time, so two never share the 2 cores, and its peak resident memory is read from the
+kernel (wait4).
 
-    python bench/learning.py [--minutes 10] [--seeds 0 1 2] [--systems ours trl tool] [--demo-dir .demo/assets]
+    python bench/learning.py [--minutes 10] [--seeds 0 1] [--systems ours trl tool]
+        [--recipes default gspo cispo gmpo] [--recipe-file RECIPE.yaml ...] [--out DIR] [--demo-dir .demo/assets]
+    python bench/learning.py --search [--screen-minutes 3] [--top 2] [--search-losses ...] [--search-lr ...]
+        [--search-prompts ...] [--minutes 10] [--seeds 0 1] [--out DIR]
 
-`tool` is ours with the calculator environment (`rl_engine/environments/calculator.py`): the model may
-call the calculator (an expression such as ``37+48``, answered ``=85``) before answering; the reward is
-the environment's (1 for a correct final answer, minus 0.05 per call), and its held-out accuracy is
-measured the same way with the calculator available (greedy episodes, `eval/env/correct`).
+Recipes. `ours` runs each of `--recipes` (named in RECIPES: the demo run config, and each policy loss
+swapped in with its own clip range and aggregation) and each `--recipe-file` (a run config this bench
+wrote, to re-run a recipe exactly); `--set key=value` changes every one of them. `--search` screens a grid
+of recipes (policy loss x learning rate x prompts per step) for `--screen-minutes` on the first seed,
+then runs the `--top` best for `--minutes` on every seed next to TRL. Every recipe's full run config is
+written to `OUT/recipes/<label>.yaml` (it trains as it is with `python -m rl_engine train`, and this bench
+re-runs it with `--recipe-file`), TRL's GRPOConfig to `OUT/recipes/trl.json`, the results to
+`OUT/results.json`.
 
-Prints one JSON document: per system and seed the curve [(train_s, accuracy)], accuracy at 2/6/10
-minutes, time to reach targets, peak RSS; then medians across seeds and ratios.
+Evaluations run at every multiple of `--eval-every-s` and at every summary mark (each whole minute, and
+the end), each tagged with the time it was due: it runs at the first step boundary after that, a few
+milliseconds late, and the summary's accuracy at a mark is the evaluation due at that mark.
+
+`tool` is the default recipe with the calculator environment (`rl_engine/environments/calculator.py`):
+the model may call the calculator (an expression such as ``37+48``, answered ``=85``) before answering;
+the reward is the environment's (1 for a correct final answer, minus 0.05 per call), and its held-out
+accuracy is measured the same way with the calculator available (greedy episodes, `eval/env/correct`).
+
+Prints one JSON document (also written to OUT/results.json): per system and seed the curve, then per
+system the median accuracy at each mark, time to 90% and from when 90% held, and against TRL the time to
+reach TRL's final accuracy.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -28,12 +48,31 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+#: The recipes `--recipes` names: sections merged into the demo run config (rl_engine/demo/run_config.py:
+#: GRPO, PPO clip 0.2 / 0.28, lr 1e-4, 32 x 8 samples). A policy loss other than PPO's takes its own clip
+#: range and aggregation (the catalogue's defaults), not PPO's.
+OWN_CLIPS = {"clip_low": None, "clip_high": None}
+RECIPES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "gspo": {"algorithm": {"policy_loss": "gspo", **OWN_CLIPS}},
+    "cispo": {"algorithm": {"policy_loss": "cispo", **OWN_CLIPS}},
+    "gmpo": {"algorithm": {"policy_loss": "gmpo", **OWN_CLIPS}},
+}
+
+TOOL_ENVIRONMENT = {
+    "path": str(REPO / "rl_engine" / "environments" / "calculator.py"),
+    "name": "Calculator",
+    "max_turns": 3,
+    "options": {"call_cost": 0.05, "max_calls": 2},
+}
 
 
 def _read_rows(path: Path) -> list[dict]:
@@ -44,59 +83,95 @@ def _emit(**record) -> None:
     print(json.dumps(record), flush=True)
 
 
+# --- when to evaluate, and what the summary reads ---------------------------------------------------
+
+
+def summary_marks(minutes: float) -> list[float]:
+    """Seconds of training the summary reports accuracy at: every whole minute, and the end."""
+    return sorted({60.0 * m for m in range(1, math.floor(minutes) + 1)} | {round(60.0 * minutes, 6)})
+
+
+def evaluation_schedule(budget_s: float, every_s: float, marks: list[float]) -> list[float]:
+    """When evaluations are due: 0, every `every_s`, every summary mark, the end."""
+    regular = {round(i * every_s, 6) for i in range(int(budget_s // every_s) + 1)} if every_s > 0 else {0.0}
+    return sorted(regular | set(marks) | {0.0, budget_s})
+
+
+class Evaluations:
+    """A worker's evaluation clock: which due times a step boundary at `clock` has reached."""
+
+    def __init__(self, budget_s: float, every_s: float, minutes: float):
+        self.due = evaluation_schedule(budget_s, every_s, summary_marks(minutes))
+        self.budget_s = budget_s
+
+    def reached(self, clock: float) -> list[float]:
+        """The due times passed since the last call: one evaluation serves them all."""
+        passed = [d for d in self.due if d <= clock + 1e-9]
+        self.due = self.due[len(passed) :]
+        return passed
+
+    @property
+    def done(self) -> bool:
+        return not self.due
+
+
+def accuracy_at(curve: list[dict], seconds: float) -> float | None:
+    """The accuracy of the evaluation due at `seconds` of training (None if the run ended before)."""
+    return next((p["accuracy"] for p in curve if abs(p["due_s"] - seconds) < 1e-6), None)
+
+
+def time_to(curve: list[dict], target: float) -> float | None:
+    """Training seconds at the first evaluation that reached `target`."""
+    return next((p["train_s"] for p in curve if p["accuracy"] >= target), None)
+
+
+def held_from(curve: list[dict], target: float) -> float | None:
+    """The due time from which every later evaluation stayed at or above `target` (None: the last did not)."""
+    held = None
+    for point in reversed(curve):
+        if point["accuracy"] < target:
+            break
+        held = point["due_s"]
+    return held
+
+
 # --- workers (one process per system and seed) -------------------------------------------------
 
 
-TOOL_ENVIRONMENT = {
-    "path": str(REPO / "rl_engine" / "environments" / "calculator.py"),
-    "name": "Calculator",
-    "max_turns": 3,
-    "options": {"call_cost": 0.05, "max_calls": 2},
-}
-
-
-def worker_ours(
-    demo: Path,
-    seed: int,
-    budget_s: float,
-    eval_every_s: float,
-    eval_rows: list[dict],
-    overrides: list[str],
-    tool: bool = False,
-) -> None:
+def worker_ours(config_path: Path, seed: int, budget_s: float, every_s: float, minutes: float, eval_rows, tool: bool):
     import torch
 
-    from rl_engine.__main__ import _resolve_paths, apply_overrides
-    from rl_engine.config import validate_config
+    from rl_engine.config import load_config
     from rl_engine.demo.evaluate import evaluate_greedy
-    from rl_engine.demo.run_config import demo_run_config
     from rl_engine.loop import build_engine, evaluate, run_step
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    tool_settings = {"environment": TOOL_ENVIRONMENT, "rewards": []} if tool else {}
-    base = demo_run_config(
-        demo,
-        seed=seed,
-        train={"steps": 100_000},
-        logging={"eval_every": 0},
-        checkpoint={"save_final": False, "every_steps": 0},
-        **tool_settings,
-    ).model_dump(mode="json")
-    cfg = _resolve_paths(validate_config(apply_overrides(base, overrides)), demo)
+    recipe = load_config(config_path)
+    # The bench's own mechanics on top of the recipe: its seed, no step budget (the clock ends the run),
+    # evaluations by this worker's schedule, no checkpoints.
+    mechanics = {
+        "seed": seed,
+        "train": recipe.train.model_copy(update={"steps": 100_000}),
+        "logging": recipe.logging.model_copy(update={"eval_every": 0}),
+        "checkpoint": recipe.checkpoint.model_copy(update={"save_final": False, "every_steps": 0}),
+    }
+    cfg = recipe.model_copy(update=mechanics)
     engine = build_engine(cfg)
-    clock, step, next_eval = 0.0, 0, 0.0
+    evaluations = Evaluations(budget_s, every_s, minutes)
+    clock, step = 0.0, 0
     while True:
-        if clock >= next_eval or clock >= budget_s:
+        due = evaluations.reached(clock)
+        if due:
             extra = {}
             if tool:  # episodes with the calculator available, greedy: the environment judges the answer
                 result = evaluate(engine, engine.data.eval[: len(eval_rows)], 6)
                 accuracy, extra = result["eval/env/correct"], {"calls_per_episode": result["eval/env/calls"]}
             else:
                 accuracy = evaluate_greedy(engine.model, engine.tokenizer, eval_rows)
-            _emit(train_s=round(clock, 2), step=step, accuracy=accuracy, **extra)
-            next_eval += eval_every_s
-            if clock >= budget_s:
-                break
+            for due_s in due:
+                _emit(due_s=due_s, train_s=round(clock, 3), step=step, accuracy=accuracy, **extra)
+        if evaluations.done:
+            break
         started = time.perf_counter()
         step += 1
         run_step(engine, step)
@@ -104,9 +179,37 @@ def worker_ours(
     engine.close()
 
 
-def worker_trl(
-    demo: Path, seed: int, budget_s: float, eval_every_s: float, eval_rows: list[dict], overrides: list[str]
-) -> None:
+def trl_recipe(demo: Path, trl_sets: list[str]) -> dict[str, Any]:
+    """TRL GRPOTrainer's arguments matching the demo recipe (`--trl-set lr=...` changes the learning rate)."""
+    extra = dict(item.split("=", 1) for item in trl_sets)
+    unknown = set(extra) - {"lr"}
+    if unknown:
+        raise SystemExit(f"--trl-set: only lr is supported, got {sorted(unknown)}")
+    return {
+        "model": str(demo / "model"),
+        "train_data": str(demo / "data" / "train.jsonl"),
+        "args": {
+            "use_cpu": True,
+            "report_to": "none",
+            "learning_rate": float(extra.get("lr", 1e-4)),
+            "lr_scheduler_type": "constant",
+            "beta": 0.0,
+            "num_generations": 8,
+            "per_device_train_batch_size": 256,
+            "gradient_accumulation_steps": 1,
+            "max_completion_length": 6,
+            "temperature": 1.0,
+            "max_steps": 100_000,
+            "logging_steps": 1_000_000,
+            "save_strategy": "no",
+            "dataloader_num_workers": 0,
+            "bf16": False,
+            "disable_tqdm": True,
+        },
+    }
+
+
+def worker_trl(recipe_path: Path, seed: int, budget_s: float, every_s: float, minutes: float, eval_rows) -> None:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -116,54 +219,38 @@ def worker_trl(
     from rl_engine.rewards import ExactMatch, RewardBatch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    tokenizer = AutoTokenizer.from_pretrained(demo / "model")
-    model = AutoModelForCausalLM.from_pretrained(demo / "model", dtype=torch.float32)
-    train = Dataset.from_list(_read_rows(demo / "data" / "train.jsonl"))
+    recipe = json.loads(recipe_path.read_text())
+    tokenizer = AutoTokenizer.from_pretrained(recipe["model"])
+    model = AutoModelForCausalLM.from_pretrained(recipe["model"], dtype=torch.float32)
+    train = Dataset.from_list(_read_rows(Path(recipe["train_data"])))
     judge = ExactMatch()
 
     def correct(prompts, completions, label, **_):
         return judge.score(RewardBatch.build(prompts, completions, label)).scores
 
-    extra = dict(item.split("=", 1) for item in overrides)
-    args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-grpo-"),
-        use_cpu=True,
-        seed=seed,
-        report_to="none",
-        learning_rate=float(extra.get("lr", 1e-4)),
-        lr_scheduler_type="constant",
-        beta=0.0,
-        num_generations=8,
-        per_device_train_batch_size=256,
-        gradient_accumulation_steps=1,
-        max_completion_length=6,
-        temperature=1.0,
-        max_steps=100_000,
-        logging_steps=1_000_000,
-        save_strategy="no",
-        dataloader_num_workers=0,
-        bf16=False,
-        disable_tqdm=True,
-    )
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-grpo-"), seed=seed, **recipe["args"])
 
     class Clock(TrainerCallback):
         def __init__(self):
-            self.clock, self.next_eval, self.started = 0.0, 0.0, 0.0
+            self.clock, self.started = 0.0, 0.0
+            self.evaluations = Evaluations(budget_s, every_s, minutes)
 
         def evaluate(self, step: int) -> None:
-            _emit(train_s=round(self.clock, 2), step=step, accuracy=evaluate_greedy(model, tokenizer, eval_rows))
-            self.next_eval += eval_every_s
+            due = self.evaluations.reached(self.clock)
+            if due:
+                accuracy = evaluate_greedy(model, tokenizer, eval_rows)
+                for due_s in due:
+                    _emit(due_s=due_s, train_s=round(self.clock, 3), step=step, accuracy=accuracy)
 
         def on_step_begin(self, args, state, control, **kwargs):
-            if state.global_step == 0 and self.next_eval == 0.0:
+            if state.global_step == 0:
                 self.evaluate(0)
             self.started = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
             self.clock += time.perf_counter() - self.started
-            if self.clock >= self.next_eval or self.clock >= budget_s:
-                self.evaluate(state.global_step)
-            if self.clock >= budget_s:
+            self.evaluate(state.global_step)
+            if self.evaluations.done:
                 control.should_training_stop = True
 
     trainer = GRPOTrainer(
@@ -180,16 +267,33 @@ def worker_trl(
 # --- the driver -----------------------------------------------------------------------------------
 
 
-def run_worker(system: str, seed: int, args: argparse.Namespace) -> dict:
+def write_recipe(out: Path, label: str, demo: Path, overrides: dict[str, Any], sets: list[str]) -> Path:
+    """The recipe's whole run config (absolute paths), as `python -m rl_engine train` reads it."""
+    from rl_engine.__main__ import _resolve_paths, apply_overrides
+    from rl_engine.config import dump_config, validate_config
+    from rl_engine.demo.run_config import demo_run_config
+
+    base = demo_run_config(demo, **overrides).model_dump(mode="json")
+    base["name"] = f"learning-{label}"
+    cfg = _resolve_paths(validate_config(apply_overrides(base, sets)), demo)
+    path = out / "recipes" / f"{label}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump_config(cfg))
+    return path
+
+
+def run_worker(system: str, recipe: Path, seed: int, minutes: float, args: argparse.Namespace) -> dict:
     command = [
         sys.executable,
         __file__,
         "--worker",
         system,
+        "--recipe-path",
+        str(recipe),
         "--seed",
         str(seed),
         "--minutes",
-        str(args.minutes),
+        str(minutes),
         "--eval-every-s",
         str(args.eval_every_s),
         "--demo-dir",
@@ -197,25 +301,23 @@ def run_worker(system: str, seed: int, args: argparse.Namespace) -> dict:
         "--eval-size",
         str(args.eval_size),
     ]
-    for item in args.trl_set if system == "trl" else args.set:
-        command += ["--trl-set" if system == "trl" else "--set", item]
+    label = recipe.stem
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     output = ""
     for line in process.stdout:  # echoed as it comes, so a long bench shows progress and leaves a trace
         output += line
         if _curve_point(line) is not None:
-            print(f"{system} seed {seed}: {line.strip()}", file=sys.stderr, flush=True)
+            print(f"{label} seed {seed}: {line.strip()}", file=sys.stderr, flush=True)
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     curve = [point for line in output.splitlines() if (point := _curve_point(line)) is not None]
     if process.returncode != 0 or not curve:
-        raise RuntimeError(f"{system} seed {seed} failed (exit {process.returncode}); run the worker alone to see why")
+        raise RuntimeError(f"{label} seed {seed} failed (exit {process.returncode}); run the worker alone to see why")
     return {
         "seed": seed,
-        "curve": [(p["train_s"], p["accuracy"]) for p in curve],
+        "curve": curve,
         "steps": curve[-1]["step"],
-        **({"calls_per_episode": [p["calls_per_episode"] for p in curve]} if "calls_per_episode" in curve[-1] else {}),
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
         "process_wall_s": round(time.monotonic() - started, 1),
     }
@@ -227,106 +329,168 @@ def _curve_point(line: str) -> dict | None:
         point = json.loads(line)
     except ValueError:
         return None
-    return point if isinstance(point, dict) and "accuracy" in point else None
+    return point if isinstance(point, dict) and "accuracy" in point and "due_s" in point else None
 
 
-def accuracy_at(curve: list[tuple[float, float]], seconds: float) -> float | None:
-    """The last evaluation at or before `seconds` of training."""
-    seen = [acc for t, acc in curve if t <= seconds + 1e-6]
-    return seen[-1] if seen else None
-
-
-def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
-    return next((t for t, acc in curve if acc >= target), None)
+def _median_or_none(values: list[float | None]) -> float | None:
+    """The median when every seed has a value, else None (a seed that never got there)."""
+    return statistics.median(values) if values and all(v is not None for v in values) else None
 
 
 def summarize(results: dict[str, list[dict]], minutes: float) -> dict:
-    marks = sorted({m for m in (2, 6, 10) if m <= minutes} | {minutes})
-    summary: dict = {}
+    marks = summary_marks(minutes)
+    summary: dict[str, Any] = {}
     for system, runs in results.items():
-        per_mark = {
-            f"accuracy_at_{m}min": statistics.median(
-                [a for r in runs if (a := accuracy_at(r["curve"], m * 60)) is not None] or [float("nan")]
-            )
-            for m in marks
-        }
+        per_mark = {}
+        for mark in marks:
+            seen = [a for r in runs if (a := accuracy_at(r["curve"], mark)) is not None]
+            per_mark[f"accuracy_at_{mark / 60:g}min"] = statistics.median(seen) if seen else None
         summary[system] = {
             **per_mark,
+            "time_to_90pct_s": _median_or_none([time_to(r["curve"], 0.9) for r in runs]),
+            # The latest seed: "held from" holds only when it holds for every seed.
+            "held_90pct_from_s": max(h)
+            if (h := [held_from(r["curve"], 0.9) for r in runs]) and None not in h
+            else None,
             "steps_median": statistics.median(r["steps"] for r in runs),
             "peak_rss_mib_max": max(r["peak_rss_mib"] for r in runs),
         }
-    if "ours" in results and "tool" in results:
-        marks_key = f"accuracy_at_{marks[-1]}min"
-        summary["tool_minus_single_turn_final_accuracy"] = round(
-            summary["tool"][marks_key] - summary["ours"][marks_key], 4
-        )
-    if "ours" in results and "trl" in results:
-        trl_final = summary["trl"][f"accuracy_at_{marks[-1]}min"]
-        times = [time_to(r["curve"], trl_final) for r in results["ours"]]
-        reached = [t for t in times if t is not None]
-        summary["ours_time_to_trl_final_accuracy_s"] = (
-            statistics.median(reached) if len(reached) == len(times) else None
-        )
-        summary["ours_time_to_trl_final_ratio"] = (
-            round(summary["ours_time_to_trl_final_accuracy_s"] / (marks[-1] * 60), 3)
-            if summary["ours_time_to_trl_final_accuracy_s"] is not None
-            else None
-        )
-        times90 = [time_to(r["curve"], 0.9) for r in results["ours"]]
-        summary["ours_time_to_90pct_s"] = statistics.median(times90) if all(t is not None for t in times90) else None
+    final = f"accuracy_at_{marks[-1] / 60:g}min"
+    trl_final = summary.get("trl", {}).get(final)
+    if trl_final is not None:
+        for system, runs in results.items():
+            if system in ("trl", "tool"):
+                continue
+            reached = _median_or_none([time_to(r["curve"], trl_final) for r in runs])
+            summary[system]["time_to_trl_final_accuracy_s"] = reached
+            summary[system]["time_to_trl_final_ratio"] = round(reached / marks[-1], 3) if reached is not None else None
+    if "tool" in results and "default" in results:
+        summary["tool_minus_single_turn_final_accuracy"] = round(summary["tool"][final] - summary["default"][final], 4)
     return summary
+
+
+def search_candidates(losses: list[str], lrs: list[float], prompts: list[int]) -> dict[str, dict[str, Any]]:
+    """The grid `--search` screens: every policy loss x learning rate x prompts per step (8 samples each)."""
+    candidates = {}
+    for loss, lr, per_step in itertools.product(losses, lrs, prompts):
+        algorithm = {"policy_loss": loss} if loss == "ppo_clip" else {"policy_loss": loss, **OWN_CLIPS}
+        candidates[f"{loss}-lr{lr:g}-p{per_step}"] = {
+            "algorithm": algorithm,
+            "rollout": {"prompts_per_step": per_step},
+            "train": {"lr": lr, "micro_batch_size": min(256, per_step * 8)},
+        }
+    return candidates
+
+
+def run_systems(labels: dict[str, Path], args: argparse.Namespace, out: Path, trl: Path) -> dict[str, list[dict]]:
+    """Every seed of our recipes (`labels`), the tool recipe and TRL, as `--systems` asks."""
+    results: dict[str, list[dict]] = {}
+    if "ours" in args.systems:
+        for label, recipe in labels.items():
+            results[label] = [run_worker("ours", recipe, seed, args.minutes, args) for seed in args.seeds]
+    if "tool" in args.systems:
+        tool = write_recipe(out, "tool", args.demo_dir, {"environment": TOOL_ENVIRONMENT, "rewards": []}, args.set)
+        results["tool"] = [run_worker("tool", tool, seed, args.minutes, args) for seed in args.seeds]
+    if "trl" in args.systems:
+        results["trl"] = [run_worker("trl", trl, seed, args.minutes, args) for seed in args.seeds]
+    return results
+
+
+def ensure_demo(demo_dir: Path, size: str) -> dict[str, Any]:
+    """The demo task in `demo_dir`, built if missing; its manifest. `tiny` is for smoke tests only."""
+    from rl_engine.demo.build import build_demo, existing_build
+    from rl_engine.demo.run_config import build_demo_assets
+
+    if size == "demo":
+        build_demo_assets(demo_dir)
+    elif (existing_build(demo_dir) or {}).get("model_size") != size:
+        build_demo(demo_dir, seed=0, model_size=size, progress=False)
+    return json.loads((demo_dir / "manifest.json").read_text())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--systems", nargs="+", default=["ours", "trl"], choices=["ours", "trl", "tool"])
+    parser.add_argument("--recipes", nargs="+", default=["default"], choices=sorted(RECIPES))
+    parser.add_argument("--recipe-file", type=Path, action="append", default=[], help="a recipe YAML this bench wrote")
     parser.add_argument("--demo-dir", type=Path, default=REPO / ".demo" / "assets")
+    parser.add_argument("--demo-size", choices=["demo", "tiny"], default="demo", help="tiny: smoke tests only")
+    parser.add_argument("--out", type=Path, default=None, help="default: .bench-results/learning-<time>")
     parser.add_argument("--eval-every-s", type=float, default=30.0)
     parser.add_argument("--eval-size", type=int, default=1000, help="held-out prompts per evaluation (>= 500: noise)")
-    parser.add_argument("--set", action="append", default=[], help="override our run config, e.g. train.lr=1e-3")
+    parser.add_argument("--set", action="append", default=[], help="override our run configs, e.g. train.lr=1e-3")
     parser.add_argument("--trl-set", action="append", default=[], help="TRL option, e.g. lr=1e-4")
+    parser.add_argument("--search", action="store_true", help="screen a grid of recipes, then run the best")
+    parser.add_argument("--screen-minutes", type=float, default=3.0)
+    parser.add_argument("--top", type=int, default=2)
+    parser.add_argument("--search-losses", nargs="+", default=["ppo_clip", "gspo", "cispo", "gmpo"])
+    parser.add_argument("--search-lr", type=float, nargs="+", default=[1e-4, 2e-4, 4e-4])
+    parser.add_argument("--search-prompts", type=int, nargs="+", default=[32, 16])
     parser.add_argument("--worker", choices=["ours", "trl", "tool"], help=argparse.SUPPRESS)
+    parser.add_argument("--recipe-path", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
         eval_rows = _read_rows(args.demo_dir / "data" / "test.jsonl")[: args.eval_size]
+        timing = (round(args.minutes * 60, 6), args.eval_every_s, args.minutes)
         if args.worker == "trl":
-            worker_trl(args.demo_dir, args.seed, args.minutes * 60, args.eval_every_s, eval_rows, args.trl_set)
+            worker_trl(args.recipe_path, args.seed, *timing, eval_rows)
         else:
-            worker_ours(
-                args.demo_dir,
-                args.seed,
-                args.minutes * 60,
-                args.eval_every_s,
-                eval_rows,
-                args.set,
-                tool=args.worker == "tool",
-            )
+            worker_ours(args.recipe_path, args.seed, *timing, eval_rows, tool=args.worker == "tool")
         return
 
-    from rl_engine.demo.run_config import build_demo_assets
+    manifest = ensure_demo(args.demo_dir, args.demo_size)
+    out = args.out or REPO / ".bench-results" / time.strftime("learning-%Y%m%d-%H%M%S")
+    trl = out / "recipes" / "trl.json"
+    trl.parent.mkdir(parents=True, exist_ok=True)
+    trl.write_text(json.dumps(trl_recipe(args.demo_dir, args.trl_set), indent=1))
 
-    build_demo_assets(args.demo_dir)
-    manifest = json.loads((args.demo_dir / "manifest.json").read_text())
-    results = {system: [run_worker(system, seed, args) for seed in args.seeds] for system in args.systems}
-    print(
-        json.dumps(
-            {
-                "bench": "learning",
-                "minutes": args.minutes,
-                "seeds": args.seeds,
-                "threads": os.environ["OMP_NUM_THREADS"],
-                "warm_start_accuracy": manifest.get("warm_start", {}).get("test_accuracy"),
-                "overrides": {"ours": args.set, "trl": args.trl_set},
-                "summary": summarize(results, args.minutes),
-                "runs": results,
-            },
-            indent=1,
+    labels = {name: write_recipe(out, name, args.demo_dir, RECIPES[name], args.set) for name in args.recipes}
+    for path in args.recipe_file:
+        labels[path.stem] = path
+    document: dict[str, Any] = {}
+    if args.search:
+        candidates = search_candidates(args.search_losses, args.search_lr, args.search_prompts)
+        screens = {}
+        for label, overrides in candidates.items():
+            recipe = write_recipe(out, label, args.demo_dir, overrides, args.set)
+            run = run_worker("ours", recipe, args.seeds[0], args.screen_minutes, args)
+            marks = summary_marks(args.screen_minutes)
+            screens[label] = {
+                "final_accuracy": accuracy_at(run["curve"], marks[-1]),
+                "mean_accuracy": statistics.fmean(p["accuracy"] for p in run["curve"]),
+                "steps": run["steps"],
+                "recipe": str(recipe),
+            }
+        ranked = sorted(
+            screens, key=lambda k: (screens[k]["final_accuracy"] or 0, screens[k]["mean_accuracy"]), reverse=True
         )
-    )
+        document["search"] = {
+            "screen_minutes": args.screen_minutes,
+            "seed": args.seeds[0],
+            "ranked": ranked,
+            "screens": screens,
+        }
+        labels = {label: out / "recipes" / f"{label}.yaml" for label in ranked[: args.top]} | labels
+    results = run_systems(labels, args, out, trl)
+    document = {
+        "bench": "learning",
+        "minutes": args.minutes,
+        "seeds": args.seeds,
+        "threads": os.environ["OMP_NUM_THREADS"],
+        "warm_start_accuracy": manifest.get("warm_start", {}).get("test_accuracy"),
+        "recipes": {label: str(path) for label, path in labels.items()} | {"trl": str(trl)},
+        "overrides": {"ours": args.set, "trl": args.trl_set},
+        **document,
+        "summary": summarize(results, args.minutes),
+        "runs": results,
+    }
+    text = json.dumps(document, indent=1)
+    (out / "results.json").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""The training loop: generate → score → (reference / critic / old-policy forward) → advantages → update
-→ weight sync, every phase timed and emitted as `timing/<phase>`; all rollout samples emitted per step.
+"""The training loop. One step is a row of flat stages, each timed and emitted as `timing/<stage>`:
+collect (generate) → score (reward) → reference/values (the no-grad forward passes) → advantages →
+correction → update (train) → sync (weight sync) → record; all rollout samples are emitted per step.
 
-One `Experience` record drives both the update and the logging. The loop is backend-agnostic: it
-talks to a `RolloutBackend`, a trainer and a reward; this module wires the one-process ones, and
-`rl_engine.distributed` the same calls onto Ray actors (several engines or ranks, `separate` placement).
+The algorithms are chosen by name (`rl_engine.algorithms.catalogue`): the estimator in the
+advantages stage, the rollout correction in the correction stage, the policy loss inside the trainer's
+update. The loop is backend-agnostic: it talks to the roles of `rl_engine.interfaces` (a rollout, a
+trainer, a reward, an executor); this module wires the one-process ones, and `rl_engine.distributed`
+the same calls onto Ray actors (several engines or ranks, `separate` placement).
 
 Async mode (`backends.async_rollout`): the next batch is generated while this one is scored and
 trained, from the weights before this update (staleness bounded by one step); the weight sync waits
@@ -20,31 +23,36 @@ import time
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 import torch
 
 from posttrain_sdk.event_log import EventLog, Heartbeat
 from posttrain_sdk.event_sender import sender_from_env
 from rl_engine.algorithms import (
-    GROUP_ESTIMATORS,
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
+    CorrectionInputs,
+    CorrectionResult,
     dynamic_sampling_keep,
-    gae,
-    grpo_advantages,
     kl_estimate,
     kl_penalized_rewards,
     masked_mean,
-    masked_whiten,
     overlong_penalty,
-    reinforce_pp_advantages,
+    rollout_correction,
 )
 from rl_engine.checkpoint import EngineState, capture_rng, load_engine_state, restore_rng, save_checkpoint
 from rl_engine.config import RunConfig, check_runnable, dump_config
 from rl_engine.data import Prompt, PromptData, PromptSampler
+from rl_engine.executors import Rollouts
+from rl_engine.interfaces import AsyncRolloutRole, ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
 from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
 from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel, rollout_logprob_gap
+
+if TYPE_CHECKING:
+    from rl_engine.distributed import RayRoles
 
 
 @dataclass
@@ -69,14 +77,14 @@ class Engine:
     cfg: RunConfig
     tokenizer: Any
     model: torch.nn.Module | None
-    trainer: Any  # TorchTrainer, or distributed.RayTrainer
-    rollout: Any  # RolloutBackend, or distributed.RayRollout
-    reward: Any  # CompositeReward, or distributed.RayReward
+    trainer: TrainerRole  # TorchTrainer / DeepSpeedTrainer, or distributed.RayTrainer
+    rollout: RolloutRole  # TransformersRollout / VLLMRollout, or distributed.RayRollout
+    reward: RewardRole | None  # CompositeReward, or distributed.RayReward; None: the environment's only
     data: PromptData
     sampler: PromptSampler
-    roles: Any = None  # distributed.RayRoles when the roles are actors
-    pending: Any = None  # async mode: the batch being generated for the next step
-    executor: Any = None  # executors.SingleTurnExecutor / EnvironmentExecutor over `rollout`
+    roles: RayRoles | None = None  # when the roles are actors
+    pending: PendingRollout | None = None  # async mode: the batch being generated for the next step
+    executor: ExecutorRole | None = None  # single turn, an environment or an agent, over `rollout`
 
     def __post_init__(self) -> None:
         if self.executor is None:
@@ -85,13 +93,15 @@ class Engine:
     def sync_weights(self) -> float:
         if self.roles is not None:
             return self.roles.sync_weights()
-        with self.trainer.full_weights():  # whole weights even when ZeRO-3 partitions them
-            return self.rollout.sync_weights(self.trainer.weights_view())
+        trainer = cast(LocalTrainer, self.trainer)
+        with trainer.full_weights():  # whole weights even when ZeRO-3 partitions them
+            return self.rollout.sync_weights(trainer.weights_view())
 
     def save_checkpoint(self, run_dir: Path, step: int, state: EngineState) -> Path:
         keep = self.cfg.checkpoint.keep_last
         if self.roles is not None:
-            return self.trainer.save_checkpoint(run_dir, step, state, keep)
+            return self.roles.trainer.save_checkpoint(run_dir, step, state, keep)
+        trainer = cast(LocalTrainer, self.trainer)
         return save_checkpoint(
             run_dir,
             step,
@@ -99,8 +109,8 @@ class Engine:
             self.tokenizer,
             state,
             keep,
-            weights=self.trainer.full_state_dict(),
-            adapter=self.trainer.adapter_state_dict(),
+            weights=trainer.full_state_dict(),
+            adapter=trainer.adapter_state_dict(),
         )
 
     def peak_memory(self) -> dict[str, float]:
@@ -114,8 +124,8 @@ class Engine:
         return memory
 
     def parameter_count(self) -> int:
-        if self.model is None:
-            return self.trainer.parameter_count()
+        if self.roles is not None:
+            return self.roles.trainer.parameter_count()
         return sum(getattr(p, "ds_numel", p.numel()) for p in self.model.parameters())  # ZeRO-3: placeholders
 
     def close(self) -> None:
@@ -129,7 +139,7 @@ class Engine:
                 self.roles.close()
 
 
-def build_executor(cfg: RunConfig, rollout: Any, tokenizer: Any) -> Any:
+def build_executor(cfg: RunConfig, rollout: RolloutRole, tokenizer: Any) -> ExecutorRole:
     from rl_engine.executors import EnvironmentExecutor, SingleTurnExecutor
 
     if cfg.agent is not None:
@@ -288,7 +298,7 @@ def rollout_backend(
 # --- one step ------------------------------------------------------------------------------------
 
 
-def _score(engine: Engine, prompts: list[Prompt], rollouts: Any, texts: list[str]) -> RewardResult:
+def _score(engine: Engine, prompts: list[Prompt], rollouts: Rollouts, texts: list[str]) -> RewardResult:
     """The configured rewards (on the model's last turn when an environment ran) plus the environment's
     own reward as the `environment` component."""
     samples = rollouts.samples
@@ -317,165 +327,307 @@ def _reward_batch(prompts: list[Prompt], samples: list[Sample], texts: list[str]
     )
 
 
-def _advantages(
-    cfg: RunConfig,
-    scores: torch.Tensor,
-    mask: torch.Tensor,
-    token_rewards: torch.Tensor | None,
-    values: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    alg = cfg.algorithm
-    group = cfg.rollout.samples_per_prompt
-    if alg.name == "ppo":
-        advantages, returns = gae(token_rewards, values, mask, alg.gamma, alg.lam)
-        return masked_whiten(advantages, mask), returns
-    if alg.name == "reinforce_pp":
-        return reinforce_pp_advantages(token_rewards if token_rewards is not None else scores, mask, alg.gamma), None
-    if alg.name == "grpo" and alg.normalize_advantage_std is not None:
-        return grpo_advantages(scores, mask, group, normalize_std=alg.normalize_advantage_std), None
-    return GROUP_ESTIMATORS[alg.name](scores, mask, group), None
+@dataclass
+class Collected:
+    """The collect stage's output: the step's prompts and trajectories, decoded."""
+
+    prompts: list[Prompt]
+    rollouts: Rollouts
+    texts: list[str]
+    lengths: torch.Tensor  # [N] the policy's own tokens per sample
+
+    @property
+    def samples(self) -> list[Sample]:
+        return self.rollouts.samples
+
+
+@dataclass
+class Scored:
+    """The score stage's output."""
+
+    reward: RewardResult
+    task_scores: torch.Tensor  # [N] the reward components' weighted sum
+    scores: torch.Tensor  # [N] what the advantages see: task scores plus shaping (overlong penalty)
+    keep: torch.Tensor  # [N] bool: the rows that train (dynamic sampling drops whole groups)
+
+
+@dataclass
+class TrainingBatch:
+    """The kept rows as tokens, with every log-prob and value the later stages read; `[B, T]` tensors."""
+
+    rows: torch.Tensor  # [B] indices into the step's samples
+    tokens: TokenBatch
+    scores: torch.Tensor  # [B]
+    rollout_logprobs: torch.Tensor | None  # the rollout engine's: the behaviour policy
+    ref_logprobs: torch.Tensor | None = None
+    old_logprobs: torch.Tensor | None = None  # the trainer's before the update: the proximal policy
+    values: torch.Tensor | None = None
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return self.tokens.response_mask
 
 
 def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """One RL step. Returns its metrics and every rollout sample (for the `samples` event)."""
-    cfg, tokenizer, trainer = engine.cfg, engine.tokenizer, engine.trainer
-    alg, ro = cfg.algorithm, cfg.rollout
+    """One RL step as flat stages, each timed (`timing/<stage>`): collect → score → reference/values →
+    advantages → correction → update → sync → record. Returns its metrics and every rollout sample (for
+    the `samples` event). A step whose groups dynamic sampling dropped entirely stops after score."""
     timer = StepTimer()
     started = time.perf_counter()
-
-    prompts, rollouts = _take_rollouts(engine, step, timer)
-    samples = rollouts.samples
-    texts = tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
-    lengths = torch.tensor([s.action_count for s in samples], dtype=torch.float32)
-
-    with timer.phase("reward"):
-        reward = _score(engine, prompts, rollouts, texts)
-    task_scores = torch.tensor(reward.total, dtype=torch.float32)
-    scores = task_scores.clone()
-    if alg.overlong.enabled:
-        scores = scores + overlong_penalty(lengths, ro.max_new_tokens, alg.overlong.buffer_tokens, alg.overlong.penalty)
-
-    keep = torch.ones(len(samples), dtype=torch.bool)
-    if alg.dynamic_sampling:
-        keep = dynamic_sampling_keep(scores, ro.samples_per_prompt).repeat_interleave(ro.samples_per_prompt)
-
     metrics: dict[str, float] = {}
-    advantages_per_sample = torch.zeros(len(samples))
-    kept = keep.nonzero().squeeze(-1)
-    if len(kept) > 0:
-        batch = TokenBatch.build(
-            [prompts[samples[i].prompt_index].token_ids for i in kept],
-            [samples[i].response_ids for i in kept],
-            engine.rollout.pad_id,
-            [samples[i].action_mask for i in kept],
-        )
-        mask = batch.response_mask
-        kept_scores = scores[kept]
-        single_update = cfg.train.epochs_per_batch == 1 and (cfg.train.mini_batch_size or len(kept)) >= len(kept)
-        kl_in_reward = alg.kl.coef > 0 and alg.kl.placement == "reward"
-        ref = old = values = None
-        if trainer.ref_model is not None:
-            with timer.phase("forward_reference"):
-                ref = trainer.forward(batch, "reference")
-        with timer.phase("forward_policy"):
-            # With one update per batch the old policy is the current one: its log-probs come free
-            # from the training forward pass (ratio exactly 1), so the extra pass is skipped — except
-            # in async mode, where they measure how far the samples' policy is behind.
-            if not single_update or kl_in_reward or cfg.backends.async_rollout:
-                old = trainer.forward(batch, "policy")
-            engine_logprobs = _engine_logprobs([samples[i] for i in kept], mask)
-            if engine_logprobs is not None and old is not None:
-                metrics.update(rollout_logprob_gap(engine_logprobs, old, mask))
-            elif engine_logprobs is not None and not trainer.exact_training_logprobs:
-                # Dropout makes the training forward's log-probs differ from the engine's by design:
-                # a few rows get an eval forward of their own.
-                rows = slice(0, _GAP_SAMPLES)
-                metrics.update(
-                    rollout_logprob_gap(
-                        engine_logprobs[rows], trainer.forward(batch.select(rows), "policy"), mask[rows]
-                    )
-                )
-        if trainer.critic is not None:
-            with timer.phase("forward_values"):
-                values = trainer.forward(batch, "values")
-        token_rewards = None
-        if kl_in_reward:
-            kl = kl_estimate(old, ref, alg.kl.estimator, mask)
-            token_rewards = kl_penalized_rewards(kept_scores, kl, mask, alg.kl.coef)
-            metrics["kl/mean"] = float(masked_mean(kl, mask))
-        elif alg.name in ("ppo", "reinforce_pp"):
-            token_rewards = kl_penalized_rewards(kept_scores, torch.zeros_like(mask), mask, 0.0)
-        advantages, returns = _advantages(cfg, kept_scores, mask, token_rewards, values)
-        advantages_per_sample[kept] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
-        # Without old log-probs the engine's are checked against the training forward's, every row, free.
-        experience = Experience(
-            batch,
-            advantages,
-            old,
-            ref if alg.kl.placement == "loss" else None,
-            values,
-            returns,
-            engine_logprobs if old is None else None,
-        )
+    collected = collect(engine, step, timer)
+    with timer.phase("reward"):
+        scored = score(engine, collected)
+    advantages_per_sample = torch.zeros(len(collected.samples))
+    if scored.keep.any():
+        batch = forward_passes(engine, collected, scored, timer, metrics)
+        with timer.phase("advantages"):
+            advantages, returns = compute_advantages(engine.cfg, batch, metrics)
+        with timer.phase("correction"):
+            correction = correct(engine.cfg, batch)
+        metrics.update(correction.metrics)
         with timer.phase("train"):
-            metrics.update(trainer.update(experience))
-        if engine.pending is not None:
-            # Async: the next batch finishes generating from the weights it started with before they change.
-            with timer.phase("wait_rollout"):
-                engine.pending.finish(engine.rollout)
-        with timer.phase("weight_sync"):
-            engine.sync_weights()
+            metrics.update(update(engine, batch, advantages, returns, correction))
+        sync(engine, timer)
+        mask = batch.mask
+        advantages_per_sample[batch.rows] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
         if "kl/loss_term" in metrics:
             metrics["kl/mean"] = metrics.pop("kl/loss_term")
         metrics["advantages/mean"] = float(masked_mean(advantages, mask))
         metrics["advantages/abs_mean"] = float(masked_mean(advantages.abs(), mask))
-        train_tokens = float(batch.attention_mask.sum())
+        train_tokens = float(batch.tokens.attention_mask.sum())
         metrics["throughput/train_tokens_per_s"] = train_tokens / max(timer.timings["train"], 1e-9)
+    with timer.phase("record"):
+        metrics.update(step_metrics(engine.cfg, collected, scored, timer))
+        records = sample_records(collected, scored, advantages_per_sample)
+    metrics.update(timing_metrics(timer))
+    metrics["timing/step"] = time.perf_counter() - started
+    return metrics, records
 
-    generated_tokens = float(lengths.sum())
-    metrics.update(_rollout_metrics(reward, task_scores, scores, lengths, samples, ro.samples_per_prompt))
-    metrics["batch/kept_fraction"] = float(keep.float().mean())
-    metrics.update(rollouts.metrics())
+
+# --- the stages ------------------------------------------------------------------------------------
+
+
+def collect(engine: Engine, step: int, timer: StepTimer) -> Collected:
+    """Generate (or, async, take the batch generated during the last step), and decode it."""
+    prompts, rollouts = _take_rollouts(engine, step, timer)
+    samples = rollouts.samples
+    texts = engine.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
+    lengths = torch.tensor([s.action_count for s in samples], dtype=torch.float32)
+    return Collected(prompts, rollouts, texts, lengths)
+
+
+def score(engine: Engine, collected: Collected) -> Scored:
+    """Rewards, reward shaping, and which rows train."""
+    alg, ro = engine.cfg.algorithm, engine.cfg.rollout
+    reward = _score(engine, collected.prompts, collected.rollouts, collected.texts)
+    task_scores = torch.tensor(reward.total, dtype=torch.float32)
+    scores = task_scores.clone()
+    if alg.overlong.enabled:
+        scores = scores + overlong_penalty(
+            collected.lengths, ro.max_new_tokens, alg.overlong.buffer_tokens, alg.overlong.penalty
+        )
+    keep = torch.ones(len(scores), dtype=torch.bool)
+    if alg.dynamic_sampling:
+        keep = dynamic_sampling_keep(scores, ro.samples_per_prompt).repeat_interleave(ro.samples_per_prompt)
+    return Scored(reward, task_scores, scores, keep)
+
+
+def needs_old_logprobs(cfg: RunConfig, batch_size: int) -> bool:
+    """Whether the step needs the policy's log-probs before the update from a forward pass of their own.
+    With one update per batch the old policy is the current one: its log-probs come free from the
+    training forward pass (ratio exactly 1), so the pass is skipped — unless the KL goes into the reward,
+    async mode measures how far the samples' policy is behind, or a rollout correction compares them
+    with the rollout engine's."""
+    alg, tr = cfg.algorithm, cfg.train
+    single_update = tr.epochs_per_batch == 1 and (tr.mini_batch_size or batch_size) >= batch_size
+    kl_in_reward = alg.kl.coef > 0 and alg.kl.placement == "reward"
+    correction = "old_logprobs" in alg.rollout_correction.spec.needs
+    return not single_update or kl_in_reward or cfg.backends.async_rollout or correction
+
+
+def forward_passes(
+    engine: Engine, collected: Collected, scored: Scored, timer: StepTimer, metrics: dict[str, float]
+) -> TrainingBatch:
+    """The reference/values stage: the kept rows as tokens, and the no-grad forward passes the step needs
+    (reference, old policy, critic), each timed."""
+    trainer = engine.trainer
+    rows = scored.keep.nonzero().squeeze(-1)
+    samples = [collected.samples[i] for i in rows]
+    tokens = TokenBatch.build(
+        [collected.prompts[s.prompt_index].token_ids for s in samples],
+        [s.response_ids for s in samples],
+        engine.rollout.pad_id,
+        [s.action_mask for s in samples],
+    )
+    mask = tokens.response_mask
+    batch = TrainingBatch(rows, tokens, scored.scores[rows], _engine_logprobs(samples, mask))
+    if batch.rollout_logprobs is None and engine.cfg.algorithm.rollout_correction.spec.needs:
+        raise RuntimeError(
+            "algorithm.rollout_correction: the rollout reported no log-probs of its samples, so there is "
+            "nothing to correct against; set the method to 'none'"
+        )
+    if trainer.ref_model is not None:
+        with timer.phase("forward_reference"):
+            batch.ref_logprobs = trainer.forward(tokens, "reference")
+    with timer.phase("forward_policy"):
+        if needs_old_logprobs(engine.cfg, len(rows)):
+            batch.old_logprobs = trainer.forward(tokens, "policy")
+        if batch.rollout_logprobs is not None and batch.old_logprobs is not None:
+            metrics.update(rollout_logprob_gap(batch.rollout_logprobs, batch.old_logprobs, mask))
+        elif batch.rollout_logprobs is not None and not trainer.exact_training_logprobs:
+            # Dropout makes the training forward's log-probs differ from the engine's by design: a few
+            # rows get an eval forward of their own.
+            few = slice(0, _GAP_SAMPLES)
+            metrics.update(
+                rollout_logprob_gap(
+                    batch.rollout_logprobs[few], trainer.forward(tokens.select(few), "policy"), mask[few]
+                )
+            )
+    if trainer.critic is not None:
+        with timer.phase("forward_values"):
+            batch.values = trainer.forward(tokens, "values")
+    return batch
+
+
+def compute_advantages(
+    cfg: RunConfig, batch: TrainingBatch, metrics: dict[str, float]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The configured estimator, by name, with the KL penalty folded into token rewards when it goes there."""
+    alg = cfg.algorithm
+    token_rewards = None
+    if alg.kl.coef > 0 and alg.kl.placement == "reward":
+        kl = kl_estimate(batch.old_logprobs, batch.ref_logprobs, alg.kl.estimator, batch.mask)
+        token_rewards = kl_penalized_rewards(batch.scores, kl, batch.mask, alg.kl.coef)
+        metrics["kl/mean"] = float(masked_mean(kl, batch.mask))
+    inputs = AdvantageInputs(
+        scores=batch.scores,
+        mask=batch.mask,
+        group_size=cfg.rollout.samples_per_prompt,
+        normalize_std=alg.normalizes_advantage_std,
+        token_rewards=token_rewards,
+        values=batch.values,
+        gamma=alg.gamma,
+        lam=alg.lam,
+    )
+    return ADVANTAGE_ESTIMATORS.get(alg.name)(inputs)
+
+
+def correct(cfg: RunConfig, batch: TrainingBatch) -> CorrectionResult:
+    """The rollout correction: weights on the policy loss from the rollout engine's log-probs (behaviour)
+    against the trainer's before the update (proximal), and the `rollout_corr/*` metrics."""
+    settings = cfg.algorithm.rollout_correction
+    if not settings.spec.needs:
+        return CorrectionResult(None, {})
+    inputs = CorrectionInputs(
+        behaviour_logprobs=batch.rollout_logprobs, proximal_logprobs=batch.old_logprobs, mask=batch.mask
+    )
+    return rollout_correction(settings.method, inputs, *settings.thresholds)
+
+
+def update(
+    engine: Engine,
+    batch: TrainingBatch,
+    advantages: torch.Tensor,
+    returns: torch.Tensor | None,
+    correction: CorrectionResult,
+) -> dict[str, float]:
+    """The trainer's update over the batch (the policy loss by name inside it)."""
+    alg = engine.cfg.algorithm
+    experience = Experience(
+        batch.tokens,
+        advantages,
+        batch.old_logprobs,
+        batch.ref_logprobs if alg.kl.placement == "loss" else None,
+        batch.values,
+        returns,
+        # Without old log-probs the engine's are checked against the training forward's, every row, free.
+        batch.rollout_logprobs if batch.old_logprobs is None else None,
+        correction.weights,
+    )
+    return engine.trainer.update(experience)
+
+
+def sync(engine: Engine, timer: StepTimer) -> None:
+    """The rollout engines take the updated weights (async: after the batch they are generating)."""
+    if engine.pending is not None:
+        # Async: the next batch finishes generating from the weights it started with before they change.
+        with timer.phase("wait_rollout"):
+            engine.pending.finish(cast(AsyncRolloutRole, engine.rollout))
+    with timer.phase("weight_sync"):
+        engine.sync_weights()
+
+
+def step_metrics(cfg: RunConfig, collected: Collected, scored: Scored, timer: StepTimer) -> dict[str, float]:
+    """The record stage's step metrics: rewards, lengths, throughput."""
+    metrics = _rollout_metrics(
+        scored.reward,
+        scored.task_scores,
+        scored.scores,
+        collected.lengths,
+        collected.samples,
+        cfg.rollout.samples_per_prompt,
+    )
+    metrics["batch/kept_fraction"] = float(scored.keep.float().mean())
+    metrics.update(collected.rollouts.metrics())
     generate_s = timer.timings["generate"] if timer.overlapped_generate is None else timer.overlapped_generate
-    metrics["throughput/tokens_per_s"] = generated_tokens / max(generate_s, 1e-9)
+    metrics["throughput/tokens_per_s"] = float(collected.lengths.sum()) / max(generate_s, 1e-9)
     if timer.overlapped_generate is not None:
         metrics["rollout/overlapped_generate_s"] = timer.overlapped_generate
-    for phase in (
-        "generate",
-        "environment",
-        "reward",
-        "forward_reference",
-        "forward_policy",
-        "forward_values",
-        "train",
-        "weight_sync",
-        "wait_rollout",
-    ):
-        if phase in timer.timings or phase in ("reward", "forward_policy", "train", "weight_sync"):
-            metrics[f"timing/{phase}"] = timer.timings.get(phase, 0.0)
-    metrics["timing/step"] = time.perf_counter() - started
+    return metrics
 
+
+def sample_records(collected: Collected, scored: Scored, advantages: torch.Tensor) -> list[dict[str, Any]]:
+    """The record stage's `samples` event: every sample with its text, rewards and advantage."""
+    prompts, reward = collected.prompts, scored.reward
     records = [
         {
             "index": i,
             "group": s.prompt_index,
             "prompt": prompts[s.prompt_index].text,
-            "response": texts[i],
+            "response": collected.texts[i],
             "label": prompts[s.prompt_index].label,
-            "reward": float(scores[i]),
+            "reward": float(scored.scores[i]),
             "components": {name: values[i] for name, values in reward.components.items()},
-            "advantage": float(advantages_per_sample[i]),
-            "length": int(lengths[i]),
+            "advantage": float(advantages[i]),
+            "length": int(collected.lengths[i]),
             "finish_reason": s.finish_reason,
             "errors": reward.errors[i],
-            "kept": bool(keep[i]),
+            "kept": bool(scored.keep[i]),
         }
-        for i, s in enumerate(samples)
+        for i, s in enumerate(collected.samples)
     ]
+    rollouts = collected.rollouts
     if rollouts.turns is not None:
         for record, turns, logs in zip(records, rollouts.turns, rollouts.logs):
             record["turns"], record["env"] = turns, logs
-    return metrics, records
+    return records
+
+
+# Stages always reported (0 when they did not run this step), then the ones reported only when they ran.
+_TIMED_ALWAYS = ("reward", "forward_policy", "train", "weight_sync")
+_TIMED = (
+    "generate",
+    "environment",
+    "reward",
+    "forward_reference",
+    "forward_policy",
+    "forward_values",
+    "advantages",
+    "correction",
+    "train",
+    "weight_sync",
+    "wait_rollout",
+    "record",
+)
+
+
+def timing_metrics(timer: StepTimer) -> dict[str, float]:
+    return {
+        f"timing/{stage}": timer.timings.get(stage, 0.0)
+        for stage in _TIMED
+        if stage in timer.timings or stage in _TIMED_ALWAYS
+    }
 
 
 def _sampling_params(cfg: RunConfig) -> SamplingParams:
@@ -499,12 +651,12 @@ class PendingRollout:
     samples: list[Sample] | None = None
     seconds: float = 0.0
 
-    def finish(self, rollout: Any) -> None:
+    def finish(self, rollout: AsyncRolloutRole) -> None:
         if self.samples is None:
             self.samples, self.seconds = rollout.collect(self.handles)
 
 
-def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], Any]:
+def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], Rollouts]:
     """This step's prompts and `Rollouts`. Sync: generated now. Async: the batch submitted during the
     previous step (finished before the last weight sync), and the next one submitted now, to be
     generated from the current weights while this one is scored and trained."""
@@ -522,21 +674,21 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
             timer.timings["environment"] = rollouts.env_seconds
         return prompts, rollouts
 
+    rollout = cast(AsyncRolloutRole, engine.rollout)
+
     def submit() -> PendingRollout:
         prompts = next_prompts()
-        return PendingRollout(prompts, engine.rollout.submit([p.token_ids for p in prompts], _sampling_params(cfg)))
+        return PendingRollout(prompts, rollout.submit([p.token_ids for p in prompts], _sampling_params(cfg)))
 
     current = engine.pending or submit()  # none ahead on the first step (or the first after a resume)
     engine.pending = None
     with timer.phase("wait_rollout"):
-        current.finish(engine.rollout)
+        current.finish(rollout)
     # The engines' own time, overlapped with the previous step's work: not a phase of this step's critical
     # path (`timing/wait_rollout` is), reported as `rollout/overlapped_generate_s`.
     timer.overlapped_generate = current.seconds
     if step < cfg.train.steps:
         engine.pending = submit()
-    from rl_engine.executors import Rollouts
-
     return current.prompts, Rollouts(current.samples)
 
 
@@ -547,7 +699,7 @@ _GAP_SAMPLES = 16
 
 def _engine_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor | None:
     """The rollout engine's log-probs of the sampled tokens as a `[B, T]` tensor shaped like `mask`; None
-    when the backend reports none (transformers samples from the trained module itself)."""
+    when a sample came without them (greedy decoding)."""
     if not samples or any(s.logprobs is None for s in samples):
         return None
     engine = torch.zeros_like(mask)
@@ -557,7 +709,7 @@ def _engine_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor 
 
 
 def _rollout_metrics(
-    reward: Any,
+    reward: RewardResult,
     task_scores: torch.Tensor,
     scores: torch.Tensor,
     lengths: torch.Tensor,

@@ -131,6 +131,50 @@ PANELS: tuple[Panel, ...] = (
         ),
     ),
     Panel(
+        "rollout_corr",
+        "Rollout correction: trainer vs rollout engine (KL, log-perplexity gap)",
+        "nats/token",
+        (
+            Metric("rollout_corr/kl", "k1 estimate of KL(rollout engine || trainer) on the sampled tokens", False),
+            Metric("rollout_corr/k3_kl", "k3 estimate of the same KL (non-negative, lower variance)", False),
+            Metric(
+                "rollout_corr/log_ppl_abs_diff",
+                "Mean per-sequence |log-perplexity of the trainer - of the rollout engine|",
+                False,
+            ),
+        ),
+    ),
+    Panel(
+        "rollout_corr_chi2",
+        "Rollout correction: chi-squared divergence (token, sequence)",
+        "chi2",
+        (
+            Metric("rollout_corr/chi2_token", "E[rho^2] - 1 over tokens, rho = trainer / rollout probability", False),
+            Metric("rollout_corr/chi2_seq", "E[(prod rho)^2] - 1 over sequences", False),
+        ),
+    ),
+    Panel(
+        "rollout_corr_weights",
+        "Rollout correction: importance weights (quantiles)",
+        "ratio",
+        (
+            Metric(
+                "rollout_corr/weight_<quantile>", "A quantile (min, p05, p50, p95, max) of the token ratio rho", None
+            ),
+            Metric("rollout_corr/weight_mean", "Mean of the weights the correction applied", None),
+        ),
+    ),
+    Panel(
+        "rollout_corr_dropped",
+        "Rollout correction: masked and truncated (fraction)",
+        "fraction",
+        (
+            Metric("rollout_corr/masked_fraction", "Share of tokens whose weight was masked to 0", False),
+            Metric("rollout_corr/truncated_fraction", "Share of tokens whose weight was truncated", False),
+            Metric("rollout_corr/seq_masked_fraction", "Share of sequences masked out whole", False),
+        ),
+    ),
+    Panel(
         "memory",
         "Peak memory per role (GiB)",
         "GiB",
@@ -198,6 +242,12 @@ ON_DEMAND: tuple[Metric, ...] = (
     Metric("env/episode_errors", "Episodes the environment failed", False, unit="episodes"),
     Metric(
         "env/<log>", "A log of the run's environment (turns, tool calls, ...), mean per episode", None, unit="as logged"
+    ),
+    Metric(
+        "rollout_corr/staleness_<stat>",
+        "Policy versions between a row's rollout and the update (mean, max)",
+        False,
+        unit="updates",
     ),
     Metric("eval/size", "Held-out prompts evaluated", None, unit="prompts"),
     Metric("eval/env/<log>", "An environment log on the held-out prompts", None, unit="as logged"),

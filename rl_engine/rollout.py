@@ -79,18 +79,55 @@ def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
+class SampledTokenLogprobs:
+    """A logits processor that records each sampled token's log-prob under the distribution it was
+    drawn from: put last, after temperature, top-k and top-p, it sees the scores `generate` samples from
+    (vLLM's `processed_logprobs`). A step's token is known only at the next call (or from the output, for
+    the last one), so one step's log-softmax is kept at a time: memory stays one `[batch, vocab]`."""
+
+    def __init__(self) -> None:
+        self.pending: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.pending is not None:
+            self.steps.append(self.pending.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.pending = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def per_token(self, generated: torch.Tensor) -> torch.Tensor:
+        """`[batch, generated]` log-probs of `generated` (the new tokens `generate` returned)."""
+        steps = list(self.steps)
+        if self.pending is not None and generated.shape[1] > len(steps):
+            steps.append(self.pending.gather(-1, generated[:, len(steps) : len(steps) + 1]).squeeze(-1))
+        return torch.stack(steps, dim=1) if steps else generated.new_zeros((generated.shape[0], 0), dtype=torch.float32)
+
+
+def _warpers(params: SamplingParams) -> list[Any]:
+    """transformers' temperature, top-k and top-p warpers for `params`, in the order `generate` applies them."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    warpers: list[Any] = []
+    if params.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(params.temperature))
+    if params.top_k > 0:
+        warpers.append(TopKLogitsWarper(top_k=params.top_k))
+    if params.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=params.top_p))
+    return warpers
+
+
 class TransformersRollout:
     """Samples with `model.generate`. In one process it is the very module being trained, so a weight
     sync costs nothing; as a rollout actor (`rl_engine.distributed`) it holds its own copy, loaded from
-    the trainer's weights file after each update, and reports log-probs (`report_logprobs`) from one
-    teacher-forced pass over the samples — those of the sampling distribution when top-k/top-p are off.
+    the trainer's weights file after each update. Like vLLM it reports each sampled token's log-prob
+    under the distribution it was drawn from (`SampledTokenLogprobs`), greedy decoding excepted.
     Prompts are left-padded and generated in chunks of `batch_size`."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 512, report_logprobs: bool = False):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 512):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        self.report_logprobs = report_logprobs
         self.eos_ids = eos_token_ids(model.generation_config, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
@@ -104,23 +141,9 @@ class TransformersRollout:
             for start in range(0, len(expanded), self.batch_size):
                 chunk = expanded[start : start + self.batch_size]
                 samples.extend(self._generate_chunk(chunk, params))
-            if self.report_logprobs and not params.greedy:
-                samples = self._with_logprobs(prompts, samples, params.temperature)
         finally:
             self.model.train(was_training)
         return samples
-
-    def _with_logprobs(self, prompts: list[list[int]], samples: list[Sample], temperature: float) -> list[Sample]:
-        from rl_engine.trainer import TokenBatch, batched_logprobs  # trainer imports this module
-
-        batch = TokenBatch.build(
-            [prompts[s.prompt_index] for s in samples], [s.response_ids for s in samples], self.pad_id
-        )
-        logprobs = batched_logprobs(self.model, batch, 64, temperature)
-        return [
-            Sample(s.prompt_index, s.response_ids, s.finish_reason, tuple(logprobs[i, : len(s.response_ids)].tolist()))
-            for i, s in enumerate(samples)
-        ]
 
     def _generate_chunk(self, chunk: list[tuple[int, list[int]]], params: SamplingParams) -> list[Sample]:
         input_ids, attention_mask = left_pad([ids for _, ids in chunk], self.pad_id)
@@ -130,33 +153,44 @@ class TransformersRollout:
             pad_token_id=self.pad_id,
             use_cache=True,
         )
+        recorder = None
         if params.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
+            recorder = SampledTokenLogprobs()
+            # The warpers are ours, in transformers' own order, with the recorder after them: `generate`
+            # puts a caller's processors before the warpers it builds itself. Temperature 1, top-k 0 (said
+            # explicitly: transformers fills a top_k it was never given with 50) and top-p 1 keep it from
+            # building any.
             kwargs.update(
-                do_sample=True,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                # 0 = off, said explicitly: transformers fills a top_k it was never given with 50, and
-                # top-50 samples scored under the full softmax would be off-policy.
-                top_k=params.top_k if params.top_k > 0 else 0,
+                do_sample=True, temperature=1.0, top_p=1.0, top_k=0, logits_processor=[*_warpers(params), recorder]
             )
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        generated = output[:, input_ids.shape[1] :].tolist()
-        return [self._to_sample(prompt_index, tokens, params) for (prompt_index, _), tokens in zip(chunk, generated)]
+        new_tokens = output[:, input_ids.shape[1] :]
+        logprobs = recorder.per_token(new_tokens).tolist() if recorder is not None else [None] * len(chunk)
+        return [
+            self._to_sample(prompt_index, tokens, row_logprobs, params)
+            for (prompt_index, _), tokens, row_logprobs in zip(chunk, new_tokens.tolist(), logprobs)
+        ]
 
-    def _to_sample(self, prompt_index: int, tokens: list[int], params: SamplingParams) -> Sample:
+    def _to_sample(
+        self, prompt_index: int, tokens: list[int], logprobs: list[float] | None, params: SamplingParams
+    ) -> Sample:
+        def sample(length: int, reason: FinishReason) -> Sample:
+            kept = None if logprobs is None else tuple(logprobs[:length])
+            return Sample(prompt_index, tokens[:length], reason, kept)
+
         for position, token in enumerate(tokens):
             if token in self.eos_ids:
-                return Sample(prompt_index, tokens[: position + 1], "stop")
+                return sample(position + 1, "stop")
         # No eos: either the budget ran out, or a stop string ended it early (then pads follow; a
         # sampled pad token is otherwise a real action and stays).
-        while params.stop and tokens and tokens[-1] == self.pad_id and self.pad_id not in self.eos_ids:
-            tokens = tokens[:-1]
-        reason: FinishReason = "length" if len(tokens) >= params.max_new_tokens else "stop"
-        return Sample(prompt_index, tokens, reason)
+        length = len(tokens)
+        while params.stop and length and tokens[length - 1] == self.pad_id and self.pad_id not in self.eos_ids:
+            length -= 1
+        return sample(length, "length" if length >= params.max_new_tokens else "stop")
 
     def sync_weights(self, model: torch.nn.Module) -> float:
         return 0.0  # same module: nothing to move

@@ -89,6 +89,8 @@ class Experience:
     # [B, T]: the rollout engine's log-probs of the sampled tokens, compared with the training forward's
     # (`rollout/logprob_diff_*`) when that forward sees the weights the engine sampled from.
     rollout_logprobs: torch.Tensor | None = None
+    # [B, T]: the rollout correction's per-token weights on the policy loss (None = no correction).
+    correction_weights: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> Experience:
         pick = lambda t: None if t is None else t[index]  # noqa: E731
@@ -100,6 +102,7 @@ class Experience:
             pick(self.old_values),
             pick(self.returns),
             pick(self.rollout_logprobs),
+            pick(self.correction_weights),
         )
 
 
@@ -333,7 +336,7 @@ class TorchTrainer:
 
     def _share(self, micro: Experience, mini_size: int, mini_tokens: float) -> float:
         """Weight of a micro-batch's loss in its mini-batch, so accumulation equals one big batch."""
-        if self.cfg.algorithm.loss_agg == "token_mean":
+        if self.cfg.algorithm.aggregation == "token_mean":
             return float(micro.batch.response_mask.sum()) / mini_tokens
         return len(micro.batch) / mini_size
 
@@ -345,8 +348,18 @@ class TorchTrainer:
         logprobs = token_logprobs(logits, tokens)
         old = exp.old_logprobs if exp.old_logprobs is not None else logprobs.detach()
         norm = self.cfg.rollout.max_new_tokens
+        agg = alg.aggregation
         loss, stats = policy_loss(
-            logprobs, old, exp.advantages, mask, alg.clip_low, alg.clip_high, alg.dual_clip, alg.loss_agg, norm
+            logprobs,
+            old,
+            exp.advantages,
+            mask,
+            *alg.clip_range,
+            alg.dual_clip,
+            agg,
+            norm,
+            name=alg.policy_loss,
+            weights=exp.correction_weights,
         )
         out = {
             "policy/loss": float(loss.detach()),
@@ -358,19 +371,19 @@ class TorchTrainer:
             out.update(rollout_logprob_gap(exp.rollout_logprobs, logprobs.detach(), mask))
         if alg.entropy_coef > 0:
             entropy = entropy_from_logits(logits)
-            loss = loss - alg.entropy_coef * aggregate(entropy, mask, alg.loss_agg, norm)
+            loss = loss - alg.entropy_coef * aggregate(entropy, mask, agg, norm)
         else:
             with torch.no_grad():
                 entropy = entropy_from_logits(logits)
         out["policy/entropy"] = float(masked_mean(entropy.detach(), mask))
         if exp.ref_logprobs is not None and alg.kl.placement == "loss" and alg.kl.coef > 0:
             kl = kl_estimate(logprobs, exp.ref_logprobs, alg.kl.estimator, mask)
-            loss = loss + alg.kl.coef * aggregate(kl, mask, alg.loss_agg, norm)
+            loss = loss + alg.kl.coef * aggregate(kl, mask, agg, norm)
             out["kl/loss_term"] = float(masked_mean(kl.detach(), mask))
         self._backward(loss * share, "policy")
         if self.critic is not None:
             values = self._runner("critic")(exp.batch)
-            v_loss, v_stats = value_loss(values, exp.old_values, exp.returns, mask, alg.value_clip, alg.loss_agg, norm)
+            v_loss, v_stats = value_loss(values, exp.old_values, exp.returns, mask, alg.value_clip, agg, norm)
             self._backward(alg.value_coef * v_loss * share, "critic")
             out["critic/loss"] = float(v_loss.detach())
             out["critic/clip_ratio"] = float(v_stats["clip_ratio"])

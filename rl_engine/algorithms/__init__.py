@@ -1,58 +1,56 @@
-"""The RL math: advantage estimators, KL estimators, losses and batch filters.
+"""The RL math: advantage estimators, policy losses, rollout corrections, KL estimators, batch filters.
 
 Plain typed functions over torch tensors. Batches are right-padded ``[batch, response_len]`` over
 response tokens only, with a ``mask`` (1 = real token); per-sequence quantities are ``[batch]``.
 Every estimator returns per-token advantages ``[batch, response_len]``, 0 on padding.
+
+Where things are: ``catalogue.py`` every algorithm's name and traits (torch-free: the run config's
+schema is built from it); ``registry.py`` the functions behind those names; ``advantages.py`` the
+estimators; ``policy_losses/`` one file per policy loss; ``losses.py`` what the policy losses share,
+the value loss and aggregation; ``corrections.py`` the rollout correction; ``kl.py``, ``masking.py``,
+``filters.py``. Names import lazily from here, so the torch-free modules load without torch.
 """
 
-from .advantages import (
-    GROUP_ESTIMATORS,
-    discounted_returns,
-    dr_grpo_advantages,
-    gae,
-    grpo_advantages,
-    reinforce_pp_advantages,
-    reinforce_pp_baseline_advantages,
-    rloo_advantages,
-)
-from .filters import dynamic_sampling_keep, overlong_penalty
-from .kl import K3_LOG_RATIO_CLAMP, KLEstimator, kl_estimate, kl_penalized_rewards
-from .losses import (
-    AGGREGATION_MODES,
-    LOG_RATIO_CLAMP,
-    AggregationMode,
-    aggregate,
-    entropy_from_logits,
-    policy_loss,
-    value_loss,
-)
-from .masking import broadcast_to_tokens, masked_mean, masked_sum, masked_whiten, place_on_last_token
+from __future__ import annotations
 
-__all__ = [
-    "AGGREGATION_MODES",
-    "GROUP_ESTIMATORS",
-    "K3_LOG_RATIO_CLAMP",
-    "LOG_RATIO_CLAMP",
-    "AggregationMode",
-    "KLEstimator",
-    "aggregate",
-    "broadcast_to_tokens",
-    "discounted_returns",
-    "dr_grpo_advantages",
-    "dynamic_sampling_keep",
-    "entropy_from_logits",
-    "gae",
-    "grpo_advantages",
-    "kl_estimate",
-    "kl_penalized_rewards",
-    "masked_mean",
-    "masked_sum",
-    "masked_whiten",
-    "overlong_penalty",
-    "place_on_last_token",
-    "policy_loss",
-    "reinforce_pp_advantages",
-    "reinforce_pp_baseline_advantages",
-    "rloo_advantages",
-    "value_loss",
-]
+from rl_engine.lazy import lazy_exports
+
+_EXPORTS = {
+    "AdvantageInputs": "advantages",
+    "discounted_returns": "advantages",
+    "dr_grpo_advantages": "advantages",
+    "gae": "advantages",
+    "grpo_advantages": "advantages",
+    "reinforce_pp_advantages": "advantages",
+    "reinforce_pp_baseline_advantages": "advantages",
+    "rloo_advantages": "advantages",
+    "CorrectionInputs": "corrections",
+    "CorrectionResult": "corrections",
+    "rollout_correction": "corrections",
+    "dynamic_sampling_keep": "filters",
+    "overlong_penalty": "filters",
+    "K3_LOG_RATIO_CLAMP": "kl",
+    "KLEstimator": "kl",
+    "kl_estimate": "kl",
+    "kl_penalized_rewards": "kl",
+    "AGGREGATION_MODES": "losses",
+    "LOG_RATIO_CLAMP": "losses",
+    "AggregationMode": "losses",
+    "aggregate": "losses",
+    "entropy_from_logits": "losses",
+    "policy_loss": "losses",
+    "value_loss": "losses",
+    "broadcast_to_tokens": "masking",
+    "masked_center": "masking",
+    "masked_mean": "masking",
+    "masked_sum": "masking",
+    "masked_whiten": "masking",
+    "place_on_last_token": "masking",
+    "ADVANTAGE_ESTIMATORS": "registry",
+    "POLICY_LOSSES": "registry",
+    "ROLLOUT_CORRECTIONS": "registry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,7 +1,8 @@
 """Advantage estimators.
 
 All estimators return per-token advantages ``[batch, response_len]`` that are 0 on padding, so the
-policy loss does not care which one produced them. Two families:
+policy loss does not care which one produced them. Each is registered under its config name
+(``algorithm.name``, see ``catalogue.py``) as a function of one :class:`AdvantageInputs`. Two families:
 
 * token-level: :func:`gae` (critic-based PPO) and :func:`reinforce_pp_advantages` take token rewards;
 * group-based: the others take one scalar reward per sequence ``rewards: [batch]`` and a
@@ -9,20 +10,32 @@ policy loss does not care which one produced them. Two families:
   prompt 0, rows ``g..2g-1`` prompt 1, ...). The per-sequence advantage is broadcast over the row's
   real tokens.
 
+Every estimator takes ``normalize_std``: whether it divides by a std (its group's, or the batch's for the
+token-whitening ones); its default is the estimator's own (``algorithm.normalize_advantage_std`` empty).
+Centring (the baseline) is part of the estimator and always applies.
+
 Outputs are detached: advantages are targets, not something to backpropagate through.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .masking import as_bool_mask, broadcast_to_tokens, check_same_shape, masked_whiten, place_on_last_token
+from .masking import (
+    as_bool_mask,
+    broadcast_to_tokens,
+    check_same_shape,
+    masked_center,
+    masked_whiten,
+    place_on_last_token,
+)
+from .registry import ADVANTAGE_ESTIMATORS
 
 __all__ = [
-    "GROUP_ESTIMATORS",
+    "AdvantageInputs",
     "discounted_returns",
     "dr_grpo_advantages",
     "gae",
@@ -134,19 +147,24 @@ def dr_grpo_advantages(rewards: Tensor, mask: Tensor, group_size: int) -> Tensor
     return grpo_advantages(rewards, mask, group_size, normalize_std=False)
 
 
-def rloo_advantages(rewards: Tensor, mask: Tensor, group_size: int) -> Tensor:
+def rloo_advantages(
+    rewards: Tensor, mask: Tensor, group_size: int, normalize_std: bool = False, eps: float = 1e-6
+) -> Tensor:
     """REINFORCE Leave-One-Out: ``r_i - mean_{j != i} r_j``.
 
     Ahmadian et al., "Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human
     Feedback in LLMs" (2024, arXiv:2402.14740); the estimator is from Kool et al. (2019). Excluding
     the sample from its own baseline keeps the estimator unbiased. Equivalent closed form used here:
-    ``g / (g - 1) * (r_i - mean(group))``. Needs ``group_size >= 2``.
+    ``g / (g - 1) * (r_i - mean(group))``. Needs ``group_size >= 2``. With ``normalize_std`` the
+    result is divided by the group's unbiased std plus ``eps``, as GRPO divides.
     """
     if group_size < 2:
         raise ValueError(f"RLOO needs group_size >= 2 (a leave-one-out baseline), got {group_size}")
     grouped = _grouped(rewards, mask, group_size)
     others_sum = grouped.sum(dim=1, keepdim=True) - grouped
     advantages = grouped - others_sum / (group_size - 1)
+    if normalize_std:
+        advantages = advantages / (grouped.std(dim=1, keepdim=True, correction=1) + eps)
     return broadcast_to_tokens(advantages.reshape(-1), mask)
 
 
@@ -170,6 +188,7 @@ def reinforce_pp_advantages(
     mask: Tensor,
     gamma: float = 1.0,
     eps: float = 1e-8,
+    normalize_std: bool = True,
 ) -> Tensor:
     """REINFORCE++: discounted return, then normalisation over all real tokens of the batch.
 
@@ -179,11 +198,12 @@ def reinforce_pp_advantages(
 
     ``rewards`` is either token-level ``[B, T]`` (e.g. score on the last token minus a per-token KL
     penalty) or one score per sequence ``[B]``, which is then put on the row's last real token.
+    ``normalize_std=False`` only subtracts the batch's token mean.
     """
     if rewards.dim() == 1:
         rewards = place_on_last_token(_float(rewards), mask)
     returns = discounted_returns(rewards, mask, gamma)
-    return masked_whiten(returns, mask, eps=eps)
+    return masked_whiten(returns, mask, eps=eps) if normalize_std else masked_center(returns, mask)
 
 
 def reinforce_pp_baseline_advantages(
@@ -191,25 +211,79 @@ def reinforce_pp_baseline_advantages(
     mask: Tensor,
     group_size: int,
     eps: float = 1e-8,
+    normalize_std: bool = True,
 ) -> Tensor:
     """REINFORCE++ with a group baseline: ``r_i - mean(group)``, then global token normalisation.
 
     Hu, "REINFORCE++" (2025, arXiv:2501.03262), the "REINFORCE++-baseline" variant for several samples
     per prompt. Subtracting the group mean removes the prompt's difficulty; the global whitening (one
     mean and std over every real token in the batch, so longer responses weigh more) sets the scale
-    without the per-group std of GRPO.
+    without the per-group std of GRPO. ``normalize_std=False`` only subtracts the global token mean.
     """
     grouped = _grouped(rewards, mask, group_size)
-    centred = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
-    return masked_whiten(broadcast_to_tokens(centred, mask), mask, eps=eps)
+    centred = broadcast_to_tokens((grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1), mask)
+    return masked_whiten(centred, mask, eps=eps) if normalize_std else masked_center(centred, mask)
 
 
-GroupEstimator = Callable[[Tensor, Tensor, int], Tensor]
+# --- by name ---------------------------------------------------------------------------------------
 
-#: Group-based estimators by config name; each is called as ``fn(rewards [B], mask [B, T], group_size)``.
-GROUP_ESTIMATORS: dict[str, GroupEstimator] = {
-    "grpo": grpo_advantages,
-    "dr_grpo": dr_grpo_advantages,
-    "rloo": rloo_advantages,
-    "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
-}
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What a step hands its estimator. Rows are prompt-major (the ``group_size`` samples of a prompt
+    are contiguous)."""
+
+    scores: Tensor  # [B] one reward per sequence
+    mask: Tensor  # [B, T] real response tokens
+    group_size: int
+    normalize_std: bool  # resolved: the config's, else the estimator's default
+    # [B, T] token rewards (the score on the last token minus the per-token KL) when the KL penalty goes
+    # into the reward; None = the scores alone.
+    token_rewards: Tensor | None = None
+    values: Tensor | None = None  # [B, T] the critic's (ppo)
+    gamma: float = 1.0
+    lam: float = 0.95
+
+    def rewards_per_token(self) -> Tensor:
+        return (
+            self.token_rewards
+            if self.token_rewards is not None
+            else place_on_last_token(_float(self.scores), self.mask)
+        )
+
+
+Advantages = tuple[Tensor, Tensor | None]  # (advantages [B, T], the critic's regression targets or None)
+
+
+@ADVANTAGE_ESTIMATORS.register("ppo")
+def _ppo(inputs: AdvantageInputs) -> Advantages:
+    if inputs.values is None:
+        raise ValueError("ppo needs the critic's values")
+    advantages, returns = gae(inputs.rewards_per_token(), inputs.values, inputs.mask, inputs.gamma, inputs.lam)
+    scaled = masked_whiten(advantages, inputs.mask) if inputs.normalize_std else masked_center(advantages, inputs.mask)
+    return scaled, returns
+
+
+@ADVANTAGE_ESTIMATORS.register("reinforce_pp")
+def _reinforce_pp(inputs: AdvantageInputs) -> Advantages:
+    rewards = inputs.rewards_per_token()
+    return reinforce_pp_advantages(rewards, inputs.mask, inputs.gamma, normalize_std=inputs.normalize_std), None
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+@ADVANTAGE_ESTIMATORS.register("dr_grpo")  # the same estimator; its std default differs (catalogue)
+def _grpo(inputs: AdvantageInputs) -> Advantages:
+    return grpo_advantages(inputs.scores, inputs.mask, inputs.group_size, normalize_std=inputs.normalize_std), None
+
+
+@ADVANTAGE_ESTIMATORS.register("rloo")
+def _rloo(inputs: AdvantageInputs) -> Advantages:
+    return rloo_advantages(inputs.scores, inputs.mask, inputs.group_size, normalize_std=inputs.normalize_std), None
+
+
+@ADVANTAGE_ESTIMATORS.register("reinforce_pp_baseline")
+def _reinforce_pp_baseline(inputs: AdvantageInputs) -> Advantages:
+    advantages = reinforce_pp_baseline_advantages(
+        inputs.scores, inputs.mask, inputs.group_size, normalize_std=inputs.normalize_std
+    )
+    return advantages, None

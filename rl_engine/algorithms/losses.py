@@ -1,5 +1,9 @@
 """Policy and value losses, loss aggregation, and entropy.
 
+The policy losses themselves live one per file in ``policy_losses/`` and are chosen by name
+(:func:`policy_loss`); each returns per-token terms, and what they share (padding, the rollout
+correction's weights, aggregation, the clip and ratio statistics) is done once here.
+
 Per-token losses are ``[batch, response_len]``; :func:`aggregate` turns them into a scalar. The
 aggregation mode is a real algorithmic choice (it decides how much a long response weighs against a
 short one), so it is an explicit argument everywhere rather than a hidden default of each loss.
@@ -7,18 +11,24 @@ short one), so it is an explicit argument everywhere rather than a hidden defaul
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
+from . import catalogue
 from .kl import kl_estimate
 from .masking import as_bool_mask, check_same_shape, masked_mean, masked_sum, masked_whiten
+from .registry import POLICY_LOSSES
 
 __all__ = [
     "AGGREGATION_MODES",
     "LOG_RATIO_CLAMP",
     "AggregationMode",
+    "ClipRange",
+    "LossInputs",
+    "LossTerms",
     "aggregate",
     "entropy_from_logits",
     "masked_mean",
@@ -28,12 +38,7 @@ __all__ = [
 ]
 
 AggregationMode = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
-AGGREGATION_MODES: tuple[str, ...] = (
-    "token_mean",
-    "seq_mean_token_sum",
-    "seq_mean_token_mean",
-    "seq_mean_token_sum_norm",
-)
+AGGREGATION_MODES: tuple[str, ...] = catalogue.AGGREGATION_MODES
 
 #: The importance ratio is ``exp(logp - old_logp)``. The log-ratio is clamped to +-20 before ``exp``
 #: so a wildly off-policy token yields a large finite ratio instead of inf (and NaN gradients).
@@ -76,6 +81,36 @@ def aggregate(
     raise ValueError(f"unknown aggregation mode {mode!r}; expected one of {AGGREGATION_MODES}")
 
 
+@dataclass(frozen=True)
+class LossInputs:
+    """What a policy loss sees, padding already neutralised: ``log_ratio``, ``advantages`` and
+    ``logprobs`` are 0 there, so no loss can let garbage in a padded slot reach ``exp`` or autograd."""
+
+    logprobs: Tensor  # [B, T] the policy being trained (differentiable)
+    old_logprobs: Tensor  # [B, T] the policy the update started from (detached)
+    log_ratio: Tensor  # [B, T] logprobs - old_logprobs, clamped to +-LOG_RATIO_CLAMP
+    advantages: Tensor  # [B, T] detached
+    mask: Tensor  # [B, T] bool, real tokens
+
+
+@dataclass(frozen=True)
+class ClipRange:
+    low: float
+    high: float
+    dual: float | None = None  # the dual-clip cap (losses whose catalogue entry allows it)
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    """A policy loss's per-token terms, before correction weights and aggregation."""
+
+    per_token: Tensor  # [B, T]
+    ratio: Tensor  # [B, T] detached: the ratio the loss clipped (the token's, or its sequence's broadcast)
+    clipped_high: Tensor  # [B, T] bool: where the upper clip took the token's gradient away (or truncated its weight)
+    clipped_low: Tensor  # [B, T] bool: the same for the lower clip
+    capped: Tensor | None = None  # [B, T] bool: where the dual-clip cap was active
+
+
 def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -86,62 +121,64 @@ def policy_loss(
     dual_clip: float | None = None,
     agg: AggregationMode = "token_mean",
     norm_constant: int | None = None,
+    *,
+    name: str = "ppo_clip",
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate loss with asymmetric clipping and optional dual-clip.
+    """The policy loss registered as ``name`` (``policy_losses/<name>.py``), weighted and aggregated.
 
-    Schulman et al., "Proximal Policy Optimization Algorithms" (2017, arXiv:1707.06347): per token
-    ``max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))`` with ``r = exp(logp - old_logp)``.
+    ``advantages`` is ``[B, T]`` (or ``[B]``, broadcast over tokens). ``weights`` ``[B, T]`` are the
+    rollout correction's (``rl_engine.algorithms.corrections``): each token's loss is multiplied by its
+    weight before aggregation, so a weight of 0 drops the token but keeps it in the denominators, as
+    TRL applies its importance-sampling correction. The KL and entropy terms are not weighted.
+    The log-ratio is clamped to ``+-LOG_RATIO_CLAMP`` before any loss sees it. Returns
+    ``(loss, stats)``; the stats are detached scalars:
 
-    * Clip-higher: ``clip_high > clip_low`` lets low-probability tokens grow more before the clip
-      stops them, against entropy collapse (DAPO, Yu et al. 2025, arXiv:2503.14476; e.g. 0.2 / 0.28).
-    * Dual-clip: for negative advantages the loss above grows without bound as ``r`` grows; with
-      ``dual_clip = c > 1`` it is capped at ``-c * A`` (= ``c * |A|``) (Ye et al., "Mastering Complex
-      Control in MOBA Games with Deep Reinforcement Learning", 2020, arXiv:1912.09729).
-
-    ``advantages`` is ``[B, T]`` (or ``[B]``, broadcast over tokens). The log-ratio is clamped to
-    ``+-LOG_RATIO_CLAMP`` before ``exp``. Returns ``(loss, stats)``; the stats are detached scalars:
-
-    * ``clip_ratio`` — fraction of real tokens where the clipped term is the active one (the token
-      gets no gradient from the surrogate): ``r > 1 + clip_high`` with ``A > 0``, or
-      ``r < 1 - clip_low`` with ``A < 0``; split into ``clip_ratio_high`` / ``clip_ratio_low``;
+    * ``clip_ratio`` — fraction of real tokens where a clip was active (PPO: the clipped term is the
+      one taken, so the token gets no gradient from the surrogate), split into ``clip_ratio_high`` /
+      ``clip_ratio_low``;
     * ``dual_clip_ratio`` — fraction of real tokens where the dual-clip cap is active (0 without it);
     * ``approx_kl`` — token mean of the k3 estimate of KL(old || new) (the tokens were sampled from the
       old policy): ``(r - 1) - log r``; >= 0, unbiased (Schulman, "Approximating KL Divergence", 2020);
-    * ``ratio_mean``, ``ratio_max``, ``ratio_min`` — of ``r`` over real tokens.
+    * ``ratio_mean``, ``ratio_max``, ``ratio_min`` — of the ratio the loss clipped, over real tokens.
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1).expand_as(logprobs)
     check_same_shape(mask, logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages)
+    if weights is not None:
+        check_same_shape(mask, weights=weights)
     if clip_low < 0 or clip_high < 0:
         raise ValueError("clip_low and clip_high must be >= 0")
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1 (it caps the loss at dual_clip * |A|), got {dual_clip}")
+    loss_fn = POLICY_LOSSES.get(name)
+    if dual_clip is not None:
+        if not catalogue.POLICY_LOSSES[name].dual_clip:
+            raise ValueError(f"policy loss {name!r} has no dual clip")
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (it caps the loss at dual_clip * |A|), got {dual_clip}")
 
     bool_mask = as_bool_mask(mask)
-    # Zero the padding first: ratio is then exactly 1 there and no garbage reaches exp() or autograd.
-    log_ratio = torch.where(bool_mask, logprobs - old_logprobs, torch.zeros_like(logprobs))
-    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    adv = torch.where(bool_mask, advantages.detach(), torch.zeros_like(advantages)).to(logprobs.dtype)
-
-    ratio = torch.exp(log_ratio)
-    unclipped = -adv * ratio
-    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss_tok = torch.maximum(unclipped, clipped)
-    if dual_clip is not None:
-        capped = torch.minimum(loss_tok, -adv * dual_clip)
-        loss_tok = torch.where(adv < 0, capped, loss_tok)
-
-    loss = aggregate(loss_tok, mask, agg, norm_constant)
+    zeros = torch.zeros_like(logprobs)
+    log_ratio = torch.where(bool_mask, logprobs - old_logprobs, zeros).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    inputs = LossInputs(
+        logprobs=torch.where(bool_mask, logprobs, zeros),
+        old_logprobs=torch.where(bool_mask, old_logprobs.detach(), zeros),
+        log_ratio=log_ratio,
+        advantages=torch.where(bool_mask, advantages.detach(), torch.zeros_like(advantages)).to(logprobs.dtype),
+        mask=bool_mask,
+    )
+    terms = loss_fn(inputs, ClipRange(clip_low, clip_high, dual_clip))
+    if weights is not None:
+        # Padding's weight is 0 whatever it holds: a sequence loss spreads over padded slots too, and a NaN
+        # weight there would reach the real tokens' gradient through the product.
+        weights = torch.where(bool_mask, weights.detach().to(logprobs.dtype), zeros)
+    per_token = terms.per_token if weights is None else terms.per_token * weights
+    loss = aggregate(per_token, mask, agg, norm_constant)
 
     with torch.no_grad():
-        r = ratio.detach()
-        high = (r > 1.0 + clip_high) & (adv > 0) & bool_mask
-        low = (r < 1.0 - clip_low) & (adv < 0) & bool_mask
-        if dual_clip is not None:
-            # For A < 0 the clipped loss is |A| * max(r, 1 - clip_low); since dual_clip > 1 it is capped iff r > c.
-            dual = (adv < 0) & (r > dual_clip) & bool_mask
-        else:
-            dual = torch.zeros_like(bool_mask)
+        r = terms.ratio.detach()
+        high = terms.clipped_high & bool_mask
+        low = terms.clipped_low & bool_mask
+        dual = terms.capped & bool_mask if terms.capped is not None else torch.zeros_like(bool_mask)
         as_float = r.dtype
         any_token = bool(bool_mask.any())
         stats = {

@@ -15,6 +15,7 @@ __all__ = [
     "as_bool_mask",
     "broadcast_to_tokens",
     "check_same_shape",
+    "masked_center",
     "masked_mean",
     "masked_sum",
     "masked_whiten",
@@ -76,6 +77,13 @@ def masked_whiten(
     if not shift_mean:
         whitened = whitened + mean
     return torch.where(bool_mask, whitened, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def masked_center(x: Tensor, mask: Tensor) -> Tensor:
+    """``x`` minus its mean over all real tokens of the batch (no scaling); padding is 0."""
+    bool_mask = as_bool_mask(mask)
+    mean = masked_sum(x, bool_mask) / bool_mask.sum().clamp(min=1).to(x.dtype)
+    return torch.where(bool_mask, x - mean, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def broadcast_to_tokens(per_sequence: Tensor, mask: Tensor) -> Tensor:

@@ -38,6 +38,7 @@ from rl_engine.config.schema import (
     RewardModelReward,
     RewardSpec,
     RolloutConfig,
+    RolloutCorrectionConfig,
     RunConfig,
     TrainConfig,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "RewardModelReward",
     "RewardSpec",
     "RolloutConfig",
+    "RolloutCorrectionConfig",
     "RunConfig",
     "TrainConfig",
     "check_runnable",

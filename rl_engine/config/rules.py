@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rl_engine.algorithms.catalogue import ESTIMATORS, POLICY_LOSSES
 from rl_engine.config.errors import ConfigError
 
 if TYPE_CHECKING:
     from rl_engine.config.schema import RunConfig
 
 # Estimators whose advantage compares the samples of one prompt with each other.
-GROUP_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"})
+GROUP_ESTIMATORS = frozenset(name for name, spec in ESTIMATORS.items() if spec.level == "group")
 # Estimators with token-level returns, the only ones that can take the KL penalty in the reward.
-TOKEN_RETURN_ESTIMATORS = frozenset({"ppo", "reinforce_pp"})
+TOKEN_RETURN_ESTIMATORS = frozenset(name for name, spec in ESTIMATORS.items() if "reward" in spec.kl_placements)
+DUAL_CLIP_LOSSES = tuple(name for name, spec in POLICY_LOSSES.items() if spec.dual_clip)
 
 
 def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
@@ -48,11 +50,19 @@ def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
         errors.append(
             ("algorithm.dynamic_sampling", "dynamic sampling filters prompt groups; it needs samples_per_prompt > 1")
         )
-    if alg.kl.placement == "reward" and alg.name not in TOKEN_RETURN_ESTIMATORS:
+    if alg.kl.placement not in alg.estimator.kl_placements:
+        token_level = ", ".join(sorted(TOKEN_RETURN_ESTIMATORS))
         errors.append(
             (
                 "algorithm.kl.placement",
-                f"KL in the reward needs token-level returns (ppo, reinforce_pp), not {alg.name!r}; use 'loss'",
+                f"KL in the reward needs token-level returns ({token_level}), not {alg.name!r}; use 'loss'",
+            )
+        )
+    if alg.dual_clip is not None and not alg.loss.dual_clip:
+        errors.append(
+            (
+                "algorithm.dual_clip",
+                f"policy loss {alg.policy_loss!r} has no dual clip (only {', '.join(DUAL_CLIP_LOSSES)}); leave it empty",
             )
         )
     if alg.needs_critic and alg.value_coef <= 0:

@@ -13,8 +13,9 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rl_engine.algorithms import catalogue
 from rl_engine.config.errors import FieldErrors
-from rl_engine.config.rules import GROUP_ESTIMATORS, cross_field_errors
+from rl_engine.config.rules import cross_field_errors
 
 SCHEMA_VERSION = 1
 
@@ -275,28 +276,98 @@ class OverlongConfig(_Section):
     penalty: float = Field(default=1.0, ge=0, description="Penalty reached at max_new_tokens.")
 
 
-class AlgorithmConfig(_Section):
-    """Advantage estimator and policy loss."""
+def _choices(specs: dict[str, Any]) -> Any:
+    """The names of a catalogue kind as a Literal (the schema's enum, in the catalogue's order)."""
+    return Literal[tuple(specs)]
 
-    name: Literal["ppo", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = Field(
-        default="grpo",
+
+def _choice_help(specs: dict[str, Any]) -> dict[str, Any]:
+    """Each choice's help text beside the enum (`enumDescriptions`, as VS Code's JSON schemas write it);
+    the launch form shows the chosen one's under the field."""
+    return {"enumDescriptions": [spec.help for spec in specs.values()]}
+
+
+EstimatorName = _choices(catalogue.ESTIMATORS)
+PolicyLossName = _choices(catalogue.POLICY_LOSSES)
+CorrectionName = _choices(catalogue.CORRECTIONS)
+AggregationName = Literal[catalogue.AGGREGATION_MODES]
+
+
+class RolloutCorrectionConfig(_Section):
+    """Importance weights between the trainer's policy and the policy that sampled (rollout mismatch)."""
+
+    method: CorrectionName = Field(
+        default=catalogue.DEFAULT_CORRECTION,
+        description="How the ratio trainer / rollout engine of each sampled token corrects the loss "
+        "(every method but none logs the rollout_corr/* metrics; all but none cost one forward pass).",
+        json_schema_extra=_choice_help(catalogue.CORRECTIONS),
+    )
+    low: float | None = Field(
+        default=None,
+        ge=0,
+        description="Lower threshold on the ratio (truncate or drop below); empty = the method's default.",
+    )
+    high: float | None = Field(
+        default=None,
+        gt=0,
+        description="Upper threshold on the ratio (truncate or drop above); empty = the method's default.",
+    )
+
+    @property
+    def spec(self) -> catalogue.CorrectionSpec:
+        return catalogue.CORRECTIONS[self.method]
+
+    @property
+    def thresholds(self) -> tuple[float | None, float | None]:
+        """(low, high) with the method's defaults where empty."""
+        return (self.spec.low if self.low is None else self.low, self.spec.high if self.high is None else self.high)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RolloutCorrectionConfig:
+        low, high = self.thresholds
+        if self.spec.changes_loss and low is not None and high is not None and low >= high:
+            where = "high" if self.high is not None else "low"
+            raise FieldErrors([(where, f"low ({low:g}) must be below high ({high:g}) for method {self.method!r}")])
+        return self
+
+
+class AlgorithmConfig(_Section):
+    """Advantage estimator, policy loss and rollout correction."""
+
+    name: EstimatorName = Field(
+        default=catalogue.DEFAULT_ESTIMATOR,
         description="Advantage estimator; ppo trains a critic, the group estimators need several samples per prompt.",
+        json_schema_extra=_choice_help(catalogue.ESTIMATORS),
+    )
+    policy_loss: PolicyLossName = Field(
+        default=catalogue.DEFAULT_POLICY_LOSS,
+        description="Policy loss: where the importance ratio is taken and how it is clipped.",
+        json_schema_extra=_choice_help(catalogue.POLICY_LOSSES),
     )
     gamma: float = Field(default=1.0, ge=0, le=1, description="Discount factor for token-level returns.")
     lam: float = Field(default=0.95, ge=0, le=1, description="GAE lambda (ppo).")
-    clip_low: float = Field(default=0.2, ge=0, description="Lower ratio clip: ratio >= 1 - clip_low.")
-    clip_high: float = Field(
-        default=0.2, ge=0, description="Upper ratio clip: ratio <= 1 + clip_high (above clip_low = clip-higher)."
+    clip_low: float | None = Field(
+        default=None,
+        ge=0,
+        description="Lower ratio clip: ratio >= 1 - clip_low (gmpo: log-ratio >= -clip_low); "
+        "empty = the policy loss's default.",
+    )
+    clip_high: float | None = Field(
+        default=None,
+        ge=0,
+        description="Upper ratio clip: ratio <= 1 + clip_high (above clip_low = clip-higher; gmpo: on the log-ratio); "
+        "empty = the policy loss's default.",
     )
     dual_clip: float | None = Field(
-        default=None, gt=1, description="Dual-clip bound for negative advantages (> 1); empty = off."
+        default=None, gt=1, description="Dual-clip bound for negative advantages (> 1, ppo_clip); empty = off."
     )
     entropy_coef: float = Field(default=0.0, ge=0, description="Entropy bonus coefficient.")
     kl: KLConfig = Field(
         default_factory=KLConfig, description="KL regularisation towards the initial (reference) model."
     )
-    loss_agg: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = Field(
-        default="token_mean", description="How token losses are averaged into the batch loss."
+    loss_agg: AggregationName | None = Field(
+        default=None,
+        description="How token losses are averaged into the batch loss; empty = the policy loss's default.",
     )
     normalize_advantage_std: bool | None = Field(
         default=None, description="Divide advantages by their std; empty = the estimator's own default."
@@ -312,14 +383,40 @@ class AlgorithmConfig(_Section):
     overlong: OverlongConfig = Field(
         default_factory=OverlongConfig, description="Soft penalty for over-long responses (DAPO)."
     )
+    rollout_correction: RolloutCorrectionConfig = Field(
+        default_factory=RolloutCorrectionConfig,
+        description="Correct for the gap between the rollout engine's policy and the trainer's (TIS, MIS, IcePop).",
+    )
+
+    @property
+    def estimator(self) -> catalogue.EstimatorSpec:
+        return catalogue.ESTIMATORS[self.name]
+
+    @property
+    def loss(self) -> catalogue.PolicyLossSpec:
+        return catalogue.POLICY_LOSSES[self.policy_loss]
 
     @property
     def is_group_estimator(self) -> bool:
-        return self.name in GROUP_ESTIMATORS
+        return self.estimator.level == "group"
 
     @property
     def needs_critic(self) -> bool:
-        return self.name == "ppo"
+        return self.estimator.needs_critic
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """(clip_low, clip_high) with the policy loss's defaults where empty."""
+        low = self.loss.clip_low if self.clip_low is None else self.clip_low
+        return low, self.loss.clip_high if self.clip_high is None else self.clip_high
+
+    @property
+    def aggregation(self) -> str:
+        return self.loss.loss_agg if self.loss_agg is None else self.loss_agg
+
+    @property
+    def normalizes_advantage_std(self) -> bool:
+        return self.estimator.normalize_std if self.normalize_advantage_std is None else self.normalize_advantage_std
 
 
 # --- rollout, training, infrastructure -------------------------------------------------------

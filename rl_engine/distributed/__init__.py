@@ -26,8 +26,7 @@ the placement plan never loads torch.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from rl_engine.lazy import lazy_exports
 
 _EXPORTS = {
     "RoleSlot": "placement",
@@ -49,9 +48,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

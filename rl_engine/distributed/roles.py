@@ -38,7 +38,7 @@ class RolloutWorker(_Role):
         if cfg.backends.rollout == "vllm":
             self.backend = rollout_backend(cfg, tokenizer, None, Path(path), engine_index=index)
         else:
-            self.backend = TransformersRollout(load_policy(path, cfg).eval(), tokenizer, report_logprobs=True)
+            self.backend = TransformersRollout(load_policy(path, cfg).eval(), tokenizer)
 
     def pad_id(self) -> int:
         return self.backend.pad_id

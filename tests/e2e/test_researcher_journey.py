@@ -4,7 +4,10 @@ from the form, watches its curves and rollouts grow live (browser → Celery →
 
 The web server ends every live stream after 3 s (POSTTRAIN_SSE_MAX_STREAM_S), so the page's
 EventSource reconnects with Last-Event-ID many times during the run: the curve it drew must hold every
-step exactly once, as the API stores them."""
+step exactly once, as the API stores them.
+
+A second journey picks a policy loss and a rollout correction in the form (GSPO with token TIS), with
+their help shown as they are chosen, and watches the run draw its rollout-correction curves."""
 
 from __future__ import annotations
 
@@ -162,3 +165,72 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
     assert {"seed", "train.steps", "name"} <= differing
     assert "rollout.samples_per_prompt" not in differing
     screenshot(page, "journey-compare")
+
+
+CORR_POINTS = "(id) => { const d = document.getElementById(id); return d && d.data ? d.data.map((t) => [t.name, t.x.length]) : []; }"
+
+
+def test_a_gspo_run_with_tis_correction_launched_from_the_form_draws_its_rollout_correction_curves(
+    stack, page, demo_assets
+):
+    from posttrain.accounts.services import user_create
+    from posttrain.registry.services import dataset_register_path, model_register, reward_create
+    from posttrain.runs.models import MetricRow, Run
+
+    base = stack.web.url
+    researcher = user_create("grace", PASSWORD, "researcher")
+    model = model_register("tiny demo gspo", str(demo_assets / "model"), user=researcher)
+    reward = reward_create("correct answer", "builtin", {"type": "exact_match"}, user=researcher)
+    dataset, _ = dataset_register_path("sums gspo", str(demo_assets / "data" / "train.jsonl"), user=researcher)
+    log_in(page, base, "grace")
+
+    open_ready(page, f"{base}/launch/")
+    page.fill("#exp-name", "sums gspo tis")
+    page.select_option("#exp-model", str(model.pk))
+    page.select_option("#exp-dataset", str(dataset.pk))
+    page.select_option("#reward-add", str(reward.pk))
+    loss = page.locator('.sf-field[data-loc="algorithm.policy_loss"]')
+    expect(loss.locator("select")).to_have_value("0")  # ppo_clip, the default
+    expect(loss.locator(".sf-choice-help")).to_contain_text("PPO's clipped surrogate")
+    loss.locator("select").select_option(label="gspo")
+    expect(loss.locator(".sf-choice-help")).to_contain_text("one ratio per sequence")
+    method = page.locator('.sf-field[data-loc="algorithm.rollout_correction.method"]')
+    method.locator("select").select_option(label="token_tis")
+    expect(method.locator(".sf-choice-help")).to_contain_text("Token TIS")
+    screenshot(page, "gspo-tis-launch")
+    for section in ("logging",):  # folded by default
+        page.click(f'details.sf-section[data-loc="{section}"] > summary')
+    config_input(page, "train.steps").fill("6")
+    config_input(page, "rollout.prompts_per_step").fill("2")
+    config_input(page, "rollout.samples_per_prompt").fill("4")
+    config_input(page, "rollout.max_new_tokens").fill("4")
+    config_input(page, "logging.eval_every").fill("0")
+    config_input(page, "logging.heartbeat_s").fill("1")
+    expect(page.locator("#validation-status")).to_contain_text("Valid", timeout=20_000)
+    expect(page.locator("#yaml-text")).to_have_value(re.compile(r"policy_loss: gspo"))
+    expect(page.locator("#yaml-text")).to_have_value(re.compile(r"rollout_correction:\n    method: token_tis"))
+    page.click("#launch-button")
+    page.wait_for_url(re.compile(r".*/runs/[0-9a-f-]{36}/$"))
+    page.wait_for_selector("body[data-ready=true]")
+    run_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    run = Run.objects.get(pk=run_id)
+    algorithm = run.resolved_config["algorithm"]
+    assert (algorithm["policy_loss"], algorithm["rollout_correction"]["method"]) == ("gspo", "token_tis")
+
+    expect(page.locator("#run-state")).to_have_attribute("data-state", "succeeded", timeout=RUN_TIMEOUT_MS)
+    stored = list(MetricRow.objects.filter(run_id=run_id).order_by("step").values_list("step", flat=True))
+    assert stored == list(range(1, 7))
+    for chart, wanted in (
+        ("chart-rollout_corr", {"rollout_corr/kl", "rollout_corr/log_ppl_abs_diff"}),
+        ("chart-rollout_corr_chi2", {"rollout_corr/chi2_token", "rollout_corr/chi2_seq"}),
+        ("chart-rollout_corr_weights", {"rollout_corr/weight_p05", "rollout_corr/weight_p95"}),
+        ("chart-rollout_corr_dropped", {"rollout_corr/truncated_fraction"}),
+    ):
+        page.wait_for_function(
+            f"(({CORR_POINTS})('{chart}').filter(([, n]) => n >= 6).length) >= {len(wanted)}", timeout=30_000
+        )
+        drawn = dict(page.evaluate(f"({CORR_POINTS})('{chart}')"))
+        assert wanted <= set(drawn), drawn
+        assert all(drawn[name] == 6 for name in wanted), drawn
+    expect(page.locator("#chart-rollout_corr")).to_contain_text("Rollout correction")
+    screenshot(page, "gspo-tis-run")

@@ -1,5 +1,6 @@
 // A form generated from a JSON schema as pydantic writes it (model_json_schema): a section per
-// object, an input per field by type, defaults filled in, each `description` as help text.
+// object, an input per field by type, defaults filled in, each `description` as help text (and, for a
+// choice whose schema lists `enumDescriptions`, the chosen option's own help under it).
 //
 //   const form = new SchemaForm(schema, {skip: ["model.path"], open: ["rollout"], onChange});
 //   parent.append(form.node);
@@ -213,7 +214,7 @@ export class SchemaForm {
     const field = { path, loc, nullable, required, default: "default" in spec ? spec.default : MISSING, section: this.currentSection };
     let input;
     if (Array.isArray(inner.enum) || (inner.type === "boolean" && nullable)) {
-      input = this.enumInput(field, inner.enum || [true, false]);
+      input = this.enumInput(field, inner.enum || [true, false], inner.enumDescriptions || spec.enumDescriptions);
     } else if (inner.type === "boolean") {
       input = el("input", { type: "checkbox" });
       field.read = () => input.checked;
@@ -265,6 +266,7 @@ export class SchemaForm {
       checkbox ? el("label", { for: id }, input, " ", path[path.length - 1]) : el("label", { for: id }, path[path.length - 1]),
       checkbox ? null : input,
       el("div", { class: "sf-help muted" }, help),
+      field.choiceHelp || null,
       field.errorNode,
     );
     this.fields.push(field);
@@ -272,7 +274,8 @@ export class SchemaForm {
     return field.node;
   }
 
-  enumInput(field, values) {
+  // descriptions: one help text per choice (the schema's `enumDescriptions`), shown for the chosen one.
+  enumInput(field, values, descriptions = []) {
     const select = el("select");
     let options = [];
     const fill = (extraValue) => {
@@ -281,11 +284,17 @@ export class SchemaForm {
       select.replaceChildren(
         field.nullable ? el("option", { value: "" }, "(empty)") : null,
         ...options.map((value, i) => el(
-          "option", { value: String(i) },
+          "option", { value: String(i), title: descriptions[i] || "" },
           i >= values.length ? `${JSON.stringify(value)} (not allowed)` : typeof value === "string" ? value : JSON.stringify(value),
         )),
       );
     };
+    if (descriptions.length) {
+      field.choiceHelp = el("div", { class: "sf-help sf-choice-help" });
+      const showChoice = () => { field.choiceHelp.textContent = descriptions[Number(select.value)] || ""; };
+      select.addEventListener("change", showChoice);
+      field.showChoice = showChoice;
+    }
     fill();
     field.read = () => {
       if (select.value === "") return field.nullable ? null : MISSING;
@@ -295,12 +304,13 @@ export class SchemaForm {
       if (value === MISSING || value === null || value === undefined) {
         fill();
         select.value = field.nullable ? "" : "0";
-        return;
+      } else {
+        const index = values.findIndex((option) => same(option, value));
+        // A value the schema does not allow (from YAML) stays visible, so its error has a place.
+        fill(index < 0 ? value : undefined);
+        select.value = String(index < 0 ? values.length : index);
       }
-      const index = values.findIndex((option) => same(option, value));
-      // A value the schema does not allow (from YAML) stays visible, so its error has a place.
-      fill(index < 0 ? value : undefined);
-      select.value = String(index < 0 ? values.length : index);
+      if (field.showChoice) field.showChoice();
     };
     return select;
   }

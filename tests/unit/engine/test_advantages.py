@@ -7,7 +7,8 @@ import torch
 from torch.testing import assert_close
 
 from rl_engine.algorithms import (
-    GROUP_ESTIMATORS,
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
     discounted_returns,
     dr_grpo_advantages,
     gae,
@@ -16,6 +17,7 @@ from rl_engine.algorithms import (
     reinforce_pp_baseline_advantages,
     rloo_advantages,
 )
+from rl_engine.algorithms.catalogue import ESTIMATORS
 
 NAN = float("nan")
 
@@ -201,13 +203,35 @@ def test_reinforce_pp_baseline_subtracts_group_mean_then_whitens_over_tokens():
     assert_close(advantages, torch.tensor([[high, high], [low, 0.0], [low, 0.0], [high, high]]))
 
 
-# --- shared behaviour of the group estimators ----------------------------------------------------
+# --- by name -------------------------------------------------------------------------------------
+
+GROUP_NAMES = sorted(name for name, spec in ESTIMATORS.items() if spec.level == "group")
 
 
-@pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))
+def by_name(name: str, rewards: torch.Tensor, mask: torch.Tensor, group: int, **inputs) -> torch.Tensor:
+    """The registered estimator `name`, with its own std default unless `normalize_std` is given."""
+    inputs.setdefault("normalize_std", ESTIMATORS[name].normalize_std)
+    return ADVANTAGE_ESTIMATORS.get(name)(AdvantageInputs(rewards, mask, group, **inputs))[0]
+
+
+def test_every_catalogued_estimator_is_registered_and_nothing_else():
+    assert set(ADVANTAGE_ESTIMATORS.names()) == set(ESTIMATORS)
+
+
+def test_an_unknown_estimator_name_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="unknown advantage estimator 'sarsa'; expected one of: .*grpo"):
+        ADVANTAGE_ESTIMATORS.get("sarsa")
+
+
+def test_a_name_outside_the_catalogue_cannot_be_registered():
+    with pytest.raises(ValueError, match="not in the catalogue"):
+        ADVANTAGE_ESTIMATORS.register("sarsa")
+
+
+@pytest.mark.parametrize("name", GROUP_NAMES)
 def test_group_estimators_return_token_advantages_that_are_zero_on_padding(name):
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.9])
-    advantages = GROUP_ESTIMATORS[name](rewards, GROUPED_MASK, 3)
+    advantages = by_name(name, rewards, GROUPED_MASK, 3)
     assert advantages.shape == GROUPED_MASK.shape
     assert torch.all(advantages[GROUPED_MASK == 0] == 0)
     assert torch.isfinite(advantages).all()
@@ -215,30 +239,77 @@ def test_group_estimators_return_token_advantages_that_are_zero_on_padding(name)
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
 def test_per_group_estimators_give_every_token_of_a_row_the_same_value(name):
-    advantages = GROUP_ESTIMATORS[name](torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.3]), GROUPED_MASK, 3)
+    advantages = by_name(name, torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.3]), GROUPED_MASK, 3)
     full_row = advantages[2]
     assert_close(full_row, full_row[0].expand(3))
 
 
-@pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))
+@pytest.mark.parametrize("name", GROUP_NAMES)
 def test_group_estimators_accept_a_bool_mask(name):
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9, 0.9])
-    assert_close(
-        GROUP_ESTIMATORS[name](rewards, GROUPED_MASK.bool(), 3), GROUP_ESTIMATORS[name](rewards, GROUPED_MASK, 3)
-    )
+    assert_close(by_name(name, rewards, GROUPED_MASK.bool(), 3), by_name(name, rewards, GROUPED_MASK, 3))
 
 
-@pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))
+@pytest.mark.parametrize("name", GROUP_NAMES)
 def test_group_estimators_refuse_a_batch_that_is_not_whole_groups(name):
     with pytest.raises(ValueError, match="multiple of group_size"):
-        GROUP_ESTIMATORS[name](torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0]), torch.ones(5, 2), 2)
+        by_name(name, torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0]), torch.ones(5, 2), 2)
 
 
-@pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))
+@pytest.mark.parametrize("name", GROUP_NAMES)
 def test_group_estimators_give_zero_when_every_sample_of_every_group_scores_the_same(name):
-    advantages = GROUP_ESTIMATORS[name](torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.ones(4, 2), 2)
+    advantages = by_name(name, torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.ones(4, 2), 2)
     assert_close(advantages, torch.zeros(4, 2))
 
 
-def test_group_estimators_cover_the_configurable_names():
-    assert set(GROUP_ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"}
+# --- normalize_advantage_std: every estimator honours it --------------------------------------------
+
+
+def test_rloo_with_std_normalisation_divides_by_the_group_std():
+    # Group [1, 0, 0.5]: leave-one-out advantages 1 - 0.25, 0 - 0.75, 0.5 - 0.5; unbiased std 0.5.
+    rewards = torch.tensor([1.0, 0.0, 0.5])
+    mask = torch.ones(3, 1)
+    assert_close(rloo_advantages(rewards, mask, 3, normalize_std=True, eps=0.0), torch.tensor([[1.5], [-1.5], [0.0]]))
+
+
+def test_reinforce_pp_without_std_normalisation_only_subtracts_the_token_mean():
+    # gamma 0.5 returns [0.25, 0.5, 1] and [1, 2, pad]: token mean 0.95.
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    expected = torch.tensor([[-0.7, -0.45, 0.05], [0.05, 1.05, 0.0]])
+    assert_close(reinforce_pp_advantages(rewards, mask, gamma=0.5, normalize_std=False), expected)
+
+
+def test_reinforce_pp_baseline_without_std_normalisation_is_group_centred_then_token_centred():
+    # Centred [0.5, -0.5, -0.5, 0.5] over lengths 2, 1, 1, 2: token mean 1/6.
+    mask = torch.tensor([[1, 1], [1, 0], [1, 0], [1, 1]])
+    advantages = reinforce_pp_baseline_advantages(
+        torch.tensor([1.0, 0.0, 0.0, 1.0]), mask, group_size=2, normalize_std=False
+    )
+    high, low = 0.5 - 1 / 6, -0.5 - 1 / 6
+    assert_close(advantages, torch.tensor([[high, high], [low, 0.0], [low, 0.0], [high, high]]))
+
+
+def test_ppo_whitens_gae_by_default_and_only_centres_it_without_std_normalisation():
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    values = torch.tensor([[0.1, 0.2, 0.3], [0.0, 0.5, 0.0]])
+    scores = torch.tensor([1.0, 0.0])
+    raw, _ = gae(torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), values, mask, 1.0, 0.95)
+    whitened = by_name("ppo", scores, mask, 1, values=values, lam=0.95)
+    centred = by_name("ppo", scores, mask, 1, values=values, lam=0.95, normalize_std=False)
+    real = mask.bool()
+    assert_close(centred[real], raw[real] - raw[real].mean())
+    assert_close(whitened[real], (raw[real] - raw[real].mean()) / raw[real].std(correction=0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_every_estimator_divides_by_a_std_exactly_when_asked(name):
+    """The std knob reaches every estimator: on and off give different advantages, in both directions
+    from the estimator's own default."""
+    rewards = torch.tensor([3.0, 0.0, 1.0, 0.0, 0.0, 2.0])
+    values = torch.zeros_like(GROUPED_MASK) if ESTIMATORS[name].needs_critic else None
+    on = by_name(name, rewards, GROUPED_MASK, 3, normalize_std=True, values=values)
+    off = by_name(name, rewards, GROUPED_MASK, 3, normalize_std=False, values=values)
+    default = by_name(name, rewards, GROUPED_MASK, 3, values=values)
+    assert not torch.allclose(on, off)
+    assert_close(default, on if ESTIMATORS[name].normalize_std else off)

@@ -136,6 +136,11 @@ def test_evaluating_the_final_checkpoint_reproduces_the_runs_last_evaluation(tin
         {"name": "dr_grpo", "loss_agg": "seq_mean_token_sum_norm", "dynamic_sampling": True},
         {"name": "grpo", "dynamic_sampling": True},
         {"name": "grpo", "entropy_coef": 0.01, "overlong": {"enabled": True, "buffer_tokens": 2}},
+        {"name": "grpo", "policy_loss": "gspo"},
+        {"name": "dr_grpo", "policy_loss": "cispo", "normalize_advantage_std": True},
+        {"name": "rloo", "policy_loss": "gmpo", "normalize_advantage_std": True},
+        {"name": "ppo", "policy_loss": "gspo", "rollout_correction": {"method": "sequence_mis"}},
+        {"name": "grpo", "policy_loss": "cispo", "rollout_correction": {"method": "icepop"}},
     ],
 )
 def test_every_algorithm_trains_a_few_steps_with_finite_losses(tiny_demo, tmp_path, algorithm):
@@ -160,6 +165,87 @@ def test_every_algorithm_trains_a_few_steps_with_finite_losses(tiny_demo, tmp_pa
         assert all("kl/mean" in m for m in trained)
     if algorithm["name"] == "ppo":
         assert all("critic/loss" in m for m in trained)
+
+
+ROLLOUT_CORR_METRICS = (
+    "rollout_corr/kl",
+    "rollout_corr/k3_kl",
+    "rollout_corr/log_ppl_abs_diff",
+    "rollout_corr/chi2_token",
+    "rollout_corr/chi2_seq",
+    "rollout_corr/weight_p05",
+    "rollout_corr/weight_p50",
+    "rollout_corr/weight_p95",
+    "rollout_corr/weight_mean",
+    "rollout_corr/masked_fraction",
+    "rollout_corr/truncated_fraction",
+)
+
+
+def test_a_gspo_run_with_token_tis_logs_the_rollout_mismatch_every_step(tiny_demo, tmp_path):
+    """The transformers rollout reports its sampled tokens' log-probs; against the trainer's (same weights,
+    fp32) the mismatch is numerical noise, so the weights stay at 1 and nothing is truncated."""
+    cfg = validate_config(
+        tiny_config(
+            tiny_demo,
+            algorithm={"name": "grpo", "policy_loss": "gspo", "rollout_correction": {"method": "token_tis"}},
+            logging={"eval_every": 0},
+            checkpoint={"save_final": False},
+        )
+    )
+    train(cfg, tmp_path / "run")
+    steps = [e["data"] for e in by_type(read_events(tmp_path / "run" / "events.jsonl"), "metrics")]
+    assert len(steps) == 2
+    for metrics in steps:
+        for name in (*ROLLOUT_CORR_METRICS, "timing/advantages", "timing/correction", "timing/record"):
+            assert name in metrics, name
+        assert abs(metrics["rollout_corr/kl"]) < 1e-4 and metrics["rollout_corr/chi2_token"] < 1e-3
+        assert metrics["rollout_corr/weight_p05"] == pytest.approx(1.0, abs=1e-3)
+        assert metrics["rollout_corr/truncated_fraction"] == 0.0
+        assert metrics["rollout/logprob_diff_max"] < 1e-4
+
+
+def test_top_k_sampling_is_a_real_mismatch_that_the_correction_measures_and_weighs(tiny_demo, tmp_path):
+    """Top-k samples from the distribution renormalised over the k most likely tokens; the trainer scores
+    them under its full softmax, so every sampled token's ratio trainer / rollout is <= 1."""
+    cfg = validate_config(
+        tiny_config(
+            tiny_demo,
+            algorithm={"rollout_correction": {"method": "token_tis"}},
+            rollout={"top_k": 3},
+            logging={"eval_every": 0},
+            checkpoint={"save_final": False},
+        )
+    )
+    train(cfg, tmp_path / "run")
+    steps = [e["data"] for e in by_type(read_events(tmp_path / "run" / "events.jsonl"), "metrics")]
+    for metrics in steps:
+        assert metrics["rollout_corr/kl"] > 0.01  # KL(rollout || trainer) on the rollout's own samples
+        assert metrics["rollout_corr/weight_max"] <= 1.0 + 1e-5
+        assert metrics["rollout_corr/weight_p50"] < 1.0 and metrics["rollout_corr/weight_mean"] < 1.0
+
+
+@pytest.mark.parametrize(("method", "old_policy_passes"), [("none", 0), ("metrics", 1)])
+def test_only_a_rollout_correction_adds_an_old_policy_forward_to_a_single_update_step(
+    tiny_demo, tmp_path, method, old_policy_passes
+):
+    from rl_engine.loop import build_engine, run_step
+
+    cfg = validate_config(
+        tiny_config(tiny_demo, algorithm={"rollout_correction": {"method": method}}, logging={"eval_every": 0})
+    )
+    engine = build_engine(cfg)
+    calls: list[str] = []
+    forward = engine.trainer.forward
+    engine.trainer.forward = lambda batch, which: calls.append(which) or forward(batch, which)
+    try:
+        metrics, _ = run_step(engine, 1)
+    finally:
+        engine.close()
+    assert calls.count("policy") == old_policy_passes
+    assert ("rollout_corr/kl" in metrics) == (method != "none")
+    # Either way the engine's log-probs are checked against the trainer's.
+    assert metrics["rollout/logprob_diff_max"] < 1e-4
 
 
 def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo, tmp_path):

@@ -1,4 +1,5 @@
-"""Loss aggregation, PPO policy/value losses and entropy against hand-computed values."""
+"""Loss aggregation, the policy losses by name, PPO's clipped surrogate, the value loss and entropy
+against hand-computed values. Each other policy loss has its own test file (test_policy_loss_<name>.py)."""
 
 import math
 
@@ -15,6 +16,8 @@ from rl_engine.algorithms import (
     policy_loss,
     value_loss,
 )
+from rl_engine.algorithms.catalogue import POLICY_LOSSES
+from rl_engine.algorithms.registry import POLICY_LOSSES as REGISTERED_LOSSES
 
 NAN = float("nan")
 
@@ -219,6 +222,75 @@ def test_at_ratio_one_the_gradient_is_the_vanilla_policy_gradient():
     loss.backward()
     assert_close(logp.grad, torch.tensor([[-1.5, 0.5]], dtype=torch.float64))
     assert stats["clip_ratio"].item() == 0.0 and stats["approx_kl"].item() == 0.0
+
+
+# --- any policy loss, by name --------------------------------------------------------------------
+
+
+def test_every_policy_loss_file_is_registered_under_its_catalogue_spec():
+    assert set(REGISTERED_LOSSES.names()) == set(POLICY_LOSSES)
+
+
+def test_an_unknown_policy_loss_is_refused_naming_the_choices():
+    logp, old = logprobs_for_ratios([[1.0]])
+    with pytest.raises(ValueError, match="unknown policy loss 'dpo'; expected one of: .*gspo"):
+        policy_loss(logp, old, torch.ones(1, 1), torch.ones(1, 1), name="dpo")
+
+
+def test_dual_clip_is_refused_for_a_loss_without_one():
+    logp, old = logprobs_for_ratios([[1.0]])
+    with pytest.raises(ValueError, match="policy loss 'gspo' has no dual clip"):
+        policy_loss(logp, old, torch.ones(1, 1), torch.ones(1, 1), dual_clip=3.0, name="gspo")
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
+def test_every_policy_loss_ignores_whatever_sits_in_padding(name):
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    logp = torch.tensor([[-1.0, -0.5, 0.0], [-2.0, 0.0, 0.0]], requires_grad=True)
+    old = torch.tensor([[-1.1, -0.4, 0.0], [-2.5, 0.0, 0.0]])
+    adv = torch.tensor([[0.5, 0.5, 0.0], [-1.0, 0.0, 0.0]])
+    weights = torch.tensor([[1.0, 0.5, 0.0], [2.0, 0.0, 0.0]])
+    pad = ~mask.bool()
+    dirty_logp = torch.where(pad, torch.tensor(50.0), logp.detach()).requires_grad_()
+    dirty_old = torch.where(pad, torch.tensor(NAN), old)
+    dirty_adv = torch.where(pad, torch.tensor(-1e6), adv)
+    dirty_weights = torch.where(pad, torch.tensor(NAN), weights)
+
+    clean_loss, clean_stats = policy_loss(logp, old, adv, mask, 0.2, 0.2, name=name, weights=weights)
+    dirty_loss, dirty_stats = policy_loss(
+        dirty_logp, dirty_old, dirty_adv, mask, 0.2, 0.2, name=name, weights=dirty_weights
+    )
+    assert_close(dirty_loss, clean_loss)
+    assert_close(dirty_stats, clean_stats)
+    clean_loss.backward()
+    dirty_loss.backward()
+    assert_close(dirty_logp.grad, logp.grad)
+    assert torch.all(logp.grad[pad] == 0) and logp.grad[~pad].abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
+def test_correction_weights_multiply_each_tokens_loss_and_a_zero_weight_drops_the_token(name):
+    """Weights scale the per-token loss before aggregation, the denominators unchanged: a token-level
+    loss at ratio 1 with weights [2, 0] is (2 * -A0 + 0) / 2 under token_mean."""
+    logp, old = logprobs_for_ratios([[1.0, 1.0]])
+    adv = torch.tensor([[1.0, 1.0]], dtype=torch.float64)
+    mask = torch.ones(1, 2)
+    plain, _ = policy_loss(logp, old, adv, mask, 0.2, 0.2, agg="token_mean", name=name)
+    weighted, _ = policy_loss(
+        logp, old, adv, mask, 0.2, 0.2, agg="token_mean", name=name, weights=torch.tensor([[2.0, 0.0]])
+    )
+    per_token = plain.item()  # at ratio 1 every token's loss is the same
+    assert_close(weighted.item(), (2 * per_token + 0 * per_token) / 2)
+    weighted.backward()
+    assert logp.grad[0, 1] == 0 or POLICY_LOSSES[name].level == "sequence"
+
+
+def test_correction_weights_are_not_differentiated():
+    logp, old = logprobs_for_ratios([[1.0]])
+    weights = torch.tensor([[0.5]], requires_grad=True)
+    loss, _ = policy_loss(logp, old, torch.ones(1, 1, dtype=torch.float64), torch.ones(1, 1), weights=weights)
+    loss.backward()
+    assert weights.grad is None
 
 
 # --- value loss ----------------------------------------------------------------------------------

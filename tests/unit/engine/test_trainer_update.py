@@ -66,3 +66,21 @@ def test_a_policy_with_dropout_leaves_the_comparison_to_an_eval_forward(tiny_dem
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.05))
     assert has_active_dropout(model)
     assert not has_active_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
+
+
+def test_the_rollout_corrections_weights_reach_the_policy_loss(tiny_demo):
+    """Weights multiply each token's loss: all zero and the policy gets no gradient at all; halved, the
+    loss halves."""
+    trainer = _trainer(tiny_demo)
+    batch = _batch()
+    advantages = torch.tensor([[1.0, -1.0, 0.5], [2.0, 1.0, 0.0], [-1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    advantages = advantages * batch.response_mask
+    zero = trainer.update(Experience(batch, advantages, None, None, correction_weights=torch.zeros_like(advantages)))
+    assert zero["policy/grad_norm"] == 0.0 and zero["policy/loss"] == 0.0
+
+    full = _trainer(tiny_demo).update(Experience(batch, advantages, None, None))
+    half = _trainer(tiny_demo).update(
+        Experience(batch, advantages, None, None, correction_weights=0.5 * batch.response_mask)
+    )
+    assert half["policy/loss"] == pytest.approx(full["policy/loss"] / 2, rel=1e-5)
+    assert half["policy/grad_norm"] == pytest.approx(full["policy/grad_norm"] / 2, rel=1e-4)

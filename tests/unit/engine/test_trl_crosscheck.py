@@ -1,4 +1,5 @@
-"""Cross-check our GRPO advantage and loss against TRL's ``GRPOTrainer`` (written against TRL 1.16).
+"""Cross-check our GRPO advantage and loss, GSPO, CISPO and the rollout correction against TRL's
+``GRPOTrainer`` (written against TRL 1.16).
 
 Loss — TRL's own code is called. ``GRPOTrainer._compute_loss(self, model, inputs)`` is invoked as an
 unbound function on a stand-in ``self`` that exposes only the attributes the method reads. The seam
@@ -34,7 +35,22 @@ beta * k3 in the loss  ``beta * aggregate(kl_estimate(logp, ref, "k3"), agg)``; 
                        the same as TRL's adding before
 delta (INTELLECT-2)    ``dual_clip=delta``; see below
 clip_ratio/*_mean      ``stats["clip_ratio"|"clip_ratio_low"|"clip_ratio_high"]``
+importance_sampling_   ``policy_loss(name="gspo")`` (GSPO) with ``loss_type="grpo"``
+level="sequence"
+loss_type="cispo"      ``policy_loss(name="cispo", clip_low=1, clip_high=epsilon_high - 1)``:
+                       TRL's ``epsilon_high`` is the largest weight itself
+vllm_importance_       ``rollout_correction``: ``token_truncate`` = ``token_tis``,
+sampling_mode          ``sequence_truncate`` = ``sequence_tis``, ``token_mask`` =
+                       ``token_mis`` (with ``clip_min=0.5, clip_max=5`` it is ``icepop``),
+                       ``sequence_mask`` = ``sequence_mis``; ``clip_min``/``clip_max`` are
+                       ``low``/``high``. TRL's ratio reaches the loss as
+                       ``inputs["importance_sampling_ratio"]``; ours as ``weights``.
 =====================  ==========================================================
+
+Not in TRL 1.16, so not cross-checked: GMPO; the geometric-mean sequence mask (``geo_mask``; TRL's
+``off_policy_mask_threshold`` is DeepSeek-V3.2's different rule: drop negative-advantage sequences whose
+mean KL exceeds a threshold); the ``rollout_corr/*`` diagnostics (TRL logs only min/mean/max of its
+ratio and the mean/max |log-prob difference|).
 
 Definitional differences found (documented, tested as differences where testable):
 
@@ -56,11 +72,16 @@ Definitional differences found (documented, tested as differences where testable
    neither. The inputs here stay far inside those bounds.
 6. TRL's ``loss_type="grpo"`` etc. also divide by ``current_gradient_accumulation_steps``; set to 1
    here, and in our engine gradient accumulation is the trainer's business, not the loss function's.
+7. CISPO's clip metric: TRL counts tokens with ``ratio > epsilon_high`` and ``A > 0``; ours counts every
+   token whose weight was truncated, whatever the advantage's sign (the weight is truncated for both).
+8. Rollout correction: TRL's ratio on padded slots is 1 (its loss masks them); ours is 0. Only real
+   tokens are compared.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from collections import defaultdict
 from types import SimpleNamespace
@@ -69,7 +90,15 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from rl_engine.algorithms import aggregate, dr_grpo_advantages, grpo_advantages, kl_estimate, policy_loss
+from rl_engine.algorithms import (
+    CorrectionInputs,
+    aggregate,
+    dr_grpo_advantages,
+    grpo_advantages,
+    kl_estimate,
+    policy_loss,
+    rollout_correction,
+)
 
 # Importing TRL (transformers, accelerate, datasets, vLLM probes) alone takes ~10 s on the CI machines.
 pytestmark = pytest.mark.slow
@@ -153,8 +182,11 @@ def trl_compute_loss(
     epsilon_high: float,
     delta: float | None = None,
     use_bias_correction_kl: bool = False,
+    importance_sampling_level: str = "token",
+    importance_sampling_ratio: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, list[float]]]:
-    """Run `GRPOTrainer._compute_loss` on fixed log-probs; return its loss and its logged metrics."""
+    """Run `GRPOTrainer._compute_loss` on fixed log-probs; return its loss and its logged metrics.
+    `importance_sampling_ratio` is the vLLM correction's ratio (TRL then behaves as with vLLM)."""
     batch, length = logps.shape
     metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
     stand_in = SimpleNamespace(
@@ -162,14 +194,14 @@ def trl_compute_loss(
         _get_per_token_logps_and_entropies=lambda *args, **kwargs: (logps, torch.zeros_like(logps), None),
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
-        importance_sampling_level="token",
+        importance_sampling_level=importance_sampling_level,
         beta=beta,
         loss_type=loss_type,
         epsilon_low=epsilon_low,
         epsilon_high=epsilon_high,
         args=SimpleNamespace(delta=delta, use_bias_correction_kl=use_bias_correction_kl, steps_per_generation=1),
-        use_vllm=False,
-        vllm_importance_sampling_correction=False,
+        use_vllm=importance_sampling_ratio is not None,
+        vllm_importance_sampling_correction=importance_sampling_ratio is not None,
         model=SimpleNamespace(training=True),
         current_gradient_accumulation_steps=1,
         max_completion_length=MAX_COMPLETION_LENGTH,
@@ -188,6 +220,8 @@ def trl_compute_loss(
         "ref_per_token_logps": ref_logps,
         "num_items_in_batch": mask.sum(),
     }
+    if importance_sampling_ratio is not None:
+        inputs["importance_sampling_ratio"] = importance_sampling_ratio
     loss = GRPOTrainer._compute_loss(stand_in, None, inputs)
     return loss, metrics["train"]
 
@@ -340,4 +374,154 @@ def test_trl_default_bias_corrected_kl_is_k3_weighted_by_the_ratio():
     # ... and is exactly ours once k3 is multiplied by pi_theta / pi_old.
     corrected, _, our_grad = our_loss(batch, our_advantages, bias_corrected_kl=True, **settings)
     assert_close(corrected, theirs, **TOLERANCE)
+    assert_close(our_grad, their_grad, **TOLERANCE)
+
+
+# --- GSPO and CISPO ------------------------------------------------------------------------------
+
+
+def our_named_loss(batch, advantages, name: str, clip_low: float, clip_high: float, agg: str, weights=None):
+    logps = batch["logps"].clone().requires_grad_()
+    loss, stats = policy_loss(
+        logps, batch["old_logps"], advantages, batch["mask"], clip_low, clip_high, agg=agg, name=name, weights=weights
+    )
+    loss.backward()
+    return loss.detach(), stats, logps.grad
+
+
+def test_gspo_matches_trls_sequence_level_importance_sampling():
+    batch = make_batch(seed=8)
+    trl_advantages = trl_group_advantages(batch["rewards"], GROUP_SIZE, scale_rewards="group")
+    our_advantages = grpo_advantages(batch["rewards"], batch["mask"], GROUP_SIZE, eps=1e-4)
+    clip = {"epsilon_low": 0.05, "epsilon_high": 0.08}  # sequence ratios spread about +-0.15 here
+
+    theirs, metrics, their_grad = trl_loss(
+        batch, trl_advantages, loss_type="grpo", beta=0.0, importance_sampling_level="sequence", **clip
+    )
+    ours, stats, our_grad = our_named_loss(batch, our_advantages, "gspo", 0.05, 0.08, "seq_mean_token_mean")
+
+    assert_close(ours, theirs, **TOLERANCE)
+    assert_close(our_grad, their_grad, **TOLERANCE)
+    assert their_grad.abs().sum() > 0
+    # TRL counts clipped sequences over sequences, we over tokens: compare that some clip on both sides.
+    assert metrics["clip_ratio/low_mean"][-1] > 0 and metrics["clip_ratio/high_mean"][-1] > 0
+    assert stats["clip_ratio_low"] > 0 and stats["clip_ratio_high"] > 0
+
+
+def test_cispo_matches_trls_cispo_loss():
+    batch = make_batch(seed=5)
+    trl_advantages = trl_group_advantages(batch["rewards"], GROUP_SIZE, scale_rewards="group")
+    our_advantages = grpo_advantages(batch["rewards"], batch["mask"], GROUP_SIZE, eps=1e-4)
+    largest_weight = 1.3  # some of the batch's ratios (up to e^0.6) are truncated
+
+    theirs, _, their_grad = trl_loss(
+        batch, trl_advantages, loss_type="cispo", beta=0.0, epsilon_low=0.2, epsilon_high=largest_weight
+    )
+    ours, stats, our_grad = our_named_loss(batch, our_advantages, "cispo", 1.0, largest_weight - 1, "token_mean")
+
+    assert stats["clip_ratio_high"] > 0
+    assert_close(ours, theirs, **TOLERANCE)
+    assert_close(our_grad, their_grad, **TOLERANCE)
+
+
+# --- rollout correction: TRL's vLLM importance sampling ----------------------------------------
+
+# The lines of GRPOTrainer._generate_and_score_completions that `trl_importance_sampling_ratio` reproduces.
+PINNED_TRL_IS_LINES = (
+    "per_token_logps_diff = (old_per_token_logps - sampling_per_token_logps) * mask",
+    "per_token_logps_diff = torch.nan_to_num(per_token_logps_diff, nan=0.0)",
+    'sequence_level_is = self.vllm_importance_sampling_mode in ["sequence_mask", "sequence_truncate"]',
+    "per_sequence_logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True)",
+    "vllm_importance_sampling_ratio = torch.exp(logps_diff)",
+    'if self.vllm_importance_sampling_mode in ["sequence_truncate", "token_truncate"]:',
+    "invalid_mis_mask = (vllm_importance_sampling_ratio < min_val) | (",
+)
+
+
+def trl_importance_sampling_ratio(old, sampling, mask, mode: str, clip_min, clip_max) -> torch.Tensor:
+    """TRL 1.16's vLLM importance-sampling ratio: `[B, T]` (token modes) or `[B, 1]` (sequence modes)."""
+    per_token_logps_diff = (old - sampling) * mask
+    per_token_logps_diff = torch.nan_to_num(per_token_logps_diff, nan=0.0)
+    sequence_level_is = mode in ["sequence_mask", "sequence_truncate"]
+    logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True) if sequence_level_is else per_token_logps_diff
+    ratio = torch.exp(logps_diff)
+    if mode in ["sequence_truncate", "token_truncate"]:
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    min_val = clip_min if clip_min is not None else -math.inf
+    max_val = clip_max if clip_max is not None else math.inf
+    return ratio.masked_fill((ratio < min_val) | (ratio > max_val), value=0.0)
+
+
+def correction_batch(seed: int = 6) -> dict[str, torch.Tensor]:
+    """make_batch's rows with a rollout engine's log-probs: the trainer's plus noise of +-0.9, so that
+    token ratios (up to ~2.5) and sequence ratios cross the thresholds below."""
+    batch = make_batch(seed)
+    generator = torch.Generator().manual_seed(seed + 100)
+    noise = (torch.rand(batch["old_logps"].shape, generator=generator, dtype=torch.float64) - 0.5) * 1.8
+    batch["sampling_logps"] = batch["old_logps"] + noise
+    return batch
+
+
+def test_reproduced_trl_importance_sampling_lines_are_still_in_the_installed_trl():
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for line in PINNED_TRL_IS_LINES:
+        assert line in source, f"TRL's importance-sampling code changed; re-derive the cross-check. Missing: {line}"
+
+
+@pytest.mark.parametrize(
+    ("trl_mode", "clip_min", "clip_max", "ours", "low", "high"),
+    [
+        ("token_truncate", None, 2.0, "token_tis", None, 2.0),
+        ("token_truncate", 0.5, 2.0, "token_tis", 0.5, 2.0),
+        ("sequence_truncate", None, 2.0, "sequence_tis", None, 2.0),
+        ("token_mask", None, 2.0, "token_mis", None, 2.0),
+        ("token_mask", 0.5, 5.0, "icepop", None, None),  # IcePop's interval, from the catalogue
+        ("sequence_mask", 0.5, 2.0, "sequence_mis", 0.5, 2.0),
+    ],
+)
+def test_our_correction_weights_equal_trls_importance_sampling_ratio(trl_mode, clip_min, clip_max, ours, low, high):
+    batch = correction_batch()
+    mask = batch["mask"]
+    theirs = trl_importance_sampling_ratio(
+        batch["old_logps"], batch["sampling_logps"], mask, trl_mode, clip_min, clip_max
+    )
+    result = rollout_correction(ours, CorrectionInputs(batch["sampling_logps"], batch["old_logps"], mask), low, high)
+    assert_close(result.weights, theirs.expand_as(mask) * mask, **TOLERANCE)
+    # The thresholds are really exercised on this batch.
+    changed = result.metrics["rollout_corr/masked_fraction"] + result.metrics["rollout_corr/truncated_fraction"]
+    assert changed > 0
+
+
+@pytest.mark.parametrize(
+    ("trl_mode", "ours", "loss", "loss_type"),
+    [
+        ("token_truncate", "token_tis", "ppo_clip", "bnpo"),
+        ("sequence_mask", "sequence_mis", "ppo_clip", "grpo"),
+        ("token_mask", "token_mis", "gspo", "grpo"),
+    ],
+)
+def test_the_corrected_loss_and_gradient_equal_trls(trl_mode, ours, loss, loss_type):
+    batch = correction_batch(seed=7)
+    mask = batch["mask"]
+    trl_advantages = trl_group_advantages(batch["rewards"], GROUP_SIZE, scale_rewards="group")
+    our_advantages = grpo_advantages(batch["rewards"], mask, GROUP_SIZE, eps=1e-4)
+    ratio = trl_importance_sampling_ratio(batch["old_logps"], batch["sampling_logps"], mask, trl_mode, 0.5, 2.0)
+    weights = rollout_correction(ours, CorrectionInputs(batch["sampling_logps"], batch["old_logps"], mask), 0.5, 2.0)
+    level = "sequence" if loss == "gspo" else "token"
+    clip = (0.05, 0.08) if loss == "gspo" else (0.2, 0.28)
+
+    theirs, _, their_grad = trl_loss(
+        batch,
+        trl_advantages,
+        loss_type=loss_type,
+        beta=0.0,
+        epsilon_low=clip[0],
+        epsilon_high=clip[1],
+        importance_sampling_level=level,
+        importance_sampling_ratio=ratio,
+    )
+    agg = TRL_TO_OUR_AGGREGATION[loss_type]
+    ours_loss, _, our_grad = our_named_loss(batch, our_advantages, loss, *clip, agg, weights=weights.weights)
+
+    assert_close(ours_loss, theirs, **TOLERANCE)
     assert_close(our_grad, their_grad, **TOLERANCE)

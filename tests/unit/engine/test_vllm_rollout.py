@@ -124,6 +124,40 @@ def test_a_training_run_with_the_vllm_backend_syncs_every_step_and_reports_the_l
     assert [len(s) for s in samples] == [16, 16]
 
 
+def test_a_vllm_run_with_top_k_measures_and_masks_its_mismatch_with_the_trainer(vllm_demo, tmp_path):
+    """vLLM reports log-probs renormalised over the top k (`processed_logprobs`), the trainer its full
+    softmax: a real gap the rollout correction measures (KL > 0, ratios <= 1) and acts on (sequence MIS
+    with a lower bound drops whole sequences)."""
+    from rl_engine.config import validate_config
+    from posttrain_sdk.event_log import read_events
+    from rl_engine.loop import train
+
+    cfg = validate_config(
+        {
+            "name": "vllm-correction",
+            "seed": 3,
+            "model": {"path": str(vllm_demo / "model")},
+            "data": {"path": str(vllm_demo / "data" / "train.jsonl")},
+            "rewards": [{"type": "length_penalty", "max_chars": 1, "coef": 1.0}],
+            "algorithm": {"policy_loss": "gspo", "rollout_correction": {"method": "sequence_mis", "low": 0.5}},
+            "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4, "top_k": 3},
+            "train": {"steps": 2, "lr": 3e-3, "micro_batch_size": 8},
+            "backends": {"rollout": "vllm", "vllm_kv_cache_gb": 0.25},
+            "checkpoint": {"save_final": False},
+            "logging": {"eval_every": 0, "heartbeat_s": 60},
+        }
+    )
+    train(cfg, tmp_path / "run")
+    steps = [e["data"] for e in read_events(tmp_path / "run" / "events.jsonl") if e["type"] == "metrics"]
+    assert len(steps) == 2
+    for metrics in steps:
+        assert metrics["rollout_corr/kl"] > 0.01
+        assert metrics["rollout_corr/weight_max"] <= 1.0 + TOLERANCE
+        assert metrics["rollout_corr/masked_fraction"] > 0  # the correction acted
+        if metrics["rollout_corr/seq_masked_fraction"] == 1.0:
+            assert metrics["policy/grad_norm"] == 0.0  # every sequence dropped: nothing to learn from
+
+
 def test_greedy_outputs_and_logprobs_equal_transformers_and_the_trainer(engine, policy, tokenizer, prompts):
     samples = engine.generate(prompts, greedy())
     reference = TransformersRollout(policy, tokenizer).generate(prompts, greedy())
