@@ -7,7 +7,9 @@ the layout every group estimator relies on.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 import torch
@@ -79,18 +81,72 @@ def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
-class TransformersRollout:
-    """Samples with `model.generate`. In one process it is the very module being trained, so a weight
-    sync costs nothing; as a rollout actor (`rl_engine.distributed`) it holds its own copy, loaded from
-    the trainer's weights file after each update, and reports log-probs (`report_logprobs`) from one
-    teacher-forced pass over the samples — those of the sampling distribution when top-k/top-p are off.
-    Prompts are left-padded and generated in chunks of `batch_size`."""
+class SampledLogprobs:
+    """A logits processor for `generate` that keeps the log-prob of each sampled token under the distribution
+    it was drawn from. `generate` runs its own processors, then this one, then the temperature / top-k /
+    top-p warpers, so this one applies the same warpers (transformers' classes) to its copy; the token
+    drawn at a step is the last input id of the next, where its log-prob is read."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 512, report_logprobs: bool = False):
+    def __init__(self, params: SamplingParams):
+        from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+        self.warpers: list[Any] = []
+        if params.temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(params.temperature))
+        if params.top_k > 0:
+            self.warpers.append(TopKLogitsWarper(top_k=params.top_k))
+        if params.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p=params.top_p))
+        self.latest: torch.Tensor | None = None  # [B, V] log-probs of the step just scored
+        self.taken: list[torch.Tensor] = []  # [B] per generated token
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.latest is not None:
+            self.taken.append(self.latest.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        warped = scores
+        for warper in self.warpers:
+            warped = warper(input_ids, warped)
+        self.latest = torch.log_softmax(warped.float(), dim=-1)
+        return scores
+
+    def logprobs(self, generated: torch.Tensor) -> torch.Tensor:
+        """`[B, T]` log-probs of the `generated` tokens (T of them, the last one read off the final step)."""
+        steps = list(self.taken)
+        width = generated.shape[1]
+        if len(steps) < width and self.latest is not None:
+            steps.append(self.latest.gather(-1, generated[:, len(steps) : len(steps) + 1]).squeeze(-1))
+        return torch.stack(steps, dim=1)[:, :width]
+
+
+class TransformersRollout:
+    """Samples with `model.generate` on the model's device. In one process it is the very module being
+    trained, so a weight sync costs nothing, and with `sampling_logprobs` each token comes with its log-prob
+    under the distribution it was sampled from (`SampledLogprobs`): the KV-cached decoding path, checked
+    against the training forward (`rollout/logprob_diff_*`). As a rollout actor (`rl_engine.distributed`)
+    it holds its own copy, loaded from the trainer's weights file after each update, and reports log-probs
+    (`report_logprobs`) from one teacher-forced pass over the samples — those of the sampling distribution
+    when top-k/top-p are off. Prompts are left-padded and generated in chunks of `batch_size`; `autocast`
+    wraps every forward (the trainer's mixed precision, `rl_engine.devices.Precision.autocast`)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        batch_size: int = 512,
+        report_logprobs: bool = False,
+        *,
+        sampling_logprobs: bool = False,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ):
+        from rl_engine.trainer import module_device  # trainer imports this module
+
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.report_logprobs = report_logprobs
+        self.sampling_logprobs = sampling_logprobs and not report_logprobs
+        self.autocast = autocast
+        self.device = module_device(model)
         self.eos_ids = eos_token_ids(model.generation_config, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
@@ -101,11 +157,12 @@ class TransformersRollout:
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(expanded), self.batch_size):
-                chunk = expanded[start : start + self.batch_size]
-                samples.extend(self._generate_chunk(chunk, params))
-            if self.report_logprobs and not params.greedy:
-                samples = self._with_logprobs(prompts, samples, params.temperature)
+            with self.autocast():
+                for start in range(0, len(expanded), self.batch_size):
+                    chunk = expanded[start : start + self.batch_size]
+                    samples.extend(self._generate_chunk(chunk, params))
+                if self.report_logprobs and not params.greedy:
+                    samples = self._with_logprobs(prompts, samples, params.temperature)
         finally:
             self.model.train(was_training)
         return samples
@@ -143,9 +200,21 @@ class TransformersRollout:
             )
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
-        output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        generated = output[:, input_ids.shape[1] :].tolist()
-        return [self._to_sample(prompt_index, tokens, params) for (prompt_index, _), tokens in zip(chunk, generated)]
+        recorder = SampledLogprobs(params) if self.sampling_logprobs and not params.greedy else None
+        if recorder is not None:
+            from transformers import LogitsProcessorList
+
+            kwargs["logits_processor"] = LogitsProcessorList([recorder])
+        output = self.model.generate(
+            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device), **kwargs
+        )
+        new_tokens = output[:, input_ids.shape[1] :]
+        generated = new_tokens.tolist()
+        samples = [self._to_sample(prompt_index, tokens, params) for (prompt_index, _), tokens in zip(chunk, generated)]
+        if recorder is None or new_tokens.shape[1] == 0:
+            return samples
+        logprobs = recorder.logprobs(new_tokens).tolist()
+        return [replace(s, logprobs=tuple(row[: len(s.response_ids)])) for s, row in zip(samples, logprobs)]
 
     def _to_sample(self, prompt_index: int, tokens: list[int], params: SamplingParams) -> Sample:
         for position, token in enumerate(tokens):
