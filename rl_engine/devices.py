@@ -5,7 +5,7 @@ runs on CUDA when the run's `placement.device` asks for it: `cuda`, or `auto` wh
 for the role (`gpus_per_trainer`, `gpus_per_rollout_engine`). Ray gives an actor the GPUs its bundle
 reserves and sets CUDA_VISIBLE_DEVICES to them, so a role's GPU is always `cuda:<current device>` of its
 own process. The hybrid engine is the driver itself: the platform asks Ray for its GPU when it submits the
-run (`hybrid_engine_gpus`). A role that is to run on CUDA in a process that sees none is refused naming
+run (`rl_engine.distributed.placement.driver_gpus`). A role that is to run on CUDA in a process that sees none is refused naming
 `placement.device`, before anything loads.
 
 Precision: with bf16 (or fp16) on CUDA the torch trainer keeps fp32 master weights, which AdamW steps,
@@ -48,11 +48,6 @@ def _refuse(msg: str, loc: str = "placement.device") -> ConfigError:
     return ConfigError([{"loc": loc, "msg": msg}])
 
 
-def hybrid_engine_gpus(cfg: RunConfig) -> float:
-    """GPUs the one-process (hybrid) engine holds: its trainer and rollout engine share one bundle."""
-    return max(cfg.placement.gpus_per_trainer, cfg.placement.gpus_per_rollout_engine)
-
-
 def resolve_device(cfg: RunConfig, gpus: float, role: str = "engine") -> torch.device:
     """The device of a role whose placement reserves `gpus` GPUs: CUDA for `cuda`, and for `auto` when the
     role has a GPU; refused with an error naming `placement.device` when CUDA is wanted and this process
@@ -72,22 +67,21 @@ def resolve_device(cfg: RunConfig, gpus: float, role: str = "engine") -> torch.d
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def placement_errors(cfg: RunConfig) -> list[tuple[str, str]]:
-    """Static refusals: `device: cuda` needs a GPU reserved for the roles that would use it (Ray gives a
-    role's process only the GPUs of its bundle)."""
+def weight_transfer(cfg: RunConfig, rollout_device: torch.device) -> str:
+    """How a weight sync reaches a vLLM engine on `rollout_device`: "file" (a safetensors file in /dev/shm;
+    the CPU, and the transformers backend, which loads it itself), "ipc" from a trainer on the engine's GPU
+    (the hybrid engine, or bundle i's rank and engine when colocated), "nccl" from trainer rank 0 to
+    engines on GPUs of their own (`separate`)."""
+    from rl_engine.distributed.placement import uses_actors
+
     pl = cfg.placement
-    if pl.device != "cuda":
-        return []
-    if pl.mode == "colocate" and max(pl.gpus_per_trainer, pl.gpus_per_rollout_engine) <= 0:
-        return [("placement.gpus_per_trainer", "device 'cuda' needs a GPU reserved: set it to 1 (or a share)")]
-    errors = []
-    if pl.mode == "separate" and pl.gpus_per_trainer <= 0:
-        errors.append(("placement.gpus_per_trainer", "device 'cuda' needs a GPU per trainer rank: set it to 1"))
-    if pl.mode == "separate" and pl.gpus_per_rollout_engine <= 0:
-        errors.append(
-            ("placement.gpus_per_rollout_engine", "device 'cuda' needs a GPU per rollout engine: set it to 1")
-        )
-    return errors
+    if cfg.backends.rollout != "vllm" or rollout_device.type != "cuda":
+        return "file"
+    if pl.mode == "separate":
+        return "nccl" if pl.gpus_per_trainer > 0 else "file"
+    if uses_actors(cfg) and pl.rollout_engines != pl.trainer_ranks:
+        return "file"  # an engine without a trainer rank on its GPU has no CUDA IPC peer
+    return "ipc"
 
 
 def use_device(device: torch.device) -> None:

@@ -39,7 +39,14 @@ from rl_engine.algorithms import (
 from rl_engine.checkpoint import EngineState, capture_rng, load_engine_state, restore_rng, save_checkpoint
 from rl_engine.config import RunConfig, check_runnable, dump_config
 from rl_engine.data import Prompt, PromptData, PromptSampler
-from rl_engine.devices import Precision, gpu_memory_metrics, hybrid_engine_gpus, precision_for, resolve_device, use_device
+from rl_engine.devices import (
+    Precision,
+    gpu_memory_metrics,
+    precision_for,
+    resolve_device,
+    use_device,
+    weight_transfer,
+)
 from rl_engine.events import Heartbeat, JsonlEventSink
 from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
 from rl_engine.rewards.base import RewardResult
@@ -110,7 +117,10 @@ class Engine:
         from rl_engine.distributed.process_stats import peak_rss_gb
 
         # With actors, the driver's children are a local Ray's own processes: the driver alone then.
-        memory = {"memory/driver_peak_gb": peak_rss_gb(children=self.roles is None), **gpu_memory_metrics("driver", self.device)}
+        memory = {
+            "memory/driver_peak_gb": peak_rss_gb(children=self.roles is None),
+            **gpu_memory_metrics("driver", self.device),
+        }
         if self.roles is not None:
             memory.update(self.roles.peak_memory_gb())
         elif hasattr(self.rollout, "gpu_memory_metrics"):  # an engine in processes of its own (vLLM)
@@ -217,7 +227,7 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
-    from rl_engine.distributed import RayRoles, uses_actors
+    from rl_engine.distributed import RayRoles, driver_gpus, uses_actors
 
     if uses_actors(cfg):
         data = PromptData.load(cfg.data, tokenizer, cfg.seed)
@@ -234,11 +244,12 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
             roles=roles,
         )
     # Every role in this process: the GPU Ray gave the job's driver, or the CPU.
-    device = resolve_device(cfg, hybrid_engine_gpus(cfg), "hybrid engine (every role in the driver)")
+    device = resolve_device(cfg, driver_gpus(cfg), "hybrid engine (every role in the driver)")
+    refuse_qlora_without_cuda(cfg, device)
     use_device(device)
     precision = precision_for(cfg, device)
     place = None if partitioned_on_load(cfg) else device
-    with model_construction(cfg):
+    with model_construction(cfg, device):
         model = load_trainable_policy(cfg, weights_from, place, precision)
         ref_model = None
         if cfg.algorithm.kl.coef > 0:
@@ -271,13 +282,13 @@ def partitioned_on_load(cfg: RunConfig) -> bool:
     return cfg.backends.training == "deepspeed" and cfg.backends.zero_stage == 3
 
 
-def model_construction(cfg: RunConfig) -> AbstractContextManager[None]:
-    """Where the models are loaded: partitioned as they load under DeepSpeed ZeRO-3."""
+def model_construction(cfg: RunConfig, device: torch.device | None = None) -> AbstractContextManager[None]:
+    """Where the models are loaded: partitioned onto `device` as they load under DeepSpeed ZeRO-3."""
     if cfg.backends.training != "deepspeed":
         return nullcontext()
     from rl_engine.backends.deepspeed_trainer import model_construction  # deepspeed only when chosen
 
-    return model_construction(cfg)
+    return model_construction(cfg, device)
 
 
 def trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
@@ -302,6 +313,7 @@ def rollout_backend(
     which reports each token's log-prob under the distribution it sampled from, computed as the trainer
     computes: `precision`), None in a rollout actor, which always runs vLLM through here (`engine_index` =
     the actor's place)."""
+    device = device or torch.device("cpu")
     if cfg.backends.rollout != "vllm":
         autocast = precision.autocast if precision is not None else nullcontext
         return TransformersRollout(model, tokenizer, sampling_logprobs=True, autocast=autocast)
@@ -334,7 +346,9 @@ def rollout_backend(
         trust_remote_code=cfg.model.trust_remote_code,
         engine_index=engine_index,
         takes_turns=model is not None,
-        device=(device or torch.device("cpu")).type,
+        device=device.type,
+        transfer=weight_transfer(cfg, device),
+        sleeps=cfg.placement.mode == "colocate",  # a trainer shares the engine's GPU
     )
 
 
@@ -571,7 +585,7 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
         with timer.phase("generate"):
             rollouts = engine.executor.run(prompts, _sampling_params(cfg))
             # A colocated engine gives its GPU memory back to the trainer until the weight sync.
-            getattr(engine.rollout, "sleep", lambda: None)()
+            engine.rollout.sleep()
         if rollouts.env_seconds:  # the environment's share of the turns, as a phase of its own
             timer.timings["generate"] -= rollouts.env_seconds
             timer.timings["environment"] = rollouts.env_seconds

@@ -53,6 +53,11 @@ class RolloutBackend(Protocol):
         """Make the engine sample from `model`'s current weights; returns seconds spent."""
         ...
 
+    def sleep(self) -> None:
+        """Between a step's generation and its weight sync: give memory the trainer can use back (an
+        engine that shares the trainer's GPU); the next generation or sync wakes it."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -229,6 +234,9 @@ class TransformersRollout:
 
     def sync_weights(self, model: torch.nn.Module) -> float:
         return 0.0  # same module: nothing to move
+
+    def sleep(self) -> None:
+        pass  # holds nothing besides the policy itself
 
     def load_weights_file(self, path: str) -> float:
         """Takes the weights a trainer wrote (`write_weights_file`); returns seconds spent."""

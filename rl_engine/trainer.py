@@ -382,7 +382,9 @@ class TorchTrainer:
         """Each metric's value over the update's micro-batches (`combine_metric`), read off the device in one
         copy: a read per value would wait for the GPU at every micro-batch."""
         names = [name for name, values in logged.items() for _ in values]
-        flat = [torch.as_tensor(v, dtype=torch.float32).to(self.device).reshape(()) for vs in logged.values() for v in vs]
+        flat = [
+            torch.as_tensor(v, dtype=torch.float32).to(self.device).reshape(()) for vs in logged.values() for v in vs
+        ]
         values: dict[str, list[float]] = {}
         for name, value in zip(names, torch.stack(flat).tolist() if flat else []):
             values.setdefault(name, []).append(value)

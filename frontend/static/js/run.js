@@ -19,12 +19,16 @@ const PANELS = [
   { id: "clip", title: "Clip ratio", match: (n) => n === "policy/clip_ratio" || n === "critic/clip_ratio" },
   { id: "length", title: "Response length (tokens)", match: (n) => n === "response/length_mean" || n === "response/length_max" },
   { id: "truncation", title: "Truncated responses (rate)", match: (n) => n === "response/truncated_rate" },
-  { id: "throughput", title: "Throughput (tokens/s)", match: (n) => n.startsWith("throughput/") },
+  {
+    id: "throughput", title: "Throughput (tokens/s; train MFU on the right)", match: (n) => n.startsWith("throughput/"),
+    // A fraction, not a rate: its own axis, so it does not sit flat at 0 under thousands of tokens/s.
+    secondary: { match: (n) => n === "throughput/train_mfu", axis: { title: { text: "MFU" }, tickformat: ".0%" } },
+  },
   {
     id: "offpolicy", title: "Rollout engine vs trainer (log-prob gap, off-policy KL)",
     match: (n) => n === "kl/rollout_vs_policy" || n === "rollout/logprob_diff_max" || n === "rollout/logprob_diff_mean",
   },
-  { id: "memory", title: "Peak memory per role (GiB)", match: (n) => n.startsWith("memory/") },
+  { id: "memory", title: "Peak memory per role (GiB: resident, and *_gpu_peak_gb on a GPU)", match: (n) => n.startsWith("memory/") },
   { id: "loss", title: "Losses", match: (n) => n === "policy/loss" || n === "critic/loss" },
   { id: "eval", title: "Held-out evaluation", match: (n) => n.startsWith("eval/") && n !== "eval/size" },
   {
@@ -55,6 +59,7 @@ function chartLayout(panel) {
     xaxis: { title: { text: "step" } },
     legend: { orientation: "h", y: -0.3 },
     barmode: panel.bars ? "stack" : undefined,
+    yaxis2: panel.secondary ? { ...panel.secondary.axis, overlaying: "y", side: "right", rangemode: "tozero" } : undefined,
     hovermode: "x unified",
     shapes: markerShapes(),
     uirevision: panel.id, // keep the user's zoom when traces grow
@@ -82,7 +87,8 @@ function ensureChart(panel) {
 function newTrace(panel, name, xs, ys) {
   const label = traceLabel(panel, name);
   if (panel.bars) return { type: "bar", name: label, x: xs, y: ys, hovertemplate: `${label}: %{y:.3g} s<extra></extra>` };
-  return { type: "scatter", mode: "lines", name: label, x: xs, y: ys, connectgaps: false };
+  const yaxis = panel.secondary && panel.secondary.match(name) ? "y2" : "y";
+  return { type: "scatter", mode: "lines", name: label, x: xs, y: ys, connectgaps: false, yaxis };
 }
 
 // Adds the metric's trace (with its initial points) to its panel; returns [chart, index] or null.
