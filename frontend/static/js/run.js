@@ -54,15 +54,16 @@ function traceLabel(panel, name) {
 function chartLayout(panel) {
   return {
     title: { text: panel.title, font: { size: 14 } },
-    margin: { l: 50, r: 15, t: 40, b: 60 },
+    margin: { l: 50, r: panel.secondary ? 50 : 15, t: 40, b: 60 }, // room for a second axis's ticks
     height: 300,
     xaxis: { title: { text: "step" } },
     legend: { orientation: "h", y: -0.3 },
     barmode: panel.bars ? "stack" : undefined,
-    yaxis2: panel.secondary ? { ...panel.secondary.axis, overlaying: "y", side: "right", rangemode: "tozero" } : undefined,
     hovermode: "x unified",
     shapes: markerShapes(),
     uirevision: panel.id, // keep the user's zoom when traces grow
+    // Plotly reads every yaxis<N> key as an axis: only a panel with a second axis has one.
+    ...(panel.secondary && { yaxis2: { ...panel.secondary.axis, overlaying: "y", side: "right", rangemode: "tozero" } }),
   };
 }
 

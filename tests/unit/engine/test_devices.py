@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from rl_engine.config import ConfigError, validate_config
-from rl_engine.devices import gpu_memory_metrics, peak_flops, precision_for, resolve_device
+from rl_engine.devices import gpu_memory_metrics, peak_flops, precision_for, resolve_device, weight_transfer
 from rl_engine.distributed.placement import driver_gpus
 from rl_engine.flops import ModelFlops, mfu, model_flops
 
@@ -87,6 +87,24 @@ def test_a_run_that_needs_cuda_here_ends_with_the_field_error_before_loading_any
     path.write_text(json.dumps(cfg))
     assert main(["train", str(path), "--run-dir", str(tmp_path / "run"), "--no-progress"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: placement.device: the hybrid engine")
+
+
+@pytest.mark.parametrize(
+    "placement, device, transfer",
+    [
+        ({}, "cuda", "ipc"),  # the hybrid engine: trainer and engine share the driver's GPU
+        ({"rollout_engines": 2, "trainer_ranks": 2}, "cuda", "ipc"),  # bundle i: rank i and engine i
+        ({"rollout_engines": 2}, "cuda", "file"),  # engine 1 has no trainer rank on its GPU
+        ({"mode": "separate", "gpus_per_trainer": 1}, "cuda", "nccl"),
+        ({"mode": "separate"}, "cuda", "file"),  # a trainer on the CPU
+        ({}, "cpu", "file"),
+    ],
+)
+def test_a_weight_sync_goes_gpu_to_gpu_where_trainer_and_engine_both_have_one(tmp_path, placement, device, transfer):
+    cfg = validate_config({**config(tmp_path, **placement), "backends": {"rollout": "vllm"}})
+    assert weight_transfer(cfg, torch.device(device)) == transfer
+    transformers_rollout = validate_config(config(tmp_path, **placement))
+    assert weight_transfer(transformers_rollout, torch.device(device)) == "file"
 
 
 def test_mixed_precision_keeps_fp32_masters_only_for_the_torch_trainer_on_cuda(tmp_path):
