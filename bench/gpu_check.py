@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "sdk")]  # the engine, and the event log it writes through
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -203,8 +203,8 @@ def summarise(steps: list[dict[str, float]], measured_tflops: float | None, data
 
 def run_trainer(name: str, folder: Path, args: argparse.Namespace, steps: int) -> list[dict[str, float]]:
     """One run of the engine's loop; each step's metrics, read back from the run's events."""
+    from posttrain_sdk.event_log import read_events
     from rl_engine.config import validate_config
-    from rl_engine.events import read_events
     from rl_engine.loop import train
 
     cfg = validate_config(run_config(folder, args, TRAINERS[name], steps))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
-from rl_engine.events import read_events
 from rl_engine.loop import build_engine, train
 from tests.gpu.test_cuda_engine import gpu_config
 

@@ -8,7 +8,6 @@ from django.shortcuts import get_object_or_404, render
 
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
-from posttrain.runs.models import Run
 
 
 @researcher_required
@@ -30,7 +29,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
         "state_reason": run.state_reason,
         "last_step": run.last_step,
         "stream_from_seq": stream_from_seq,
-        "total_steps": (config.get("train") or {}).get("steps"),
+        "total_steps": run.planned_steps,
         "reward_names": [r.get("name") for r in config.get("rewards") or [] if isinstance(r, dict)],
         "summary": run.summary,
         "config": config,
@@ -43,7 +42,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "run": run,
             "config": config,
             "page_data": page_data,
-            "algorithm": (config.get("algorithm") or {}).get("name"),
+            "algorithm": (config.get("algorithm") or {}).get("name") if not run.is_external else None,
         },
     )
 

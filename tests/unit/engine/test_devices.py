@@ -197,7 +197,7 @@ def tiny_run(demo: Path, **placement) -> dict:
 
 
 def run_metrics(cfg: dict, run_dir: Path) -> list[dict]:
-    from rl_engine.events import read_events
+    from posttrain_sdk.event_log import read_events
     from rl_engine.loop import train
 
     train(validate_config(cfg), run_dir)

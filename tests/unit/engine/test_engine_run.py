@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from posttrain_sdk.event_log import read_events
 from rl_engine.__main__ import main
 from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
-from rl_engine.events import read_events
 from rl_engine.loop import train
 from tests.unit.engine.conftest import stop_at_first_checkpoint
 

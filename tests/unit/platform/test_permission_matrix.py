@@ -116,6 +116,7 @@ MATRIX: dict[str, Access] = {
     "GET /api/config/schema/": Access(RESEARCH),
     "POST /api/config/yaml/": Access(RESEARCH),
     "GET /api/runs/": Access(RESEARCH),
+    "POST /api/runs/external/": Access(RESEARCH),
     "GET /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
     "PATCH /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
     "POST /api/runs/{pk}/cancel/": Access(RESEARCH, pk=a_run),

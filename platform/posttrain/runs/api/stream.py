@@ -1,7 +1,8 @@
 """`GET /api/runs/<id>/stream/`: the run page's live stream, Server-Sent Events (see posttrain.runs.stream).
 
 An async view: under ASGI an open stream costs a coroutine and, while it waits, a pooled thread, not a
-worker process. Access is the runs API's (session user, researcher or admin); errors take the API's
+worker process. Access is the runs API's (session user or `Authorization: Token <key>` as the CLI's
+`runs follow` sends it; researcher or admin); errors take the API's
 shapes (`{"detail": ...}`, `{"errors": [{"loc", "msg"}]}`) since EventSource callers and tests read them.
 
 The resume point is the `Last-Event-ID` header (EventSource sends it when it reconnects), else
@@ -27,10 +28,26 @@ from posttrain.runs.stream import run_stream
 ALLOWED_ROLES = frozenset({Role.RESEARCHER, Role.ADMIN})
 
 
+def _token_user(key: str):
+    from rest_framework.authentication import TokenAuthentication
+    from rest_framework.exceptions import AuthenticationFailed
+
+    try:
+        return TokenAuthentication().authenticate_credentials(key)[0]
+    except AuthenticationFailed:
+        return None
+
+
 async def _refusal(request: HttpRequest) -> JsonResponse | None:
-    """DRF's answers for the runs API: 403 when not signed in (session authentication sends no
-    challenge, so DRF never says 401), 403 naming the role otherwise."""
-    user = await request.auser()
+    """DRF's answers for the runs API: 401 for a token it does not know, 403 when not signed in
+    (session authentication sends no challenge, so DRF never says 401), 403 naming the role otherwise."""
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "token" and key.strip():
+        user = await sync_to_async(_token_user)(key.strip())
+        if user is None:
+            return JsonResponse({"detail": "Invalid token."}, status=401)
+    else:
+        user = await request.auser()
     if not user.is_authenticated:
         return JsonResponse({"detail": "Authentication credentials were not provided."}, status=403)
     if not await sync_to_async(user_roles)(user) & ALLOWED_ROLES:

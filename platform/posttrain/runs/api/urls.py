@@ -13,6 +13,7 @@ router.register("runs", views.RunViewSet, basename="run")
 urlpatterns = [
     # Before the router: `experiments/validate/` is not an experiment's id.
     path("experiments/validate/", config_views.ExperimentValidateView.as_view(), name="experiment-validate"),
+    path("runs/external/", views.ExternalRunCreateView.as_view(), name="run-external-create"),
     path("config/schema/", config_views.ConfigSchemaView.as_view(), name="config-schema"),
     path("config/yaml/", config_views.ConfigYamlView.as_view(), name="config-yaml"),
     # The engine posts with or without the trailing slash (a POST cannot be redirected).

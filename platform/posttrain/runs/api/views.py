@@ -30,7 +30,7 @@ from posttrain.runs.api.errors import CONFLICT_RESPONSE, ERRORS_RESPONSE, FileFo
 from posttrain.runs.api.params import float_param, int_param, text_param
 from posttrain.runs.errors import IngestAuthError, InvalidInput, RunsError
 from posttrain.runs.event_schema import parse_batch
-from posttrain.runs.models import Run, RunState
+from posttrain.runs.models import Run, RunKind, RunState
 from posttrain.runs.tokens import token_matches
 
 # Researchers and admins only: annotators never see or call any of these endpoints.
@@ -162,13 +162,14 @@ class ExperimentViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
 
 class RunFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=RunState.choices)
+    kind = django_filters.ChoiceFilter(choices=RunKind.choices, help_text="native (our engine) or external (tracked).")
     experiment = django_filters.NumberFilter(field_name="experiment_id")
     tag = django_filters.CharFilter(method="filter_tag", help_text="Runs carrying this tag.")
     parent = django_filters.UUIDFilter(field_name="parent_id")
 
     class Meta:
         model = Run
-        fields = ["state", "experiment", "tag", "parent"]
+        fields = ["state", "kind", "experiment", "tag", "parent"]
 
     def filter_tag(self, queryset, name, value):
         return selectors.runs_with_tag(queryset, value)
@@ -379,6 +380,35 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         return response
 
 
+class ExternalRunCreateView(RunsErrorsMixin, APIView):
+    """`POST /api/runs/external/`: the SDK's `posttrain.init()`."""
+
+    permission_classes = RESEARCHER_PERMISSIONS
+
+    @extend_schema(
+        summary="Track an external run (TRL, OpenRLHF, verl, your own loop)",
+        description="Creates a running run in `project` (an experiment without a model, made on first use) with no "
+        "Ray job. The client posts its events to `events_url` with `ingest_token` (the engine's protocol): "
+        "metrics, samples, logs, heartbeats, and a final status. A run whose client sends nothing for "
+        "POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S fails as lost.",
+        request=s.ExternalRunCreateSerializer,
+        responses={201: s.ExternalRunCreatedSerializer, 400: ERRORS_RESPONSE},
+    )
+    def post(self, request: Request) -> Response:
+        body = s.ExternalRunCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        created = services.external_run_create(user=request.user, **body.validated_data)
+        run = selectors.run_list().get(pk=created.run.pk)
+        return Response(
+            {
+                "run": s.RunDetailSerializer(run).data,
+                "events_url": request.build_absolute_uri(f"/api/runs/{run.pk}/events"),
+                "ingest_token": created.ingest_token,
+            },
+            status=201,
+        )
+
+
 # --- ingestion -------------------------------------------------------------------------------
 
 
@@ -427,7 +457,7 @@ class RunEventsView(RunsErrorsMixin, APIView):
     permission_classes = [AllowAny]  # the per-run token is checked in post()
 
     @extend_schema(
-        summary="Ingest a batch of the run's events (the engine's shipper)",
+        summary="Ingest a batch of the run's events (the engine's sender)",
         description="Idempotent on (run, seq): events up to the stored `last_seq` are dropped, the rest must "
         "continue at last_seq + 1 without gaps (else 409 with `expected_seq`). Authorization: Bearer <the run's "
         "ingestion token>.",

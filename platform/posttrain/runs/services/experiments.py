@@ -89,7 +89,7 @@ def validated_engine_config(full: dict[str, Any]) -> dict[str, Any]:
     return config.model_dump(mode="json")
 
 
-def _nul_at(value: Any, loc: str = "") -> str | None:
+def nul_at(value: Any, loc: str = "") -> str | None:
     """Where a NUL character hides in a JSON value (Postgres jsonb cannot store one), or None."""
     if isinstance(value, str):
         return loc if "\x00" in value else None
@@ -98,12 +98,12 @@ def _nul_at(value: Any, loc: str = "") -> str | None:
             here = f"{loc}.{key}" if loc else str(key)
             if "\x00" in str(key):
                 return here
-            found = _nul_at(item, here)
+            found = nul_at(item, here)
             if found is not None:
                 return found
     if isinstance(value, list):
         for i, item in enumerate(value):
-            found = _nul_at(item, f"{loc}.{i}" if loc else str(i))
+            found = nul_at(item, f"{loc}.{i}" if loc else str(i))
             if found is not None:
                 return found
     return None
@@ -161,7 +161,7 @@ def experiment_check(
         raise InvalidInput.one("name", "at most 200 characters")
     if not isinstance(config, dict):
         raise InvalidInput.one("config", f"must be an object (the engine run config), got {type(config).__name__}")
-    nul = _nul_at(config)
+    nul = nul_at(config)
     if nul is not None:
         raise InvalidInput.one(nul or "config", "contains a NUL character")
     rewards = _check_rewards(rewards)
@@ -204,5 +204,9 @@ def experiment_create(
 
 
 def experiment_engine_config(experiment: Experiment) -> dict[str, Any]:
+    if experiment.is_external:
+        raise InvalidInput.one(
+            "experiment", f"{experiment.name!r} is a project of external runs: nothing launches from it"
+        )
     rewards = [(link.reward, link.weight) for link in experiment.experimentreward_set.select_related("reward")]
     return build_engine_config(experiment.config, experiment.model, experiment.dataset, rewards, name=experiment.name)
