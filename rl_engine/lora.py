@@ -40,7 +40,7 @@ def refuse_qlora_without_cuda(cfg: RunConfig, device: torch.device | None = None
             [
                 {
                     "loc": "model.lora.quantize_base",
-                    "msg": "QLoRA (4-bit base) needs the policy on a CUDA GPU with bitsandbytes "
+                    "msg": "QLoRA (4-bit base) needs a CUDA GPU with bitsandbytes for the policy "
                     "(placement.device, gpus_per_trainer) — or use quantize_base: none",
                 }
             ]
