@@ -17,12 +17,13 @@ export PYTHONDONTWRITEBYTECODE := 1
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/posttrain} \
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/0}
 
-.PHONY: help install demo stop status test test-fast lock
+.PHONY: help install demo stop status test test-fast test-gpu lock
 help:
 	@echo "make demo       install, migrate, start web + worker + Ray on embedded defaults, print the URL"
 	@echo "make stop       stop exactly what 'make demo' started"
 	@echo "make test       install, then unit + integration + e2e against real Postgres, Redis, Ray, Chromium"
 	@echo "make test-fast  the unit suite only (quick loop)"
+	@echo "make test-gpu   the GPU tests (tests/gpu) on a CUDA host; skipped where there is none"
 
 install: $(STAMP)
 $(STAMP): pyproject.toml requirements/lock-cpu.txt
@@ -62,6 +63,10 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest tests/unit -m "not slow"
+
+# On a CUDA host whose venv has the gpu extra (README, "GPU hosts"); every test is skipped without a GPU.
+test-gpu:
+	$(BIN)/python -m pytest tests/gpu -m gpu -v
 
 # Regenerate the transitive pins after changing pyproject.toml.
 lock:

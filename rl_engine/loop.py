@@ -46,6 +46,14 @@ from rl_engine.config import RunConfig, check_runnable, dump_config
 from rl_engine.data import Prompt, PromptData, PromptSampler
 from rl_engine.executors import Rollouts
 from rl_engine.interfaces import AsyncRolloutRole, ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
+from rl_engine.devices import (
+    Precision,
+    gpu_memory_metrics,
+    precision_for,
+    resolve_device,
+    use_device,
+    weight_transfer,
+)
 from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
@@ -85,6 +93,7 @@ class Engine:
     roles: RayRoles | None = None  # when the roles are actors
     pending: PendingRollout | None = None  # async mode: the batch being generated for the next step
     executor: ExecutorRole | None = None  # single turn, an environment or an agent, over `rollout`
+    device: torch.device | None = None  # the one-process engine's (None with Ray roles: each has its own)
 
     def __post_init__(self) -> None:
         if self.executor is None:
@@ -118,9 +127,14 @@ class Engine:
         from rl_engine.distributed.process_stats import peak_rss_gb
 
         # With actors, the driver's children are a local Ray's own processes: the driver alone then.
-        memory = {"memory/driver_peak_gb": peak_rss_gb(children=self.roles is None)}
+        memory = {
+            "memory/driver_peak_gb": peak_rss_gb(children=self.roles is None),
+            **gpu_memory_metrics("driver", self.device),
+        }
         if self.roles is not None:
             memory.update(self.roles.peak_memory_gb())
+        elif hasattr(self.rollout, "gpu_memory_metrics"):  # an engine in processes of its own (vLLM)
+            memory.update(self.rollout.gpu_memory_metrics())
         return memory
 
     def parameter_count(self) -> int:
@@ -151,9 +165,16 @@ def build_executor(cfg: RunConfig, rollout: RolloutRole, tokenizer: Any) -> Exec
     return SingleTurnExecutor(rollout)
 
 
-def build_reward_or_none(cfg: RunConfig) -> CompositeReward | None:
-    """The configured reward components; None when an environment gives the only reward."""
-    return build_reward([spec.model_dump() for spec in cfg.rewards]) if cfg.rewards else None
+def build_reward_or_none(cfg: RunConfig, device: torch.device | None = None) -> CompositeReward | None:
+    """The configured reward components (a reward model on `device`, the role's); None when an environment
+    gives the only reward."""
+    if not cfg.rewards:
+        return None
+    specs = [spec.model_dump() for spec in cfg.rewards]
+    for spec in specs:
+        if spec["type"] == "reward_model" and device is not None:
+            spec["device"] = str(device)
+    return build_reward(specs)
 
 
 def load_tokenizer(cfg: RunConfig) -> Any:
@@ -167,27 +188,41 @@ def load_tokenizer(cfg: RunConfig) -> Any:
     return tokenizer
 
 
-def load_policy(path: str | Path, cfg: RunConfig) -> torch.nn.Module:
+def load_policy(
+    path: str | Path, cfg: RunConfig, device: torch.device | None = None, dtype: torch.dtype | None = None
+) -> torch.nn.Module:
+    """A causal LM from a Hugging Face folder in `dtype` (default: the run's), on `device` (default: where
+    it loads; under ZeRO-3 DeepSpeed places the partitions). Attention is transformers' default, PyTorch's
+    SDPA, for the architectures that have it."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=DTYPES[cfg.model.dtype], trust_remote_code=cfg.model.trust_remote_code
+        str(path), dtype=dtype or DTYPES[cfg.model.dtype], trust_remote_code=cfg.model.trust_remote_code
     )
     if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    return model
+        # Non-reentrant: gradients reach LoRA adapters behind a frozen embedding without extra hooks.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model if device is None else model.to(device)
 
 
-def load_trainable_policy(cfg: RunConfig, weights_from: Path | None) -> torch.nn.Module:
+def load_trainable_policy(
+    cfg: RunConfig, weights_from: Path | None, device: torch.device | None = None, precision: Precision | None = None
+) -> torch.nn.Module:
     """The policy that trains: the model (or a checkpoint's weights), or with LoRA the base model with
-    fresh adapters (or a checkpoint's adapter)."""
+    fresh adapters (or a checkpoint's adapter). Under mixed precision the trained weights load in fp32
+    (`precision.master`); a LoRA base, which never trains, stays in the compute dtype (peft keeps its
+    adapters in fp32)."""
     from rl_engine import lora
 
     if not lora.enabled(cfg):
-        return load_policy(weights_from or cfg.model.path, cfg)
+        return load_policy(weights_from or cfg.model.path, cfg, device, precision and precision.master)
     # On resume the base is still the model (a checkpoint's folder holds the merged weights).
     quantized = cfg.model.lora.quantize_base == "4bit"
-    base = lora.load_quantized_base(cfg.model.path, cfg) if quantized else load_policy(cfg.model.path, cfg)
+    base = (
+        lora.load_quantized_base(cfg.model.path, cfg)
+        if quantized
+        else load_policy(cfg.model.path, cfg, device, precision and precision.compute)
+    )
     model = lora.apply_lora(base, cfg)
     if weights_from is not None:
         lora.load_adapter(model, weights_from)
@@ -202,7 +237,7 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     tokenizer = load_tokenizer(cfg)
-    from rl_engine.distributed import RayRoles, uses_actors
+    from rl_engine.distributed import RayRoles, driver_gpus, uses_actors
 
     if uses_actors(cfg):
         data = PromptData.load(cfg.data, tokenizer, cfg.seed)
@@ -218,34 +253,52 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
             sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
             roles=roles,
         )
-    with model_construction(cfg):
-        model = load_trainable_policy(cfg, weights_from)
+    # Every role in this process: the GPU Ray gave the job's driver, or the CPU.
+    device = resolve_device(cfg, driver_gpus(cfg), "hybrid engine (every role in the driver)")
+    refuse_qlora_without_cuda(cfg, device)
+    use_device(device)
+    precision = precision_for(cfg, device)
+    place = None if partitioned_on_load(cfg) else device
+    with model_construction(cfg, device):
+        model = load_trainable_policy(cfg, weights_from, place, precision)
         ref_model = None
         if cfg.algorithm.kl.coef > 0:
-            ref_model = load_policy(cfg.model.path, cfg).eval().requires_grad_(False)
+            ref_model = load_policy(cfg.model.path, cfg, place, precision.compute).eval().requires_grad_(False)
         critic = None
         if cfg.algorithm.needs_critic:
-            critic = ValueModel.from_pretrained(cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code)
+            critic = ValueModel.from_pretrained(
+                cfg.model.path,
+                precision.master,
+                cfg.model.trust_remote_code,
+                device=place,
+                gradient_checkpointing=cfg.model.gradient_checkpointing,
+            )
     data = PromptData.load(cfg.data, tokenizer, cfg.seed)
     return Engine(
         cfg=cfg,
         tokenizer=tokenizer,
         model=model,
-        trainer=trainer_class(cfg)(cfg, model, ref_model, critic),
-        rollout=rollout_backend(cfg, tokenizer, model, weights_from),
-        reward=build_reward_or_none(cfg),
+        trainer=trainer_class(cfg)(cfg, model, ref_model, critic, device=device),
+        rollout=rollout_backend(cfg, tokenizer, model, weights_from, device=device, precision=precision),
+        reward=build_reward_or_none(cfg, device),
         data=data,
         sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
+        device=device,
     )
 
 
-def model_construction(cfg: RunConfig) -> AbstractContextManager[None]:
-    """Where the models are loaded: partitioned as they load under DeepSpeed ZeRO-3."""
+def partitioned_on_load(cfg: RunConfig) -> bool:
+    """Under ZeRO-3 the models are partitioned onto the device as they load: nothing is moved after."""
+    return cfg.backends.training == "deepspeed" and cfg.backends.zero_stage == 3
+
+
+def model_construction(cfg: RunConfig, device: torch.device | None = None) -> AbstractContextManager[None]:
+    """Where the models are loaded: partitioned onto `device` as they load under DeepSpeed ZeRO-3."""
     if cfg.backends.training != "deepspeed":
         return nullcontext()
     from rl_engine.backends.deepspeed_trainer import model_construction  # deepspeed only when chosen
 
-    return model_construction(cfg)
+    return model_construction(cfg, device)
 
 
 def trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
@@ -257,12 +310,23 @@ def trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
 
 
 def rollout_backend(
-    cfg: RunConfig, tokenizer: Any, model: torch.nn.Module | None, weights_from: Path | None, engine_index: int = 0
+    cfg: RunConfig,
+    tokenizer: Any,
+    model: torch.nn.Module | None,
+    weights_from: Path | None,
+    engine_index: int = 0,
+    *,
+    device: torch.device | None = None,
+    precision: Precision | None = None,
 ) -> RolloutBackend:
-    """The generation engine; `model` is the policy module (shared by the transformers backend), None
-    in a rollout actor, which always runs vLLM through here (`engine_index` = the actor's place)."""
+    """The generation engine on `device`; `model` is the policy module (shared by the transformers backend,
+    which reports each token's log-prob under the distribution it sampled from, computed as the trainer
+    computes: `precision`), None in a rollout actor, which always runs vLLM through here (`engine_index` =
+    the actor's place)."""
+    device = device or torch.device("cpu")
     if cfg.backends.rollout != "vllm":
-        return TransformersRollout(model, tokenizer)
+        autocast = precision.autocast if precision is not None else nullcontext
+        return TransformersRollout(model, tokenizer, autocast=autocast)
     from rl_engine.backends.vllm_rollout import VLLMRollout  # vllm only when chosen
 
     # Room for the longest prompt plus the longest response, within what the model's positions allow.
@@ -292,6 +356,9 @@ def rollout_backend(
         trust_remote_code=cfg.model.trust_remote_code,
         engine_index=engine_index,
         takes_turns=model is not None,
+        device=device.type,
+        transfer=weight_transfer(cfg, device),
+        sleeps=cfg.placement.mode == "colocate",  # a trainer shares the engine's GPU
     )
 
 
@@ -669,6 +736,8 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
         prompts = next_prompts()
         with timer.phase("generate"):
             rollouts = engine.executor.run(prompts, _sampling_params(cfg))
+            # A colocated engine gives its GPU memory back to the trainer until the weight sync.
+            engine.rollout.sleep()
         if rollouts.env_seconds:  # the environment's share of the turns, as a phase of its own
             timer.timings["generate"] -= rollouts.env_seconds
             timer.timings["environment"] = rollouts.env_seconds

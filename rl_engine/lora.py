@@ -30,16 +30,18 @@ def enabled(cfg: RunConfig) -> bool:
     return cfg.model.lora.enabled
 
 
-def refuse_qlora_without_cuda(cfg: RunConfig) -> None:
-    """QLoRA asked for on a host that cannot run it: a clear error naming the field, before anything loads."""
+def refuse_qlora_without_cuda(cfg: RunConfig, device: torch.device | None = None) -> None:
+    """QLoRA asked for where it cannot run (no CUDA here, or a policy placed on the CPU): a clear error
+    naming the field, before anything loads."""
     lora = cfg.model.lora
-    if lora.enabled and lora.quantize_base == "4bit" and not torch.cuda.is_available():
+    on_cuda = torch.cuda.is_available() if device is None else device.type == "cuda"
+    if lora.enabled and lora.quantize_base == "4bit" and not on_cuda:
         raise ConfigError(
             [
                 {
                     "loc": "model.lora.quantize_base",
-                    "msg": "QLoRA (4-bit base) needs a CUDA GPU with bitsandbytes; this host has none "
-                    "— use quantize_base: none",
+                    "msg": "QLoRA (4-bit base) needs a CUDA GPU with bitsandbytes for the policy "
+                    "(placement.device, gpus_per_trainer) — or use quantize_base: none",
                 }
             ]
         )

@@ -117,6 +117,18 @@ PANELS: tuple[Panel, ...] = (
         ),
     ),
     Panel(
+        "mfu",
+        "Training model FLOPs utilisation (fraction of the device's peak)",
+        "fraction",
+        (
+            Metric(
+                "throughput/train_mfu",
+                "Model FLOPs of the update (6N per token plus attention) per second, over the device's peak",
+                True,
+            ),
+        ),
+    ),
+    Panel(
         "offpolicy",
         "Rollout engine vs trainer (log-prob gap, off-policy KL)",
         "nats/token",
@@ -179,6 +191,7 @@ PANELS: tuple[Panel, ...] = (
         "Peak memory per role (GiB)",
         "GiB",
         (
+            Metric("memory/<role>_gpu_peak_gb", "Peak GPU memory a role allocated (roles on a GPU only)", False),
             Metric(
                 "memory/<role>_peak_gb", "Peak resident memory of a role's processes (driver, rollout, trainer)", False
             ),

@@ -7,6 +7,8 @@ the layout every group estimator relies on.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -49,6 +51,11 @@ class RolloutBackend(Protocol):
 
     def sync_weights(self, model: torch.nn.Module) -> float:
         """Make the engine sample from `model`'s current weights; returns seconds spent."""
+        ...
+
+    def sleep(self) -> None:
+        """Between a step's generation and its weight sync: give memory the trainer can use back (an
+        engine that shares the trainer's GPU); the next generation or sync wakes it."""
         ...
 
     def close(self) -> None: ...
@@ -122,12 +129,24 @@ class TransformersRollout:
     sync costs nothing; as a rollout actor (`rl_engine.distributed`) it holds its own copy, loaded from
     the trainer's weights file after each update. Like vLLM it reports each sampled token's log-prob
     under the distribution it was drawn from (`SampledTokenLogprobs`), greedy decoding excepted.
-    Prompts are left-padded and generated in chunks of `batch_size`."""
+    It generates on the model's device; prompts are left-padded and generated in chunks of `batch_size`;
+    `autocast` wraps every forward (the trainer's mixed precision, `rl_engine.devices.Precision.autocast`)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 512):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        batch_size: int = 512,
+        *,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ):
+        from rl_engine.trainer import module_device  # trainer imports this module
+
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.autocast = autocast
+        self.device = module_device(model)
         self.eos_ids = eos_token_ids(model.generation_config, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
@@ -138,9 +157,10 @@ class TransformersRollout:
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(expanded), self.batch_size):
-                chunk = expanded[start : start + self.batch_size]
-                samples.extend(self._generate_chunk(chunk, params))
+            with self.autocast():
+                for start in range(0, len(expanded), self.batch_size):
+                    chunk = expanded[start : start + self.batch_size]
+                    samples.extend(self._generate_chunk(chunk, params))
         finally:
             self.model.train(was_training)
         return samples
@@ -167,7 +187,9 @@ class TransformersRollout:
             )
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
-        output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        output = self.model.generate(
+            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device), **kwargs
+        )
         new_tokens = output[:, input_ids.shape[1] :]
         logprobs = recorder.per_token(new_tokens).tolist() if recorder is not None else [None] * len(chunk)
         return [
@@ -194,6 +216,9 @@ class TransformersRollout:
 
     def sync_weights(self, model: torch.nn.Module) -> float:
         return 0.0  # same module: nothing to move
+
+    def sleep(self) -> None:
+        pass  # holds nothing besides the policy itself
 
     def load_weights_file(self, path: str) -> float:
         """Takes the weights a trainer wrote (`write_weights_file`); returns seconds spent."""

@@ -10,6 +10,7 @@ sync and checkpoints). It reuses this class's update logic and replaces only the
 from __future__ import annotations
 
 import math
+import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ from torch import nn
 
 from rl_engine.algorithms import aggregate, entropy_from_logits, kl_estimate, masked_mean, policy_loss, value_loss
 from rl_engine.config import RunConfig
+from rl_engine.devices import peak_flops, precision_for
+from rl_engine.flops import mfu, model_flops
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -75,6 +78,16 @@ class TokenBatch:
             self.prompt_width,
         )
 
+    def to(self, device: torch.device) -> TokenBatch:
+        move = lambda t: t.to(device, non_blocking=True)  # noqa: E731
+        return TokenBatch(
+            move(self.sequences),
+            move(self.attention_mask),
+            move(self.position_ids),
+            move(self.response_mask),
+            self.prompt_width,
+        )
+
 
 @dataclass
 class Experience:
@@ -93,16 +106,23 @@ class Experience:
     correction_weights: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> Experience:
-        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        return self._map(self.batch.select(index), lambda t: t[index])
+
+    def to(self, device: torch.device) -> Experience:
+        """This record on `device`: one host-to-device copy per tensor (the trainer moves each micro-batch once)."""
+        return self._map(self.batch.to(device), lambda t: t.to(device, non_blocking=True))
+
+    def _map(self, batch: TokenBatch, change: Any) -> Experience:
+        apply = lambda t: None if t is None else change(t)  # noqa: E731
         return Experience(
-            self.batch.select(index),
-            self.advantages[index],
-            pick(self.old_logprobs),
-            pick(self.ref_logprobs),
-            pick(self.old_values),
-            pick(self.returns),
-            pick(self.rollout_logprobs),
-            pick(self.correction_weights),
+            batch,
+            change(self.advantages),
+            apply(self.old_logprobs),
+            apply(self.ref_logprobs),
+            apply(self.old_values),
+            apply(self.returns),
+            apply(self.rollout_logprobs),
+            apply(self.correction_weights),
         )
 
 
@@ -117,11 +137,25 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: torch.dtype, trust_remote_code: bool = False) -> ValueModel:
+    def from_pretrained(
+        cls,
+        path: str,
+        dtype: torch.dtype,
+        trust_remote_code: bool = False,
+        *,
+        device: torch.device | None = None,
+        gradient_checkpointing: bool = False,
+    ) -> ValueModel:
         from transformers import AutoModel
 
         body = AutoModel.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
-        return cls(body, body.config.hidden_size).to(dtype)
+        if gradient_checkpointing:
+            body.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return cls(body, body.config.hidden_size).to(device=device, dtype=dtype)
+
+    @property
+    def config(self) -> Any:
+        return self.body.config
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         hidden = self.body(
@@ -147,16 +181,28 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def module_device(model: nn.Module) -> torch.device:
+    """Where `model`'s weights are (a DeepSpeed engine's, ZeRO-3 placeholders included)."""
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    return next(model.parameters()).device
+
+
 @torch.no_grad()
-def batched_logprobs(model: nn.Module, batch: TokenBatch, micro: int, temperature: float) -> torch.Tensor:
-    """Log-probs `[B, T]` of `batch`'s response tokens under `model`, `micro` rows at a time."""
+def batched_logprobs(
+    model: nn.Module, batch: TokenBatch, micro: int, temperature: float, device: torch.device | None = None
+) -> torch.Tensor:
+    """Log-probs `[B, T]` of `batch`'s response tokens under `model`, `micro` rows at a time, each moved to
+    `device` (default: the model's); returned on the CPU, where the loop's batch lives, in one copy."""
+    device = device or module_device(model)
     outputs = []
     for start in range(0, len(batch), micro):
-        part = batch.select(slice(start, start + micro))
+        part = batch.select(slice(start, start + micro)).to(device)
         outputs.append(
             token_logprobs(response_logits(model, part, temperature), part.sequences[:, part.prompt_width :])
         )
-    return torch.cat(outputs)
+    return torch.cat(outputs).cpu()
 
 
 def has_active_dropout(model: nn.Module) -> bool:
@@ -186,11 +232,15 @@ def rollout_logprob_gap(engine: torch.Tensor, trainer: torch.Tensor, mask: torch
     off-policy gap a separate rollout engine adds (numerics, dtype, a stale sync, top-k/top-p truncation);
     and the k1 estimate of KL(rollout policy || trainer policy) on tokens drawn from the rollout policy: ~0
     when in sync, the staleness cost in async mode."""
+    return {name: float(value) for name, value in _logprob_gap(engine, trainer, mask).items()}
+
+
+def _logprob_gap(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     diff = (engine - trainer).abs() * mask
     return {
-        "rollout/logprob_diff_max": float(diff.max()),
-        "rollout/logprob_diff_mean": float(masked_mean(diff, mask)),
-        "kl/rollout_vs_policy": float(masked_mean(engine - trainer, mask)),
+        "rollout/logprob_diff_max": diff.max(),
+        "rollout/logprob_diff_mean": masked_mean(diff, mask),
+        "kl/rollout_vs_policy": masked_mean(engine - trainer, mask),
     }
 
 
@@ -222,6 +272,11 @@ class TorchTrainer:
     `micro_batch_size` bounds memory (gradient accumulation); the optimiser steps once per mini-batch;
     the learning-rate schedule advances once per RL step.
 
+    Device: the models are on `device` (default: where the policy's weights are); each micro-batch goes
+    there once, and the step's statistics come back in one copy at the end of `update`, so nothing waits
+    on the GPU in between. Under mixed precision (`rl_engine.devices.precision_for`: bf16 on CUDA) the
+    weights AdamW steps are fp32 and every forward runs under autocast.
+
     Data parallel: every rank receives the whole `Experience` and draws the same shuffled mini-batches
     (same generator seed); rank r trains rows r, r+world, ... of each, each micro-batch's loss weighted
     by its share of the *whole* mini-batch times `world`, so averaging the gradients over ranks gives
@@ -236,6 +291,7 @@ class TorchTrainer:
         *,
         rank: int = 0,
         world: int = 1,
+        device: torch.device | None = None,
     ):
         self.cfg = cfg
         self.rank = rank
@@ -243,23 +299,17 @@ class TorchTrainer:
         self.model = model
         self.ref_model = ref_model
         self.critic = critic
+        self.device = device or module_device(model)
+        self.precision = precision_for(cfg, self.device)
         train = cfg.train
         # Only what trains: with LoRA the frozen base has no optimizer state at all.
-        self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=train.lr,
-            betas=train.betas,
-            weight_decay=train.weight_decay,
-        )
+        self.optimizer = self._adamw([p for p in model.parameters() if p.requires_grad], train.lr)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(cfg))
         self.critic_optimizer = None
         if critic is not None:
-            self.critic_optimizer = torch.optim.AdamW(
-                critic.parameters(),
-                lr=cfg.algorithm.critic_lr or train.lr,
-                betas=train.betas,
-                weight_decay=train.weight_decay,
-            )
+            self.critic_optimizer = self._adamw(list(critic.parameters()), cfg.algorithm.critic_lr or train.lr)
+        self.flop_counts = [model_flops(m) for m in (model, critic) if m is not None]
+        self.peak_flops = peak_flops(self.device, self.precision.compute, cfg.placement.device_peak_tflops)
         # Shuffles mini-batches; its state is checkpointed so a resumed run shuffles identically.
         self.generator = torch.Generator().manual_seed(cfg.seed)
         # Without active dropout the training forward's log-probs are the eval forward's, so the rollout
@@ -268,18 +318,23 @@ class TorchTrainer:
 
     # --- forward passes -------------------------------------------------------------------------
 
+    def _adamw(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        """AdamW over `params`; torch's fused kernel on CUDA (one launch per step instead of one per tensor)."""
+        train = self.cfg.train
+        fused = self.device.type == "cuda" or None
+        return torch.optim.AdamW(params, lr=lr, betas=train.betas, weight_decay=train.weight_decay, fused=fused)
+
     @torch.no_grad()
     def forward(self, batch: TokenBatch, which: str) -> torch.Tensor:
         """Log-probs of the response tokens under the `policy` or `reference`, or the critic's `values`,
-        computed micro-batch by micro-batch."""
-        if which == "values":
-            micro = self.cfg.train.micro_batch_size
-            return torch.cat(
-                [self._runner("critic")(batch.select(slice(s, s + micro))) for s in range(0, len(batch), micro)]
-            )
-        return batched_logprobs(
-            self._runner(which), batch, self.cfg.train.micro_batch_size, self.cfg.rollout.temperature
-        )
+        computed micro-batch by micro-batch on the trainer's device; returned on the CPU."""
+        micro = self.cfg.train.micro_batch_size
+        with self.precision.autocast():
+            if which == "values":
+                critic = self._runner("critic")
+                parts = [critic(batch.select(slice(s, s + micro)).to(self.device)) for s in range(0, len(batch), micro)]
+                return torch.cat(parts).cpu()
+            return batched_logprobs(self._runner(which), batch, micro, self.cfg.rollout.temperature, self.device)
 
     # --- the update ------------------------------------------------------------------------------
 
@@ -294,11 +349,13 @@ class TorchTrainer:
         return list(order.split(mini))
 
     def update(self, exp: Experience) -> dict[str, float]:
-        cfg, alg = self.cfg, self.cfg.algorithm
+        cfg = self.cfg
+        started = time.perf_counter()
         self.model.train()
-        logged: dict[str, list[float]] = {}
+        logged: dict[str, list[torch.Tensor | float]] = {}
+        flops = 0.0
 
-        def record(name: str, value: float) -> None:
+        def record(name: str, value: torch.Tensor | float) -> None:
             logged.setdefault(name, []).append(value)
 
         for _ in range(cfg.train.epochs_per_batch):
@@ -306,17 +363,35 @@ class TorchTrainer:
                 mini = exp.select(mini_index)
                 self._zero_grad()
                 for micro, share in self._local_micro_batches(mini):
-                    stats = self._micro_step(micro, share)
+                    stats = self._micro_step(micro.to(self.device), share)
                     if share > 0:  # a padding micro-batch (share 0) only keeps the ranks' collectives in step
+                        flops += sum(c.train_flops(micro.batch.attention_mask.sum(1)) for c in self.flop_counts)
                         for name, value in stats.items():
                             record(name, value)
                 record("policy/grad_norm", self._clip_and_step("policy"))
                 if self.critic is not None:
                     record("critic/grad_norm", self._clip_and_step("critic"))
         self.scheduler.step()
-        metrics = {name: combine_metric(name, values) for name, values in logged.items()}
+        metrics = self._fetch(logged)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the optimizer's last kernels belong to this update's time
+        seconds = time.perf_counter() - started
         metrics["policy/lr"] = self.optimizer.param_groups[0]["lr"]
+        if self.peak_flops:
+            metrics["throughput/train_mfu"] = mfu(flops, seconds, self.peak_flops)
         return metrics
+
+    def _fetch(self, logged: dict[str, list[torch.Tensor | float]]) -> dict[str, float]:
+        """Each metric's value over the update's micro-batches (`combine_metric`), read off the device in one
+        copy: a read per value would wait for the GPU at every micro-batch."""
+        names = [name for name, values in logged.items() for _ in values]
+        flat = [
+            torch.as_tensor(v, dtype=torch.float32).to(self.device).reshape(()) for vs in logged.values() for v in vs
+        ]
+        values: dict[str, list[float]] = {}
+        for name, value in zip(names, torch.stack(flat).tolist() if flat else []):
+            values.setdefault(name, []).append(value)
+        return {name: combine_metric(name, vs) for name, vs in values.items()}
 
     def _local_micro_batches(self, mini: Experience) -> list[tuple[Experience, float]]:
         """This rank's micro-batches of `mini` with the weight of each one's loss. Every rank gets the
@@ -340,11 +415,13 @@ class TorchTrainer:
             return float(micro.batch.response_mask.sum()) / mini_tokens
         return len(micro.batch) / mini_size
 
-    def _micro_step(self, exp: Experience, share: float) -> dict[str, float]:
+    def _micro_step(self, exp: Experience, share: float) -> dict[str, torch.Tensor]:
+        """One micro-batch's forward and backward, `exp` already on the device; its statistics stay there."""
         alg = self.cfg.algorithm
         mask = exp.batch.response_mask
         tokens = exp.batch.sequences[:, exp.batch.prompt_width :]
-        logits = response_logits(self._runner("policy"), exp.batch, self.cfg.rollout.temperature)
+        with self.precision.autocast():
+            logits = response_logits(self._runner("policy"), exp.batch, self.cfg.rollout.temperature)
         logprobs = token_logprobs(logits, tokens)
         old = exp.old_logprobs if exp.old_logprobs is not None else logprobs.detach()
         norm = self.cfg.rollout.max_new_tokens
@@ -362,31 +439,32 @@ class TorchTrainer:
             weights=exp.correction_weights,
         )
         out = {
-            "policy/loss": float(loss.detach()),
-            "policy/clip_ratio": float(stats["clip_ratio"]),
-            "policy/approx_kl": float(stats["approx_kl"]),
-            "policy/ratio_max": float(stats["ratio_max"]),
+            "policy/loss": loss.detach(),
+            "policy/clip_ratio": stats["clip_ratio"],
+            "policy/approx_kl": stats["approx_kl"],
+            "policy/ratio_max": stats["ratio_max"],
         }
         if exp.rollout_logprobs is not None and exp.old_logprobs is None and self.exact_training_logprobs:
-            out.update(rollout_logprob_gap(exp.rollout_logprobs, logprobs.detach(), mask))
+            out.update(_logprob_gap(exp.rollout_logprobs, logprobs.detach(), mask))
         if alg.entropy_coef > 0:
             entropy = entropy_from_logits(logits)
             loss = loss - alg.entropy_coef * aggregate(entropy, mask, agg, norm)
         else:
             with torch.no_grad():
                 entropy = entropy_from_logits(logits)
-        out["policy/entropy"] = float(masked_mean(entropy.detach(), mask))
+        out["policy/entropy"] = masked_mean(entropy.detach(), mask)
         if exp.ref_logprobs is not None and alg.kl.placement == "loss" and alg.kl.coef > 0:
             kl = kl_estimate(logprobs, exp.ref_logprobs, alg.kl.estimator, mask)
             loss = loss + alg.kl.coef * aggregate(kl, mask, agg, norm)
-            out["kl/loss_term"] = float(masked_mean(kl.detach(), mask))
+            out["kl/loss_term"] = masked_mean(kl.detach(), mask)
         self._backward(loss * share, "policy")
         if self.critic is not None:
-            values = self._runner("critic")(exp.batch)
+            with self.precision.autocast():
+                values = self._runner("critic")(exp.batch)
             v_loss, v_stats = value_loss(values, exp.old_values, exp.returns, mask, alg.value_clip, agg, norm)
             self._backward(alg.value_coef * v_loss * share, "critic")
-            out["critic/loss"] = float(v_loss.detach())
-            out["critic/clip_ratio"] = float(v_stats["clip_ratio"])
+            out["critic/loss"] = v_loss.detach()
+            out["critic/clip_ratio"] = v_stats["clip_ratio"]
         return out
 
     # --- the hooks a backend replaces ----------------------------------------------------------
@@ -403,7 +481,7 @@ class TorchTrainer:
         if self.critic_optimizer is not None:
             self.critic_optimizer.zero_grad(set_to_none=True)
 
-    def _clip_and_step(self, which: str) -> float:
+    def _clip_and_step(self, which: str) -> torch.Tensor | float:
         """Clips `which`'s ("policy", "critic") gradients, takes its optimizer step; returns the
         gradient norm before clipping."""
         module, optimizer = (self.model, self.optimizer) if which == "policy" else (self.critic, self.critic_optimizer)
@@ -411,7 +489,7 @@ class TorchTrainer:
         clip = self.cfg.train.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(module.parameters(), clip if clip else float("inf"))
         optimizer.step()
-        return float(norm)
+        return norm.detach()
 
     def _average_gradients(self, module: nn.Module) -> None:
         """Data parallel: the mean of every rank's gradient (each already weighted `world` times its

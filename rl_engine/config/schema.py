@@ -501,6 +501,17 @@ class PlacementConfig(_Section):
     cpus_per_trainer: float = Field(default=1, ge=0, description="CPUs reserved per training process.")
     gpus_per_rollout_engine: float = Field(default=0, ge=0, description="GPUs reserved per rollout engine.")
     gpus_per_trainer: float = Field(default=0, ge=0, description="GPUs reserved per training process.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto",
+        description="Where the models run: auto = on CUDA for each role that placement gives a GPU "
+        "(gpus_per_*), on the CPU for the others.",
+    )
+    device_peak_tflops: float | None = Field(
+        default=None,
+        gt=0,
+        description="Peak TFLOP/s of one device in the compute dtype, for throughput/train_mfu; empty = "
+        "the GPU's datasheet figure (known GPUs only).",
+    )
 
 
 class CheckpointConfig(_Section):

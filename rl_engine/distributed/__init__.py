@@ -34,6 +34,7 @@ _EXPORTS = {
     "PlacementUnavailable": "placement",
     "plan_placement": "placement",
     "uses_actors": "placement",
+    "driver_gpus": "placement",
     "peak_rss_gb": "process_stats",
     "RolloutWorker": "roles",
     "TrainerWorker": "roles",

@@ -70,6 +70,7 @@ class RayRoles:
                 ) from None
 
             def place(role: str, cls: type, *args: Any) -> None:
+                """Starts `role`'s actor in its bundle; the role learns its GPUs (its device) last."""
                 slot = self.plan.roles[role]
                 options = dict(
                     num_cpus=slot.cpus,
@@ -80,7 +81,7 @@ class RayRoles:
                         self.group, placement_group_bundle_index=slot.bundle
                     ),
                 )
-                self.actors[role] = _Actor(role, ray.remote(cls).options(**options).remote(*args))
+                self.actors[role] = _Actor(role, ray.remote(cls).options(**options).remote(*args, slot.gpus))
 
             weights = str(weights_from) if weights_from else None
             from rl_engine.backends.deepspeed_trainer import free_port
@@ -98,11 +99,12 @@ class RayRoles:
             pids = self._get({role: a.handle.ready.remote() for role, a in self.actors.items()}, ready_timeout_s)
             for role, pid in pids.items():
                 self.actors[role].pid = pid
+            self.engines = [self.actors[f"rollout_{i}"] for i in range(pl.rollout_engines)]
+            self.ranks = [self.actors[f"trainer_{i}"] for i in range(pl.trainer_ranks)]
+            self.transfer = self._connect_engines()
         except BaseException:
             self.close()
             raise
-        self.engines = [self.actors[f"rollout_{i}"] for i in range(pl.rollout_engines)]
-        self.ranks = [self.actors[f"trainer_{i}"] for i in range(pl.trainer_ranks)]
         self.rollout = RayRollout(self)
         self.trainer = RayTrainer(self)
         self.reward = RayReward(self) if "reward" in self.actors else None
@@ -141,9 +143,26 @@ class RayRoles:
     def submit(self, role: str, method: str, *args: Any) -> Any:
         return getattr(self.actors[role].handle, method).remote(*args)
 
+    def _connect_engines(self) -> str:
+        """The weight sync's transfer ("file", or vLLM's "ipc" / "nccl" between GPUs); sets up the GPU ones."""
+        import torch
+
+        from rl_engine.devices import weight_transfer
+
+        rollout_gpus = self.plan.roles[self.engines[0].role].gpus
+        device = torch.device("cuda" if rollout_gpus > 0 and self.cfg.placement.device != "cpu" else "cpu")
+        transfer = weight_transfer(self.cfg, device)
+        if transfer != "file":
+            self.call([a.role for a in self.ranks], "connect_engines", [a.handle for a in self.engines], transfer)
+        return transfer
+
     def sync_weights(self) -> float:
-        """Trainer ranks write the policy once; every engine loads it in place. Seconds, end to end."""
+        """Trainer ranks send the policy once; every engine takes it in place (GPU to GPU through vLLM's
+        weight transfer, or a file every engine loads). Seconds, end to end."""
         started = time.perf_counter()
+        if self.transfer != "file":
+            self.call([a.role for a in self.ranks], "send_weights")
+            return time.perf_counter() - started
         written = self.call([a.role for a in self.ranks], "write_weights_file")
         path = written[self.ranks[0].role]
         try:
@@ -153,8 +172,9 @@ class RayRoles:
         return time.perf_counter() - started
 
     def peak_memory_gb(self) -> dict[str, float]:
-        memory = self.call(list(self.actors), "peak_memory_gb")
-        return {f"memory/{role}_peak_gb": value for role, value in memory.items()}
+        """Each role's `memory/<role>_peak_gb`, and `memory/<role>_gpu_peak_gb` for those on a GPU."""
+        refs = {role: a.handle.memory_metrics.remote(role) for role, a in self.actors.items()}
+        return {name: value for metrics in self._get(refs).values() for name, value in metrics.items()}
 
     def describe(self) -> str:
         parts = [
@@ -217,6 +237,11 @@ class RayRollout:
 
     def sync_weights(self, model: Any = None) -> float:
         return self.roles.sync_weights()
+
+    def sleep(self) -> None:
+        """Colocated engines on a GPU give its memory to their bundle's trainer rank until the sync."""
+        if self.roles.cfg.placement.mode == "colocate":
+            self.roles.call([a.role for a in self.roles.engines], "sleep")
 
     def close(self) -> None:
         pass  # RayRoles.close stops the engines

@@ -34,12 +34,20 @@ def uses_actors(cfg: RunConfig) -> bool:
     return pl.mode == "separate" or pl.rollout_engines > 1 or pl.trainer_ranks > 1
 
 
+def driver_gpus(cfg: RunConfig) -> float:
+    """GPUs the driver process itself needs: the one-process (hybrid) engine's, whose trainer and rollout
+    engine share one bundle; none when the roles are actors (their placement group holds the GPUs)."""
+    pl = cfg.placement
+    return 0.0 if uses_actors(cfg) else max(pl.gpus_per_trainer, pl.gpus_per_rollout_engine)
+
+
 def plan_placement(cfg: RunConfig) -> PlacementPlan:
     """Bundles and each role's share of its bundle: the actors of one bundle split its resources evenly."""
     pl = cfg.placement
     engines = [f"rollout_{i}" for i in range(pl.rollout_engines)]
     ranks = [f"trainer_{i}" for i in range(pl.trainer_ranks)]
     aux = (["reference"] if cfg.algorithm.kl.coef > 0 else []) + (["reward"] if cfg.rewards else [])
+    reward_model = any(r.type == "reward_model" for r in cfg.rewards)
     members: list[list[str]] = []
     resources: list[tuple[float, float]] = []
     if pl.mode == "colocate":
@@ -70,11 +78,12 @@ def plan_placement(cfg: RunConfig) -> PlacementPlan:
             )
         bundles.append(bundle)
         for name in names:
-            roles[name] = RoleSlot(index, cpus / len(names), _gpu_share(gpus, names, name))
+            roles[name] = RoleSlot(index, cpus / len(names), _gpu_share(gpus, names, name, reward_model))
     return PlacementPlan(bundles, roles)
 
 
-def _gpu_share(gpus: float, names: list[str], name: str) -> float:
-    """GPUs go to the trainer ranks and engines of a bundle, not to the reward worker."""
-    users = [n for n in names if n != "reward"]
+def _gpu_share(gpus: float, names: list[str], name: str, reward_model: bool) -> float:
+    """GPUs go to the trainer ranks, engines and reference of a bundle, and to the reward worker only when
+    it runs a reward model."""
+    users = [n for n in names if n != "reward" or reward_model]
     return gpus / len(users) if gpus and name in users else 0.0

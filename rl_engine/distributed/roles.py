@@ -1,5 +1,6 @@
 """The roles as plain classes; `ray.remote` wraps them when the driver places them in the run's
-placement group (see `driver.py`). Each runs in its own actor process."""
+placement group (see `driver.py`). Each runs in its own actor process, on the device its slot's GPUs
+decide (`rl_engine.devices.resolve_device`: Ray makes the GPUs it gave the actor `cuda:0...`)."""
 
 from __future__ import annotations
 
@@ -11,34 +12,44 @@ from typing import Any
 import torch
 
 from rl_engine.config import RunConfig
+from rl_engine.devices import gpu_memory_metrics, precision_for, resolve_device, use_device
 from rl_engine.distributed.process_stats import peak_rss_gb
 from rl_engine.rollout import Sample, SamplingParams
 from rl_engine.trainer import Experience, TokenBatch
 
 
 class _Role:
+    device: torch.device = torch.device("cpu")
+
+    def _place(self, cfg: RunConfig, gpus: float, role: str) -> torch.device:
+        self.device = resolve_device(cfg, gpus, role)
+        use_device(self.device)
+        return self.device
+
     def ready(self) -> int:
         return os.getpid()
 
-    def peak_memory_gb(self) -> float:
-        return peak_rss_gb()
+    def memory_metrics(self, role: str) -> dict[str, float]:
+        """`memory/<role>_peak_gb` (resident) and, on a GPU, `memory/<role>_gpu_peak_gb`."""
+        return {f"memory/{role}_peak_gb": peak_rss_gb(), **gpu_memory_metrics(role, self.device)}
 
 
 class RolloutWorker(_Role):
     """One rollout engine (vLLM, or transformers `generate` on its own copy of the policy)."""
 
-    def __init__(self, cfg: RunConfig, weights_from: str | None, index: int):
+    def __init__(self, cfg: RunConfig, weights_from: str | None, index: int, gpus: float = 0.0):
         from rl_engine.loop import configure_threads, load_policy, load_tokenizer, rollout_backend
         from rl_engine.rollout import TransformersRollout
 
         configure_threads()
+        device = self._place(cfg, gpus, f"rollout engine {index}")
         torch.manual_seed(cfg.seed)
         tokenizer = load_tokenizer(cfg)
         path = weights_from or cfg.model.path
         if cfg.backends.rollout == "vllm":
-            self.backend = rollout_backend(cfg, tokenizer, None, Path(path), engine_index=index)
+            self.backend = rollout_backend(cfg, tokenizer, None, Path(path), engine_index=index, device=device)
         else:
-            self.backend = TransformersRollout(load_policy(path, cfg).eval(), tokenizer)
+            self.backend = TransformersRollout(load_policy(path, cfg, device).eval(), tokenizer)
 
     def pad_id(self) -> int:
         return self.backend.pad_id
@@ -48,8 +59,20 @@ class RolloutWorker(_Role):
         samples = self.backend.generate(prompts, params)
         return samples, time.perf_counter() - started
 
+    def sleep(self) -> None:
+        self.backend.sleep()
+
     def load_weights_file(self, path: str) -> float:
         return self.backend.load_weights_file(path)
+
+    def receive_weights(self, step: str, payload: Any = None) -> None:
+        """A step of a GPU weight transfer that trainer rank 0 drives (`vllm_rollout.WeightSender`)."""
+        self.backend.receive_weights(step, payload)
+
+    def memory_metrics(self, role: str) -> dict[str, float]:
+        if hasattr(self.backend, "gpu_memory_metrics"):  # vLLM's worker is a process of its own
+            return {f"memory/{role}_peak_gb": peak_rss_gb(), **self.backend.gpu_memory_metrics(role)}
+        return super().memory_metrics(role)
 
     def close(self) -> None:
         self.backend.close()
@@ -58,20 +81,24 @@ class RolloutWorker(_Role):
 class TrainerWorker(_Role):
     """One rank of the policy (and PPO critic) trainer; ranks > 1 form a gloo (NCCL on GPU) group."""
 
-    def __init__(self, cfg: RunConfig, weights_from: str | None, rank: int, world: int, master_port: int):
+    def __init__(
+        self, cfg: RunConfig, weights_from: str | None, rank: int, world: int, master_port: int, gpus: float = 0.0
+    ):
         from rl_engine.loop import (
             configure_threads,
             load_tokenizer,
             load_trainable_policy,
             model_construction,
+            partitioned_on_load,
             trainer_class,
         )
-        from rl_engine.trainer import DTYPES, ValueModel
+        from rl_engine.trainer import ValueModel
 
         configure_threads()
+        device = self._place(cfg, gpus, f"trainer rank {rank}")
         os.environ.update(
             RANK=str(rank),
-            LOCAL_RANK="0" if torch.cuda.is_available() else str(rank),
+            LOCAL_RANK="0" if device.type == "cuda" else str(rank),  # Ray shows each rank its own GPU as 0
             WORLD_SIZE=str(world),
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(master_port),
@@ -79,19 +106,26 @@ class TrainerWorker(_Role):
         if world > 1 and cfg.backends.training == "torch":
             import torch.distributed as dist
 
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=rank, world_size=world)
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
         torch.manual_seed(cfg.seed)
         self.cfg, self.rank = cfg, rank
         self.tokenizer = load_tokenizer(cfg)
-        with model_construction(cfg):
-            self.model = load_trainable_policy(cfg, Path(weights_from) if weights_from else None)
+        precision = precision_for(cfg, device)
+        place = None if partitioned_on_load(cfg) else device
+        with model_construction(cfg, device):
+            self.model = load_trainable_policy(cfg, Path(weights_from) if weights_from else None, place, precision)
             critic = None
             if cfg.algorithm.needs_critic:
                 critic = ValueModel.from_pretrained(
-                    cfg.model.path, DTYPES[cfg.model.dtype], cfg.model.trust_remote_code
+                    cfg.model.path,
+                    precision.master,
+                    cfg.model.trust_remote_code,
+                    device=place,
+                    gradient_checkpointing=cfg.model.gradient_checkpointing,
                 )
         # The reference model is a role of its own (`ReferenceWorker`).
-        self.trainer = trainer_class(cfg)(cfg, self.model, None, critic, rank=rank, world=world)
+        self.trainer = trainer_class(cfg)(cfg, self.model, None, critic, rank=rank, world=world, device=device)
+        self.sender: Any = None
 
     def parameter_count(self) -> int:
         return sum(getattr(p, "ds_numel", p.numel()) for p in self.model.parameters())
@@ -111,6 +145,30 @@ class TrainerWorker(_Role):
 
         with self.trainer.full_weights():
             return write_weights_file(self.trainer.weights_view()) if self.rank == 0 else None
+
+    def connect_engines(self, engines: list[Any], transfer: str) -> None:
+        """Sets up the GPU weight transfer to the rollout actors `engines` ("ipc": every rank on its bundle's
+        GPU; "nccl": rank 0 meets the engines' workers at a free port of this node). Every rank calls it."""
+        import ray
+
+        from rl_engine.backends.deepspeed_trainer import free_port
+        from rl_engine.backends.vllm_rollout import ActorEnginesClient, WeightSender
+
+        dtype = precision_for(self.cfg, self.device).compute
+        client = ActorEnginesClient(engines)
+        if transfer == "ipc":
+            self.sender = WeightSender("ipc", client, dtype, rank=self.rank)
+        else:
+            address = ray.util.get_node_ip_address()
+            port = int(free_port())
+            self.sender = WeightSender(
+                "nccl", client, dtype, rank=self.rank, address=address, port=port, world=1 + len(engines)
+            )
+
+    def send_weights(self) -> None:
+        """One weight sync over the transfer `connect_engines` set up; every rank takes part."""
+        with self.trainer.full_weights():
+            self.sender.send(self.trainer.weights_view())
 
     def save_checkpoint(self, run_dir: str, step: int, state: Any, keep_last: int) -> str | None:
         from rl_engine.checkpoint import save_checkpoint
@@ -135,26 +193,29 @@ class TrainerWorker(_Role):
 class ReferenceWorker(_Role):
     """The frozen initial policy, for KL."""
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig, gpus: float = 0.0):
         from rl_engine.loop import configure_threads, load_policy
 
         configure_threads()
+        device = self._place(cfg, gpus, "reference model")
         self.cfg = cfg
-        self.model = load_policy(cfg.model.path, cfg).eval().requires_grad_(False)
+        # Computed as the trainer computes its policy's log-probs, so the KL starts at 0.
+        self.precision = precision_for(cfg, device)
+        self.model = load_policy(cfg.model.path, cfg, device, self.precision.compute).eval().requires_grad_(False)
 
     def forward(self, batch: TokenBatch) -> torch.Tensor:
         from rl_engine.trainer import batched_logprobs
 
-        return batched_logprobs(self.model, batch, self.cfg.train.micro_batch_size, self.cfg.rollout.temperature)
+        with self.precision.autocast():
+            return batched_logprobs(self.model, batch, self.cfg.train.micro_batch_size, self.cfg.rollout.temperature)
 
 
 class RewardWorker(_Role):
-    def __init__(self, cfg: RunConfig):
-        from rl_engine.loop import configure_threads
-        from rl_engine.rewards import build_reward
+    def __init__(self, cfg: RunConfig, gpus: float = 0.0):
+        from rl_engine.loop import build_reward_or_none, configure_threads
 
         configure_threads()
-        self.reward = build_reward([spec.model_dump() for spec in cfg.rewards])
+        self.reward = build_reward_or_none(cfg, self._place(cfg, gpus, "reward worker"))
 
     def score(self, batch: Any) -> Any:
         return self.reward.score(batch)

@@ -60,7 +60,7 @@ def endpoint(tiny_demo):
 
     cfg = config(tiny_demo)
     tokenizer = load_tokenizer(cfg)
-    rollout = TransformersRollout(load_policy(cfg.model.path, cfg), tokenizer, report_logprobs=True)
+    rollout = TransformersRollout(load_policy(cfg.model.path, cfg), tokenizer)
     executor = AgentExecutor(rollout, tokenizer, cfg)
     prompts = PromptData.load(cfg.data, tokenizer, 0).train[:2]
     outcome: dict = {}

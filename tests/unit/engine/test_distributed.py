@@ -109,6 +109,20 @@ def test_separate_roles_get_bundles_of_their_own_sized_by_the_config():
     assert p.roles["reward"].gpus == 0 and p.roles["reference"].gpus == pytest.approx(0.5)
 
 
+def test_a_reward_worker_running_a_reward_model_gets_a_share_of_its_bundles_gpu():
+    cfg = validate_config(
+        {
+            "name": "p",
+            "model": {"path": "m"},
+            "data": {"path": "d.jsonl"},
+            "rewards": [{"type": "reward_model", "path": "rm"}],
+            "placement": {"mode": "separate", "gpus_per_trainer": 1, "gpus_per_rollout_engine": 1},
+        }
+    )
+    p = plan_placement(cfg)
+    assert p.roles["reward"].gpus == p.roles["trainer_0"].gpus == pytest.approx(0.5)
+
+
 def test_a_bundle_with_no_resources_is_refused_naming_the_fields():
     with pytest.raises(PlacementUnavailable, match="cpus_per_trainer"):
         plan(mode="separate", cpus_per_trainer=0)

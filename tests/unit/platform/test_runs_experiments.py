@@ -174,6 +174,17 @@ def test_resume_creates_a_child_run_that_resumes_from_the_checkpoint(api, experi
     assert entrypoint(child, storage / "config.yaml").endswith(f"--resume {folder}")
 
 
+def test_a_run_whose_roles_all_run_in_the_driver_asks_ray_for_the_driver_gpu(experiment):
+    from workers.ray_jobs import entrypoint_gpus
+
+    run = make_run(experiment)
+    assert entrypoint_gpus(run) == 0  # the CPU default
+    run.resolved_config["placement"] = {"gpus_per_trainer": 1}
+    assert entrypoint_gpus(run) == 1  # the hybrid engine: every role on the job's own GPU
+    run.resolved_config["placement"] = {"mode": "separate", "gpus_per_trainer": 1, "gpus_per_rollout_engine": 1}
+    assert entrypoint_gpus(run) == 0  # the actors' placement group holds the GPUs
+
+
 def test_resume_refuses_a_checkpoint_of_another_run_an_unfinished_run_and_a_pruned_folder(api, experiment, storage):
     source = make_run(experiment, RunState.FAILED)
     other = make_run(experiment, RunState.FAILED)
