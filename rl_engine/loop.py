@@ -106,7 +106,7 @@ class Engine:
 
     def peak_memory(self) -> dict[str, float]:
         """Peak resident GiB of each role's process (with its children, e.g. vLLM's engine core)."""
-        from rl_engine.distributed import peak_rss_gb
+        from rl_engine.distributed.process_stats import peak_rss_gb
 
         # With actors, the driver's children are a local Ray's own processes: the driver alone then.
         memory = {"memory/driver_peak_gb": peak_rss_gb(children=self.roles is None)}

@@ -160,7 +160,7 @@ def _cell(page, metric: str, run: Run, column: str) -> str:
 def setup(tmp_path, monkeypatch, settings):
     """A researcher and the registry; runs launch without a Celery worker (they get their events by hand)."""
     settings.STORAGE_ROOT = tmp_path / "storage"
-    monkeypatch.setattr(services, "_dispatch", lambda task_name, run_id: None)
+    monkeypatch.setattr(services.launch, "_dispatch", lambda task_name, run_id: None)
     return a_researcher("ada"), _registry(tmp_path)
 
 

@@ -113,7 +113,7 @@ def experiment(registry, researcher):
 def no_dispatch(monkeypatch) -> list[tuple[str, str]]:
     """Records the Celery tasks services would send (after commit) instead of sending them."""
     sent: list[tuple[str, str]] = []
-    monkeypatch.setattr(services, "_dispatch", lambda name, run_id: sent.append((name, str(run_id))))
+    monkeypatch.setattr(services.launch, "_dispatch", lambda name, run_id: sent.append((name, str(run_id))))
     return sent
 
 

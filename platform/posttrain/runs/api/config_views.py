@@ -37,10 +37,10 @@ def config_from_yaml(text: str) -> dict[str, Any]:
     """The mapping in YAML (or JSON) text, parsed by the engine's strict loader (duplicate keys are
     errors; syntax errors name the line). Not validated: a form config lacks the platform's fields."""
     # The engine's parser is private to rl_engine.config; reusing it keeps its messages identical.
-    from rl_engine.config import ConfigError, _parse_text
+    from rl_engine.config import ConfigError, parse_text
 
     try:
-        data = _parse_text(text)
+        data = parse_text(text)
     except ConfigError as exc:
         raise InvalidInput([{"loc": "yaml", "msg": e["msg"]} for e in exc.errors]) from None
     except RecursionError:

@@ -1,69 +1,28 @@
-"""The run config: one typed schema for a post-training run (DESIGN.md, contract 1).
-
-The browser form (generated from `config_json_schema()`), the REST API validation, YAML
-import/export, the CLI and the engine all read this module, so a config that validates here must
-never fail later for a reason that could have been checked up front.
+"""The run config's typed schema: one pydantic model per section, and `RunConfig` over them.
 
 Every model forbids unknown keys (a typo is an error naming the field, not a silently ignored
 setting) and every field carries a `description`, which the browser form shows as help text.
-Errors surface as `ConfigError`, whose `errors` are `{"loc": "a.b.c", "msg": ...}` dicts ready for
-field-level display in a form or a 400 response.
-
-This module must stay importable without torch, ray, vllm or Django.
+Rules that span sections live in `rules.py`; reading, writing and validating in `yaml_io.py`.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 import re
-import types
-from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union
 from urllib.parse import urlparse
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rl_engine.config.errors import FieldErrors
+from rl_engine.config.rules import GROUP_ESTIMATORS, cross_field_errors
 
 SCHEMA_VERSION = 1
-
-# Estimators whose advantage compares the samples of one prompt with each other.
-GROUP_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"})
-# Estimators with token-level returns, the only ones that can take the KL penalty in the reward.
-TOKEN_RETURN_ESTIMATORS = frozenset({"ppo", "reinforce_pp"})
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9_.\- ]+$")
 # Reward names become metric names (`reward/<name>`), so no spaces or slashes.
 _REWARD_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-# --------------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------------
-
-
-class ConfigError(Exception):
-    """An invalid run config; `errors` lists `{"loc": "a.b.c", "msg": str}` ("" = whole config)."""
-
-    def __init__(self, errors: list[dict[str, str]]):
-        self.errors = [{"loc": str(e.get("loc", "")), "msg": str(e["msg"])} for e in errors]
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        return "\n".join(f"{e['loc']}: {e['msg']}" if e["loc"] else e["msg"] for e in self.errors)
-
-
-class _FieldErrors(ValueError):
-    """Raised by cross-field validators: errors keyed by a field path relative to the model that
-    runs the validator. Pydantic keeps the exception object in the error's ctx, which is how
-    `_convert_validation_error` gets the exact field paths back (a plain ValueError from a model
-    validator would be reported against the whole model)."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,7 +107,7 @@ class DataConfig(_Section):
     @model_validator(mode="after")
     def _one_eval_source(self) -> DataConfig:
         if self.eval_path is not None and self.eval_fraction > 0:
-            raise _FieldErrors([("eval_fraction", "set either eval_path or eval_fraction, not both")])
+            raise FieldErrors([("eval_fraction", "set either eval_path or eval_fraction, not both")])
         return self
 
 
@@ -554,353 +513,7 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_field(self) -> RunConfig:
-        errors = _cross_field_errors(self)
+        errors = cross_field_errors(self)
         if errors:
-            raise _FieldErrors(errors)
+            raise FieldErrors(errors)
         return self
-
-
-def _cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
-    """Rules spanning sections. Each error names the field the user should change."""
-    errors: list[tuple[str, str]] = []
-    alg, ro, tr, be = c.algorithm, c.rollout, c.train, c.backends
-    n = c.samples_per_step
-
-    if not c.rewards and c.environment is None and c.agent is None:
-        errors.append(
-            ("rewards", "at least one reward component is needed (or an environment or agent that gives rewards)")
-        )
-    if c.environment is not None and c.agent is not None:
-        errors.append(("agent", "a run has one executor: an environment or an agent, not both"))
-    seen: set[str] = set()
-    for i, r in enumerate(c.rewards):
-        if r.name == "environment" and (c.environment is not None or c.agent is not None):
-            errors.append((f"rewards.{i}.name", "'environment' is the environment's own component; rename this one"))
-        if r.name in seen:
-            errors.append((f"rewards.{i}.name", f"duplicate reward name {r.name!r}; give each component its own name"))
-        seen.add(r.name)
-
-    if alg.is_group_estimator and ro.samples_per_prompt < 2:
-        errors.append(
-            ("rollout.samples_per_prompt", f"group estimator {alg.name!r} needs more than one sample per prompt")
-        )
-    if alg.dynamic_sampling and ro.samples_per_prompt < 2:
-        errors.append(
-            ("algorithm.dynamic_sampling", "dynamic sampling filters prompt groups; it needs samples_per_prompt > 1")
-        )
-    if alg.kl.placement == "reward" and alg.name not in TOKEN_RETURN_ESTIMATORS:
-        errors.append(
-            (
-                "algorithm.kl.placement",
-                f"KL in the reward needs token-level returns (ppo, reinforce_pp), not {alg.name!r}; use 'loss'",
-            )
-        )
-    if alg.needs_critic and alg.value_coef <= 0:
-        errors.append(("algorithm.value_coef", "ppo trains a critic; value_coef must be > 0"))
-    if alg.overlong.enabled and alg.overlong.buffer_tokens >= ro.max_new_tokens:
-        errors.append(
-            (
-                "algorithm.overlong.buffer_tokens",
-                f"must be smaller than rollout.max_new_tokens ({ro.max_new_tokens}), or every response is penalised",
-            )
-        )
-
-    if tr.mini_batch_size is not None:
-        mb = tr.mini_batch_size
-        if n % mb:
-            errors.append(
-                (
-                    "train.mini_batch_size",
-                    f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})",
-                )
-            )
-        if mb % ro.samples_per_prompt:
-            errors.append(
-                (
-                    "train.mini_batch_size",
-                    f"must be a multiple of rollout.samples_per_prompt ({ro.samples_per_prompt}) so groups stay whole",
-                )
-            )
-        if mb % tr.micro_batch_size:
-            errors.append(("train.micro_batch_size", f"must divide train.mini_batch_size ({mb})"))
-    elif n % tr.micro_batch_size:
-        errors.append(
-            (
-                "train.micro_batch_size",
-                f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})",
-            )
-        )
-
-    if be.zero_stage > 0 and be.training != "deepspeed":
-        errors.append(("backends.zero_stage", "ZeRO stages above 0 need backends.training = 'deepspeed'"))
-    if be.offload and (be.training != "deepspeed" or be.zero_stage == 0):
-        errors.append(("backends.offload", "CPU offload needs backends.training = 'deepspeed' and zero_stage >= 1"))
-    return errors
-
-
-# --------------------------------------------------------------------------------------------
-# Validation, YAML import/export, JSON schema
-# --------------------------------------------------------------------------------------------
-
-
-def validate_config(data: dict[str, Any]) -> RunConfig:
-    """Validate a plain dict (form, API body, parsed YAML) into a RunConfig or raise ConfigError."""
-    if not isinstance(data, dict):
-        raise ConfigError([{"loc": "", "msg": f"a run config must be a mapping, got {type(data).__name__}"}])
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as e:
-        raise _convert_validation_error(e) from None
-
-
-def load_config(path_or_text: str | Path) -> RunConfig:
-    """Load a RunConfig from a YAML/JSON file path (str or Path) or from YAML/JSON text."""
-    text = _read_source(path_or_text)
-    return validate_config(_parse_text(text))
-
-
-def dump_config(cfg: RunConfig, *, exclude_defaults: bool = False) -> str:
-    """YAML text with keys in declaration order; `load_config(dump_config(c)) == c`."""
-    data = cfg.model_dump(mode="json", exclude_defaults=exclude_defaults)
-    if exclude_defaults:
-        # Required fields and the version always stay, so the text is a complete config on its own.
-        data = {"schema_version": cfg.schema_version, "name": cfg.name, **data}
-        data["rewards"] = [{"type": r.type, **d} for r, d in zip(cfg.rewards, data.get("rewards", []), strict=True)]
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
-
-
-def config_json_schema() -> dict[str, Any]:
-    """JSON schema of RunConfig (every field has a description); the browser form is built from it."""
-    return RunConfig.model_json_schema()
-
-
-def _read_source(path_or_text: str | Path) -> str:
-    if isinstance(path_or_text, Path):
-        return _read_file(path_or_text)
-    s = path_or_text
-    if "\n" not in s and s.strip():
-        p = Path(s)
-        try:
-            is_file = p.is_file()
-        except OSError:  # e.g. a name too long to be a path: it is text
-            is_file = False
-        if is_file:
-            return _read_file(p)
-        if p.suffix.lower() in (".yaml", ".yml", ".json") and ": " not in s:
-            raise ConfigError([{"loc": "", "msg": f"config file not found: {s}"}])
-    return s
-
-
-def _read_file(p: Path) -> str:
-    try:
-        return p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError([{"loc": "", "msg": f"cannot read config file {p}: {e.strerror or e}"}]) from None
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    loader.flatten_mapping(node)
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError:
-            continue  # let construct_mapping raise its own error
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
-            )
-        seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _parse_text(text: str) -> Any:
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            pass  # flow-style YAML, or broken JSON: YAML gives the line-numbered error
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise ConfigError([{"loc": "", "msg": _yaml_error_message(e)}]) from None
-    if data is None:
-        raise ConfigError([{"loc": "", "msg": "the config is empty"}])
-    return data
-
-
-def _yaml_error_message(e: yaml.YAMLError) -> str:
-    mark = getattr(e, "problem_mark", None)
-    problem = getattr(e, "problem", None) or str(e)
-    context = getattr(e, "context", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    detail = f"{context}, {problem}" if context and context not in problem else problem
-    return f"YAML syntax error{where}: {detail}"
-
-
-def _convert_validation_error(exc: ValidationError) -> ConfigError:
-    out: list[dict[str, str]] = []
-    for err in exc.errors():
-        raw_loc = tuple(err["loc"])
-        loc = _clean_loc(raw_loc)
-        ctx = err.get("ctx") or {}
-        cause = ctx.get("error")
-        if isinstance(cause, _FieldErrors):
-            prefix = ".".join(str(p) for p in loc)
-            for sub_loc, msg in cause.errors:
-                out.append({"loc": f"{prefix}.{sub_loc}" if prefix else sub_loc, "msg": msg})
-            continue
-        kind = err["type"]
-        msg = err["msg"]
-        if kind == "value_error" and msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        elif kind == "extra_forbidden":
-            msg = _unknown_field_message(raw_loc)
-        elif kind in ("union_tag_invalid", "union_tag_not_found"):
-            loc = (*loc, "type")
-            given = ctx.get("tag")
-            msg = (
-                f"unknown reward type {given!r}; expected one of: {', '.join(REWARD_TYPES)}"
-                if kind == "union_tag_invalid"
-                else f"missing reward type; expected one of: {', '.join(REWARD_TYPES)}"
-            )
-        out.append({"loc": ".".join(str(p) for p in loc), "msg": msg})
-    return ConfigError(out)
-
-
-def _clean_loc(loc: tuple) -> tuple:
-    """Drop the discriminator tag pydantic inserts for tagged unions: rewards.0.regex.pattern →
-    rewards.0.pattern (the form addresses the list item, not the union member)."""
-    if len(loc) >= 3 and loc[0] == "rewards" and isinstance(loc[1], int) and loc[2] in REWARD_TYPES:
-        return (*loc[:2], *loc[3:])
-    return loc
-
-
-def _unknown_field_message(raw_loc: tuple) -> str:
-    field = str(raw_loc[-1])
-    model = _model_at(raw_loc[:-1])
-    if model is None:
-        return f"unknown field {field!r}"
-    allowed = list(model.model_fields)
-    close = difflib.get_close_matches(field, allowed, n=1)
-    if close:
-        return f"unknown field {field!r} (did you mean {close[0]!r}?)"
-    return f"unknown field {field!r}; allowed: {', '.join(allowed)}"
-
-
-def _model_at(loc: tuple) -> type[BaseModel] | None:
-    """The model class a (raw pydantic) loc points into, for typo suggestions."""
-    tp: Any = RunConfig
-    for part in loc:
-        tp = _step(tp, part)
-        if tp is None:
-            return None
-    tp = _unwrap(tp)
-    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
-
-
-def _unwrap(tp: Any) -> Any:
-    while get_origin(tp) is Annotated:
-        tp = get_args(tp)[0]
-    if get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return _unwrap(args[0])
-    return tp
-
-
-def _step(tp: Any, part: Any) -> Any:
-    tp = _unwrap(tp)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        field = tp.model_fields.get(str(part))
-        return field.annotation if field else None
-    origin = get_origin(tp)
-    if origin is list and isinstance(part, int):
-        return get_args(tp)[0]
-    if origin in (Union, types.UnionType):
-        for member in get_args(tp):
-            if (
-                isinstance(member, type)
-                and issubclass(member, _RewardBase)
-                and member.model_fields["type"].default == part
-            ):
-                return member
-    return None
-
-
-__all__ = [
-    "AlgorithmConfig",
-    "BackendConfig",
-    "BoxedMathReward",
-    "CheckpointConfig",
-    "ConfigError",
-    "DataConfig",
-    "ExactMatchReward",
-    "GROUP_ESTIMATORS",
-    "HttpReward",
-    "KLConfig",
-    "LengthPenaltyReward",
-    "LoggingConfig",
-    "ModelConfig",
-    "OverlongConfig",
-    "PlacementConfig",
-    "PythonReward",
-    "REWARD_TYPES",
-    "RegexReward",
-    "RewardModelReward",
-    "RewardSpec",
-    "RolloutConfig",
-    "RunConfig",
-    "SCHEMA_VERSION",
-    "TrainConfig",
-    "config_json_schema",
-    "dump_config",
-    "load_config",
-    "validate_config",
-]
-
-
-# --------------------------------------------------------------------------------------------
-# What this engine build can run
-# --------------------------------------------------------------------------------------------
-
-
-def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
-    """`{"loc", "msg"}` for each option combination `cfg` sets that the engine cannot run ([] = runnable)."""
-    be, pl = cfg.backends, cfg.placement
-    checks = [
-        # Measured: fp16 fails inside DeepSpeed at ZeRO 0 and 3 on CPU (and pure fp16 AdamW gives NaN).
-        (
-            "model.dtype",
-            be.training == "deepspeed" and cfg.model.dtype == "float16",
-            "float16 is not available with the DeepSpeed backend; use 'bfloat16' or 'float32'",
-        ),
-        # Colocated roles take turns on the same resources: there is nothing to overlap generation with.
-        (
-            "backends.async_rollout",
-            be.async_rollout and pl.mode != "separate",
-            "async rollout needs placement.mode 'separate' (colocated roles take turns on the same resources)",
-        ),
-        (
-            "backends.async_rollout",
-            be.async_rollout and (cfg.environment is not None or cfg.agent is not None),
-            "async rollout runs single-turn generation only; environments and agents run synchronously",
-        ),
-    ]
-    return [{"loc": loc, "msg": msg} for loc, refused, msg in checks if refused]
-
-
-def check_runnable(cfg: RunConfig) -> None:
-    """Raises ConfigError naming every option combination the engine cannot run."""
-    errors = unsupported_errors(cfg)
-    if errors:
-        raise ConfigError(errors)

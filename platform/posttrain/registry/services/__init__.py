@@ -1,0 +1,35 @@
+"""Writes of the registry, one module per asset: `model_assets.py`, `datasets.py`, `rewards.py`, and
+`reward_try.py` (trying a reward out); `common.py` holds what they share (names, deletes, storage).
+
+Every problem with the input raises Django's ValidationError keyed by the input field
+(`{"path": ["no config.json in /x"]}`), deleting an asset an experiment uses raises AssetInUse;
+the API turns them into 400 and 409.
+"""
+
+from posttrain.registry.services.common import AssetInUse
+from posttrain.registry.services.datasets import dataset_delete, dataset_register_path, dataset_update, dataset_upload
+from posttrain.registry.services.model_assets import (
+    model_delete,
+    model_register,
+    model_register_checkpoint,
+    model_update,
+)
+from posttrain.registry.services.reward_try import MAX_TRY_SAMPLES, reward_try
+from posttrain.registry.services.rewards import reward_create, reward_delete, reward_update
+
+__all__ = [
+    "MAX_TRY_SAMPLES",
+    "AssetInUse",
+    "dataset_delete",
+    "dataset_register_path",
+    "dataset_update",
+    "dataset_upload",
+    "model_delete",
+    "model_register",
+    "model_register_checkpoint",
+    "model_update",
+    "reward_create",
+    "reward_delete",
+    "reward_try",
+    "reward_update",
+]

@@ -1,0 +1,196 @@
+"""Datasets: uploaded or registered prompt files, stored once per content hash and inspected on the way in."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.uploadedfile import UploadedFile
+from django.db import IntegrityError, transaction
+
+from posttrain.registry.dataset_files import DatasetError, detect_format, inspect_dataset
+from posttrain.registry.models import Dataset
+from posttrain.registry.services.common import (
+    CHUNK_BYTES,
+    NAME_MAX_CHARS,
+    clean_name,
+    delete_unless_in_use,
+    invalid,
+    remove_tree_after_commit,
+    same_folder,
+    storage_path,
+    update_name_and_description,
+    user_or_none,
+)
+
+
+def dataset_upload(
+    name: str,
+    uploaded_file: UploadedFile,
+    format: str | None = None,  # noqa: A002 - the API's and the engine's name for it
+    prompt_field: str = "prompt",
+    label_field: str | None = "label",
+    *,
+    description: str = "",
+    user: AbstractBaseUser | None = None,
+) -> tuple[Dataset, bool]:
+    """Validate and store an uploaded file; returns (dataset, created). The same content uploaded
+    again returns the existing dataset (created False) instead of a duplicate."""
+    if uploaded_file is None:
+        raise invalid("file", "no file was uploaded (send it as multipart field 'file', or give a server-side path)")
+    fmt = _dataset_format(uploaded_file.name, format)
+    prompt_field, label_field = _dataset_fields(prompt_field, label_field)
+    limit = settings.DATASET_MAX_BYTES
+    if uploaded_file.size is not None and uploaded_file.size > limit:
+        raise invalid("file", _too_big(uploaded_file.size, limit))
+    staged = _stage(uploaded_file.chunks(CHUNK_BYTES), limit, "file")
+    name = clean_name(name or Path(uploaded_file.name or "").stem[:NAME_MAX_CHARS])
+    return _dataset_store(name, description, staged, fmt, prompt_field, label_field, user, file_field="file")
+
+
+def dataset_register_path(
+    name: str,
+    path: str,
+    format: str | None = None,  # noqa: A002
+    prompt_field: str = "prompt",
+    label_field: str | None = "label",
+    *,
+    description: str = "",
+    user: AbstractBaseUser | None = None,
+) -> tuple[Dataset, bool]:
+    """Register a file already on the server: validated and copied into the content-addressed
+    store like an upload, so later edits of the original cannot change a dataset runs used."""
+    source = Path(path or "")
+    if not str(path or "").strip():
+        raise invalid("path", "is required")
+    if not source.is_absolute():
+        raise invalid("path", f"must be an absolute path on the server, got {path!r}")
+    if not source.exists():
+        raise invalid("path", f"{source} does not exist")
+    if not source.is_file():
+        raise invalid("path", f"{source} is not a file (give the .jsonl, .csv or .parquet file itself)")
+    fmt = _dataset_format(source.name, format)
+    prompt_field, label_field = _dataset_fields(prompt_field, label_field)
+    limit = settings.DATASET_MAX_BYTES
+    size = source.stat().st_size
+    if size > limit:
+        raise invalid("path", _too_big(size, limit))
+    try:
+        with source.open("rb") as f:
+            staged = _stage(iter(lambda: f.read(CHUNK_BYTES), b""), limit, "path")
+    except OSError as exc:
+        raise invalid("path", f"cannot read {source}: {exc.strerror or exc}") from None
+    name = clean_name(name or source.stem[:NAME_MAX_CHARS])
+    return _dataset_store(name, description, staged, fmt, prompt_field, label_field, user, file_field="path")
+
+
+def _dataset_format(filename: str | None, given: str | None) -> str:
+    try:
+        return detect_format(filename or "", given)
+    except DatasetError as exc:
+        raise invalid(exc.field, exc.message) from None
+
+
+def _dataset_fields(prompt_field: str | None, label_field: str | None) -> tuple[str, str]:
+    prompt_field = (prompt_field or "").strip()
+    if not prompt_field:
+        raise invalid("prompt_field", "is required: the field (column) that holds the prompt text")
+    return prompt_field, (label_field or "").strip()
+
+
+def _too_big(size: int | None, limit: int) -> str:
+    what = f"the file is {_mib(size)}, over" if size is not None else "the file is over"
+    return f"{what} the size limit of {_mib(limit)} (DATASET_MAX_BYTES = {limit} bytes)"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def _stage(chunks: Iterable[bytes], limit: int, field: str) -> tuple[Path, str, int]:
+    """Stream the content into a temporary file next to the store, hashing it on the way."""
+    incoming = storage_path("datasets", ".incoming")
+    incoming.mkdir(parents=True, exist_ok=True)
+    tmp = incoming / f"{uuid.uuid4().hex}.part"
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with tmp.open("wb") as out:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > limit:
+                    raise invalid(field, _too_big(None, limit))
+                digest.update(chunk)
+                out.write(chunk)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp, digest.hexdigest(), size
+
+
+def _dataset_store(
+    name: str,
+    description: str,
+    staged: tuple[Path, str, int],
+    fmt: str,
+    prompt_field: str,
+    label_field: str,
+    user: AbstractBaseUser | None,
+    *,
+    file_field: str,
+) -> tuple[Dataset, bool]:
+    tmp, sha256, size = staged
+    try:
+        existing = Dataset.objects.filter(sha256=sha256).first()
+        if existing is not None:
+            return existing, False
+        try:
+            summary = inspect_dataset(tmp, fmt, prompt_field, label_field)
+        except DatasetError as exc:
+            raise invalid(file_field if exc.field == "file" else exc.field, exc.message) from None
+        final = storage_path("datasets", sha256) / f"data.{fmt}"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, final)  # same file system: atomic, readers never see half a file
+        try:
+            with transaction.atomic():
+                dataset = Dataset.objects.create(
+                    name=name,
+                    description=description,
+                    sha256=sha256,
+                    format=fmt,
+                    path=str(final),
+                    size_bytes=size,
+                    row_count=summary.row_count,
+                    prompt_field=prompt_field,
+                    label_field=label_field,
+                    columns=summary.columns,
+                    splits=summary.splits,
+                    preview=summary.preview,
+                    created_by=user_or_none(user),
+                )
+        except IntegrityError:  # the same content stored by a concurrent request
+            existing = Dataset.objects.filter(sha256=sha256).first()
+            if existing is None:
+                raise
+            return existing, False
+        return dataset, True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def dataset_update(dataset: Dataset, *, name: str | None = None, description: str | None = None) -> Dataset:
+    # Dataset names need not be unique: the content hash identifies a dataset.
+    return update_name_and_description(dataset, "dataset", name, description, unique_name=False)
+
+
+def dataset_delete(dataset: Dataset) -> None:
+    """Delete the entry and its stored file (content-addressed: no other dataset shares it)."""
+    folder = Path(dataset.path).parent
+    delete_unless_in_use(dataset, "dataset")
+    if same_folder(folder.parent, storage_path("datasets")):
+        remove_tree_after_commit(folder)

@@ -1,0 +1,139 @@
+"""Models: a Hugging Face folder on the server, or a run's checkpoint copied into the storage root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from posttrain.registry.model_files import ModelFolderError, ModelFolderInfo, inspect_model_folder
+from posttrain.registry.models import ModelAsset
+from posttrain.registry.reward_specs import component_name
+from posttrain.registry.services.common import (
+    check_unique_name,
+    clean_name,
+    create_named,
+    delete_unless_in_use,
+    invalid,
+    remove_tree_after_commit,
+    same_folder,
+    storage_path,
+    update_name_and_description,
+    user_or_none,
+)
+
+# The engine's checkpoint folders hold the HF model plus this file (optimizer, RNG, data
+# position): a registered model needs only the former. Named here, not imported, because
+# rl_engine.checkpoint imports torch.
+ENGINE_STATE_FILE = "engine_state.pt"
+
+
+def _inspect_model(path: str | Path, field: str) -> ModelFolderInfo:
+    try:
+        return inspect_model_folder(path)
+    except ModelFolderError as exc:
+        raise invalid(field, str(exc)) from None
+
+
+def model_register(name: str, path: str, *, description: str = "", user: AbstractBaseUser | None = None) -> ModelAsset:
+    """Register a local Hugging Face model folder (used in place: weights are not copied)."""
+    name = clean_name(name)
+    check_unique_name(ModelAsset, name, "model")
+    return _create_model(name, description, ModelAsset.Source.FOLDER, _inspect_model(path, "path"), user)
+
+
+def _create_model(
+    name: str, description: str, source: str, info: ModelFolderInfo, user: AbstractBaseUser | None, **lineage: Any
+) -> ModelAsset:
+    return create_named(
+        ModelAsset,
+        "model",
+        name=name,
+        description=description,
+        source=source,
+        path=str(info.path),
+        architecture=info.architecture,
+        parameter_count=info.parameter_count,
+        hf_config=info.hf_config,
+        created_by=user_or_none(user),
+        **lineage,
+    )
+
+
+def model_register_checkpoint(
+    run: Any,
+    step: int,
+    path: str | Path,
+    name: str | None = None,
+    *,
+    description: str = "",
+    user: AbstractBaseUser | None = None,
+) -> ModelAsset:
+    """Register a run's checkpoint as a model, keeping its lineage (source_run, source_step).
+
+    The HF files are hard-linked (copied across file systems) into `<storage>/models/<name>/`:
+    the engine rotates old checkpoints away (`keep_last`), and a registered model must outlive
+    that. Hard links cost no space and no time on the same file system.
+    """
+    name = clean_name(name or f"{run.name or run.pk}-step-{step}")
+    check_unique_name(ModelAsset, name, "model")
+    source = _inspect_model(path, "path")
+    target = _copy_checkpoint(source.path, name)
+    try:
+        return _create_model(
+            name,
+            description,
+            ModelAsset.Source.CHECKPOINT,
+            _inspect_model(target, "path"),
+            user,
+            source_run=run,
+            source_step=step,
+        )
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _copy_checkpoint(source: Path, name: str) -> Path:
+    root = storage_path("models")
+    root.mkdir(parents=True, exist_ok=True)
+    slug = component_name(name, "model")
+    target = root / slug
+    if target.exists():  # a name used before (the model was deleted, or renamed since)
+        target = root / f"{slug}-{uuid.uuid4().hex[:8]}"
+    partial = root / f".{target.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        shutil.copytree(
+            source, partial, copy_function=_link_or_copy, ignore=shutil.ignore_patterns(ENGINE_STATE_FILE, "*.partial")
+        )
+        partial.rename(target)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise invalid("path", f"cannot copy the checkpoint {source} into {root}: {exc.strerror or exc}") from None
+    return target
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def model_update(model: ModelAsset, *, name: str | None = None, description: str | None = None) -> ModelAsset:
+    return update_name_and_description(model, "model", name, description)
+
+
+def model_delete(model: ModelAsset) -> None:
+    """Delete the registry entry; a checkpoint copy we made is removed too, a user's folder never."""
+    own_copy = model.source == ModelAsset.Source.CHECKPOINT and same_folder(
+        Path(model.path).parent, storage_path("models")
+    )
+    delete_unless_in_use(model, "model")
+    if own_copy:
+        remove_tree_after_commit(Path(model.path))

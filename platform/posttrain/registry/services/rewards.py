@@ -1,0 +1,144 @@
+"""Reward functions: a spec validated by the engine's schema; a python reward's code stored by content
+hash after its import was checked in the engine's sandbox."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+
+from posttrain.registry.model_files import ModelFolderError, inspect_model_folder
+from posttrain.registry.models import ModelAsset, RewardFunction
+from posttrain.registry.reward_specs import RewardSpecError, component_name, validate_reward_spec
+from posttrain.registry.services.common import (
+    check_unique_name,
+    clean_name,
+    create_named,
+    delete_unless_in_use,
+    invalid,
+    storage_path,
+    update_name_and_description,
+    user_or_none,
+)
+from rl_engine.rewards import check_reward_file
+
+
+def reward_create(
+    name: str,
+    kind: str,
+    spec: dict[str, Any] | None,
+    source: str = "",
+    *,
+    description: str = "",
+    user: AbstractBaseUser | None = None,
+) -> RewardFunction:
+    """Register a reward component. `spec` is validated with the engine's RewardSpec schema; a
+    python reward's `source` is stored under `<storage>/rewards/<sha256>.py` (spec.path points at
+    it) after importing it in the engine's sandbox (never in this process)."""
+    name = clean_name(name)
+    check_unique_name(RewardFunction, name, "reward")
+    spec = {} if spec is None else spec
+    source = source or ""
+    staged_source: Path | None = None
+    if kind == RewardFunction.Kind.PYTHON:
+        if isinstance(spec, dict):  # else validation below names the problem
+            spec, source = _python_spec(spec, source)
+    elif source:
+        raise invalid("source", f"only python rewards take source code, not kind {kind!r}")
+    try:
+        normalized = validate_reward_spec(kind, spec, default_name=component_name(name, kind))
+    except RewardSpecError as exc:
+        raise ValidationError(exc.errors) from None
+    if kind == RewardFunction.Kind.REWARD_MODEL:
+        normalized["path"] = _reward_model_path(normalized["path"])
+    if kind == RewardFunction.Kind.PYTHON:
+        staged_source = _check_python_source(source, normalized)
+    try:
+        reward = create_named(
+            RewardFunction,
+            "reward",
+            name=name,
+            description=description,
+            kind=kind,
+            spec=normalized,
+            source=source,
+            created_by=user_or_none(user),
+        )
+    except BaseException:
+        if staged_source is not None:
+            staged_source.unlink(missing_ok=True)
+        raise
+    if staged_source is not None:
+        os.replace(staged_source, normalized["path"])  # same content if it already exists
+    return reward
+
+
+def _python_spec(spec: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
+    """The spec with path set to where the source will be stored, and the source text."""
+    spec = dict(spec)
+    given_path = spec.pop("path", None)
+    if source and given_path:
+        raise invalid("spec.path", "leave it out when sending source: the registry stores the code and sets the path")
+    if not source and given_path:
+        # A file on the server: its text is stored like sent source, so later edits of the
+        # original cannot change what runs using this reward execute.
+        file = Path(str(given_path))
+        if not file.is_file():
+            raise invalid("spec.path", f"{file} does not exist (or send the code as source)")
+        try:
+            source = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise invalid("spec.path", f"cannot read {file} as UTF-8 text: {exc}") from None
+    if not source.strip():
+        raise invalid(
+            "source", "is required for a python reward: code defining reward_func (OpenRLHF) or compute_score (verl)"
+        )
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    spec["path"] = str(storage_path("rewards", f"{digest}.py"))
+    return spec, source
+
+
+def _check_python_source(source: str, spec: dict[str, Any]) -> Path:
+    """Write the code to a temporary file and import it in the engine's sandbox child; returns
+    the file, to be moved to spec.path once the reward row exists."""
+    final = Path(spec["path"])
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staged = final.with_name(f".{uuid.uuid4().hex}.py")
+    staged.write_text(source, encoding="utf-8")
+    try:
+        problems = check_reward_file(
+            staged, function=spec["function"], timeout_s=spec["timeout_s"], memory_mb=spec["memory_mb"]
+        )
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    if problems:
+        staged.unlink(missing_ok=True)
+        raise invalid("source", problems)
+    return staged
+
+
+def _reward_model_path(path: str) -> str:
+    """A registered model's name or a HF folder on the server, as the folder's absolute path."""
+    registered = ModelAsset.objects.filter(name=path).first()
+    folder = registered.path if registered is not None else path
+    try:
+        return str(inspect_model_folder(folder).path)
+    except ModelFolderError as exc:
+        raise invalid("spec.path", f"{exc} (give a registered model's name or a Hugging Face model folder)") from None
+
+
+def reward_update(reward: RewardFunction, *, name: str | None = None, description: str | None = None) -> RewardFunction:
+    """Rename or redescribe; the component name in spec (the metric name) stays, so curves of
+    earlier runs keep matching."""
+    return update_name_and_description(reward, "reward", name, description)
+
+
+def reward_delete(reward: RewardFunction) -> None:
+    # The stored source file stays: another reward may hold the same code (same sha256).
+    delete_unless_in_use(reward, "reward")

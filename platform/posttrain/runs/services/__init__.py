@@ -1,0 +1,46 @@
+"""Writes of the runs app, one module per concept:
+
+- `experiments.py`: experiments, their config completed from the registry and validated by the engine;
+- `state_machine.py`: `run_transition`, the only place a run changes state (compare-and-set);
+- `launch.py`: launch, clone, resume, edit and cancel (web side; tasks dispatched after commit);
+- `ingestion.py`: the engine's events stored exactly once, published on the live channel;
+- `jobs.py`: submit, stop and reconcile Ray jobs (Celery worker side; the web never imports ray).
+"""
+
+from posttrain.runs.services.experiments import (
+    PLATFORM_FIELDS,
+    CheckedExperiment,
+    build_engine_config,
+    experiment_check,
+    experiment_create,
+    experiment_engine_config,
+)
+from posttrain.runs.services.ingestion import IngestResult, events_ingest
+from posttrain.runs.services.jobs import JobsClient, run_reconcile, run_stop, run_submit, runs_reconcile
+from posttrain.runs.services.launch import run_cancel, run_clone, run_dir_for, run_launch, run_resume, run_update
+from posttrain.runs.services.state_machine import ACTIVE_STATES, ALLOWED_TRANSITIONS, run_transition
+
+__all__ = [
+    "ACTIVE_STATES",
+    "ALLOWED_TRANSITIONS",
+    "PLATFORM_FIELDS",
+    "CheckedExperiment",
+    "IngestResult",
+    "JobsClient",
+    "build_engine_config",
+    "events_ingest",
+    "experiment_check",
+    "experiment_create",
+    "experiment_engine_config",
+    "run_cancel",
+    "run_clone",
+    "run_dir_for",
+    "run_launch",
+    "run_reconcile",
+    "run_resume",
+    "run_stop",
+    "run_submit",
+    "run_transition",
+    "run_update",
+    "runs_reconcile",
+]

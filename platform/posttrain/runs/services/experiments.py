@@ -1,0 +1,208 @@
+"""Experiments: a config completed from the registry (model, dataset, rewards) that passes the
+engine's own validation, so a run of it never fails for a reason that could be checked up front."""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
+from posttrain.runs.errors import InvalidInput
+from posttrain.runs.models import (
+    Experiment,
+    ExperimentReward,
+)
+from posttrain.runs.services.run_fields import clean_seed
+
+# Set by the platform, never by the experiment's config (they come from the registry or the launch).
+_PLATFORM_FIELDS = {
+    "model.path": "comes from the experiment's registry model",
+    "data.path": "comes from the experiment's registry dataset",
+    "data.format": "comes from the experiment's registry dataset",
+    "data.prompt_field": "comes from the experiment's registry dataset",
+    "data.label_field": "comes from the experiment's registry dataset",
+    "rewards": "comes from the experiment's rewards (registry reward functions with weights)",
+    "logging.run_dir": "is set per run by the platform (<storage>/runs/<run id>)",
+}
+PLATFORM_FIELDS: tuple[str, ...] = tuple(_PLATFORM_FIELDS)  # the launch form leaves these out
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\- ]+")
+_REWARD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def _run_config_name(name: str) -> str:
+    """The engine's run name from an experiment name (letters, digits, spaces and - _ . only)."""
+    cleaned = _NAME_CHARS.sub("-", name).strip(" -")[:100]
+    return cleaned or "experiment"
+
+
+def _reward_name(reward: RewardFunction) -> str:
+    return _REWARD_NAME_CHARS.sub("_", reward.name).strip("_")[:100] or reward.kind
+
+
+def build_engine_config(
+    config: dict[str, Any],
+    model: ModelAsset,
+    dataset: Dataset,
+    rewards: Sequence[tuple[RewardFunction, float]],
+    *,
+    name: str,
+) -> dict[str, Any]:
+    """The full engine config: the experiment's config plus model, data and rewards from the registry."""
+    full = copy.deepcopy(config)
+    full.setdefault("name", _run_config_name(name))
+    for section in ("model", "data"):
+        if section in full and not isinstance(full[section], dict):
+            raise InvalidInput.one(section, f"must be an object, got {type(full[section]).__name__}")
+    full["model"] = {**full.get("model", {}), "path": model.path}
+    full["data"] = {
+        **full.get("data", {}),
+        "path": dataset.path,
+        "format": dataset.format,
+        "prompt_field": dataset.prompt_field,
+        "label_field": dataset.label_field or None,
+    }
+    specs = []
+    for reward, weight in rewards:
+        spec = dict(reward.spec) if isinstance(reward.spec, dict) else {}
+        spec.setdefault("name", _reward_name(reward))  # metrics read reward/<registry name>
+        spec["weight"] = weight
+        specs.append(spec)
+    full["rewards"] = specs
+    return full
+
+
+def validated_engine_config(full: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own validation (rl_engine.config): ConfigError becomes a 400 naming each `loc`."""
+    from rl_engine.config import ConfigError, check_runnable, validate_config
+
+    try:
+        config = validate_config(full)
+        check_runnable(config)  # refused at launch, not as a failed run later
+    except ConfigError as exc:
+        raise InvalidInput(exc.errors) from None
+    return config.model_dump(mode="json")
+
+
+def _nul_at(value: Any, loc: str = "") -> str | None:
+    """Where a NUL character hides in a JSON value (Postgres jsonb cannot store one), or None."""
+    if isinstance(value, str):
+        return loc if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{loc}.{key}" if loc else str(key)
+            if "\x00" in str(key):
+                return here
+            found = _nul_at(item, here)
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _nul_at(item, f"{loc}.{i}" if loc else str(i))
+            if found is not None:
+                return found
+    return None
+
+
+def _check_platform_fields(config: dict[str, Any]) -> None:
+    errors = []
+    for dotted, why in _PLATFORM_FIELDS.items():
+        section, _, key = dotted.partition(".")
+        if not key:
+            present = section in config
+        else:
+            present = isinstance(config.get(section), dict) and key in config[section]
+        if present:
+            errors.append({"loc": dotted, "msg": f"{why}; leave it out of the config"})
+    if errors:
+        raise InvalidInput(errors)
+
+
+def _check_rewards(rewards: Sequence[tuple[RewardFunction, float]]) -> list[tuple[RewardFunction, float]]:
+    if not rewards:
+        raise InvalidInput.one("rewards", "at least one reward function is required")
+    errors, seen = [], set()
+    for i, (reward, weight) in enumerate(rewards):
+        if reward.pk in seen:
+            errors.append({"loc": f"rewards[{i}].reward", "msg": f"reward {reward.name!r} is listed twice"})
+        seen.add(reward.pk)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            errors.append({"loc": f"rewards[{i}].weight", "msg": "must be a finite number"})
+    if errors:
+        raise InvalidInput(errors)
+    return [(reward, float(weight)) for reward, weight in rewards]
+
+
+@dataclass(frozen=True)
+class CheckedExperiment:
+    rewards: list[tuple[RewardFunction, float]]
+    # Validated, defaults filled in: what a run of the experiment gets, before its seed and run_dir.
+    engine_config: dict[str, Any]
+
+
+def experiment_check(
+    *,
+    name: str,
+    model: ModelAsset,
+    dataset: Dataset,
+    rewards: Sequence[tuple[RewardFunction, float]],
+    config: dict[str, Any],
+) -> CheckedExperiment:
+    """Every check `experiment_create` makes, writing nothing: the launch form validates with it as
+    the researcher types, so the form and the create can never disagree."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput.one("name", "required")
+    if len(name) > 200:
+        raise InvalidInput.one("name", "at most 200 characters")
+    if not isinstance(config, dict):
+        raise InvalidInput.one("config", f"must be an object (the engine run config), got {type(config).__name__}")
+    nul = _nul_at(config)
+    if nul is not None:
+        raise InvalidInput.one(nul or "config", "contains a NUL character")
+    rewards = _check_rewards(rewards)
+    _check_platform_fields(config)
+    if "seed" in config:  # the launch defaults to it, so a seed the launch refuses is refused here already
+        clean_seed(config["seed"], 0)
+    return CheckedExperiment(
+        rewards, validated_engine_config(build_engine_config(config, model, dataset, rewards, name=name))
+    )
+
+
+def experiment_create(
+    *,
+    name: str,
+    model: ModelAsset,
+    dataset: Dataset,
+    rewards: Sequence[tuple[RewardFunction, float]],
+    config: dict[str, Any],
+    user=None,
+    description: str = "",
+) -> Experiment:
+    """An experiment whose config, completed from the registry, passes the engine's validation.
+
+    `config` is stored as given (without model.path, data.* of the dataset, rewards, logging.run_dir)."""
+    rewards = experiment_check(name=name, model=model, dataset=dataset, rewards=rewards, config=config).rewards
+    with transaction.atomic():
+        experiment = Experiment.objects.create(
+            name=name.strip(),
+            description=description or "",
+            model=model,
+            dataset=dataset,
+            config=config,
+            created_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        ExperimentReward.objects.bulk_create(
+            ExperimentReward(experiment=experiment, reward=reward, weight=weight, position=i)
+            for i, (reward, weight) in enumerate(rewards)
+        )
+    return experiment
+
+
+def experiment_engine_config(experiment: Experiment) -> dict[str, Any]:
+    rewards = [(link.reward, link.weight) for link in experiment.experimentreward_set.select_related("reward")]
+    return build_engine_config(experiment.config, experiment.model, experiment.dataset, rewards, name=experiment.name)

@@ -1,0 +1,152 @@
+"""Event ingestion: a validated batch from a run's engine stored exactly once (seq order, no gaps),
+metrics appended to the column store, the engine's status events applied to the state machine, and
+the batch published on the live channel after commit."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from posttrain.runs import live, series
+from posttrain.runs.errors import SeqConflict
+from posttrain.runs.event_schema import finite_or_none
+from posttrain.runs.models import (
+    Checkpoint,
+    MetricRow,
+    Run,
+    RunLog,
+    Sample,
+)
+from posttrain.runs.services.state_machine import S, run_transition
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    acknowledged_seq: int
+    stored: int
+
+
+def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touch: bool = True) -> IngestResult:
+    """Store a validated batch (see event_schema.parse_batch) exactly once.
+
+    Events arrive contiguously: under the run's row lock, events with seq <= last_seq are already
+    stored and dropped (this is what makes a retried batch harmless); the rest must continue at
+    last_seq + 1 without gaps, else SeqConflict (409 with `expected_seq`) and nothing is stored."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        new = [e for e in events if e["seq"] > run.last_seq]
+        expected = run.last_seq + 1
+        for offset, event in enumerate(new):
+            if event["seq"] != expected + offset:
+                raise SeqConflict(
+                    expected,
+                    f"events must continue at seq {expected} without gaps; got seq {event['seq']} "
+                    f"where {expected + offset} was expected",
+                )
+        update: dict[str, Any] = {"last_event_at": now} if touch else {}
+        if new:
+            summary = _store_events(run, new)
+            if summary is not run.summary:
+                update["summary"] = summary
+            steps = [e["step"] for e in new if e.get("step") is not None]
+            update["last_seq"] = new[-1]["seq"]
+            if steps:
+                update["last_step"] = max(steps + ([run.last_step] if run.last_step is not None else []))
+        if update:
+            Run.objects.filter(pk=run.pk).update(**update)
+        for event in new:
+            if event["type"] == "status":
+                _apply_engine_status(run.pk, event["data"])
+        if new:
+            transaction.on_commit(lambda: live.publish(run.pk, new))
+        return IngestResult(acknowledged_seq=update.get("last_seq", run.last_seq), stored=len(new))
+
+
+def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Insert the events' rows; returns the run summary with the batch's metrics (the same object
+    when the batch has none)."""
+    metrics, metric_events, samples, checkpoints, logs = [], [], [], [], []
+    for e in events:
+        kind, data, step = e["type"], e["data"], e.get("step")
+        if kind == "metrics":
+            metrics.append(MetricRow(run=run, seq=e["seq"], step=step, time=e["time"], values=data))
+            metric_events.append(e)
+        elif kind == "samples":
+            samples.extend(_sample_row(run, e["seq"], step, record) for record in data["samples"])
+        elif kind == "checkpoint":
+            checkpoints.append(Checkpoint(run=run, seq=e["seq"], step=step, path=data["path"]))
+        elif kind == "log":
+            logs.append(
+                RunLog(
+                    run=run,
+                    seq=e["seq"],
+                    step=step,
+                    time=e["time"],
+                    level=data.get("level", "info"),
+                    message=data["message"],
+                )
+            )
+    MetricRow.objects.bulk_create(metrics, batch_size=1000)
+    summary = series.append_metrics(run.pk, run.summary, metric_events)  # the column store the charts read
+    # (run, step, index) and (run, step) are unique: a step recorded twice (an engine re-running a
+    # step into the same run) keeps its first rows rather than refusing the whole batch.
+    Sample.objects.bulk_create(samples, batch_size=1000, ignore_conflicts=True)
+    Checkpoint.objects.bulk_create(checkpoints, ignore_conflicts=True)
+    RunLog.objects.bulk_create(logs, batch_size=1000)
+    return summary
+
+
+def _sample_row(run: Run, seq: int, step: int, r: dict[str, Any]) -> Sample:
+    label = r.get("label")
+    return Sample(
+        run=run,
+        seq=seq,
+        step=step,
+        index=r["index"],
+        group=r.get("group", 0),
+        prompt=r["prompt"],
+        response=r["response"],
+        label=None if label is None else str(label),
+        reward=finite_or_none(r.get("reward")),
+        components=r.get("components") or {},
+        advantage=finite_or_none(r.get("advantage")),
+        length=r["length"],
+        finish_reason=r["finish_reason"][:20],
+        errors=r.get("errors") or [],
+        kept=r.get("kept", True),
+        turns=[
+            {"role": t["role"], "text": t["text"], "reward": finite_or_none(t.get("reward"))}
+            for t in r.get("turns") or []
+        ],
+        env={k: finite_or_none(v) for k, v in (r.get("env") or {}).items()},
+    )
+
+
+def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
+    """The engine's own status events drive running and the terminal states it knows about."""
+    state, reason = data["state"], data.get("reason") or ""
+    if state == "running":
+        resumed = data.get("resumed_from")
+        run_transition(
+            run_id,
+            [S.QUEUED, S.STARTING],
+            S.RUNNING,
+            f"engine started (resuming from {resumed})" if resumed else "engine started",
+        )
+    elif state == "succeeded":
+        run_transition(
+            run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.CANCELLING], S.SUCCEEDED, reason or "engine finished every step"
+        )
+    elif state == "failed":
+        if not run_transition(
+            run_id, [S.QUEUED, S.STARTING, S.RUNNING], S.FAILED, reason or "engine reported a failure"
+        ):
+            # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
+            run_transition(
+                run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled"
+            )

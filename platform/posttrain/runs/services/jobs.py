@@ -1,0 +1,203 @@
+"""The Celery worker's side: submit, stop and reconcile each run's Ray job.
+
+These functions take the Ray Jobs client as `jobs` (default: `workers.ray_jobs`, imported lazily,
+so the web process never imports ray). A run whose job ended is settled from Ray's answer and any
+events left in its run folder; a running run whose engine went silent is failed as lost."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Protocol
+
+from django.conf import settings
+from django.utils import timezone
+
+from posttrain.runs.errors import InvalidInput, JobsUnavailable, SeqConflict
+from posttrain.runs.models import (
+    Run,
+)
+from posttrain.runs.services.ingestion import events_ingest
+from posttrain.runs.services.state_machine import ACTIVE_STATES, S, run_transition
+
+logger = logging.getLogger(__name__)
+
+
+class JobsClient(Protocol):
+    """What the worker needs of Ray's Jobs API (workers/ray_jobs.py; tests pass a fake)."""
+
+    def submit(self, run: Run) -> str: ...
+    def stop(self, run: Run) -> bool: ...
+    def status(self, run: Run) -> str | None: ...  # PENDING RUNNING STOPPED SUCCEEDED FAILED, None = no job
+    def logs(self, run: Run) -> str: ...
+
+
+JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+
+
+def _default_jobs() -> JobsClient:
+    from workers import ray_jobs
+
+    return ray_jobs
+
+
+def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None) -> None:
+    """queued → starting once the Ray job is submitted (submission id = run id, so a retried task
+    cannot start the run twice); a submit that fails ends the run `failed` with the reason."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or run.state != S.QUEUED:
+        return  # gone, cancelled before it started, or already submitted by an earlier delivery
+    jobs = jobs or _default_jobs()
+    try:
+        jobs.submit(run)
+    except JobsUnavailable as exc:
+        waited = (timezone.now() - run.state_changed_at).total_seconds()
+        if waited < settings.RUN_SUBMIT_TIMEOUT_S:
+            logger.info("Ray cannot take run %s yet (%s); the submit will be retried", run.pk, exc)
+            raise  # the task retries with backoff; the reconcile resubmits runs left queued
+        run_transition(run.pk, [S.QUEUED], S.FAILED, f"Ray did not accept the job within {int(waited)} s: {exc}")
+        return
+    except Exception as exc:
+        logger.warning("submitting run %s failed", run.pk, exc_info=True)
+        run_transition(run.pk, [S.QUEUED], S.FAILED, f"submitting the Ray job failed: {type(exc).__name__}: {exc}")
+        return
+    if not run_transition(run.pk, [S.QUEUED], S.STARTING, "Ray job submitted"):
+        run.refresh_from_db()
+        if run.state in (S.CANCELLING, S.CANCELLED):  # cancelled while we were submitting
+            jobs.stop(run)
+            run_reconcile(run, jobs=jobs)
+
+
+def run_stop(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None, wait_s: float = 20.0) -> None:
+    """The worker side of a cancel: stop the Ray job, wait (bounded) until Ray says it ended, then
+    settle the run. If Ray is slow, the periodic reconcile finishes the job later."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or run.state != S.CANCELLING:
+        return
+    jobs = jobs or _default_jobs()
+    jobs.stop(run)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        status = jobs.status(run)
+        if status is None or status in JOB_TERMINAL:
+            break
+        time.sleep(0.5)
+    run_reconcile(run, jobs=jobs)
+
+
+def _log_tail(text: str, max_lines: int = 30, max_chars: int = 3000) -> str:
+    tail = "\n".join(text.strip().splitlines()[-max_lines:])
+    return tail[-max_chars:]
+
+
+def _recover_from_run_folder(run: Run) -> int:
+    """After the job ended: store any events of the run folder's events.jsonl the platform never got
+    (the engine could not deliver them before it exited). Needs the storage shared with the cluster;
+    otherwise there is nothing to read and nothing happens."""
+    from rl_engine.events import EVENTS_FILE, read_events
+
+    run_dir = (run.resolved_config or {}).get("logging", {}).get("run_dir")
+    if not run_dir:
+        return 0
+    path = Path(run_dir) / EVENTS_FILE
+    try:
+        events = [e for e in read_events(path) if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+    except (OSError, ValueError):
+        logger.warning("cannot read %s to recover events of run %s", path, run.pk, exc_info=True)
+        return 0
+    from posttrain.runs.event_schema import parse_batch
+
+    run.refresh_from_db(fields=["last_seq"])
+    missing = [e for e in events if e["seq"] > run.last_seq]
+    stored = 0
+    for start in range(0, len(missing), 500):
+        try:
+            chunk = parse_batch({"events": missing[start : start + 500]}, str(run.pk))
+            stored += events_ingest(run.pk, chunk, touch=False).stored
+        except (InvalidInput, SeqConflict) as exc:
+            logger.warning("recovering events of run %s from %s stopped: %s", run.pk, path, exc)
+            break
+    if stored:
+        logger.info("recovered %d events of run %s from %s", stored, run.pk, path)
+    return stored
+
+
+def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None:
+    """Bring one active run (starting, running, cancelling) in line with its Ray job."""
+    jobs = jobs or _default_jobs()
+    run.refresh_from_db()
+    if run.state not in ACTIVE_STATES:
+        return
+    status = jobs.status(run)
+    active = [S.STARTING, S.RUNNING, S.CANCELLING]
+    if status is None or status in JOB_TERMINAL:
+        _recover_from_run_folder(run)
+        run.refresh_from_db()
+        if run.state not in ACTIVE_STATES:
+            return  # the engine's own final status was among the recovered events
+    if status is None:
+        if run.state == S.CANCELLING:
+            run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
+        else:
+            run_transition(
+                run.pk,
+                [S.STARTING, S.RUNNING],
+                S.FAILED,
+                f"the Ray job {run.pk} does not exist (was the Ray cluster restarted?)",
+            )
+    elif status == "SUCCEEDED":
+        run_transition(run.pk, active, S.SUCCEEDED, "the Ray job succeeded (the engine's final status never arrived)")
+    elif status == "STOPPED":
+        reason = "cancelled" if run.state == S.CANCELLING else "the Ray job was stopped outside Posttrain"
+        run_transition(run.pk, active, S.CANCELLED, reason)
+    elif status == "FAILED":
+        if run.state == S.CANCELLING:
+            run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
+        else:
+            tail = _log_tail(jobs.logs(run))
+            run_transition(
+                run.pk,
+                [S.STARTING, S.RUNNING],
+                S.FAILED,
+                f"the Ray job failed:\n{tail}" if tail else "the Ray job failed (no logs)",
+            )
+    elif run.state == S.CANCELLING:
+        jobs.stop(run)  # the cancel task may have died before Ray stopped it; ask again
+    elif status == "RUNNING":
+        _fail_if_lost(run, jobs, now or timezone.now())
+
+
+def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
+    """A job Ray calls running whose engine sent nothing for RUN_HEARTBEAT_TIMEOUT_S is lost: the
+    platform can no longer tell what it does, so the run fails and the job is stopped."""
+    timeout = float(settings.RUN_HEARTBEAT_TIMEOUT_S)
+    last = run.last_event_at or run.state_changed_at
+    if last is None or now - last < timedelta(seconds=timeout):
+        return
+    hint = "" if run.last_event_at else f" (no event ever arrived: can the engine reach {settings.PUBLIC_URL}?)"
+    if run_transition(run.pk, [S.STARTING, S.RUNNING], S.FAILED, f"lost: no event for {timeout:g}s{hint}"):
+        jobs.stop(run)
+
+
+def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float = 60.0) -> int:
+    """The periodic check (Celery beat): every active run against its Ray job; runs queued for
+    longer than `queued_grace_s` (their submit task was lost) are submitted again (idempotent)."""
+    jobs = jobs or _default_jobs()
+    checked = 0
+    for run in Run.objects.filter(state__in=ACTIVE_STATES).order_by("created_at"):
+        try:
+            run_reconcile(run, jobs=jobs)
+        except Exception:  # one unreachable job must not stop the others from being checked
+            logger.warning("reconciling run %s failed", run.pk, exc_info=True)
+        checked += 1
+    stale = timezone.now() - timedelta(seconds=queued_grace_s)
+    for run_id in Run.objects.filter(state=S.QUEUED, state_changed_at__lt=stale).values_list("pk", flat=True):
+        try:
+            run_submit(run_id, jobs=jobs)
+        except JobsUnavailable:
+            pass  # still queued; the next check tries again
+        checked += 1
+    return checked

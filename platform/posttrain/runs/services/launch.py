@@ -1,0 +1,175 @@
+"""Launch, clone, resume, edit and cancel runs (the web side). A new run is committed `queued`; the
+Celery task that submits its Ray job is dispatched after commit, so a rolled-back write dispatches
+nothing."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from posttrain.runs.errors import IllegalTransition, InvalidInput
+from posttrain.runs.models import (
+    TERMINAL_STATES,
+    Checkpoint,
+    Experiment,
+    Run,
+    RunTransition,
+)
+from posttrain.runs.services.experiments import experiment_engine_config, validated_engine_config
+from posttrain.runs.services.run_fields import clean_note, clean_seed, clean_tags
+from posttrain.runs.services.state_machine import S, run_transition
+from posttrain.runs.tokens import ingest_token, token_hash
+
+
+def run_dir_for(run_id: uuid.UUID | str) -> Path:
+    return Path(settings.STORAGE_ROOT) / "runs" / str(run_id)
+
+
+def _create_queued_run(
+    *,
+    experiment: Experiment,
+    config: dict[str, Any],
+    seed: int,
+    tags: list[str],
+    note: str,
+    user,
+    reason: str,
+    parent: Run | None = None,
+    resume_from: Checkpoint | None = None,
+) -> Run:
+    run_id = uuid.uuid4()
+    full = copy.deepcopy(config)
+    full["seed"] = seed
+    full["logging"] = {**(full.get("logging") or {}), "run_dir": str(run_dir_for(run_id))}
+    resolved = validated_engine_config(full)
+    with transaction.atomic():
+        number = Run.objects.filter(experiment=experiment).count() + 1
+        run = Run.objects.create(
+            id=run_id,
+            experiment=experiment,
+            name=f"{experiment.name} #{number}"[:200],
+            seed=seed,
+            state=S.QUEUED,
+            state_reason=reason,
+            resolved_config=resolved,
+            tags=tags,
+            note=note,
+            parent=parent,
+            resume_from=resume_from,
+            ingest_token_hash=token_hash(ingest_token(run_id)),
+            created_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        RunTransition.objects.create(run=run, from_state=S.DRAFT, to_state=S.QUEUED, reason=reason)
+        transaction.on_commit(lambda: _dispatch("run_submit", run_id))
+    return run
+
+
+def _dispatch(task_name: str, run_id: uuid.UUID | str) -> None:
+    from workers import tasks
+
+    getattr(tasks, task_name).delay(str(run_id))
+
+
+def run_launch(
+    experiment: Experiment, *, seed: int | None = None, tags: Any = None, note: Any = None, user=None
+) -> Run:
+    """A new run of the experiment, committed as `queued`; a Celery task submits its Ray job after commit."""
+    seed = clean_seed(
+        seed, default=clean_seed(experiment.config.get("seed"), 0) if isinstance(experiment.config, dict) else 0
+    )
+    return _create_queued_run(
+        experiment=experiment,
+        config=experiment_engine_config(experiment),
+        seed=seed,
+        tags=clean_tags(tags),
+        note=clean_note(note),
+        user=user,
+        reason=f"launched by {user_label(user)}",
+    )
+
+
+def run_clone(run: Run, *, seed: int | None = None, tags: Any = None, note: Any = None, user=None) -> Run:
+    """A new run with exactly the source run's config (not the experiment's current one); new seed optional."""
+    if not run.resolved_config:
+        raise IllegalTransition("this run has no resolved config to clone (it was never launched)", run.state)
+    return _create_queued_run(
+        experiment=run.experiment,
+        config=run.resolved_config,
+        seed=clean_seed(seed, run.seed),
+        tags=clean_tags(run.tags if tags is None else tags),
+        note=clean_note(note),
+        user=user,
+        reason=f"cloned from run {run.id} by {user_label(user)}",
+        parent=run,
+    )
+
+
+def run_resume(run: Run, checkpoint: Checkpoint, *, user=None) -> Run:
+    """A new run that continues `run` from one of its checkpoints (engine: `--resume <checkpoint>`)."""
+    if checkpoint.run_id != run.id:
+        raise InvalidInput.one("checkpoint", f"checkpoint {checkpoint.pk} belongs to another run")
+    if run.state not in TERMINAL_STATES:
+        raise IllegalTransition(f"only a finished run can be resumed; this one is {run.state}", run.state)
+    path = Path(checkpoint.path)
+    storage = Path(settings.STORAGE_ROOT)
+    if path.is_relative_to(storage) and not path.exists():  # outside our storage we cannot tell
+        raise InvalidInput.one("checkpoint", f"the folder {path} no longer exists (pruned by checkpoint.keep_last?)")
+    return _create_queued_run(
+        experiment=run.experiment,
+        config=run.resolved_config,
+        seed=run.seed,
+        tags=list(run.tags),
+        note="",
+        user=user,
+        reason=f"resumed from run {run.id} step {checkpoint.step} by {user_label(user)}",
+        parent=run,
+        resume_from=checkpoint,
+    )
+
+
+_UNSET = object()
+
+
+def run_update(run: Run, *, tags: Any = _UNSET, note: Any = _UNSET) -> Run:
+    """Tags and note are the only fields edited after launch."""
+    fields = {}
+    if tags is not _UNSET:
+        fields["tags"] = clean_tags(tags)
+    if note is not _UNSET:
+        fields["note"] = clean_note(note)
+    if fields:
+        Run.objects.filter(pk=run.pk).update(**fields)
+        for key, value in fields.items():
+            setattr(run, key, value)
+    return run
+
+
+def run_cancel(run: Run, *, user=None) -> Run:
+    """Ask a run to stop. Active runs go to `cancelling` and a task stops the Ray job; a finished run
+    is refused (409); cancelling twice is harmless."""
+    reason = f"cancel requested by {user_label(user)}"
+    for _ in range(5):  # each lost race re-reads the state; the machine has no cycles, so this ends
+        state = Run.objects.filter(pk=run.pk).values_list("state", flat=True).first()
+        if state is None or state in TERMINAL_STATES:
+            raise IllegalTransition(f"the run already ended ({state}); there is nothing to cancel", state or "missing")
+        if state == S.CANCELLING:
+            break
+        if state == S.DRAFT:
+            if run_transition(run.pk, [S.DRAFT], S.CANCELLED, reason):
+                break
+            continue
+        with transaction.atomic():
+            if run_transition(run.pk, [state], S.CANCELLING, reason):
+                transaction.on_commit(lambda: _dispatch("run_cancel", run.pk))
+                break
+    run.refresh_from_db()
+    return run
+
+
+def user_label(user) -> str:
+    return getattr(user, "username", None) or "someone"

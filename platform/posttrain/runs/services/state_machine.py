@@ -1,0 +1,69 @@
+"""The run state machine: the only place a run changes state.
+
+`run_transition` is a compare-and-set `UPDATE … WHERE state=<old>` recorded with a RunTransition row
+(reason, time) in the same transaction; whoever loses a race sees 0 rows updated and decides again
+from the fresh state. Open run pages learn of each change on the live channel after commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from posttrain.runs import live
+from posttrain.runs.models import (
+    TERMINAL_STATES,
+    Run,
+    RunState,
+    RunTransition,
+)
+
+S = RunState
+ACTIVE_STATES = (S.STARTING, S.RUNNING, S.CANCELLING)  # a Ray job exists (or should)
+# The state machine of DESIGN.md. Terminal states have no way out.
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.DRAFT: frozenset({S.QUEUED, S.CANCELLED}),
+    S.QUEUED: frozenset({S.STARTING, S.RUNNING, S.CANCELLING, S.CANCELLED, S.FAILED, S.SUCCEEDED}),
+    S.STARTING: frozenset({S.RUNNING, S.CANCELLING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.RUNNING: frozenset({S.CANCELLING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.CANCELLING: frozenset({S.CANCELLED, S.SUCCEEDED, S.FAILED}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+REASON_LIMIT = 4000
+
+
+def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state: str, reason: str) -> bool:
+    """Move a run from one of `from_states` to `to_state` if it is still there (compare-and-set).
+
+    Returns True when this call made the change (and recorded it), False when the run was in another
+    state: the caller lost a race or asked too late and must decide from the fresh state."""
+    from_states = list(dict.fromkeys(from_states))
+    for old in from_states:
+        if to_state not in ALLOWED_TRANSITIONS[old]:
+            raise ValueError(f"{old} -> {to_state} is not a transition of the run state machine")
+    now = timezone.now()
+    reason = (reason or "")[:REASON_LIMIT]
+    fields: dict[str, Any] = {"state": to_state, "state_reason": reason, "state_changed_at": now}
+    if to_state == S.RUNNING:
+        fields["started_at"] = now
+    if to_state in TERMINAL_STATES:
+        fields["finished_at"] = now
+    with transaction.atomic():
+        for old in from_states:
+            if Run.objects.filter(pk=run_id, state=old).update(**fields):
+                RunTransition.objects.create(run_id=run_id, from_state=old, to_state=to_state, reason=reason)
+                # Open run pages learn of it on the live channel (the SSE stream re-reads the run).
+                change = {"type": "state", "run": str(run_id), "from_state": old, "state": to_state, "reason": reason}
+                transaction.on_commit(lambda: live.publish(run_id, [change]))
+                return True
+    return False
+
+
+def user_label(user) -> str:
+    return getattr(user, "username", None) or "someone"

@@ -1,0 +1,135 @@
+"""Rules that span sections of the run config, and what this engine build can run.
+
+Each error names the field the user should change. `cross_field_errors` runs inside `RunConfig`'s
+validation; `unsupported_errors` / `check_runnable` refuse combinations that validate but that this
+engine cannot run (the platform calls it at launch, so they never become failed runs later).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rl_engine.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rl_engine.config.schema import RunConfig
+
+# Estimators whose advantage compares the samples of one prompt with each other.
+GROUP_ESTIMATORS = frozenset({"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"})
+# Estimators with token-level returns, the only ones that can take the KL penalty in the reward.
+TOKEN_RETURN_ESTIMATORS = frozenset({"ppo", "reinforce_pp"})
+
+
+def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
+    """Rules spanning sections. Each error names the field the user should change."""
+    errors: list[tuple[str, str]] = []
+    alg, ro, tr, be = c.algorithm, c.rollout, c.train, c.backends
+    n = c.samples_per_step
+
+    if not c.rewards and c.environment is None and c.agent is None:
+        errors.append(
+            ("rewards", "at least one reward component is needed (or an environment or agent that gives rewards)")
+        )
+    if c.environment is not None and c.agent is not None:
+        errors.append(("agent", "a run has one executor: an environment or an agent, not both"))
+    seen: set[str] = set()
+    for i, r in enumerate(c.rewards):
+        if r.name == "environment" and (c.environment is not None or c.agent is not None):
+            errors.append((f"rewards.{i}.name", "'environment' is the environment's own component; rename this one"))
+        if r.name in seen:
+            errors.append((f"rewards.{i}.name", f"duplicate reward name {r.name!r}; give each component its own name"))
+        seen.add(r.name)
+
+    if alg.is_group_estimator and ro.samples_per_prompt < 2:
+        errors.append(
+            ("rollout.samples_per_prompt", f"group estimator {alg.name!r} needs more than one sample per prompt")
+        )
+    if alg.dynamic_sampling and ro.samples_per_prompt < 2:
+        errors.append(
+            ("algorithm.dynamic_sampling", "dynamic sampling filters prompt groups; it needs samples_per_prompt > 1")
+        )
+    if alg.kl.placement == "reward" and alg.name not in TOKEN_RETURN_ESTIMATORS:
+        errors.append(
+            (
+                "algorithm.kl.placement",
+                f"KL in the reward needs token-level returns (ppo, reinforce_pp), not {alg.name!r}; use 'loss'",
+            )
+        )
+    if alg.needs_critic and alg.value_coef <= 0:
+        errors.append(("algorithm.value_coef", "ppo trains a critic; value_coef must be > 0"))
+    if alg.overlong.enabled and alg.overlong.buffer_tokens >= ro.max_new_tokens:
+        errors.append(
+            (
+                "algorithm.overlong.buffer_tokens",
+                f"must be smaller than rollout.max_new_tokens ({ro.max_new_tokens}), or every response is penalised",
+            )
+        )
+
+    if tr.mini_batch_size is not None:
+        mb = tr.mini_batch_size
+        if n % mb:
+            errors.append(
+                (
+                    "train.mini_batch_size",
+                    f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})",
+                )
+            )
+        if mb % ro.samples_per_prompt:
+            errors.append(
+                (
+                    "train.mini_batch_size",
+                    f"must be a multiple of rollout.samples_per_prompt ({ro.samples_per_prompt}) so groups stay whole",
+                )
+            )
+        if mb % tr.micro_batch_size:
+            errors.append(("train.micro_batch_size", f"must divide train.mini_batch_size ({mb})"))
+    elif n % tr.micro_batch_size:
+        errors.append(
+            (
+                "train.micro_batch_size",
+                f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})",
+            )
+        )
+
+    if be.zero_stage > 0 and be.training != "deepspeed":
+        errors.append(("backends.zero_stage", "ZeRO stages above 0 need backends.training = 'deepspeed'"))
+    if be.offload and (be.training != "deepspeed" or be.zero_stage == 0):
+        errors.append(("backends.offload", "CPU offload needs backends.training = 'deepspeed' and zero_stage >= 1"))
+    return errors
+
+
+# --------------------------------------------------------------------------------------------
+# What this engine build can run
+# --------------------------------------------------------------------------------------------
+
+
+def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
+    """`{"loc", "msg"}` for each option combination `cfg` sets that the engine cannot run ([] = runnable)."""
+    be, pl = cfg.backends, cfg.placement
+    checks = [
+        # Measured: fp16 fails inside DeepSpeed at ZeRO 0 and 3 on CPU (and pure fp16 AdamW gives NaN).
+        (
+            "model.dtype",
+            be.training == "deepspeed" and cfg.model.dtype == "float16",
+            "float16 is not available with the DeepSpeed backend; use 'bfloat16' or 'float32'",
+        ),
+        # Colocated roles take turns on the same resources: there is nothing to overlap generation with.
+        (
+            "backends.async_rollout",
+            be.async_rollout and pl.mode != "separate",
+            "async rollout needs placement.mode 'separate' (colocated roles take turns on the same resources)",
+        ),
+        (
+            "backends.async_rollout",
+            be.async_rollout and (cfg.environment is not None or cfg.agent is not None),
+            "async rollout runs single-turn generation only; environments and agents run synchronously",
+        ),
+    ]
+    return [{"loc": loc, "msg": msg} for loc, refused, msg in checks if refused]
+
+
+def check_runnable(cfg: RunConfig) -> None:
+    """Raises ConfigError naming every option combination the engine cannot run."""
+    errors = unsupported_errors(cfg)
+    if errors:
+        raise ConfigError(errors)

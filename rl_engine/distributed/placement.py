@@ -1,0 +1,80 @@
+"""The placement plan: which bundle of the run's placement group holds each role, with its CPUs and
+GPUs. Pure (no torch, no ray): the platform reads a run's resource needs from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rl_engine.config import RunConfig
+
+
+class PlacementUnavailable(RuntimeError):
+    """The Ray cluster cannot hold the run's placement group."""
+
+
+# --- placement plan (pure) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoleSlot:
+    bundle: int
+    cpus: float
+    gpus: float
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    bundles: list[dict[str, float]]
+    roles: dict[str, RoleSlot]  # "rollout_0", "trainer_0", "reference", "reward"
+
+
+def uses_actors(cfg: RunConfig) -> bool:
+    """Whether the roles run as Ray actors (otherwise all of them share the driver process)."""
+    pl = cfg.placement
+    return pl.mode == "separate" or pl.rollout_engines > 1 or pl.trainer_ranks > 1
+
+
+def plan_placement(cfg: RunConfig) -> PlacementPlan:
+    """Bundles and each role's share of its bundle: the actors of one bundle split its resources evenly."""
+    pl = cfg.placement
+    engines = [f"rollout_{i}" for i in range(pl.rollout_engines)]
+    ranks = [f"trainer_{i}" for i in range(pl.trainer_ranks)]
+    aux = (["reference"] if cfg.algorithm.kl.coef > 0 else []) + (["reward"] if cfg.rewards else [])
+    members: list[list[str]] = []
+    resources: list[tuple[float, float]] = []
+    if pl.mode == "colocate":
+        for i in range(max(len(engines), len(ranks))):
+            members.append(([ranks[i]] if i < len(ranks) else []) + ([engines[i]] if i < len(engines) else []))
+            resources.append(
+                (
+                    max(pl.cpus_per_trainer, pl.cpus_per_rollout_engine),
+                    max(pl.gpus_per_trainer, pl.gpus_per_rollout_engine),
+                )
+            )
+    else:
+        for rank in ranks:
+            members.append([rank])
+            resources.append((pl.cpus_per_trainer, pl.gpus_per_trainer))
+        for engine in engines:
+            members.append([engine])
+            resources.append((pl.cpus_per_rollout_engine, pl.gpus_per_rollout_engine))
+    members[0].extend(aux)
+    bundles: list[dict[str, float]] = []
+    roles: dict[str, RoleSlot] = {}
+    for index, ((cpus, gpus), names) in enumerate(zip(resources, members)):
+        bundle = {k: v for k, v in (("CPU", cpus), ("GPU", gpus)) if v > 0}
+        if not bundle:
+            raise PlacementUnavailable(
+                "placement.cpus_per_trainer / cpus_per_rollout_engine: a bundle needs some "
+                "CPU or GPU; all of them are 0"
+            )
+        bundles.append(bundle)
+        for name in names:
+            roles[name] = RoleSlot(index, cpus / len(names), _gpu_share(gpus, names, name))
+    return PlacementPlan(bundles, roles)
+
+
+def _gpu_share(gpus: float, names: list[str], name: str) -> float:
+    """GPUs go to the trainer ranks and engines of a bundle, not to the reward worker."""
+    users = [n for n in names if n != "reward"]
+    return gpus / len(users) if gpus and name in users else 0.0
