@@ -49,6 +49,8 @@ KL_FLOORS: Mapping[str, float] = {"kl/mean": 1.0, "policy/approx_kl": 0.1}
 
 ENTROPY_METRIC = "policy/entropy"
 ENTROPY_COLLAPSE_FRACTION = 0.1
+ENTROPY_BLOWUP_FACTOR = 3.0
+ENTROPY_BLOWUP_RISE = 1.0
 
 LENGTH_METRIC = "response/length_mean"
 LENGTH_RUNAWAY_FACTOR = 3.0
@@ -227,6 +229,43 @@ def entropy_collapse_alerts(series: Mapping[str, Series]) -> list[Alert]:
     ]
 
 
+def entropy_blowup_alerts(series: Mapping[str, Series]) -> list[Alert]:
+    """Entropy blow-up: `policy/entropy` above both ENTROPY_BLOWUP_FACTOR (3×) its early level and its
+    early level + ENTROPY_BLOWUP_RISE (1 nat) (critical).
+
+    Entropy drifts down in healthy RL fine-tuning; a jump to several times its early level means the
+    policy is heading for uniform sampling over the vocabulary (ln V nats: 5.5 for 248 tokens, 11.9
+    for Qwen's 152k), i.e. noise. The usual causes are an update that broke the weights (learning rate
+    too high, a bad advantage scale), an entropy bonus that outweighs the reward, or a reward bug that
+    pays for gibberish; the samples after it are not worth training on. The absolute rise keeps a
+    policy that starts nearly deterministic (0.05 nat) from alerting on a harmless move to 0.2.
+    """
+    if ENTROPY_METRIC not in series:
+        return []
+    points = _finite_points(series[ENTROPY_METRIC])
+    early = _early_level(points)
+    if early is None:
+        return []
+    limit = max(ENTROPY_BLOWUP_FACTOR * early, early + ENTROPY_BLOWUP_RISE)
+    hit = _first_persistent(points, lambda value: value > limit)
+    if not hit:
+        return []
+    step, value = hit
+    return [
+        Alert(
+            code="entropy_blowup",
+            severity="critical",
+            metric=ENTROPY_METRIC,
+            step=step,
+            value=value,
+            message=f"{ENTROPY_METRIC} rose to {_fmt(value)} at step {step} and stayed above {_fmt(limit)} (the larger "
+            f"of {ENTROPY_BLOWUP_FACTOR:g}× its early level {_fmt(early)} and that level + {ENTROPY_BLOWUP_RISE:g} nat) "
+            f"for {PERSIST_POINTS}+ steps: the policy is drifting towards uniform noise; lower the learning rate, "
+            "check the entropy bonus and whether the reward pays for gibberish.",
+        )
+    ]
+
+
 def length_runaway_alerts(series: Mapping[str, Series]) -> list[Alert]:
     """Response length running away: `response/length_mean` over LENGTH_RUNAWAY_FACTOR (3×) its early level (warning).
 
@@ -345,6 +384,7 @@ RULES: tuple[Callable[[Mapping[str, Series]], list[Alert]], ...] = (
     nonfinite_alerts,
     kl_blowup_alerts,
     entropy_collapse_alerts,
+    entropy_blowup_alerts,
     length_runaway_alerts,
     truncation_rising_alerts,
     reward_saturation_alerts,
