@@ -8,12 +8,13 @@ from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from posttrain.accounts.permissions import IsResearcher
+from posttrain.core.api.parsers import JSONParser
 from posttrain.registry import selectors, services
 from posttrain.registry.api import serializers as s
 from posttrain.registry.api.errors import service_errors
