@@ -205,6 +205,10 @@ ENGINE_PYTHON = os.environ.get("POSTTRAIN_ENGINE_PYTHON", sys.executable)
 # How long a launched run may wait for Ray to accept its job (head starting, cluster busy) before it fails.
 RUN_SUBMIT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_SUBMIT_TIMEOUT_S", "600"))
 RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S", "120"))
+# User code (python rewards, environments, agent commands) runs in a bubblewrap sandbox and is refused
+# where none can be made; an admin may allow it unsandboxed on a single-user machine (shown on /api/health/).
+# The engine and the workers read the same variable (rl_engine.sandbox); runs' jobs get it passed on.
+ALLOW_UNSANDBOXED_CODE = _env_flag("POSTTRAIN_ALLOW_UNSANDBOXED_CODE")
 # Largest event batch the ingestion endpoint reads (a step's samples can be several MB).
 INGEST_MAX_BODY_BYTES = int(os.environ.get("POSTTRAIN_INGEST_MAX_BODY_BYTES", str(64 * 1024 * 1024)))
 # Run states against Ray job states (lost heartbeats, jobs that ended without a final event).
