@@ -172,17 +172,19 @@ class Sandbox:
     sandboxed: bool
     files: dict[str, Path]  # path inside -> host file, copied in read-only
     sockets: dict[str, Path]  # path inside -> host Unix socket
+    cwd: str = "/tmp"  # the command's working folder inside (read-only unless /tmp)
 
     @classmethod
     def create(cls, limits: Limits) -> Sandbox:
         return cls(limits, require(), {}, {})
 
-    def add_file(self, host_path: str | os.PathLike, inside_dir: str = CODE_DIR) -> str:
-        """Makes a host file visible to the command; returns the path the command must use."""
+    def add_file(self, host_path: str | os.PathLike, inside_dir: str = CODE_DIR, same_path: bool = False) -> str:
+        """Makes a host file visible to the command (a copy, read-only; at its own path when `same_path`,
+        else in `inside_dir`); returns the path the command must use."""
         host = Path(host_path).resolve()
         if not self.sandboxed:
             return str(host)
-        inside = f"{inside_dir}/{host.name}"
+        inside = str(host) if same_path else f"{inside_dir}/{host.name}"
         self.files[inside] = host
         return inside
 
@@ -216,7 +218,7 @@ class Sandbox:
         bwrap = _bwrap()
         if bwrap is None:
             raise SandboxUnavailable(f"bubblewrap is not installed; {_INSTALL_HINT}")
-        return _popen(bwrap, command, self.limits, environment, self.files, self.sockets, tuple(pass_fds))
+        return _popen(bwrap, command, self.limits, environment, self.files, self.sockets, tuple(pass_fds), self.cwd)
 
 
 def sandbox_env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -245,11 +247,12 @@ def _popen(
     files: Mapping[str, Path],
     sockets: Mapping[str, Path],
     pass_fds: tuple[int, ...],
+    cwd: str = "/tmp",
 ) -> subprocess.Popen:
     as_root = os.geteuid() == 0
     opened: list[int] = []
     try:
-        args = [bwrap, *_namespace_args(as_root), *_filesystem_args(limits, files, sockets, opened)]
+        args = [bwrap, *_namespace_args(as_root), *_filesystem_args(limits, files, sockets, opened, cwd)]
         inner = ["/usr/bin/prlimit", *limits.prlimit_args(with_processes=True), "--", *command]
         if not as_root:
             return subprocess.Popen(
@@ -276,7 +279,7 @@ def _namespace_args(as_root: bool) -> list[str]:
 
 
 def _filesystem_args(
-    limits: Limits, files: Mapping[str, Path], sockets: Mapping[str, Path], opened: list[int]
+    limits: Limits, files: Mapping[str, Path], sockets: Mapping[str, Path], opened: list[int], cwd: str
 ) -> list[str]:
     plan = _MountPlan()
     plan.bind("/usr")
@@ -306,7 +309,10 @@ def _filesystem_args(
         plan.data(inside, fd)
     for inside, host in sockets.items():
         plan.bind(str(host), inside, writable=True)
-    return [*plan.args, "--chdir", "/tmp"]
+    if cwd != "/tmp":
+        plan.folder(cwd)
+    # The root (and every folder made above) read-only: only /tmp and /dev/shm, which have a size, take writes.
+    return [*plan.args, "--remount-ro", "/", "--chdir", cwd]
 
 
 class _MountPlan:
@@ -322,6 +328,12 @@ class _MountPlan:
             if str(parent) not in self._made:
                 self.args += ["--perms", "0755", "--dir", str(parent)]
                 self._made.add(str(parent))
+
+    def folder(self, dest: str) -> None:
+        if dest not in self._made:
+            self._parents(dest)
+            self.args += ["--perms", "0755", "--dir", dest]
+            self._made.add(dest)
 
     def bind(self, source: str, dest: str | None = None, writable: bool = False) -> None:
         dest = dest or source

@@ -175,6 +175,11 @@ PROGRAMS: list[HostileProgram] = [
         fails="Read-only file system",
     ),
     HostileProgram(
+        "write next to its own file",
+        "open('/sandbox/more.py', 'w').write('x'); return 1.0",
+        fails="Read-only file system",
+    ),
+    HostileProgram(
         "write into the run folder",
         "open('{other_run}/events.jsonl', 'a').write('forged'); return 1.0",
         fails="FileNotFoundError",
