@@ -107,7 +107,7 @@ def _bwrap() -> str | None:
 
 
 def status() -> SandboxStatus:
-    """Whether a sandbox can be made here (probed once per bwrap binary: it starts `true` in one)."""
+    """Whether a sandbox can be made here (probed at most once a minute: it starts `true` in one)."""
     return SandboxStatus(*_probe(_bwrap()), unsandboxed_allowed())
 
 
@@ -128,15 +128,17 @@ def _probe(bwrap: str | None) -> tuple[bool, str]:
     return _probe_cached(bwrap)
 
 
+PROBE_TTL_S = 60.0  # a machine that gets bubblewrap (or loses user namespaces) is seen within a minute
 _probe_lock = threading.Lock()
-_probe_results: dict[str, tuple[bool, str]] = {}
+_probe_results: dict[str, tuple[float, tuple[bool, str]]] = {}
 
 
 def _probe_cached(bwrap: str) -> tuple[bool, str]:
     with _probe_lock:
-        if bwrap not in _probe_results:
-            _probe_results[bwrap] = _run_probe(bwrap)
-        return _probe_results[bwrap]
+        probed = _probe_results.get(bwrap)
+        if probed is None or time.monotonic() - probed[0] > PROBE_TTL_S:
+            probed = _probe_results[bwrap] = (time.monotonic(), _run_probe(bwrap))
+        return probed[1]
 
 
 def _run_probe(bwrap: str) -> tuple[bool, str]:
@@ -144,21 +146,24 @@ def _run_probe(bwrap: str) -> tuple[bool, str]:
         if shutil.which(tool, path="/usr/bin:/bin") is None:
             return False, f"{tool} (util-linux) is missing"
     try:
-        version = subprocess.run(
-            [bwrap, "--version"], check=False, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
+        version = subprocess.run([bwrap, "--version"], check=False, capture_output=True, text=True, timeout=10)
         proc = _popen(bwrap, ["/usr/bin/true"], Limits(), sandbox_env({}), {}, {}, ())
         output, _ = proc.communicate(timeout=30)
-    except (OSError, subprocess.SubprocessError, SandboxUnavailable) as exc:
+    except SandboxUnavailable as exc:
+        return False, _cannot_sandbox(str(exc))
+    except (OSError, subprocess.SubprocessError) as exc:
         return False, f"bubblewrap cannot start: {exc}"
     if proc.returncode != 0:
-        reason = output.decode(errors="replace").strip().splitlines()
-        return False, (
-            f"bubblewrap cannot make a sandbox here ({reason[-1] if reason else f'exit code {proc.returncode}'}): "
-            "unprivileged user namespaces may be disabled (sysctl user.max_user_namespaces, "
-            "kernel.unprivileged_userns_clone, or a container's seccomp profile)"
-        )
-    return True, version or "bubblewrap"
+        lines = output.decode(errors="replace").strip().splitlines()
+        return False, _cannot_sandbox(lines[-1] if lines else f"exit code {proc.returncode}")
+    return True, version.stdout.strip() or "bubblewrap"
+
+
+def _cannot_sandbox(reason: str) -> str:
+    return (
+        f"bubblewrap cannot make a sandbox here ({reason}): unprivileged user namespaces may be disabled "
+        "(sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone, or a container's seccomp profile)"
+    )
 
 
 # --- starting a command ----------------------------------------------------------------------------
@@ -473,7 +478,9 @@ def _read_child_pid(fd: int, proc: subprocess.Popen) -> int:
             continue
         chunk = os.read(fd, 4096)
         if not chunk:
-            raise SandboxUnavailable(f"bubblewrap stopped before its sandbox was ready (exit code {proc.wait()})")
+            output = proc.stdout.read().decode(errors="replace").strip().splitlines() if proc.stdout else []
+            code = proc.wait()
+            raise SandboxUnavailable(output[-1] if output else f"bubblewrap exited with code {code}")
         data += chunk
         try:
             info, _ = decoder.raw_decode(data.decode())

@@ -209,6 +209,10 @@ RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_
 # where none can be made; an admin may allow it unsandboxed on a single-user machine (shown on /api/health/).
 # The engine and the workers read the same variable (rl_engine.sandbox); runs' jobs get it passed on.
 ALLOW_UNSANDBOXED_CODE = _env_flag("POSTTRAIN_ALLOW_UNSANDBOXED_CODE")
+# A reward's "Try it" and the import check of new python source run on a Celery worker; the request waits this
+# long for the outcome (a try then answers 202 with the trial to poll; a check answers 503).
+REWARD_TRY_WAIT_S = float(os.environ.get("POSTTRAIN_REWARD_TRY_WAIT_S", "60"))
+REWARD_CHECK_QUEUE_S = float(os.environ.get("POSTTRAIN_REWARD_CHECK_QUEUE_S", "30"))
 # Largest event batch the ingestion endpoint reads (a step's samples can be several MB).
 INGEST_MAX_BODY_BYTES = int(os.environ.get("POSTTRAIN_INGEST_MAX_BODY_BYTES", str(64 * 1024 * 1024)))
 # Run states against Ray job states (lost heartbeats, jobs that ended without a final event).

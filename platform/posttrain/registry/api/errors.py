@@ -1,5 +1,6 @@
 """Service errors as API responses: a field error is a 400 naming the field, an asset still in
-use is a 409. Anything else is a bug and should surface as one."""
+use is a 409, user code no worker could run (none in time, or no sandbox there) a 503. Anything else
+is a bug and should surface as one."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ from rest_framework import status
 from rest_framework.exceptions import APIException
 from rest_framework.exceptions import ValidationError as DRFValidationError
 
-from posttrain.registry.services import AssetInUse
+from posttrain.registry.services import AssetInUse, WorkerUnavailable
 
 
 class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The request conflicts with the current state of the resource."
     default_code = "conflict"
+
+
+class WorkerBusy(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "No worker ran the code in time."
+    default_code = "worker_unavailable"
 
 
 @contextmanager
@@ -29,3 +36,5 @@ def service_errors() -> Iterator[None]:
         raise DRFValidationError(detail) from None
     except AssetInUse as exc:
         raise Conflict(str(exc)) from None
+    except WorkerUnavailable as exc:
+        raise WorkerBusy(str(exc)) from None

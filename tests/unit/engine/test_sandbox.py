@@ -1,0 +1,169 @@
+"""The sandbox itself (rl_engine/sandbox.py): what code inside sees and may do, the refusal where no
+sandbox can be made, the admin's override, and the relay of what the code prints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rl_engine import sandbox
+from rl_engine.config import EnvironmentConfig
+from rl_engine.environments import EnvironmentPool
+from rl_engine.rewards import PythonFunctionReward, RewardBatch, check_reward_file
+
+needs_sandbox = pytest.mark.skipif(not sandbox.status().available, reason=f"no sandbox: {sandbox.status().detail}")
+
+READS_A_HOST_FILE = """
+def reward_func(queries, prompts, labels, **kwargs):
+    return [float(len(open({path!r}).read()))] * len(queries)
+"""
+
+
+def run_inside(code: str, limits: sandbox.Limits = sandbox.Limits()) -> tuple[int, str]:
+    box = sandbox.Sandbox.create(limits)
+    proc = box.popen([sys.executable, "-I", "-c", textwrap.dedent(code)])
+    output, _ = proc.communicate(timeout=60)
+    return proc.returncode, output.decode()
+
+
+@pytest.fixture
+def no_bubblewrap(monkeypatch):
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "/nonexistent/bwrap")
+    monkeypatch.delenv(sandbox.ALLOW_UNSANDBOXED_ENV, raising=False)
+
+
+@needs_sandbox
+def test_the_code_sees_only_the_runtime_its_files_and_a_private_tmp(tmp_path):
+    code, output = run_inside(
+        """
+        import json, os, resource, sys
+        print(json.dumps({
+            "root": sorted(os.listdir("/")),
+            "uid": os.getuid(),
+            "env": sorted(os.environ),
+            "processes": resource.getrlimit(resource.RLIMIT_NPROC)[0],
+            "files": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            "file_size": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+            "cpu": resource.getrlimit(resource.RLIMIT_CPU)[0],
+            "memory": resource.getrlimit(resource.RLIMIT_AS)[0],
+            "hostname": os.uname().nodename,
+            "prefix": sys.prefix,
+        }))
+        """,
+        sandbox.Limits(memory_mb=512, processes=32, cpu_s=60, open_files=128, file_mb=8),
+    )
+    assert code == 0, output
+    import json
+
+    found = json.loads(output)
+    assert set(found["root"]) <= {
+        "bin",
+        "dev",
+        "etc",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "run",
+        "sbin",
+        "tmp",
+        "usr",
+        *(p.split("/")[1] for p in (sys.base_prefix, sys.prefix)),
+    }
+    assert "home" not in found["root"] and "var" not in found["root"]
+    assert found["uid"] == sandbox.SANDBOX_UID and found["hostname"] == "sandbox"
+    assert not {"DATABASE_URL", "REDIS_URL", "POSTTRAIN_INGEST_TOKEN", "POSTTRAIN_SECRET_KEY"} & set(found["env"])
+    assert (found["processes"], found["files"], found["file_size"], found["cpu"]) == (32, 128, 8 << 20, 60)
+    assert found["memory"] == 512 << 20
+    assert found["prefix"] == sys.prefix  # the venv, wherever it lives (its real folder bound, its link kept)
+
+
+def test_the_runtime_folders_are_the_interpreter_and_its_site_packages_resolved():
+    folders = [real for real, _ in sandbox.python_runtime()]
+    assert os.path.realpath(sys.base_prefix) in folders or os.path.realpath(sys.base_prefix).startswith("/usr")
+    for path in [sys.prefix, *__import__("site").getsitepackages()]:
+        real = os.path.realpath(path)
+        assert real.startswith("/usr") or any(real == f or real.startswith(f + "/") for f in folders), path
+
+
+def test_a_runtime_folder_holding_the_platforms_state_is_refused(monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_HOME", os.path.join(sys.prefix, "state"))
+    with pytest.raises(sandbox.SandboxUnavailable, match="would show it"):
+        sandbox.python_runtime()
+
+
+@needs_sandbox
+def test_a_command_killed_by_a_signal_reports_the_signal():
+    code, _ = run_inside("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert sandbox.died_by_signal(code, sandboxed=True) == 11
+    assert sandbox.died_by_signal(-9, sandboxed=False) == 9 and sandbox.died_by_signal(1, sandboxed=False) is None
+
+
+def test_without_bubblewrap_user_code_is_refused_saying_what_to_install(no_bubblewrap, tmp_path):
+    status = sandbox.status()
+    assert not status.available and "bubblewrap is not installed" in status.detail
+    with pytest.raises(
+        sandbox.SandboxUnavailable, match="install Debian's bubblewrap .*POSTTRAIN_ALLOW_UNSANDBOXED_CODE=1"
+    ):
+        sandbox.require()
+    path = tmp_path / "reward.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    result = PythonFunctionReward(str(path)).score(RewardBatch.build(["p"], ["r"], ["l"]))
+    assert result.scores == [0.0] and "user code is not run without a sandbox" in result.errors[0]
+    assert "apt-get install bubblewrap" in check_reward_file(path)[0]
+    with pytest.raises(sandbox.SandboxUnavailable):
+        EnvironmentPool(EnvironmentConfig(path=str(path))).call("reset", [(0, {})])
+
+
+def test_a_bubblewrap_that_cannot_make_a_sandbox_is_reported(monkeypatch):
+    monkeypatch.setenv(sandbox.BWRAP_ENV, "/bin/false")
+    status = sandbox.status()
+    assert not status.available and "cannot make a sandbox here" in status.detail
+    assert "user namespaces" in status.detail
+
+
+def test_an_admin_may_allow_unsandboxed_code_which_then_runs_as_a_plain_child(no_bubblewrap, monkeypatch, tmp_path):
+    monkeypatch.setenv(sandbox.ALLOW_UNSANDBOXED_ENV, "1")
+    assert sandbox.status().unsandboxed_allowed and sandbox.require() is False
+    secret = tmp_path / "host-file"
+    secret.write_text("12345")
+    path = tmp_path / "reward.py"
+    path.write_text(READS_A_HOST_FILE.format(path=str(secret)))
+    component = PythonFunctionReward(str(path))
+    try:
+        # Unsandboxed: the host's files are there (which is why it is the admin's call), the limits still hold.
+        assert component.score(RewardBatch.build(["p"], ["r"], ["l"])).scores == [5.0]
+    finally:
+        component.close()
+
+
+@needs_sandbox
+def test_the_same_reward_in_the_sandbox_cannot_read_the_host_file(tmp_path):
+    secret = tmp_path / "host-file"
+    secret.write_text("12345")
+    path = tmp_path / "reward.py"
+    path.write_text(READS_A_HOST_FILE.format(path=str(secret)))
+    result = PythonFunctionReward(str(path)).score(RewardBatch.build(["p"], ["r"], ["l"]))
+    assert result.scores == [0.0] and result.errors[0].startswith("FileNotFoundError")
+
+
+def test_output_is_relayed_up_to_a_burst_then_at_a_rate_with_one_note_per_flood(tmp_path):
+    sink = tmp_path / "relayed"
+    with sink.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys\nfor _ in range(3000):\n    sys.stdout.write('x' * 1000 + '\\n')"],
+            stdout=subprocess.PIPE,
+        )
+        relay = sandbox.OutputRelay(proc.stdout, sink_fd=out.fileno(), burst=100_000, rate=1000.0, label="test")
+        proc.wait()
+        relay.join(10)
+    text = sink.read_text()
+    assert relay.dropped > 2_000_000
+    assert text.count("bytes of output dropped]") == 1
+    assert len(text) < 200_000
