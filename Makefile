@@ -25,6 +25,8 @@ help:
 	@echo "make test-fast  the unit suite only (quick loop)"
 
 install: $(STAMP)
+	@# Debian's bubblewrap (+ socat): the sandbox every piece of user code runs in (rl_engine/sandbox.py)
+	@scripts/ensure_bubblewrap.sh
 $(STAMP): pyproject.toml requirements/lock-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==25.3
