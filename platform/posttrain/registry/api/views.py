@@ -172,6 +172,8 @@ class DatasetViewSet(_RegistryViewSet):
         tags=["datasets"],
     )
     def create(self, request: Request) -> Response:
+        if not hasattr(request.data, "keys"):
+            raise serializers.ValidationError({"non_field_errors": ["the body must be a JSON object or a form"]})
         if "file" in request.FILES and "path" in request.data:
             raise serializers.ValidationError(
                 {"path": ["give either an uploaded file or a server-side path, not both"]}

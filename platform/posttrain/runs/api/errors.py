@@ -48,6 +48,8 @@ def runs_exception_handler(exc: Exception, context: dict) -> Response | None:
         return Response(exc.payload(), status=exc.status_code)
     if isinstance(exc, exceptions.ValidationError):
         return Response({"errors": flatten_errors(exc.detail)}, status=400)
+    if isinstance(exc, exceptions.ParseError):  # a body that is not JSON (or nested too deeply): the same shape
+        return Response({"errors": [{"loc": "", "msg": str(exc.detail)}]}, status=400)
     return exception_handler(exc, context)
 
 
