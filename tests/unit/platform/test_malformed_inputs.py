@@ -428,6 +428,32 @@ CASES: list[Case] = [
         "rollout.max_new_tokens msg: 1000000000 tokens do not fit the model's context length of 128 tokens",
     ),
     Case("deep-json-reward-create", deep_json("/api/rewards/"), "nested too deeply"),
+    Case(
+        "reward-from-the-secret-key-file",
+        lambda client, ctx: reward("python", {"path": str(ctx.settings.STATE_DIR / "secret_key")})(client, ctx),
+        "the platform's secret key, which the platform keeps private",
+    ),
+    Case(
+        "dataset-from-another-runs-folder",
+        lambda client, ctx: dataset_path(str(ctx.file("storage/runs/r1/events.jsonl", '{"prompt": "x"}\n')))(
+            client, ctx
+        ),
+        "the runs' folders (their events and tokens), which the platform keeps private",
+    ),
+    Case(
+        "environment-file-is-the-secret-key",
+        lambda client, ctx: experiment_validate({"environment": {"path": str(ctx.settings.STATE_DIR / "secret_key")}})(
+            client, ctx
+        ),
+        "the platform's secret key, which the platform keeps private",
+    ),
+    Case(
+        "agent-file-is-the-brokers-database",
+        lambda client, ctx: experiment_validate(
+            {"agent": {"command": "cat broker", "files": [str(ctx.settings.STATE_DIR / "celery-broker.sqlite3")]}}
+        )(client, ctx),
+        "the task broker's database, which the platform keeps private",
+    ),
     Case("deep-json-experiment-validate", deep_json("/api/experiments/validate/"), "nested too deeply"),
     Case("deep-json-review-campaign", deep_json("/api/review/campaigns/"), "nested too deeply"),
     Case("deep-json-dataset-line", dataset(GOOD + "[" * 100_000 + "\n"), "line 2: the JSON is nested too deeply"),

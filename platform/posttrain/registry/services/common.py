@@ -16,6 +16,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
 
+from posttrain.core.private_paths import private_path_problem
+
 NAME_MAX_CHARS = 200
 CHUNK_BYTES = 1024 * 1024
 
@@ -29,6 +31,13 @@ class AssetInUse(Exception):
 
 def invalid(field: str, message: str | list[str]) -> ValidationError:
     return ValidationError({field: message})
+
+
+def refuse_private(field: str, path: str | Path) -> None:
+    """A server path the user named that holds the platform's secrets is a field error (see core.private_paths)."""
+    problem = private_path_problem(path)
+    if problem:
+        raise invalid(field, problem)
 
 
 def clean_name(name: str | None) -> str:

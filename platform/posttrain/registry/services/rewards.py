@@ -21,6 +21,7 @@ from posttrain.registry.services.common import (
     create_named,
     delete_unless_in_use,
     invalid,
+    refuse_private,
     storage_path,
     update_name_and_description,
     user_or_none,
@@ -90,6 +91,7 @@ def _python_spec(spec: dict[str, Any], source: str) -> tuple[dict[str, Any], str
         file = Path(str(given_path))
         if not file.is_file():
             raise invalid("spec.path", f"{file} does not exist (or send the code as source)")
+        refuse_private("spec.path", file)
         try:
             source = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
