@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,82 @@ def test_output_is_relayed_up_to_a_burst_then_at_a_rate_with_one_note_per_flood(
     assert relay.dropped > 2_000_000
     assert text.count("bytes of output dropped]") == 1
     assert len(text) < 200_000
+
+
+NOT_ROOT_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from rl_engine import sandbox
+from rl_engine.rewards.base import RewardBatch
+from rl_engine.rewards.python_fn import PythonFunctionReward
+
+component = PythonFunctionReward(sys.argv[2])
+result = component.score(RewardBatch.build(["p"], ["r"], ["l"]))
+component.close()
+box = sandbox.Sandbox.create(sandbox.Limits(processes=8))
+forks = box.popen([sys.executable, "-I", "-c", sys.argv[3]])
+print(json.dumps({"available": sandbox.status().available, "scores": result.scores, "errors": result.errors,
+                  "forks": forks.communicate()[0].decode().strip()}))
+"""
+FORK_UNTIL_REFUSED = """
+import os, time
+started = 0
+try:
+    for _ in range(100):
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+        started += 1
+except OSError:
+    pass
+print(started)
+"""
+
+
+@needs_sandbox
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"), reason="needs root and Debian's python3"
+)
+def test_a_platform_not_running_as_root_gets_the_same_sandbox_and_limits():
+    # The unprivileged path (bwrap maps the user itself, --disable-userns): as nobody, with Debian's python,
+    # which nobody can run (this venv's interpreter may sit in root's home); pytest's tmp_path is root's only.
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="sandbox-not-root-"))
+    folder.chmod(0o755)
+    reward = folder / "uid.py"
+    reward.write_text(
+        "import os\n\ndef reward_func(queries, prompts, labels, **kwargs):\n    return [float(os.getuid())]\n"
+    )
+    reward.chmod(0o644)
+    repo = str(Path(sandbox.__file__).resolve().parents[1])
+    try:
+        proc = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-I",
+                "-c",
+                NOT_ROOT_PROBE,
+                repo,
+                str(reward),
+                FORK_UNTIL_REFUSED,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/tmp",
+            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+        )
+    finally:
+        shutil.rmtree(folder)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["available"] and found["errors"] == [None] and found["scores"] == [float(sandbox.SANDBOX_UID)]
+    assert int(found["forks"]) < 8  # processes are counted per sandbox (the reaper and the child included)
