@@ -94,9 +94,6 @@ class SandboxStatus:
     detail: str  # the bwrap version, or why no sandbox can be made
     unsandboxed_allowed: bool
 
-    def as_dict(self) -> dict:
-        return {"available": self.available, "detail": self.detail, "unsandboxed_allowed": self.unsandboxed_allowed}
-
 
 def unsandboxed_allowed() -> bool:
     return os.environ.get(ALLOW_UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
@@ -145,6 +142,10 @@ def _run_probe(bwrap: str) -> tuple[bool, str]:
     for tool in ("prlimit", "setpriv"):
         if shutil.which(tool, path="/usr/bin:/bin") is None:
             return False, f"{tool} (util-linux) is missing"
+    try:
+        python_runtime()
+    except SandboxUnavailable as exc:
+        return False, str(exc)
     try:
         version = subprocess.run([bwrap, "--version"], check=False, capture_output=True, text=True, timeout=10)
         proc = _popen(bwrap, ["/usr/bin/true"], Limits(), sandbox_env({}), {}, {}, ())
@@ -536,6 +537,7 @@ class OutputRelay:
             tokens -= len(chunk)
         if dropped:
             self._write(f"[{self._label}: {dropped} bytes of output dropped]\n".encode())
+        self._source.close()
 
     def _write(self, data: bytes) -> None:
         try:

@@ -247,3 +247,38 @@ def test_a_platform_not_running_as_root_gets_the_same_sandbox_and_limits():
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["available"] and found["errors"] == [None] and found["scores"] == [float(sandbox.SANDBOX_UID)]
     assert int(found["forks"]) < 8  # processes are counted per sandbox (the reaper and the child included)
+
+
+def _python_reward_run(demo: Path, reward_file: Path):
+    from rl_engine.demo.run_config import demo_run_config
+
+    return demo_run_config(
+        demo,
+        model={"path": str(demo / "model")},
+        data={"path": str(demo / "data" / "train.jsonl"), "eval_path": None},
+        rewards=[{"type": "python", "name": "correct", "path": str(reward_file)}],
+        rollout={"prompts_per_step": 2, "samples_per_prompt": 2, "max_new_tokens": 4},
+        train={"steps": 1, "micro_batch_size": 4},
+        checkpoint={"every_steps": 0, "save_final": False},
+        logging={"eval_every": 0},
+    )
+
+
+def test_a_run_with_user_code_fails_at_start_without_a_sandbox_and_logs_the_override(
+    tiny_demo, tmp_path, no_bubblewrap, monkeypatch
+):
+    from rl_engine.events import read_events
+    from rl_engine.loop import train
+
+    reward = tmp_path / "reward.py"
+    reward.write_text("def reward_func(queries, prompts, labels, **kwargs):\n    return [1.0] * len(queries)\n")
+    cfg = _python_reward_run(tiny_demo, reward)
+    with pytest.raises(sandbox.SandboxUnavailable):
+        train(cfg, tmp_path / "refused")
+    status = [e["data"] for e in read_events(tmp_path / "refused" / "events.jsonl") if e["type"] == "status"][-1]
+    assert status["state"] == "failed" and "install Debian's bubblewrap" in status["reason"]
+
+    monkeypatch.setenv(sandbox.ALLOW_UNSANDBOXED_ENV, "1")
+    train(cfg, tmp_path / "allowed")
+    logs = [e["data"]["message"] for e in read_events(tmp_path / "allowed" / "events.jsonl") if e["type"] == "log"]
+    assert any("WITHOUT a sandbox" in message for message in logs)
