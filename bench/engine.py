@@ -270,7 +270,7 @@ def _r(value: float | None, digits: int = 4) -> float | None:
 
 
 def run_ours(config: Path, sets: list[str], work: Path, name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from rl_engine.events import read_events
+    from posttrain_sdk.event_log import read_events
 
     run_dir = work / name
     command = [sys.executable, "-m", "rl_engine", "train", str(config), "--run-dir", str(run_dir), "--no-progress"]

@@ -245,6 +245,28 @@ def start_ours(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, st
     return process, f"http://127.0.0.1:{port}"
 
 
+_CREATE_USER = """
+from posttrain.accounts.services import token_get_or_create, user_create
+print("BENCH_TOKEN " + token_get_or_create(user_create("bench", "a-long-bench-passphrase", "researcher")).key)
+"""
+
+
+def start_ours_for_a_researcher(pg: Postgres, workdir: Path) -> tuple[subprocess.Popen, str, str]:
+    """Ours on a fresh, migrated OURS_DB with one researcher: (process, URL, the researcher's API token),
+    for benches that drive the platform as a user (the SDK) rather than as the engine."""
+    pg.recreate(OURS_DB)
+    env = ours_env(pg, workdir, secrets.token_urlsafe(40), None)
+    py = str(OURS_BIN / "python")
+    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, env=env, check=True)
+    made = subprocess.run(
+        [py, "manage.py", "shell", "-c", _CREATE_USER], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    token = next(x for x in made.stdout.splitlines() if x.startswith("BENCH_TOKEN ")).split()[1]
+    process, url = start_ours(env, workdir)
+    wait_for_http(f"{url}/login/", 120, process)
+    return process, url, token
+
+
 # --- HTTP client ---------------------------------------------------------------------------------
 
 

@@ -258,7 +258,7 @@ def measure(base: str, run_id: str, token: str, args: argparse.Namespace) -> dic
             sending_s = time.monotonic() - t0
             rendered = wait_for_seqs(page, set(measured), "rendered", 30)
             received = wait_for_seqs(page, set(measured), "received", 1)
-            # The stream must never send a seq twice, across reconnects too (stream.js would hide it).
+            # The stream must never send a seq twice, across reconnects too (browser_stream_client.js would hide it).
             repeated = page.evaluate(
                 "(() => { const seqs = window.__latencyProbe.received.map((r) => r[0]);"
                 " return seqs.length - new Set(seqs).size; })()"

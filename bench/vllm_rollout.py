@@ -54,8 +54,8 @@ def logprob_gap(model: torch.nn.Module, prompts: list[list[int]], samples, pad_i
 def train_steps(work: Path, backend: str, steps: int, dtype: str) -> dict[str, float]:
     """The demo run config (32 prompts x 8 samples a step) for `steps` steps; medians over the steps after
     the first (which pays vLLM's first-request warm-up)."""
+    from posttrain_sdk.event_log import read_events
     from rl_engine.demo.run_config import demo_run_config
-    from rl_engine.events import read_events
     from rl_engine.loop import train
 
     log(f"training {steps} steps with the {backend} rollout backend")

@@ -6,14 +6,18 @@ The protocol (all JSON; `http://HOST:PORT` is logged at the start of the run; `a
 the sandbox of rl_engine/sandbox.py, without network, and gets POSTTRAIN_AGENT_URL=http://127.0.0.1:PORT,
 which socat serves there from a Unix socket the endpoint also listens on):
 
-    POST /sessions                          -> {"session_id", "base_url", "prompt", "label", "metadata"}
+    POST /sessions                          -> {"session_id", "base_url", "model", "prompt", "label", "metadata"}
         Takes the next task of the current step (a dataset row; each row is handed out
         `rollout.samples_per_prompt` times, a GRPO group). Waits up to 30 s for the next step;
         503 when none came, 410 once the run is over.
     POST {base_url}/chat/completions        (base_url = /sessions/<id>/v1: any OpenAI client works)
-        {"messages": [...], "max_tokens": n} -> a `chat.completion`. The first call's messages are
-        the session's prompt; each later call must repeat the conversation so far (including the
-        replies it got) and add messages after it.
+        {"model", "messages": [...], "max_tokens": n} -> a `chat.completion`; with `"stream": true`
+        the same reply as Server-Sent Events, `chat.completion.chunk`s (one per token, then the
+        finish_reason, then usage when `stream_options.include_usage`) ending in `data: [DONE]`.
+        The first call's messages are the session's prompt; each later call must repeat the
+        conversation so far (including the replies it got) and add messages after it. What the
+        engine does not do is refused with a 400 whose `error.param` names the field: `n` > 1,
+        `tools`/`functions`, a `response_format` other than text, a `model` other than the run's.
     GET  {base_url}/models, GET /v1/models
     POST /sessions/<id>/finish              {"reward": number} -> {"ok": true}
 
@@ -22,7 +26,8 @@ messages the agent adds are tokenised (rendered with the model's chat template w
 uses one, else their contents concatenated) and enter the trajectory as observations, masked out of
 the loss. Sampling follows the run's `rollout` settings (temperature, top-p, top-k; `max_tokens` is
 capped by `rollout.max_new_tokens`) so that trajectories are on-policy; the request's own sampling
-fields are ignored. Requests of concurrent sessions are generated together in one batch, on the
+fields are ignored. Streaming changes only how the reply travels: the trajectory holds the same token
+ids and log-probs either way. Requests of concurrent sessions are generated together in one batch, on the
 training loop's thread, while the loop waits for the step's sessions to finish.
 """
 
@@ -57,9 +62,18 @@ _SESSION_PATH = re.compile(r"^/sessions/([0-9a-f]{32})(/.*)$")
 
 
 class AgentError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, param: str | None = None):
         super().__init__(message)
         self.status = status
+        self.param = param  # the request field at fault, as OpenAI's errors name it
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A reply as `chat.completion`, and the engine's token ids of its text (what a stream sends)."""
+
+    reply: dict[str, Any]
+    token_ids: list[int]
 
 
 @dataclass
@@ -253,6 +267,7 @@ class AgentExecutor:
         return {
             "session_id": session.id,
             "base_url": f"{self.url}/sessions/{session.id}/v1",
+            "model": self.model_name,
             "prompt": prompt.raw,
             "label": prompt.label,
             "metadata": prompt.metadata,
@@ -278,8 +293,9 @@ class AgentExecutor:
             session.reward, session.closed = float(reward), True
         return {"ok": True}
 
-    def complete(self, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    def complete(self, session_id: str, body: dict[str, Any]) -> Completion:
         session = self.session(session_id)
+        _check_request(body, self.model_name)
         messages = body.get("messages")
         if (
             not isinstance(messages, list)
@@ -289,7 +305,9 @@ class AgentExecutor:
                 for m in messages
             )
         ):
-            raise AgentError(400, "messages: a non-empty list of {role, content} with string contents is required")
+            raise AgentError(
+                400, "messages: a non-empty list of {role, content} with string contents is required", "messages"
+            )
         if session.completions >= self.agent.max_turns:
             raise AgentError(400, f"the session used its agent.max_turns ({self.agent.max_turns}) completions")
         max_tokens = next(
@@ -297,7 +315,7 @@ class AgentExecutor:
             self.cfg.rollout.max_new_tokens,
         )
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise AgentError(400, f"max_tokens: a positive integer is required, got {max_tokens!r}")
+            raise AgentError(400, f"max_tokens: a positive integer is required, got {max_tokens!r}", "max_tokens")
         added = self._extend(session, messages)
         request = _Generation(
             session,
@@ -320,7 +338,7 @@ class AgentExecutor:
             session.turns.append({"role": "assistant", "text": request.text, "reward": None})
             session.completions += 1
             session.finish_reason, session.last_text = sample.finish_reason, request.text
-        return {
+        reply = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -339,6 +357,7 @@ class AgentExecutor:
                 "total_tokens": len(request.context) + len(sample.response_ids),
             },
         }
+        return Completion(reply, list(sample.response_ids))
 
     def _extend(self, session: _Session, messages: list[dict[str, Any]]) -> list[str]:
         """Checks `messages` continue the session; appends the new messages' tokens (observations) to
@@ -440,6 +459,67 @@ class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
 
 
+def _check_request(body: dict[str, Any], model_name: str) -> None:
+    """Refuses, naming the field, what the endpoint cannot honour; silently ignoring it would hand an
+    agent framework something other than what it asked for."""
+    model = body.get("model")
+    if model is not None and model != model_name:
+        raise AgentError(
+            400, f"model: this endpoint serves only {model_name!r} (the run's policy), got {model!r}", "model"
+        )
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n != 1):
+        raise AgentError(
+            400, f"n: one completion per request (the run samples its groups through sessions), got {n!r}", "n"
+        )
+    for field_name in ("tools", "functions"):
+        if body.get(field_name):
+            raise AgentError(
+                400,
+                f"{field_name}: tool calling is not supported; describe the tools in the messages and parse the "
+                "reply's text (its tokens are what the policy is trained on)",
+                field_name,
+            )
+    response_format = body.get("response_format")
+    if response_format is not None and (not isinstance(response_format, dict) or response_format.get("type") != "text"):
+        raise AgentError(400, 'response_format: only {"type": "text"} (no constrained decoding)', "response_format")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise AgentError(400, f"stream: must be true or false, got {stream!r}", "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise AgentError(400, 'stream_options: must be an object such as {"include_usage": true}', "stream_options")
+
+
+def stream_chunks(completion: Completion, tokenizer: Any, include_usage: bool) -> list[dict[str, Any]]:
+    """The reply as `chat.completion.chunk`s: the role, one content delta per token (decoded
+    incrementally, so the deltas concatenate to exactly the reply's text), the finish_reason, usage."""
+    reply = completion.reply
+    choice = reply["choices"][0]
+    text = choice["message"]["content"]
+    base = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"], "model": reply["model"]}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    sent = ""
+    for end in range(1, len(completion.token_ids) + 1):
+        decoded = tokenizer.decode(completion.token_ids[:end], skip_special_tokens=True)
+        # A token that ends inside a multi-byte character decodes to U+FFFD until the next one completes it.
+        if decoded.endswith("\ufffd") or not decoded.startswith(sent) or not text.startswith(decoded):
+            continue
+        if len(decoded) > len(sent):
+            chunks.append(chunk({"content": decoded[len(sent) :]}))
+            sent = decoded
+    if sent != text:  # whatever incremental decoding could not attribute to a token
+        chunks.append(chunk({"content": text[len(sent) :]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": reply["usage"]})
+    return chunks
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: AgentExecutor
     protocol_version = "HTTP/1.1"
@@ -454,6 +534,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, chunks: list[dict[str, Any]]) -> None:
+        """Server-Sent Events in HTTP/1.1 chunked transfer encoding (the connection stays reusable)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in [*(f"data: {json.dumps(c)}\n\n" for c in chunks), "data: [DONE]\n\n"]:
+            data = event.encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -479,7 +572,13 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "POST" and path == "/sessions":
                 reply = owner.open_session()
             elif method == "POST" and session_id and rest == "/v1/chat/completions":
-                reply = owner.complete(session_id, self._body())
+                body = self._body()
+                completion = owner.complete(session_id, body)
+                if body.get("stream"):
+                    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                    self._stream(stream_chunks(completion, owner.tokenizer, include_usage))
+                    return
+                reply = completion.reply
             elif method == "POST" and session_id and rest == "/finish":
                 reply = owner.finish(session_id, self._body())
             else:
@@ -492,6 +591,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "error": {
                         "message": str(exc),
                         "type": "invalid_request_error" if exc.status == 400 else "posttrain_error",
+                        "param": exc.param,
+                        "code": None,
                     }
                 },
             )

@@ -24,6 +24,8 @@ from typing import Any, Iterator
 
 import torch
 
+from posttrain_sdk.event_log import EventLog, Heartbeat
+from posttrain_sdk.event_sender import sender_from_env
 from rl_engine import sandbox
 from rl_engine.algorithms import (
     GROUP_ESTIMATORS,
@@ -40,11 +42,9 @@ from rl_engine.algorithms import (
 from rl_engine.checkpoint import EngineState, capture_rng, load_engine_state, restore_rng, save_checkpoint
 from rl_engine.config import RunConfig, check_runnable, dump_config
 from rl_engine.data import Prompt, PromptData, PromptSampler
-from rl_engine.events import Heartbeat, JsonlEventSink
 from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
-from rl_engine.shipper import shipper_from_env
 from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel, rollout_logprob_gap
 
 
@@ -632,8 +632,8 @@ def train(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
-    sink = JsonlEventSink(run_dir, run_id or os.environ.get("POSTTRAIN_RUN_ID") or run_dir.name)
-    shipper = shipper_from_env(sink)  # the platform's run: POSTTRAIN_EVENTS_URL set, events POSTed in batches
+    sink = EventLog(run_dir, run_id or os.environ.get("POSTTRAIN_RUN_ID") or run_dir.name)
+    sender = sender_from_env(sink)  # the platform's run: POSTTRAIN_EVENTS_URL set, events POSTed in batches
     engine: Engine | None = None
     try:
         with Heartbeat(sink, cfg.logging.heartbeat_s) as heartbeat:
@@ -651,8 +651,8 @@ def train(
                 engine.close()
         finally:
             sink.close()
-            if shipper is not None:
-                shipper.finish()  # bounded wait until the platform acknowledged every event
+            if sender is not None:
+                sender.finish()  # bounded wait until the platform acknowledged every event
 
 
 def runs_user_code(cfg: RunConfig) -> bool:
@@ -664,7 +664,7 @@ def runs_user_code(cfg: RunConfig) -> bool:
     )
 
 
-def require_sandbox(cfg: RunConfig, sink: JsonlEventSink) -> None:
+def require_sandbox(cfg: RunConfig, sink: EventLog) -> None:
     """A run with user code starts only where a sandbox can be made (SandboxUnavailable says what to
     install), or where an admin allowed unsandboxed code, which the run's log then says."""
     if runs_user_code(cfg) and not sandbox.require():
@@ -679,7 +679,7 @@ def require_sandbox(cfg: RunConfig, sink: JsonlEventSink) -> None:
 
 
 def _run(
-    engine: Engine, run_dir: Path, sink: JsonlEventSink, heartbeat: Heartbeat, resume: Path | None, progress: bool
+    engine: Engine, run_dir: Path, sink: EventLog, heartbeat: Heartbeat, resume: Path | None, progress: bool
 ) -> dict[str, float]:
     cfg = engine.cfg
     counters = {"progress/samples": 0.0, "progress/tokens": 0.0, "progress/train_time_s": 0.0}

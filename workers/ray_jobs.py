@@ -21,7 +21,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from posttrain.runs.errors import JobsUnavailable
+from posttrain.core.errors import JobsUnavailable
 from posttrain.runs.models import Run
 from posttrain.runs.tokens import ingest_token
 from rl_engine.sandbox import ALLOW_UNSANDBOXED_ENV

@@ -7,7 +7,7 @@ that need it, in the worker only.
 
 import platform
 
-from posttrain.runs.errors import JobsUnavailable
+from posttrain.core.errors import JobsUnavailable
 from workers.celery_app import app
 
 

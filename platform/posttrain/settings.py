@@ -166,7 +166,9 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "posttrain.core.api.schema.AutoSchema",
+    # One error shape for every API: {"errors": [{"loc", "msg"}]} (docs/ARCHITECTURE.md, "The error contract").
+    "EXCEPTION_HANDLER": "posttrain.core.api.errors.api_exception_handler",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
@@ -195,7 +197,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = _env_flag("POSTTRAIN_CELERY_EAGER")
 
-# --- Artifacts (DESIGN.md contract 5): runs/<run-id>/, datasets/<sha256>/, models/<name>/ ----------
+# --- Artifacts (docs/ARCHITECTURE.md, "Artifacts"): runs/<run-id>/, datasets/<sha256>/, models/<name>/ ---
 STORAGE_ROOT = Path(os.environ.get("POSTTRAIN_STORAGE", STATE_DIR / "storage")).resolve()
 DATASET_MAX_BYTES = int(os.environ.get("POSTTRAIN_DATASET_MAX_BYTES", str(200 * 1024 * 1024)))
 # Where a run's engine posts its events: this server as the Ray job's machine can reach it.

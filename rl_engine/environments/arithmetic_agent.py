@@ -46,7 +46,7 @@ def play(task: dict, calls: int) -> float:
     messages = [{"role": "user", "content": task["prompt"]}]
     reply = ""
     for _ in range(calls + 1):
-        completion = client.chat.completions.create(model="policy", messages=messages, max_tokens=8)
+        completion = client.chat.completions.create(model=task["model"], messages=messages, max_tokens=8)
         reply = completion.choices[0].message.content or ""
         call = CALL.match(reply)
         if call is None:

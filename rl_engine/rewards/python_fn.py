@@ -1,6 +1,6 @@
 """User reward code from a Python file, run in a separate, limited, long-lived process.
 
-Both shapes people already have work unchanged (DESIGN contract 6):
+Both shapes people already have work unchanged (docs/ARCHITECTURE.md, "Reward functions"):
 
 - OpenRLHF, batched: ``reward_func(queries, prompts, labels, **kwargs)`` returning a list or
   tensor of rewards, or ``{"rewards": ..., "scores": ..., "extra_logs": {name: value | list}}``.

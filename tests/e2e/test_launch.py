@@ -218,3 +218,41 @@ def test_registry_forms_put_the_apis_errors_next_to_their_fields_and_list_what_t
     page.click("#reward-form button[type=submit]")
     expect(page.locator("#reward-rows tr", has_text="has a number")).to_contain_text("regex \\d+")
     screenshot(page, "registry-forms")
+
+
+def test_the_form_error_helper_puts_each_error_at_the_closest_field_it_names(web_server, page, researcher):
+    """form_errors.js, every form's one renderer, checked in the browser that runs it."""
+    log_in(page, web_server, "rosalind", "/launch/")
+    result = page.evaluate("""async () => {
+        const m = await import('/static/js/form_errors.js');
+        const root = document.createElement('div');
+        root.innerHTML = '<div data-loc="questions[1]"><div class="field-error" hidden></div></div>'
+            + '<div data-loc="name"><div class="field-error" hidden></div></div>';
+        const target = (loc) => {
+            const owner = root.querySelector(`[data-loc="${loc}"]`);
+            return owner ? { node: owner.querySelector('.field-error'), owner } : null;
+        };
+        const rest = m.placeFieldErrors([
+            { loc: 'name', msg: 'is required' },
+            { loc: 'questions[1].labels[2]', msg: 'is too long' },
+            { loc: 'seed', msg: 'must be an integer' },
+            { loc: '', msg: 'the request as a whole' },
+        ], target);
+        const text = (loc) => root.querySelector(`[data-loc="${loc}"] .field-error`).textContent;
+        const placed = { name: text('name'), question: text('questions[1]') };
+        const marked = [...root.querySelectorAll('.has-error')].map((node) => node.dataset.loc);
+        m.clearFieldErrors(root);
+        return {
+            prefixes: m.locPrefixes('questions[1].labels[2]'), placed, marked, rest,
+            cleared: [...root.querySelectorAll('.field-error')].every((n) => n.hidden && !n.textContent)
+                && !root.querySelector('.has-error'),
+        };
+    }""")
+    assert result["prefixes"] == ["questions[1].labels[2]", "questions[1].labels", "questions[1]", "questions"]
+    assert result["placed"] == {"name": "is required", "question": "questions[1].labels[2]: is too long"}
+    assert result["marked"] == ["questions[1]", "name"]
+    assert result["rest"] == [
+        {"loc": "seed", "msg": "must be an integer"},
+        {"loc": "", "msg": "the request as a whole"},
+    ]
+    assert result["cleared"]

@@ -7,7 +7,10 @@ Every run is tiny (the tiny demo model, a few steps, two prompts per step) so th
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -163,8 +166,20 @@ def launch(api: Api, experiment: dict, seed: int = 1) -> dict:
     return run
 
 
+def follow_with_the_cli(api: Api, run_id: str) -> subprocess.Popen:
+    """`posttrain runs follow RUN` in its own process; it ends when the run does."""
+    env = {**os.environ, "POSTTRAIN_URL": api.base, "POSTTRAIN_TOKEN": api.session.headers["Authorization"].split()[1]}
+    return subprocess.Popen(
+        [sys.executable, "-m", "posttrain_sdk", "runs", "follow", run_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
 def run_folder_events(run: dict) -> list[dict]:
-    from rl_engine.events import read_events
+    from posttrain_sdk.event_log import read_events
 
     return read_events(Path(run["resolved_config"]["logging"]["run_dir"]) / "events.jsonl")
 
@@ -206,9 +221,14 @@ def test_a_launched_run_succeeds_with_every_steps_metrics_and_every_sample_store
     steps = 3
     experiment = create_experiment(api, registry, "sums grpo", run_config(steps, checkpoint={"save_final": True}))
     run = launch(api, experiment)
+    follower = follow_with_the_cli(api, run["id"])  # from `queued` on, as someone who just launched it
     run = api.wait_until_finished(run["id"])
     assert run["state"] == "succeeded", run
     assert run["state_reason"] == "engine finished every step"
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err
+    assert "state: running" in out and f"step {steps}/{steps} reward/mean=" in out
+    assert out.strip().endswith(f"run {run['id']} succeeded")
 
     series = api.get(f"/api/runs/{run['id']}/metrics/", names="reward/mean,reward/correct,timing/generate")["series"]
     for name in ("reward/mean", "reward/correct", "timing/generate"):
@@ -354,5 +374,5 @@ def test_the_engine_keeps_its_events_through_a_10_second_web_outage_and_delivers
     events = run_folder_events(run)
     assert any(down_at < e["time"] < up_at for e in events), "the engine wrote nothing during the outage"
     assert_store_matches_the_run_folder(run)
-    # Delivered by the engine's shipper, not recovered from the run folder by the reconcile afterwards.
+    # Delivered by the engine's sender, not recovered from the run folder by the reconcile afterwards.
     assert f"of run {run['id']} from" not in stack.worker_log.read_text()

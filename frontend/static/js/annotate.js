@@ -2,7 +2,7 @@
 // Submitting claims the next item in the same request, so the next item shows at once. The page shows
 // only what the API's annotator view of an item holds: in a blind campaign no reward, run or step.
 
-import { api, ApiError, el, pageData } from "./api.js";
+import { api, ApiError, el, errorText, pageData } from "./api.js";
 
 const WAIT_RETRY_MS = 10000;
 const MAX_SECONDS = 24 * 3600;
@@ -382,7 +382,7 @@ function requestFailed(error, what) {
     for (const problem of error.errors) {
       const key = String(problem.loc || "").replace(/^answers\./, "");
       if (state.questions.some((q) => q.key === key)) byKey.set(key, [...(byKey.get(key) || []), problem.msg]);
-      else other.push(problem.loc ? `${problem.loc}: ${problem.msg}` : problem.msg);
+      else other.push(errorText(problem));
     }
     showQuestionErrors(byKey);
     if (other.length) setStatus(other.join(" "), "critical");

@@ -2,7 +2,8 @@
 // Plain ES module, no build step: pages load it with <script type="module">.
 
 export class ApiError extends Error {
-  // `errors` is the API's [{loc, msg}] list when it sent one (400 validation), else [].
+  // `errors`: the API's [{loc, msg}] list. Every API error body has one (docs/ARCHITECTURE.md, "The error
+  // contract"), with the conflict's context beside it in `body` (`state`, `expected_seq`).
   constructor(status, message, errors = [], body = null) {
     super(message);
     this.status = status;
@@ -18,12 +19,9 @@ export function csrfToken() {
   return input ? input.value : "";
 }
 
-function messageOf(status, body) {
-  if (body && Array.isArray(body.errors) && body.errors.length) {
-    return body.errors.map((e) => (e.loc ? `${e.loc}: ${e.msg}` : e.msg)).join("\n");
-  }
-  if (body && typeof body.detail === "string") return body.detail;
-  return `HTTP ${status}`;
+// One error as a line: "loc: msg", or "msg" when it is about the request as a whole.
+export function errorText(error) {
+  return error.loc ? `${error.loc}: ${error.msg}` : error.msg;
 }
 
 // api("/api/runs/", {method: "POST", body: {...}}) -> parsed JSON; throws ApiError on a non-2xx answer.
@@ -48,10 +46,15 @@ export async function api(path, { method = "GET", body = undefined, params = und
   const response = await fetch(url, { method, headers, body: payload, credentials: "same-origin", signal });
   const text = await response.text();
   let parsed = null;
+  let notJson = ""; // a proxy's error page, say: its text is the message
   if (text) {
-    try { parsed = JSON.parse(text); } catch { parsed = { detail: text.slice(0, 500) }; }
+    try { parsed = JSON.parse(text); } catch { notJson = text.slice(0, 500); }
   }
-  if (!response.ok) throw new ApiError(response.status, messageOf(response.status, parsed), parsed?.errors || [], parsed);
+  if (!response.ok) {
+    const errors = Array.isArray(parsed?.errors) ? parsed.errors : [];
+    const message = errors.map(errorText).join("\n") || notJson || `HTTP ${response.status}`;
+    throw new ApiError(response.status, message, errors, parsed);
+  }
   return parsed;
 }
 

@@ -3,6 +3,7 @@
 // summaries, the config fields that differ, and the same prompt's rollouts side by side.
 // Every setting lives in the query string, so a view can be shared or reloaded as it is.
 import { api, el, formatNumber, stateBadge } from "./api.js";
+import { HEADLINE_METRICS, metricInfo } from "./metric_catalogue.js";
 
 // =============================================================================================
 // Pure functions (exported so they can be checked without the page)
@@ -94,17 +95,19 @@ export function aggregateGroup(seriesList, spread = "minmax", maxPoints = 2000) 
   return out;
 }
 
-// Whether a lower or a higher value of the metric is the better one.
+// Whether a lower or a higher value of the metric is the better one (the metric catalogue says; a metric
+// it does not know counts as higher-is-better, like an accuracy); null when neither is (a counter).
 export function metricGoal(name) {
-  const group = name.split("/")[0];
-  if (group === "kl" || group === "timing") return "min";
-  if (/loss|length|truncat|error/.test(name)) return "min";
-  return "max"; // rewards, accuracies, throughput
+  const info = metricInfo(name);
+  if (!info) return "max";
+  if (info.higher_is_better === null) return null;
+  return info.higher_is_better ? "max" : "min";
 }
 
 export function bestValue(name, summary) {
-  if (!summary) return null;
-  return metricGoal(name) === "min" ? summary.min : summary.max;
+  const goal = metricGoal(name);
+  if (!summary || !goal) return null;
+  return goal === "min" ? summary.min : summary.max;
 }
 
 // {"a.b": 1, "rewards.0.name": "x", "train.betas": [0.9, 0.999]}: objects and lists of objects
@@ -174,7 +177,7 @@ export function assignColors(ids, palette = PALETTE) {
 }
 
 export const X_AXES = { step: "step", samples: "samples", tokens: "tokens", time: "wall time (s since start)" };
-export const DEFAULT_METRICS = ["reward/mean", "kl/mean", "policy/entropy", "response/length_mean"];
+export const DEFAULT_METRICS = HEADLINE_METRICS;
 
 function splitList(text) {
   return (text || "").split(",").map((s) => s.trim()).filter(Boolean);
@@ -502,7 +505,7 @@ function renderSummary() {
       const s = run.summary?.[metric];
       rows.push(el("tr", { "data-metric": metric, "data-run": run.id },
         i === 0 ? el("th", { rowspan: runs.length, scope: "rowgroup" }, metric,
-          el("div", { class: "muted" }, goal === "max" ? "best = highest" : "best = lowest")) : null,
+          el("div", { class: "muted" }, { max: "best = highest", min: "best = lowest" }[goal] ?? "no better side")) : null,
         el("td", {}, swatch(colors.get(String(run.id)) || "#999"), " ", run.name || String(run.id)),
         el("td", { class: "num", "data-col": "last" }, formatNumber(s?.last)),
         el("td", { class: "num", "data-col": "step" }, formatNumber(s?.step)),

@@ -4,6 +4,7 @@
 
 import { api, ApiError, el } from "./api.js";
 import { datasetLabel, listAll, modelLabel, rewardSummary } from "./assets.js";
+import { clearFieldErrors, errorsOf, placeFieldErrors, showErrorSummary, showIn } from "./form_errors.js";
 import { SchemaForm } from "./schema_form.js";
 
 const VALIDATE_DELAY_MS = 400;
@@ -114,52 +115,27 @@ function removeReward(item) {
 
 // --- errors --------------------------------------------------------------------------------
 
-function clearExperimentErrors() {
-  for (const node of document.querySelectorAll(".lf-field > .field-error")) {
-    node.hidden = true;
-    node.textContent = "";
+// Where an error goes: a reward row, an experiment field ("model" alone is the experiment's model,
+// "model.dtype" a config field), else the config form's field or section.
+function errorTarget(prefix, loc) {
+  const reward = prefix.match(/^rewards(?:\[(\d+)\]|\.(\d+))$/);
+  if (reward) {
+    const item = state.chosen[Number(reward[1] ?? reward[2])];
+    return item ? { node: item.errorNode } : null;
   }
-  for (const item of state.chosen) {
-    item.errorNode.hidden = true;
-    item.errorNode.textContent = "";
-  }
+  const experimentField = prefix === "rewards" || (prefix === "tags" && loc.startsWith("tags["))
+    || (prefix === loc && EXPERIMENT_FIELDS.includes(prefix));
+  if (experimentField) return { node: fieldBox(prefix).querySelector(":scope > .field-error") };
+  return state.form.errorTarget(prefix);
 }
 
-function showIn(node, text) {
-  node.append(el("div", {}, text));
-  node.hidden = false;
-}
-
-// Each error goes next to what it names: an experiment field, a reward row, a config field or
-// section; whatever names none of them is listed in the summary.
+// Each error goes next to what it names; whatever names nothing is listed in the summary.
 function showErrors(errors) {
-  clearExperimentErrors();
-  const configErrors = [];
-  const unplaced = [];
-  for (const error of errors) {
-    const loc = String(error.loc || "");
-    const rewardMatch = loc.match(/^rewards(?:\[(\d+)\]|\.(\d+))(?:\.(.+))?$/);
-    const item = rewardMatch ? state.chosen[Number(rewardMatch[1] ?? rewardMatch[2])] : undefined;
-    // "model" alone is the experiment's model; "model.dtype" is a config field.
-    const experimentField = loc.startsWith("rewards") ? "rewards" : loc.startsWith("tags[") ? "tags" : loc;
-    if (item) {
-      showIn(item.errorNode, rewardMatch[3] && rewardMatch[3] !== "reward" ? `${rewardMatch[3]}: ${error.msg}` : error.msg);
-    } else if (experimentField === "rewards" || EXPERIMENT_FIELDS.includes(experimentField)) {
-      const box = fieldBox(experimentField);
-      showIn(box.querySelector(":scope > .field-error"), loc === experimentField ? error.msg : `${loc}: ${error.msg}`);
-    } else {
-      configErrors.push(error);
-    }
-  }
-  unplaced.push(...state.form.showErrors(configErrors));
-  const summary = $("error-summary");
-  summary.replaceChildren();
-  summary.hidden = unplaced.length === 0;
-  if (unplaced.length) {
-    summary.append(el("strong", {}, "The config has problems the form has no field for:"));
-    summary.append(el("ul", {}, ...unplaced.map((error) => el("li", {}, error.loc ? `${error.loc}: ${error.msg}` : error.msg))));
-    summary.append(el("div", { class: "muted" }, "Fix them in the YAML pane and apply it."));
-  }
+  clearFieldErrors(document.querySelector(".launch-main"));
+  showErrorSummary($("error-summary"), placeFieldErrors(errors, errorTarget), {
+    heading: "The config has problems the form has no field for:",
+    note: "Fix them in the YAML pane and apply it.",
+  });
   return errors.length;
 }
 
@@ -265,8 +241,7 @@ async function applyYaml() {
     refreshLaunchLabel();
     await validate();
   } catch (error) {
-    const errors = error instanceof ApiError && error.errors.length ? error.errors : [{ loc: "", msg: error.message }];
-    for (const item of errors) showIn(yamlError, item.msg);
+    for (const item of errorsOf(error)) showIn(yamlError, item.msg);
     $("yaml-status").textContent = "";
   }
 }

@@ -2,8 +2,9 @@
 // model folder registration, reward creation with its spec fields generated from the engine's
 // schema) and a preview of a dataset's first rows.
 
-import { api, ApiError, el, formatNumber } from "./api.js";
+import { api, el, formatNumber } from "./api.js";
 import { formatBytes, formatParameters, formatWhen, listAll, rewardSummary } from "./assets.js";
+import { clearFieldErrors, errorsOf, placeFieldErrors, showErrorSummary } from "./form_errors.js";
 import { SchemaForm } from "./schema_form.js";
 
 const BUILTIN_TYPES = ["exact_match", "boxed_math", "regex", "length_penalty"];
@@ -17,57 +18,18 @@ const state = { models: [], datasets: [], rewards: [], schema: null, specForm: n
 
 // --- errors --------------------------------------------------------------------------------
 
-// The registry API answers DRF's {field: [messages]} (keys like "spec.pattern"); as [{loc, msg}].
-function errorList(error) {
-  if (!(error instanceof ApiError)) return [{ loc: "", msg: error.message }];
-  if (error.errors.length) return error.errors;
-  const out = [];
-  const walk = (value, loc) => {
-    if (Array.isArray(value)) {
-      for (const item of value) {
-        if (item !== null && typeof item === "object") walk(item, loc);
-        else out.push({ loc, msg: String(item) });
-      }
-    } else if (value !== null && typeof value === "object") {
-      for (const [key, item] of Object.entries(value)) {
-        walk(item, ["non_field_errors", "detail"].includes(key) ? loc : loc ? `${loc}.${key}` : key);
-      }
-    } else {
-      out.push({ loc, msg: String(value) });
-    }
-  };
-  walk(error.body, "");
-  return out.length ? out : [{ loc: "", msg: error.message }];
-}
-
-function clearFormErrors(form) {
-  for (const node of form.querySelectorAll(".field-error")) {
-    node.hidden = true;
-    node.textContent = "";
-  }
-}
-
-// Each error next to the field it names; the rest under the form.
+// Each error next to the field it names (the reward's spec fields: in the spec form); the rest under the form.
 function showFormErrors(form, errors) {
-  clearFormErrors(form);
-  const rest = [];
-  const specErrors = [];
-  for (const error of errors) {
-    const box = form.querySelector(`.rf-field[data-field="${CSS.escape(error.loc)}"]`);
-    if (box) {
-      const node = box.querySelector(".field-error");
-      node.append(el("div", {}, error.msg));
-      node.hidden = false;
-    } else if (form.id === "reward-form" && error.loc.startsWith("spec.") && state.specForm) {
-      specErrors.push(error);
-    } else {
-      rest.push(error);
-    }
+  clearFieldErrors(form);
+  let rest = placeFieldErrors(errors, (loc) => {
+    const box = form.querySelector(`.rf-field[data-field="${CSS.escape(loc)}"]`);
+    return box ? { node: box.querySelector(".field-error") } : null;
+  });
+  if (form.id === "reward-form" && state.specForm) {
+    const spec = rest.filter((error) => error.loc.startsWith("spec."));
+    rest = [...rest.filter((error) => !spec.includes(error)), ...state.specForm.showErrors(spec)];
   }
-  if (specErrors.length) rest.push(...state.specForm.showErrors(specErrors));
-  const summary = form.querySelector(".form-errors");
-  summary.replaceChildren(...rest.map((error) => el("div", {}, error.loc ? `${error.loc}: ${error.msg}` : error.msg)));
-  summary.hidden = rest.length === 0;
+  showErrorSummary(form.querySelector(".form-errors"), rest);
 }
 
 function setFormStatus(form, text) {
@@ -80,11 +42,11 @@ async function submitting(form, send) {
   button.disabled = true;
   setFormStatus(form, "Sending…");
   try {
-    clearFormErrors(form);
+    clearFieldErrors(form);
     setFormStatus(form, await send());
   } catch (error) {
     setFormStatus(form, "");
-    showFormErrors(form, errorList(error));
+    showFormErrors(form, errorsOf(error));
   } finally {
     button.disabled = false;
   }

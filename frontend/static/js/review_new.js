@@ -3,6 +3,7 @@
 // each error it names comes back next to its field. `?runs=<id>,<id>` pre-selects runs.
 
 import { api, ApiError, el } from "./api.js";
+import { clearFieldErrors, placeFieldErrors, showErrorSummary } from "./form_errors.js";
 
 const SEARCH_DELAY_MS = 250;
 const RUN_RESULTS = 10;
@@ -362,59 +363,23 @@ function campaignBody() {
 
 // --- errors ---------------------------------------------------------------------------------
 
-// "questions[1].labels[2]" -> ["questions[1].labels[2]", "questions[1].labels", "questions[1]", "questions"]
-function locPrefixes(loc) {
-  const prefixes = [];
-  let rest = loc;
-  while (rest) {
-    prefixes.push(rest);
-    const cut = Math.max(rest.lastIndexOf("."), rest.lastIndexOf("["));
-    rest = cut > 0 ? rest.slice(0, cut) : "";
-  }
-  return prefixes;
-}
-
-function errorBoxFor(loc) {
-  for (const prefix of locPrefixes(loc)) {
-    const owner = document.querySelector(`#campaign-form [data-loc~="${CSS.escape(prefix)}"]`);
-    if (owner) return { owner, exact: prefix === loc };
-  }
-  return null;
-}
-
 function clearErrors() {
-  for (const node of document.querySelectorAll("#campaign-form .field-error")) {
-    node.hidden = true;
-    node.replaceChildren();
-  }
-  document.querySelectorAll("#campaign-form .has-error").forEach((node) => node.classList.remove("has-error"));
+  clearFieldErrors($("campaign-form"));
   $("error-summary").hidden = true;
   $("form-failure").hidden = true;
 }
 
+// An element whose data-loc lists a loc owns that loc's errors (and those of its parts it has no element for).
+function errorTarget(loc) {
+  const owner = document.querySelector(`#campaign-form [data-loc~="${CSS.escape(loc)}"]`);
+  return owner ? { node: owner.querySelector(":scope > .field-error"), owner } : null;
+}
+
 function showErrors(errors) {
   clearErrors();
-  const unplaced = [];
-  let first = null;
-  for (const error of errors) {
-    const loc = String(error.loc || "");
-    const found = loc ? errorBoxFor(loc) : null;
-    if (!found) {
-      unplaced.push(error);
-      continue;
-    }
-    const node = found.owner.querySelector(":scope > .field-error");
-    node.append(el("div", {}, found.exact ? error.msg : `${loc}: ${error.msg}`));
-    node.hidden = false;
-    found.owner.classList.add("has-error");
-    first = first || found.owner;
-  }
-  if (unplaced.length) {
-    $("error-summary").replaceChildren(el("strong", {}, "Please fix:"),
-      el("ul", {}, ...unplaced.map((error) => el("li", {}, error.loc ? `${error.loc}: ${error.msg}` : error.msg))));
-    $("error-summary").hidden = false;
-    first = first || $("error-summary");
-  }
+  const unplaced = placeFieldErrors(errors, errorTarget);
+  showErrorSummary($("error-summary"), unplaced, { heading: "Please fix:" });
+  const first = document.querySelector("#campaign-form .has-error") || (unplaced.length ? $("error-summary") : null);
   if (first) {
     first.scrollIntoView({ block: "center" });
     const input = first.querySelector("input, select, textarea");

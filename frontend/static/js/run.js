@@ -1,7 +1,8 @@
 // The run page: curves that grow as the engine's events arrive (SSE, traces extended in place),
 // RL diagnostics, the rollout browser, checkpoints, logs and the run's actions.
 import { api, el, formatNumber, pageData } from "./api.js";
-import { openRunStream } from "./stream.js";
+import { openRunStream } from "./browser_stream_client.js";
+import { HEADLINE_METRICS, metricInfo, PANELS } from "./metric_catalogue.js";
 
 const run = pageData("run-data");
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
@@ -9,41 +10,22 @@ const SAMPLES_PAGE = 25;
 
 // --- charts ---------------------------------------------------------------------------------
 
-// Which panel a metric belongs to; null = only on demand ("Add a chart").
-const REWARD_EXCLUDED = new Set(["reward/std", "reward/errors", "reward/group_all_equal_rate"]);
-const TIMING_EXCLUDED = new Set(["timing/step", "timing/eval"]);
-const PANELS = [
-  { id: "reward", title: "Reward (mean and per component)", match: (n) => n.startsWith("reward/") && !REWARD_EXCLUDED.has(n) },
-  { id: "kl", title: "KL to the reference policy", match: (n) => n === "kl/mean" || n === "policy/approx_kl" },
-  { id: "entropy", title: "Policy entropy", match: (n) => n === "policy/entropy" },
-  { id: "clip", title: "Clip ratio", match: (n) => n === "policy/clip_ratio" || n === "critic/clip_ratio" },
-  { id: "length", title: "Response length (tokens)", match: (n) => n === "response/length_mean" || n === "response/length_max" },
-  { id: "truncation", title: "Truncated responses (rate)", match: (n) => n === "response/truncated_rate" },
-  { id: "throughput", title: "Throughput (tokens/s)", match: (n) => n.startsWith("throughput/") },
-  {
-    id: "offpolicy", title: "Rollout engine vs trainer (log-prob gap, off-policy KL)",
-    match: (n) => n === "kl/rollout_vs_policy" || n === "rollout/logprob_diff_max" || n === "rollout/logprob_diff_mean",
-  },
-  { id: "memory", title: "Peak memory per role (GiB)", match: (n) => n.startsWith("memory/") },
-  { id: "loss", title: "Losses", match: (n) => n === "policy/loss" || n === "critic/loss" },
-  { id: "eval", title: "Held-out evaluation", match: (n) => n.startsWith("eval/") && n !== "eval/size" },
-  {
-    id: "timing", title: "Where time goes (seconds per step, by phase)", bars: true,
-    match: (n) => n.startsWith("timing/") && !TIMING_EXCLUDED.has(n) && !n.startsWith("timing/reward/"),
-  },
-];
-const DEFAULT_METRICS = ["reward/mean", "kl/mean", "policy/entropy", "policy/clip_ratio", "response/length_mean",
-  "response/truncated_rate", "throughput/tokens_per_s"];
+// Panels and which metric goes on which come from the metric catalogue; a metric it puts on no panel
+// is drawn only on demand ("Add a chart"), in a panel of its own.
+const panels = new Map(PANELS.map((p) => [p.id, { id: p.id, title: p.title, bars: p.stacked_bars }]));
+const extraPanels = new Map(); // metric name -> its own panel
 
 const charts = new Map(); // panel id -> {panel, div, traces: [metric names], lastStep: Map(name -> step)}
 const markerSteps = []; // steps highlighted by an alert link
 
 function panelFor(name) {
-  return PANELS.find((p) => p.match(name)) || null;
+  const info = metricInfo(name);
+  return (info && info.panel ? panels.get(info.panel) : extraPanels.get(name)) || null;
 }
 
+// A bar is one part of the panel's total: named by what follows the family ("timing/train" -> "train").
 function traceLabel(panel, name) {
-  if (panel.bars) return name.slice("timing/".length);
+  if (panel.bars) return name.slice(name.indexOf("/") + 1);
   return name;
 }
 
@@ -102,14 +84,14 @@ function ensureTrace(name, xs = [], ys = []) {
 
 function addExtraPanel(name) {
   if (panelFor(name)) return;
-  PANELS.push({ id: `extra:${name}`, title: name, match: (n) => n === name });
+  extraPanels.set(name, { id: `extra:${name}`, title: name });
 }
 
 async function loadSeries() {
-  const names = new Set([...DEFAULT_METRICS, ...Object.keys(run.summary || {})]);
+  const names = new Set([...HEADLINE_METRICS, ...Object.keys(run.summary || {})]);
   const wanted = [...names].filter((n) => panelFor(n));
   // Empty panels for the headline metrics, so a fresh run shows where its curves will appear.
-  for (const name of DEFAULT_METRICS) ensureTrace(name);
+  for (const name of HEADLINE_METRICS) ensureTrace(name);
   if (!wanted.length) return;
   const data = await api(`/api/runs/${run.id}/series/`, { params: { names: wanted.join(","), max_points: 2000 } });
   for (const [name, series] of Object.entries(data.series)) {

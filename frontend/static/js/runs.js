@@ -167,7 +167,9 @@ function runRow(run) {
     el("td", {}, el("a", { href: `/runs/${id}/`, class: "run-name" }, run.name || id.slice(0, 8)),
       el("div", { class: "muted small" }, run.experiment_name)),
     el("td", { class: "state-cell" }, stateBadge(run.state)),
-    el("td", {}, run.algorithm || "—"),
+    el("td", {}, run.kind === "external"
+      ? el("span", { class: "badge engine", title: "External run, tracked through the SDK" }, run.engine)
+      : run.algorithm || "—"),
     el("td", {}, run.model_name || "—"),
     el("td", {}, run.dataset_name || "—"),
     el("td", {}, (run.tags || []).map(tagLink)),

@@ -6,6 +6,7 @@
 //   form.values()           -> only what differs from the defaults, e.g. {rollout: {samples_per_prompt: 4}}
 //   form.setValues(config)  -> fills every field (defaults where the config is silent)
 //   form.showErrors(errors) -> puts each {loc, msg} next to its field; returns the ones with no field
+//   form.errorTarget(loc)   -> where an error about loc goes, for a page's own placeFieldErrors (form_errors.js)
 //
 // Inputs never reject what they cannot parse: "4.5" for an integer or "[1," for a list is sent as
 // typed, so the engine's own validation names the problem next to the field. Keys of a loaded
@@ -13,6 +14,7 @@
 // so validation reports them instead of the form silently dropping them.
 
 import { el } from "./api.js";
+import { clearFieldErrors, placeFieldErrors } from "./form_errors.js";
 
 const MISSING = Symbol("missing");
 const NUMBER_TEXT = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i;
@@ -351,42 +353,26 @@ export class SchemaForm {
   }
 
   clearErrors() {
-    for (const field of this.fields) {
-      field.errorNode.hidden = true;
-      field.errorNode.textContent = "";
-      field.node.classList.remove("has-error");
-    }
-    for (const group of this.groups.values()) {
-      group.errorNode.hidden = true;
-      group.errorNode.textContent = "";
-    }
+    clearFieldErrors(this.node);
+  }
+
+  // Where an error about `loc` goes: its field, or the group or section of that loc; null when neither.
+  errorTarget(loc) {
+    const field = this.fields.find((candidate) => candidate.loc === loc);
+    const group = field ? null : this.groups.get(loc);
+    if (!field && !group) return null;
+    const section = field ? field.section : group.section;
+    return {
+      node: field ? field.errorNode : group.errorNode,
+      owner: field ? field.node : null,
+      reveal: () => { if (section) section.details.open = true; },
+    };
   }
 
   // Each error goes to the field its loc names, or to the closest enclosing field or section
   // (a list item's error to the list, an unknown key's to its section); the rest is returned.
   showErrors(errors) {
     this.clearErrors();
-    const byLoc = new Map(this.fields.map((field) => [field.loc, field]));
-    const unplaced = [];
-    for (const error of errors) {
-      const parts = String(error.loc || "").split(".").filter((part) => part !== "");
-      let placed = false;
-      for (let n = parts.length; n > 0 && !placed; n -= 1) {
-        const loc = parts.slice(0, n).join(".");
-        const field = byLoc.get(loc);
-        const group = this.groups.get(loc);
-        const target = field ? field.errorNode : group?.errorNode;
-        if (!target) continue;
-        const rest = parts.slice(n).join(".");
-        target.append(el("div", {}, rest ? `${rest}: ${error.msg}` : error.msg));
-        target.hidden = false;
-        if (field) field.node.classList.add("has-error");
-        const section = field ? field.section : group.section;
-        if (section) section.details.open = true;
-        placed = true;
-      }
-      if (!placed) unplaced.push(error);
-    }
-    return unplaced;
+    return placeFieldErrors(errors, (prefix) => this.errorTarget(prefix));
   }
 }

@@ -1,4 +1,4 @@
-"""The three roles of DESIGN.md ("Who uses it"), kept as Django groups of the same names."""
+"""The three roles (docs/ARCHITECTURE.md, "Roles"), kept as Django groups of the same names."""
 
 from __future__ import annotations
 

@@ -34,11 +34,11 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 
+from posttrain.core.errors import InvalidInput
 from posttrain.registry.models import Dataset
 from posttrain.registry.services import dataset_register_path
 from posttrain.review.models import Campaign, CampaignKind, Judgement
 from posttrain.review.selectors import pairwise_majority
-from posttrain.runs.errors import InvalidInput
 from posttrain.runs.models import Sample
 
 

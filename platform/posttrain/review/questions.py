@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-from posttrain.runs.errors import InvalidInput
+from posttrain.core.errors import InvalidInput
 
 QUESTION_KINDS: tuple[str, ...] = ("rating", "pass_fail", "pairwise", "tags", "comment")
 PAIRWISE_CHOICES: tuple[str, ...] = ("A", "B", "tie", "both_bad")

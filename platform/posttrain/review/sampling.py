@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain.runs.errors import InvalidInput
+from posttrain.core.errors import InvalidInput
 
 RULES: tuple[str, ...] = ("random", "lowest_reward", "highest_reward", "component_disagreement", "reward_vs_component")
 PAIR_STEPS: tuple[str, ...] = ("same", "latest")

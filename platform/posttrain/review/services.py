@@ -28,11 +28,10 @@ from django.utils import timezone
 
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import user_roles
-from posttrain.review.errors import ItemUnavailable, NotAssigned
+from posttrain.core.errors import IllegalTransition, InvalidInput, ItemUnavailable, NotAssigned
 from posttrain.review.models import Campaign, CampaignKind, CampaignState, Judgement, ReviewItem, Skip
 from posttrain.review.questions import swap_pairwise, validate_answers, validate_questions
 from posttrain.review.sampling import Candidate, queue_order, select, validate_source
-from posttrain.runs.errors import IllegalTransition, InvalidInput
 from posttrain.runs.models import Run, Sample
 
 NAME_MAX_CHARS = 200

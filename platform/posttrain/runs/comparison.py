@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Max, QuerySet
 
-from posttrain.runs.errors import InvalidInput
+from posttrain.core.errors import InvalidInput
 from posttrain.runs.models import Run, Sample
 
 MAX_PROMPTS = 50

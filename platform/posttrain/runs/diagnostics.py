@@ -10,15 +10,22 @@ few finite points) or with what came before, never with the future, so an alert'
 as the run goes on and a live page does not see alerts move. Rules on noisy curves require the
 condition to hold for `PERSIST_POINTS` consecutive finite points; the alert's step is the first of
 them. Each rule raises at most one alert per metric: the first occurrence, which is where to look.
+
+Most rules are of one kind, "past a limit set by the metric's early level, for PERSIST_POINTS points":
+those are the rows of LEVEL_RULES, all judged by `level_alerts`, so a new rule of that kind is one row.
+NaN/Inf and reward saturation have rules of their own.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from rl_engine.metric_catalogue import require
 
 Severity = Literal["warning", "critical"]
 Series = tuple[Sequence[int], Sequence[float | None]]
@@ -66,9 +73,13 @@ SATURATION_LENGTH_SHIFT = 0.5
 SATURATION_EDGE_POINTS = 3
 
 METRICS_USED: tuple[str, ...] = tuple(
-    dict.fromkeys([*NONFINITE_METRICS, *KL_METRICS, ENTROPY_METRIC, LENGTH_METRIC, TRUNCATION_METRIC, REWARD_METRIC])
+    require(name)
+    for name in dict.fromkeys(
+        [*NONFINITE_METRICS, *KL_METRICS, ENTROPY_METRIC, LENGTH_METRIC, TRUNCATION_METRIC, REWARD_METRIC]
+    )
 )
-"""Every metric a rule reads: callers fetch just these series."""
+"""Every metric a rule reads: callers fetch just these series. Each is one the metric catalogue
+describes (rl_engine/metric_catalogue.py): a metric renamed there fails here, at import."""
 
 
 @dataclass(frozen=True)
@@ -153,184 +164,156 @@ def nonfinite_alerts(series: Mapping[str, Series]) -> list[Alert]:
     return alerts
 
 
-def kl_blowup_alerts(series: Mapping[str, Series]) -> list[Alert]:
-    """KL blowing up: above KL_BLOWUP_FACTOR (10×) its early level and above an absolute floor (critical).
+@dataclass(frozen=True)
+class Crossing:
+    """Where a level rule fired, its numbers formatted for the message."""
 
-    - `kl/mean`, the per-token KL to the reference model, starts at 0 (policy = reference) and grows
-      slowly in a healthy run; InstructGPT-style PPO ends near 0.1 nat/token (10–25 nats per
-      response). Above KL_FLOORS["kl/mean"] = 1 nat/token the policy has left the reference far
-      behind, the usual prelude to reward hacking or gibberish; the KL coefficient (OpenRLHF
-      `init_kl_coef`, verl `kl_loss_coef`) is too small or the learning rate too large.
-    - `policy/approx_kl`, old vs. new policy within one update, is PPO's trust-region gauge:
-      Spinning Up and Stable-Baselines stop an update at a target KL of 0.01–0.05. Persistently
-      above KL_FLOORS["policy/approx_kl"] = 0.1 the clipped objective no longer bounds the step.
+    metric: str
+    step: int
+    value: str
+    early: str
+    limit: str
 
-    The multiple of the early level keeps a run that legitimately starts high from alerting; the
-    floor keeps a run that starts at ~0 from alerting on a harmless rise to 0.01.
-    """
+
+@dataclass(frozen=True)
+class LevelRule:
+    """An alert when `metric` goes past a limit set by its own early level and stays past it for
+    PERSIST_POINTS consecutive finite points; the alert's step is the first of them."""
+
+    code: str
+    severity: Severity
+    metric: str
+    limit: Callable[[float], float | None]  # the early level -> the limit; None: nothing to judge against
+    past: Callable[[float, float], bool]  # (value, limit) -> the value is past the limit
+    message: Callable[[Crossing], str]
+
+
+def _kl_blowup(metric: str) -> LevelRule:
+    floor = KL_FLOORS[metric]
+    return LevelRule(
+        "kl_blowup",
+        "critical",
+        metric,
+        limit=lambda early: max(KL_BLOWUP_FACTOR * early, floor),
+        past=operator.gt,
+        message=lambda c: (
+            f"{c.metric} reached {c.value} at step {c.step} and stayed above {c.limit} "
+            f"(the larger of {KL_BLOWUP_FACTOR:g}× its early level {c.early} and {_fmt(floor)}) "
+            f"for {PERSIST_POINTS}+ steps: the policy is moving away too fast; raise the KL "
+            "coefficient or lower the learning rate."
+        ),
+    )
+
+
+def _only_positive(limit: Callable[[float], float]) -> Callable[[float], float | None]:
+    """A limit relative to an early level that must be positive to mean anything (a length, an entropy)."""
+    return lambda early: limit(early) if early > 0 else None
+
+
+LEVEL_RULES: tuple[LevelRule, ...] = (
+    # KL blowing up: above KL_BLOWUP_FACTOR (10×) its early level and above an absolute floor (critical).
+    # - `kl/mean`, the per-token KL to the reference model, starts at 0 (policy = reference) and grows
+    #   slowly in a healthy run; InstructGPT-style PPO ends near 0.1 nat/token (10–25 nats per
+    #   response). Above KL_FLOORS["kl/mean"] = 1 nat/token the policy has left the reference far
+    #   behind, the usual prelude to reward hacking or gibberish; the KL coefficient (OpenRLHF
+    #   `init_kl_coef`, verl `kl_loss_coef`) is too small or the learning rate too large.
+    # - `policy/approx_kl`, old vs. new policy within one update, is PPO's trust-region gauge:
+    #   Spinning Up and Stable-Baselines stop an update at a target KL of 0.01–0.05. Persistently
+    #   above KL_FLOORS["policy/approx_kl"] = 0.1 the clipped objective no longer bounds the step.
+    # The multiple of the early level keeps a run that legitimately starts high from alerting; the
+    # floor keeps a run that starts at ~0 from alerting on a harmless rise to 0.01.
+    *(_kl_blowup(metric) for metric in KL_METRICS),
+    # Entropy collapse: below ENTROPY_COLLAPSE_FRACTION (10%) of its early level (warning). Entropy
+    # falls during any RL fine-tuning, but a fall by an order of magnitude means the policy samples
+    # nearly one answer per prompt: GRPO groups become all-equal, advantages vanish and learning
+    # stalls (the "entropy collapse" that DAPO's clip-higher and Cui et al. 2025's entropy-mechanism
+    # work address). Remedies: clip-higher, an entropy bonus, a higher temperature.
+    LevelRule(
+        "entropy_collapse",
+        "warning",
+        ENTROPY_METRIC,
+        limit=_only_positive(lambda early: ENTROPY_COLLAPSE_FRACTION * early),
+        past=operator.lt,
+        message=lambda c: (
+            f"{c.metric} fell to {c.value} at step {c.step}, below {ENTROPY_COLLAPSE_FRACTION:.0%} of "
+            f"its early level {c.early} ({c.limit}), for {PERSIST_POINTS}+ steps: the policy is collapsing "
+            "onto few answers; consider clip-higher, an entropy bonus or a higher temperature."
+        ),
+    ),
+    # Entropy blow-up: above both ENTROPY_BLOWUP_FACTOR (3×) its early level and that level +
+    # ENTROPY_BLOWUP_RISE (1 nat) (critical). Entropy drifts down in healthy RL fine-tuning; a jump to
+    # several times its early level means the policy is heading for uniform sampling over the vocabulary
+    # (ln V nats: 5.5 for 248 tokens, 11.9 for Qwen's 152k), i.e. noise. Usual causes: an update that broke
+    # the weights (learning rate too high, a bad advantage scale), an entropy bonus that outweighs the
+    # reward, a reward bug that pays for gibberish; the samples after it are not worth training on. The
+    # absolute rise keeps a policy that starts nearly deterministic (0.05 nat) from alerting on a move to 0.2.
+    LevelRule(
+        "entropy_blowup",
+        "critical",
+        ENTROPY_METRIC,
+        limit=lambda early: max(ENTROPY_BLOWUP_FACTOR * early, early + ENTROPY_BLOWUP_RISE),
+        past=operator.gt,
+        message=lambda c: (
+            f"{c.metric} rose to {c.value} at step {c.step} and stayed above {c.limit} (the larger of "
+            f"{ENTROPY_BLOWUP_FACTOR:g}× its early level {c.early} and that level + {ENTROPY_BLOWUP_RISE:g} nat) "
+            f"for {PERSIST_POINTS}+ steps: the policy is drifting towards uniform noise; lower the learning rate, "
+            "check the entropy bonus and whether the reward pays for gibberish."
+        ),
+    ),
+    # Response length running away: over LENGTH_RUNAWAY_FACTOR (3×) its early level (warning). Longer
+    # answers can be real learning (R1-style reasoning grows), but a tripling is as often repetition
+    # loops or padding that a length-biased reward pays for (a known RLHF failure: reward models
+    # prefer long answers). It costs generation time quadratically and pushes answers into the token
+    # limit. Read samples before trusting the reward curve.
+    LevelRule(
+        "length_runaway",
+        "warning",
+        LENGTH_METRIC,
+        limit=_only_positive(lambda early: LENGTH_RUNAWAY_FACTOR * early),
+        past=operator.gt,
+        message=lambda c: (
+            f"{c.metric} reached {c.value} at step {c.step}, over {LENGTH_RUNAWAY_FACTOR:g}× its early "
+            f"level {c.early}, for {PERSIST_POINTS}+ steps: check samples for repetition or padding."
+        ),
+    ),
+    # Truncation rising: at least TRUNCATION_LEVEL (20%) and at least TRUNCATION_RISE (10 points)
+    # above its early level (warning). A truncated response never reached EOS: its reward is usually 0
+    # or a penalty, so a rising share of them drags the reward down and teaches the model that long is
+    # bad only by accident. DAPO shapes or filters overlong samples for this reason. Requiring a rise
+    # over the early level separates "the policy started rambling" from a run that was configured
+    # with a short max_new_tokens from the start (a config issue, visible in its first steps).
+    LevelRule(
+        "truncation_rising",
+        "warning",
+        TRUNCATION_METRIC,
+        limit=lambda early: max(TRUNCATION_LEVEL, early + TRUNCATION_RISE),
+        past=operator.ge,
+        message=lambda c: (
+            f"{c.metric} is {c.value} at step {c.step} (early level {c.early}), at least "
+            f"{c.limit} for {PERSIST_POINTS}+ steps: responses run into max_new_tokens; raise the limit or "
+            "check samples for rambling."
+        ),
+    ),
+)
+
+
+def level_alerts(series: Mapping[str, Series], rules: Sequence[LevelRule] = LEVEL_RULES) -> list[Alert]:
+    """The alerts of the level rules: for each rule whose metric is logged, its first crossing."""
     alerts = []
-    for name in KL_METRICS:
-        if name not in series:
+    for rule in rules:
+        if rule.metric not in series:
             continue
-        points = _finite_points(series[name])
+        points = _finite_points(series[rule.metric])
         early = _early_level(points)
-        if early is None:
+        limit = None if early is None else rule.limit(early)
+        if limit is None:
             continue
-        limit = max(KL_BLOWUP_FACTOR * early, KL_FLOORS[name])
-        hit = _first_persistent(points, lambda value: value > limit)
+        hit = _first_persistent(points, lambda value: rule.past(value, limit))
         if hit:
             step, value = hit
-            alerts.append(
-                Alert(
-                    code="kl_blowup",
-                    severity="critical",
-                    metric=name,
-                    step=step,
-                    value=value,
-                    message=f"{name} reached {_fmt(value)} at step {step} and stayed above {_fmt(limit)} "
-                    f"(the larger of {KL_BLOWUP_FACTOR:g}× its early level {_fmt(early)} and {_fmt(KL_FLOORS[name])}) "
-                    f"for {PERSIST_POINTS}+ steps: the policy is moving away too fast; raise the KL "
-                    "coefficient or lower the learning rate.",
-                )
-            )
+            crossing = Crossing(rule.metric, step, _fmt(value), _fmt(early), _fmt(limit))
+            alerts.append(Alert(rule.code, rule.severity, rule.metric, step, rule.message(crossing), value))
     return alerts
-
-
-def entropy_collapse_alerts(series: Mapping[str, Series]) -> list[Alert]:
-    """Entropy collapse: `policy/entropy` below ENTROPY_COLLAPSE_FRACTION (10%) of its early level (warning).
-
-    Entropy falls during any RL fine-tuning, but a fall by an order of magnitude means the policy
-    samples nearly one answer per prompt: GRPO groups become all-equal, advantages vanish and
-    learning stalls (the "entropy collapse" that DAPO's clip-higher and Cui et al. 2025's
-    entropy-mechanism work address). Remedies: clip-higher, an entropy bonus, a higher temperature.
-    """
-    if ENTROPY_METRIC not in series:
-        return []
-    points = _finite_points(series[ENTROPY_METRIC])
-    early = _early_level(points)
-    if early is None or early <= 0:
-        return []
-    limit = ENTROPY_COLLAPSE_FRACTION * early
-    hit = _first_persistent(points, lambda value: value < limit)
-    if not hit:
-        return []
-    step, value = hit
-    return [
-        Alert(
-            code="entropy_collapse",
-            severity="warning",
-            metric=ENTROPY_METRIC,
-            step=step,
-            value=value,
-            message=f"{ENTROPY_METRIC} fell to {_fmt(value)} at step {step}, below {ENTROPY_COLLAPSE_FRACTION:.0%} of "
-            f"its early level {_fmt(early)} ({_fmt(limit)}), for {PERSIST_POINTS}+ steps: the policy is collapsing "
-            "onto few answers; consider clip-higher, an entropy bonus or a higher temperature.",
-        )
-    ]
-
-
-def entropy_blowup_alerts(series: Mapping[str, Series]) -> list[Alert]:
-    """Entropy blow-up: `policy/entropy` above both ENTROPY_BLOWUP_FACTOR (3×) its early level and its
-    early level + ENTROPY_BLOWUP_RISE (1 nat) (critical).
-
-    Entropy drifts down in healthy RL fine-tuning; a jump to several times its early level means the
-    policy is heading for uniform sampling over the vocabulary (ln V nats: 5.5 for 248 tokens, 11.9
-    for Qwen's 152k), i.e. noise. The usual causes are an update that broke the weights (learning rate
-    too high, a bad advantage scale), an entropy bonus that outweighs the reward, or a reward bug that
-    pays for gibberish; the samples after it are not worth training on. The absolute rise keeps a
-    policy that starts nearly deterministic (0.05 nat) from alerting on a harmless move to 0.2.
-    """
-    if ENTROPY_METRIC not in series:
-        return []
-    points = _finite_points(series[ENTROPY_METRIC])
-    early = _early_level(points)
-    if early is None:
-        return []
-    limit = max(ENTROPY_BLOWUP_FACTOR * early, early + ENTROPY_BLOWUP_RISE)
-    hit = _first_persistent(points, lambda value: value > limit)
-    if not hit:
-        return []
-    step, value = hit
-    return [
-        Alert(
-            code="entropy_blowup",
-            severity="critical",
-            metric=ENTROPY_METRIC,
-            step=step,
-            value=value,
-            message=f"{ENTROPY_METRIC} rose to {_fmt(value)} at step {step} and stayed above {_fmt(limit)} (the larger "
-            f"of {ENTROPY_BLOWUP_FACTOR:g}× its early level {_fmt(early)} and that level + {ENTROPY_BLOWUP_RISE:g} nat) "
-            f"for {PERSIST_POINTS}+ steps: the policy is drifting towards uniform noise; lower the learning rate, "
-            "check the entropy bonus and whether the reward pays for gibberish.",
-        )
-    ]
-
-
-def length_runaway_alerts(series: Mapping[str, Series]) -> list[Alert]:
-    """Response length running away: `response/length_mean` over LENGTH_RUNAWAY_FACTOR (3×) its early level (warning).
-
-    Longer answers can be real learning (R1-style reasoning grows), but a tripling is as often
-    repetition loops or padding that a length-biased reward pays for (a known RLHF failure: reward
-    models prefer long answers). It costs generation time quadratically and pushes answers into
-    the token limit. Read samples before trusting the reward curve.
-    """
-    if LENGTH_METRIC not in series:
-        return []
-    points = _finite_points(series[LENGTH_METRIC])
-    early = _early_level(points)
-    if early is None or early <= 0:
-        return []
-    limit = LENGTH_RUNAWAY_FACTOR * early
-    hit = _first_persistent(points, lambda value: value > limit)
-    if not hit:
-        return []
-    step, value = hit
-    return [
-        Alert(
-            code="length_runaway",
-            severity="warning",
-            metric=LENGTH_METRIC,
-            step=step,
-            value=value,
-            message=f"{LENGTH_METRIC} reached {_fmt(value)} at step {step}, over {LENGTH_RUNAWAY_FACTOR:g}× its early "
-            f"level {_fmt(early)}, for {PERSIST_POINTS}+ steps: check samples for repetition or padding.",
-        )
-    ]
-
-
-def truncation_rising_alerts(series: Mapping[str, Series]) -> list[Alert]:
-    """Truncation rising: `response/truncated_rate` at least TRUNCATION_LEVEL (20%) and at least
-    TRUNCATION_RISE (10 points) above its early level (warning).
-
-    A truncated response never reached EOS: its reward is usually 0 or a penalty, so a rising share
-    of them drags the reward down and teaches the model that long is bad only by accident. DAPO
-    shapes or filters overlong samples for this reason. Requiring a rise over the early level
-    separates "the policy started rambling" from a run that was configured with a short
-    max_new_tokens from the start (a config issue, visible in its first steps).
-    """
-    if TRUNCATION_METRIC not in series:
-        return []
-    points = _finite_points(series[TRUNCATION_METRIC])
-    early = _early_level(points)
-    if early is None:
-        return []
-    limit = max(TRUNCATION_LEVEL, early + TRUNCATION_RISE)
-    hit = _first_persistent(points, lambda value: value >= limit)
-    if not hit:
-        return []
-    step, value = hit
-    return [
-        Alert(
-            code="truncation_rising",
-            severity="warning",
-            metric=TRUNCATION_METRIC,
-            step=step,
-            value=value,
-            message=f"{TRUNCATION_METRIC} is {_fmt(value)} at step {step} (early level {_fmt(early)}), at least "
-            f"{_fmt(limit)} for {PERSIST_POINTS}+ steps: responses run into max_new_tokens; raise the limit or "
-            "check samples for rambling.",
-        )
-    ]
 
 
 def reward_saturation_alerts(series: Mapping[str, Series]) -> list[Alert]:
@@ -382,11 +365,7 @@ def reward_saturation_alerts(series: Mapping[str, Series]) -> list[Alert]:
 
 RULES: tuple[Callable[[Mapping[str, Series]], list[Alert]], ...] = (
     nonfinite_alerts,
-    kl_blowup_alerts,
-    entropy_collapse_alerts,
-    entropy_blowup_alerts,
-    length_runaway_alerts,
-    truncation_rising_alerts,
+    level_alerts,
     reward_saturation_alerts,
 )
 

@@ -1,4 +1,4 @@
-"""Validation of an event batch posted by the engine (DESIGN.md contract 3).
+"""Validation of an event batch posted by the engine (docs/ARCHITECTURE.md, "Events").
 
 `parse_batch` turns the request body into clean events or raises InvalidInput whose errors name the
 exact field (`events[3].seq`, `events[0].data.samples[5].reward`). The checks are what the store
@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from posttrain.runs.errors import InvalidInput
-from rl_engine.events import EVENT_TYPES
+from posttrain.core.errors import InvalidInput
+from posttrain_sdk.event_log import EVENT_TYPES
 
 MAX_EVENTS_PER_BATCH = 10_000
 ENGINE_STATES = ("running", "succeeded", "failed")
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-_MAX_ERRORS = 20  # per batch: enough to fix a broken shipper, short enough to read
+_MAX_ERRORS = 20  # per batch: enough to fix a broken sender, short enough to read
 MAX_INT32 = 2**31 - 1  # steps, sample indexes and lengths are 32-bit columns
 MAX_INT64 = 2**63 - 1  # seq is a 64-bit column
 

@@ -10,12 +10,19 @@ from django.db import models
 
 
 class Experiment(models.Model):
-    """A run config (validated by the engine's schema) built from registry assets; it holds any number of runs."""
+    """A run config (validated by the engine's schema) built from registry assets; it holds any number of runs.
+
+    An experiment without a model is a project of external runs (tracked from TRL, OpenRLHF, verl, ...
+    through the SDK): it groups them, and nothing launches from it."""
 
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
-    model = models.ForeignKey("registry.ModelAsset", on_delete=models.PROTECT, related_name="experiments")
-    dataset = models.ForeignKey("registry.Dataset", on_delete=models.PROTECT, related_name="experiments")
+    model = models.ForeignKey(
+        "registry.ModelAsset", null=True, blank=True, on_delete=models.PROTECT, related_name="experiments"
+    )
+    dataset = models.ForeignKey(
+        "registry.Dataset", null=True, blank=True, on_delete=models.PROTECT, related_name="experiments"
+    )
     rewards = models.ManyToManyField("registry.RewardFunction", through="ExperimentReward", related_name="experiments")
     config = models.JSONField(
         help_text="Engine run config without model/data/rewards (filled from the registry at launch)."
@@ -28,6 +35,10 @@ class Experiment(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_external(self) -> bool:
+        return self.model_id is None
 
 
 class ExperimentReward(models.Model):
@@ -55,9 +66,23 @@ class RunState(models.TextChoices):
 TERMINAL_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
 
 
+class RunKind(models.TextChoices):
+    NATIVE = "native"  # our engine, one Ray job dispatched by the platform
+    EXTERNAL = "external"  # another engine's run, tracked through the SDK: its client drives the state
+
+
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # also the Ray submission id
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
+    kind = models.CharField(max_length=20, choices=RunKind.choices, default=RunKind.NATIVE, db_index=True)
+    engine = models.CharField(
+        max_length=50,
+        default="posttrain",
+        help_text="What trains: posttrain for native runs; trl, verl, ... as tracked.",
+    )
+    total_steps = models.IntegerField(
+        null=True, blank=True, help_text="Steps the run will take, as its client announced (external runs)."
+    )
     name = models.CharField(max_length=200, blank=True)
     seed = models.IntegerField(default=0)
     state = models.CharField(max_length=20, choices=RunState.choices, default=RunState.DRAFT, db_index=True)
@@ -88,6 +113,19 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.name or str(self.id)
+
+    @property
+    def is_external(self) -> bool:
+        return self.kind == RunKind.EXTERNAL
+
+    @property
+    def planned_steps(self) -> int | None:
+        """train.steps of a native run's config, the announced total of an external one."""
+        if self.total_steps is not None:
+            return self.total_steps
+        config = self.resolved_config if isinstance(self.resolved_config, dict) else {}
+        steps = (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None
+        return steps if isinstance(steps, int) else None
 
 
 class RunTransition(models.Model):

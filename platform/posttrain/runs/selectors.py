@@ -14,7 +14,7 @@ from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
-from posttrain.runs.errors import DispatchError
+from posttrain.core.errors import DispatchError
 from posttrain.runs.models import Checkpoint, Experiment, MetricRow, Run, RunLog, RunTransition, Sample
 
 RAY_HTTP_TIMEOUT_S = 5.0
@@ -120,7 +120,13 @@ def run_transitions(run: Run) -> QuerySet[RunTransition]:
 
 
 def run_job_logs(run: Run, tail_chars: int = DEFAULT_LOG_TAIL_CHARS) -> dict[str, Any]:
-    """The Ray job's stdout/stderr (its tail), read over `GET <RAY_ADDRESS>/api/jobs/<id>/logs`."""
+    """The Ray job's stdout/stderr (its tail), read over `GET <RAY_ADDRESS>/api/jobs/<id>/logs`. An
+    external run has no job: its client's log events instead, one `[level] message` line each."""
+    if run.is_external:
+        lines = [f"[{e['level']}] {e['message']}" for e in run_log_entries(run, upto_seq=run.last_seq, limit=10_000)]
+        text = "\n".join(lines) + ("\n" if lines else "")
+        truncated = len(text) > tail_chars
+        return {"logs": text[-tail_chars:] if truncated else text, "truncated": truncated, "job": None}
     address = settings.RAY_ADDRESS.rstrip("/")
     if not address.startswith(("http://", "https://")):
         raise DispatchError(f"RAY_ADDRESS must be the Ray dashboard URL (http://host:8265), got {address!r}")

@@ -1,4 +1,4 @@
-"""Per-run ingestion tokens (DESIGN.md contract 3): the engine of run R may post events for R only.
+"""Per-run ingestion tokens (docs/ARCHITECTURE.md, "Events"): the engine of run R may post events for R only.
 
 The token is derived, not stored: HMAC-SHA256(SECRET_KEY, "posttrain-ingest:<run id>"). The database
 keeps only its sha256 (`Run.ingest_token_hash`) and the token never travels through the broker: the

@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, render
 
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
-from posttrain.runs.models import Run
+from rl_engine.metric_catalogue import catalogue_json
 
 
 @researcher_required
@@ -30,7 +30,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
         "state_reason": run.state_reason,
         "last_step": run.last_step,
         "stream_from_seq": stream_from_seq,
-        "total_steps": (config.get("train") or {}).get("steps"),
+        "total_steps": run.planned_steps,
         "reward_names": [r.get("name") for r in config.get("rewards") or [] if isinstance(r, dict)],
         "summary": run.summary,
         "config": config,
@@ -43,14 +43,15 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "run": run,
             "config": config,
             "page_data": page_data,
-            "algorithm": (config.get("algorithm") or {}).get("name"),
+            "metric_catalogue": catalogue_json(),
+            "algorithm": (config.get("algorithm") or {}).get("name") if not run.is_external else None,
         },
     )
 
 
 @researcher_required
 def compare_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "runs/compare.html")
+    return render(request, "runs/compare.html", {"metric_catalogue": catalogue_json()})
 
 
 @researcher_required

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.demo.run_config import demo_run_config
-from rl_engine.events import read_events
 from rl_engine.rollout import SamplingParams
 
 REPO = Path(__file__).resolve().parents[3]
@@ -62,7 +62,7 @@ def endpoint(tiny_demo):
 
     cfg = config(tiny_demo)
     tokenizer = load_tokenizer(cfg)
-    rollout = TransformersRollout(load_policy(cfg.model.path, cfg), tokenizer)
+    rollout = TransformersRollout(load_policy(cfg.model.path, cfg), tokenizer, report_logprobs=True)
     executor = AgentExecutor(rollout, tokenizer, cfg)
     prompts = PromptData.load(cfg.data, tokenizer, 0).train[:2]
     outcome: dict = {}
@@ -84,7 +84,7 @@ def test_a_session_becomes_a_trajectory_with_the_agents_messages_masked(endpoint
     first = sessions[0]
     status, reply = call(
         f"{first['base_url']}/chat/completions",
-        {"model": "x", "messages": [{"role": "user", "content": first["prompt"]}], "max_tokens": 3},
+        {"model": first["model"], "messages": [{"role": "user", "content": first["prompt"]}], "max_tokens": 3},
     )
     assert status == 200 and reply["object"] == "chat.completion"
     said = reply["choices"][0]["message"]["content"]
@@ -142,6 +142,131 @@ def test_bad_requests_are_refused_naming_what_is_wrong(endpoint):
     assert status == 400 and error["error"]["message"].startswith("reward:")
     assert call(f"{executor.url}/sessions/{'0' * 32}/finish", {"reward": 1})[0] == 404
     assert call(f"{executor.url}/nowhere", {})[0] == 404
+
+
+def _openai_sessions(executor) -> list[dict]:
+    return [call(f"{executor.url}/sessions", {})[1] for _ in range(4)]
+
+
+def test_the_openai_client_sync_and_async_streamed_and_not_gets_the_recorded_tokens(endpoint):
+    """Four sessions of one step, one per way agent frameworks call: sync and async clients, each with
+    and without stream=True. Every reply's text is the decoding of exactly the token ids the trajectory
+    records, with their log-probs, and the stream ends (the reader sees [DONE])."""
+    import asyncio
+
+    from openai import AsyncOpenAI, OpenAI
+
+    executor, prompts, tokenizer, step, outcome = endpoint
+    sessions = _openai_sessions(executor)
+    texts: list[str] = []
+    usage: list[int] = []
+
+    def ask_sync(session: dict, stream: bool) -> None:
+        client = OpenAI(base_url=session["base_url"], api_key="unused", max_retries=0, timeout=60)
+        messages = [{"role": "user", "content": session["prompt"]}]
+        if stream:
+            chunks = list(
+                client.chat.completions.create(
+                    model=session["model"],
+                    messages=messages,
+                    max_tokens=4,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
+            texts.append("".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
+            assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length")
+            usage.append(chunks[-1].usage.completion_tokens)
+        else:
+            reply = client.chat.completions.create(model=session["model"], messages=messages, max_tokens=4)
+            texts.append(reply.choices[0].message.content)
+            usage.append(reply.usage.completion_tokens)
+
+    async def ask_async(session: dict, stream: bool) -> None:
+        client = AsyncOpenAI(base_url=session["base_url"], api_key="unused", max_retries=0, timeout=60)
+        messages = [{"role": "user", "content": session["prompt"]}]
+        if stream:
+            parts, finish = [], None
+            async for chunk in await client.chat.completions.create(
+                model=session["model"],
+                messages=messages,
+                max_tokens=4,
+                stream=True,
+                stream_options={"include_usage": True},
+            ):
+                if chunk.choices:
+                    parts.append(chunk.choices[0].delta.content or "")
+                    finish = chunk.choices[0].finish_reason or finish
+                else:
+                    usage.append(chunk.usage.completion_tokens)
+            assert finish in ("stop", "length")
+            texts.append("".join(parts))
+        else:
+            reply = await client.chat.completions.create(model=session["model"], messages=messages, max_tokens=4)
+            texts.append(reply.choices[0].message.content)
+            usage.append(reply.usage.completion_tokens)
+        await client.close()
+
+    ask_sync(sessions[0], stream=False)
+    ask_sync(sessions[1], stream=True)
+    asyncio.run(ask_async(sessions[2], stream=False))
+    asyncio.run(ask_async(sessions[3], stream=True))
+    for session in sessions:
+        assert call(f"{executor.url}/sessions/{session['session_id']}/finish", {"reward": 1.0})[0] == 200
+    step.join(timeout=60)
+    samples = outcome["rollouts"].samples
+    for sample, text, completion_tokens in zip(samples, texts, usage):
+        assert tokenizer.decode(sample.response_ids, skip_special_tokens=True) == text
+        assert len(sample.response_ids) == completion_tokens and sample.action_mask == (1,) * completion_tokens
+        assert sample.logprobs is not None and len(sample.logprobs) == completion_tokens
+        assert all(lp <= 0.0 for lp in sample.logprobs)
+
+
+def test_the_stream_sends_one_delta_per_token_that_concatenate_to_the_reply(tiny_demo):
+    from rl_engine.agent_endpoint import Completion, stream_chunks
+    from rl_engine.loop import load_tokenizer
+
+    tokenizer = load_tokenizer(config(tiny_demo))
+    ids = tokenizer("12+30=42", add_special_tokens=False)["input_ids"]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    reply = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": len(ids), "total_tokens": 3 + len(ids)},
+    }
+    chunks = stream_chunks(Completion(reply, ids), tokenizer, include_usage=True)
+    deltas = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert "".join(d or "" for d in deltas) == text and len([d for d in deltas[1:] if d]) == len(ids)
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-1]["usage"] == reply["usage"]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n", 2),
+        ("tools", [{"type": "function", "function": {"name": "add", "parameters": {}}}]),
+        ("model", "gpt-4o"),
+        ("response_format", {"type": "json_object"}),
+    ],
+)
+def test_what_the_engine_does_not_do_is_a_400_naming_the_field(endpoint, field, value):
+    from openai import BadRequestError, OpenAI
+
+    executor, prompts, tokenizer, step, outcome = endpoint
+    session = call(f"{executor.url}/sessions", {})[1]
+    client = OpenAI(base_url=session["base_url"], api_key="unused", max_retries=0, timeout=60)
+    request = {"model": session["model"], "messages": [{"role": "user", "content": session["prompt"]}], field: value}
+    with pytest.raises(BadRequestError) as refused:
+        client.chat.completions.create(**request)
+    assert refused.value.status_code == 400
+    assert refused.value.body["param"] == field and refused.value.body["message"].startswith(f"{field}:")
+    with pytest.raises(BadRequestError):
+        client.chat.completions.create(**request, stream=True)  # refused before any byte of a stream
 
 
 def test_the_example_agent_drives_a_run_end_to_end(tiny_demo, tmp_path):

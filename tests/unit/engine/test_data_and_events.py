@@ -2,9 +2,9 @@ import json
 
 import pytest
 
+from posttrain_sdk.event_log import EventLog, read_events
 from rl_engine.config import DataConfig
 from rl_engine.data import DataError, PromptData, PromptSampler, read_rows
-from rl_engine.events import JsonlEventSink, read_events
 
 ROWS = [{"prompt": f"{a}+1=", "label": str(a + 1), "source": "s"} for a in range(10, 30)]
 
@@ -91,13 +91,13 @@ def test_the_sampler_resumes_at_the_same_position_across_epochs():
 
 
 def test_events_continue_their_seq_after_a_torn_line_from_a_crash(tmp_path):
-    sink = JsonlEventSink(tmp_path, "r1")
+    sink = EventLog(tmp_path, "r1")
     sink.emit("status", {"state": "running"})
     sink.emit("metrics", {"loss": float("nan"), "kl": float("inf")}, step=1)
     sink.close()
     with (tmp_path / "events.jsonl").open("a") as f:
         f.write('{"run": "r1", "seq": 3, "ty')  # the crash
-    reopened = JsonlEventSink(tmp_path, "r1")
+    reopened = EventLog(tmp_path, "r1")
     event = reopened.emit("status", {"state": "running"})
     reopened.close()
     events = read_events(tmp_path / "events.jsonl")
@@ -106,7 +106,7 @@ def test_events_continue_their_seq_after_a_torn_line_from_a_crash(tmp_path):
 
 
 def test_unknown_event_types_are_refused(tmp_path):
-    sink = JsonlEventSink(tmp_path, "r1")
+    sink = EventLog(tmp_path, "r1")
     with pytest.raises(ValueError, match="unknown event type"):
         sink.emit("metric", {})
     sink.close()

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.demo.run_config import demo_run_config
 from rl_engine.distributed import PlacementUnavailable, RoleDied, plan_placement
-from rl_engine.events import read_events
 
 pytestmark = pytest.mark.slow
 

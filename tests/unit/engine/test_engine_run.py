@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from posttrain_sdk.event_log import read_events
 from rl_engine.__main__ import main
 from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
-from rl_engine.events import read_events
 from rl_engine.loop import train
+from rl_engine.metric_catalogue import lookup
 from tests.unit.engine.conftest import stop_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -49,6 +50,11 @@ def by_type(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["type"] == kind]
 
 
+def uncatalogued(metrics: list[dict]) -> list[str]:
+    """Metrics logged that rl_engine/metric_catalogue.py does not describe (the run page would not draw them)."""
+    return sorted({name for event in metrics for name in event["data"] if lookup(name) is None})
+
+
 def comparable(metrics: dict) -> dict:
     """Metrics that must be identical between equal runs (wall-clock ones excluded)."""
     return {
@@ -68,6 +74,7 @@ def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint
     assert states == ["running", "succeeded"]
     metrics = by_type(events, "metrics")
     assert [m["step"] for m in metrics] == [0, 1, 2]  # step 0 is the evaluation before training
+    assert uncatalogued(metrics) == []
     for name in (
         "reward/mean",
         "reward/exact_match",
@@ -142,7 +149,9 @@ def test_every_algorithm_trains_a_few_steps_with_finite_losses(tiny_demo, tmp_pa
         )
     )
     train(cfg, tmp_path / "run")
-    steps = [e["data"] for e in by_type(read_events(tmp_path / "run" / "events.jsonl"), "metrics")]
+    events = by_type(read_events(tmp_path / "run" / "events.jsonl"), "metrics")
+    assert uncatalogued(events) == []
+    steps = [e["data"] for e in events]
     trained = [m for m in steps if m["batch/kept_fraction"] > 0]  # dynamic sampling may skip a step
     assert trained, "no step had a learning signal"
     losses = [v for m in trained for k, v in m.items() if k.endswith("/loss")]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from posttrain_sdk.event_log import read_events
 from rl_engine.config import EnvironmentConfig, validate_config
 from rl_engine.data import Prompt
 from rl_engine.demo.run_config import demo_run_config
 from rl_engine.environments import EXAMPLES, EnvironmentLoadError
-from rl_engine.events import read_events
 from rl_engine.executors import EnvironmentExecutor
 from rl_engine.rollout import Sample, SamplingParams
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from posttrain_sdk.event_log import read_events
 from rl_engine.config import ConfigError
 from rl_engine.demo.run_config import demo_run_config
-from rl_engine.events import read_events
 
 LORA = {"enabled": True, "rank": 4, "alpha": 8.0}
 

@@ -85,8 +85,8 @@ def greedy(max_new_tokens: int = 4) -> SamplingParams:
 
 
 def test_a_training_run_with_the_vllm_backend_syncs_every_step_and_reports_the_logprob_gap(vllm_demo, tmp_path):
+    from posttrain_sdk.event_log import read_events
     from rl_engine.config import validate_config
-    from rl_engine.events import read_events
     from rl_engine.loop import train
 
     cfg = validate_config(

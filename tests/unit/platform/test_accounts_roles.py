@@ -87,13 +87,16 @@ def test_a_wrong_password_gets_no_token(make_user):
     make_user("researcher", "ada")
     response = APIClient().post("/api/auth/token/", {"username": "ada", "password": "wrong"}, format="json")
     assert response.status_code == 400
-    assert "Unable to log in" in response.json()["non_field_errors"][0]
+    [error] = response.json()["errors"]
+    assert error["loc"] == "" and "Unable to log in" in error["msg"]
 
 
 def test_an_annotator_is_refused_the_registry_with_a_message_naming_the_role(client_for):
     response = client_for("annotator").get("/api/rewards/")
     assert response.status_code == 403
-    assert response.json()["detail"] == "Only researchers and admins may use this endpoint; your role is annotator."
+    assert response.json() == {
+        "errors": [{"loc": "", "msg": "Only researchers and admins may use this endpoint; your role is annotator."}]
+    }
 
 
 def test_a_user_without_a_role_is_refused_the_registry(db):
@@ -101,13 +104,13 @@ def test_a_user_without_a_role_is_refused_the_registry(db):
     client.force_login(get_user_model().objects.create_user("nobody", password=PASSWORD))
     response = client.get("/api/models/")
     assert response.status_code == 403
-    assert "ask an admin" in response.json()["detail"]
+    assert "ask an admin" in response.json()["errors"][0]["msg"]
 
 
 def test_anonymous_requests_get_a_json_403():
     response = APIClient().get("/api/datasets/")
     assert response.status_code == 403
-    assert response.json() == {"detail": "Authentication credentials were not provided."}
+    assert response.json() == {"errors": [{"loc": "", "msg": "Authentication credentials were not provided."}]}
 
 
 def test_openapi_schema_documents_the_registry_and_the_token_endpoint(researcher_client):

@@ -495,13 +495,13 @@ CASES: list[Case] = [
     Case(
         "stream-last-event-id-not-a-seq",
         run_get("stream/", {"last_event_id": "12abc"}),
-        "last_event_id msg: must be an event seq (an integer between 0 and 9223372036854775807), got '12abc'",
+        "last_event_id: must be an event seq (an integer between 0 and 9223372036854775807), got '12abc'",
     ),
     # --- review campaigns ---
     Case(
         "review-rating-max-below-min",
         review_campaign(questions=[{"key": "q", "kind": "rating", "label": "Q", "min": 5, "max": 1}]),
-        "questions[0].max msg: must be greater than min (5)",
+        "questions[0].max: must be greater than min (5)",
     ),
     Case(
         "review-pairwise-in-single-campaign",
@@ -511,12 +511,12 @@ CASES: list[Case] = [
     Case(
         "review-tags-without-options",
         review_campaign(questions=[{"key": "t", "kind": "tags", "label": "Tags"}]),
-        "questions[0].options msg: required: a list of at least one tag",
+        "questions[0].options: required: a list of at least one tag",
     ),
     Case(
         "review-unknown-rule",
         review_campaign(source={"runs": ["00000000-0000-4000-8000-000000000000"], "rule": "median"}),
-        "source.rule msg: must be one of random, lowest_reward",
+        "source.rule: must be one of random, lowest_reward",
     ),
     Case(
         "review-unknown-run",
@@ -547,9 +547,5 @@ def test_malformed_input_gets_a_4xx_that_names_the_problem(case: Case, researche
 
 
 def _messages(body: Any) -> str:
-    """All the error text of a DRF error body, whatever its nesting."""
-    if isinstance(body, dict):
-        return " ".join(f"{k}: {_messages(v)}" for k, v in body.items())
-    if isinstance(body, list):
-        return " ".join(_messages(v) for v in body)
-    return str(body)
+    """All the error text of an error body (the API's one contract), each error as `loc: msg`."""
+    return " ".join(f"{e['loc']}: {e['msg']}" if e["loc"] else e["msg"] for e in body["errors"])

@@ -1,4 +1,4 @@
-"""The permission matrix: every endpoint under /api/ × every role (DESIGN.md, "Who uses it").
+"""The permission matrix: every endpoint under /api/ × every role (docs/ARCHITECTURE.md, "Roles").
 
 MATRIX must list every endpoint the URL resolver serves under /api/: a new endpoint without an
 entry fails `test_every_api_endpoint_is_in_the_matrix`, so nobody ships an endpoint whose access
@@ -127,6 +127,7 @@ MATRIX: dict[str, Access] = {
     "GET /api/config/schema/": Access(RESEARCH),
     "POST /api/config/yaml/": Access(RESEARCH),
     "GET /api/runs/": Access(RESEARCH),
+    "POST /api/runs/external/": Access(RESEARCH),
     "GET /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
     "PATCH /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
     "POST /api/runs/{pk}/cancel/": Access(RESEARCH, pk=a_run),
@@ -211,4 +212,4 @@ def test_role_access(key: str, role: str, client_for, settings):
         )
     else:
         assert response.status_code in (401, 403), f"{key} let {role} in: {response.status_code}"
-        assert "detail" in response.json()
+        assert "errors" in response.json()

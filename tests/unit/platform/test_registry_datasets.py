@@ -121,7 +121,8 @@ def test_a_file_over_the_size_limit_is_refused_naming_the_limit(researcher_clien
     settings.DATASET_MAX_BYTES = 1000
     response = upload(researcher_client, jsonl(ROWS * 10))
     assert response.status_code == 400
-    assert "size limit of 1000 bytes" in response.json()["file"][0]
+    [error] = response.json()["errors"]
+    assert error["loc"] == "file" and "size limit of 1000 bytes" in error["msg"]
     assert Dataset.objects.count() == 0
 
 
@@ -153,7 +154,9 @@ def test_errors_name_the_line_of_a_big_file_after_many_good_lines(researcher_cli
     content = jsonl(ROWS * 100) + b'{"prompt": "ok", "label": "1"}\n{"label": "no prompt"}\n'
     response = upload(researcher_client, content)
     assert response.status_code == 400
-    assert response.json() == {"file": [f"line {len(ROWS) * 100 + 2}: field 'prompt' is missing"]}
+    assert response.json() == {
+        "errors": [{"loc": "file", "msg": f"line {len(ROWS) * 100 + 2}: field 'prompt' is missing"}]
+    }
 
 
 def test_nul_characters_and_nan_are_kept_in_a_form_postgres_accepts(researcher_client):
@@ -171,7 +174,7 @@ def test_deleting_a_dataset_an_experiment_uses_is_refused_with_409(researcher_cl
     an_experiment(dataset=dataset, name="needs-data")
     response = researcher_client.delete(f"/api/datasets/{dataset.pk}/")
     assert response.status_code == 409
-    assert "needs-data" in response.json()["detail"]
+    assert "needs-data" in response.json()["errors"][0]["msg"]
 
 
 def test_deleting_an_unused_dataset_removes_its_stored_file(researcher_client, django_capture_on_commit_callbacks):

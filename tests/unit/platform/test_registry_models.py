@@ -79,7 +79,7 @@ def test_a_folder_without_config_json_is_refused_naming_the_path(researcher_clie
     folder.mkdir()
     response = researcher_client.post("/api/models/", {"name": "x", "path": str(folder)}, format="json")
     assert response.status_code == 400
-    assert response.json() == {"path": [f"no config.json in {folder}"]}
+    assert response.json() == {"errors": [{"loc": "path", "msg": f"no config.json in {folder}"}]}
 
 
 def test_a_second_model_with_the_same_name_is_refused(researcher_client, tmp_path):
@@ -89,7 +89,8 @@ def test_a_second_model_with_the_same_name_is_refused(researcher_client, tmp_pat
     )
     response = researcher_client.post("/api/models/", {"name": "same", "path": str(folder)}, format="json")
     assert response.status_code == 400
-    assert "already exists" in response.json()["name"][0]
+    [error] = response.json()["errors"]
+    assert error["loc"] == "name" and "already exists" in error["msg"]
 
 
 def test_models_filter_by_name_and_architecture(researcher_client, tmp_path):
@@ -115,7 +116,7 @@ def test_deleting_a_model_an_experiment_uses_is_refused_with_409(researcher_clie
     experiment = an_experiment(name="uses-it")
     response = researcher_client.delete(f"/api/models/{experiment.model.pk}/")
     assert response.status_code == 409
-    assert "uses-it" in response.json()["detail"]
+    assert "uses-it" in response.json()["errors"][0]["msg"]
     assert ModelAsset.objects.filter(pk=experiment.model.pk).exists()
 
 

@@ -58,7 +58,9 @@ def test_spec_field_errors_come_out_in_the_engines_wording(researcher_client):
         researcher_client, name="r", kind="builtin", spec={"type": "regex", "pattern": "(", "full_mach": True}
     )
     assert response.status_code == 400
-    errors = response.json()
+    errors = {}
+    for error in response.json()["errors"]:
+        errors.setdefault(error["loc"], []).append(error["msg"])
     assert errors["spec.pattern"][0].startswith("invalid regular expression: missing ), unterminated subpattern")
     assert errors["spec.full_mach"] == ["unknown field 'full_mach' (did you mean 'full_match'?)"]
 
@@ -120,7 +122,8 @@ def test_a_syntax_error_in_python_source_names_the_line(researcher_client, stora
         researcher_client, name="bad", kind="python", source="def compute_score(a, b, c):\n    return (\n"
     )
     assert response.status_code == 400
-    assert "line 2" in response.json()["source"][0]
+    [error] = response.json()["errors"]
+    assert error["loc"] == "source" and "line 2" in error["msg"]
     assert not (storage_root / "rewards").exists() or not list((storage_root / "rewards").iterdir())
 
 
@@ -183,7 +186,7 @@ def test_deleting_a_reward_an_experiment_uses_is_refused_with_409(researcher_cli
     an_experiment(rewards=[reward], name="scored-by-it")
     response = researcher_client.delete(f"/api/rewards/{reward.pk}/")
     assert response.status_code == 409
-    assert "scored-by-it" in response.json()["detail"]
+    assert "scored-by-it" in response.json()["errors"][0]["msg"]
     assert (
         researcher_client.delete(
             f"/api/rewards/{create(researcher_client, name='free', kind='builtin', spec={'type': 'exact_match'}).json()['id']}/"
@@ -241,7 +244,7 @@ def test_new_python_source_no_worker_checks_in_time_is_a_503_and_nothing_is_stor
     settings.REWARD_CHECK_QUEUE_S = 0.2
     response = create(researcher_client, name="late", kind="python", source=VERL_SOURCE, spec={"timeout_s": 0.1})
     assert response.status_code == 503
-    assert "no worker checked the code within 0.3s" in response.json()["detail"]
+    assert "no worker checked the code within 0.3s" in response.json()["errors"][0]["msg"]
     assert not RewardFunction.objects.filter(name="late").exists()
     assert not list((storage_root / "rewards").iterdir())
 
@@ -252,9 +255,9 @@ def test_without_a_sandbox_python_rewards_are_refused_saying_what_to_install(res
     monkeypatch.delenv("POSTTRAIN_ALLOW_UNSANDBOXED_CODE", raising=False)
     response = create(researcher_client, name="refused", kind="python", source=VERL_SOURCE)
     assert response.status_code == 503
-    assert "install Debian's bubblewrap" in response.json()["detail"]
+    assert "install Debian's bubblewrap" in response.json()["errors"][0]["msg"]
     response = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "7", "label": "7"}])
-    assert response.status_code == 503 and "POSTTRAIN_ALLOW_UNSANDBOXED_CODE=1" in response.json()["detail"]
+    assert response.status_code == 503 and "POSTTRAIN_ALLOW_UNSANDBOXED_CODE=1" in response.json()["errors"][0]["msg"]
     # Built-in rewards run no user code: their try is unaffected.
     builtin = create(researcher_client, name="exact", kind="builtin", spec={"type": "exact_match"}).json()
     assert try_(researcher_client, builtin["id"], [{"prompt": "p", "response": "7", "label": "7"}]).status_code == 200

@@ -148,7 +148,7 @@ def test_a_researcher_activates_edits_and_closes_a_campaign(researcher_client, r
     assert researcher_client.post(f"{url}close/").json()["state"] == "closed"
     again = researcher_client.post(f"{url}close/")
     assert again.status_code == 409
-    assert again.json() == {"detail": "cannot close a campaign that is closed", "state": "closed"}
+    assert again.json() == {"errors": [{"loc": "", "msg": "cannot close a campaign that is closed"}], "state": "closed"}
 
 
 # --- annotators -------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from posttrain.core.errors import InvalidInput
 from posttrain.review import services as review
 from posttrain.review.export import campaign_export_register, export_campaign
-from posttrain.runs.errors import InvalidInput
 from tests.unit.platform.review_fixtures import pair_campaign, run_with_samples, sample, shown_as, single_campaign
 from tests.unit.platform.runs_fixtures import experiment, no_dispatch, registry  # noqa: F401  (fixtures)
 

@@ -9,11 +9,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from posttrain.core.errors import IllegalTransition, InvalidInput, ItemUnavailable, NotAssigned
 from posttrain.review import selectors
 from posttrain.review import services as review
-from posttrain.review.errors import ItemUnavailable, NotAssigned
 from posttrain.review.models import CampaignState, Judgement, ReviewItem
-from posttrain.runs.errors import IllegalTransition, InvalidInput
 from tests.unit.platform.review_fixtures import (
     PASS_FAIL,
     pair_campaign,

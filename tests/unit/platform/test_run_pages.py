@@ -7,6 +7,7 @@ import json
 import pytest
 
 from posttrain.runs import services
+from rl_engine.metric_catalogue import catalogue_json
 from tests.unit.platform.runs_fixtures import event, experiment, make_run, no_dispatch, registry  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -33,12 +34,18 @@ def test_pages_open_for_researchers_and_admins(client_for, path):
     assert client_for("admin").get(path).status_code == 200
 
 
-def run_page_data(response) -> dict:
+def run_page_data(response, script_id: str = "run-data") -> dict:
     html = response.content.decode()
-    start = html.index('<script id="run-data" type="application/json">') + len(
-        '<script id="run-data" type="application/json">'
+    start = html.index(f'<script id="{script_id}" type="application/json">') + len(
+        f'<script id="{script_id}" type="application/json">'
     )
     return json.loads(html[start : html.index("</script>", start)])
+
+
+def test_the_run_and_compare_pages_embed_the_metric_catalogue(researcher_client, experiment):
+    run = make_run(experiment, state="running")
+    for path in (f"/runs/{run.pk}/", "/compare/"):
+        assert run_page_data(researcher_client.get(path), "metric-catalogue") == catalogue_json(), path
 
 
 def test_run_page_embeds_the_seq_its_stream_resumes_from_and_the_logs_up_to_it(

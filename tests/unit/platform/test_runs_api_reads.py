@@ -164,7 +164,7 @@ def test_logs_of_a_run_without_a_job_are_empty_and_an_unreachable_ray_is_a_503(a
     assert get(api, f"/api/runs/{run.id}/logs/")[1] == {"logs": "", "truncated": False, "job": None}
     settings.RAY_ADDRESS = "http://127.0.0.1:1"
     status, body = get(api, f"/api/runs/{run.id}/logs/")
-    assert status == 503 and "cannot read the job's logs" in body["detail"]
+    assert status == 503 and "cannot read the job's logs" in body["errors"][0]["msg"]
 
 
 def test_a_checkpoint_whose_folder_the_engine_pruned_is_listed_as_unavailable(api, run, tmp_path):

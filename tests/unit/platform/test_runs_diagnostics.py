@@ -4,6 +4,7 @@ and the alerts endpoint over stored metric rows."""
 from __future__ import annotations
 
 import math
+import operator
 
 import pytest
 
@@ -231,6 +232,22 @@ def test_alerts_come_sorted_by_step_with_critical_first():
         ("kl_blowup", "kl/mean", 4),
         ("nonfinite", "policy/loss", 6),
         ("length_runaway", "response/length_mean", 6),
+    ]
+
+
+def test_a_new_level_rule_is_one_row_judged_like_the_others():
+    spike = d.LevelRule(
+        "grad_spike",
+        "warning",
+        "policy/grad_norm",
+        limit=lambda early: 5 * early,
+        past=operator.gt,
+        message=lambda c: f"{c.metric} {c.value} at step {c.step}, over {c.limit} (early level {c.early})",
+    )
+    grad_norm = series(1, 1, 1, 1, 1, 9, 1, 9, 9, 9)  # one spike is not an alert; three points are
+    alerts = d.level_alerts({"policy/grad_norm": grad_norm}, rules=[spike])
+    assert [(a.code, a.step, a.value, a.message) for a in alerts] == [
+        ("grad_spike", 8, 9.0, "policy/grad_norm 9 at step 8, over 5 (early level 1)")
     ]
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from posttrain.runs import live
+from posttrain.runs import live_channel
 from posttrain.runs.models import Checkpoint, MetricRow, Run, RunLog, RunState, Sample
 from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
     auth,
@@ -385,7 +385,7 @@ def test_an_accepted_batch_is_published_on_the_runs_live_channel_after_commit(
 ):
     settings.PUBSUB_BACKEND = "inprocess"
     batch = a_step(run, 1, 1)
-    with live.subscribe(run.id) as subscription:
+    with live_channel.subscribe(run.id) as subscription:
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
             post_events(client, run, batch)
         assert subscription.get(timeout=0.05) is None  # nothing before the commit

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from posttrain.runs import live
+from posttrain.runs import live_channel
 
 
 @pytest.fixture(params=["inprocess", "redis"])
@@ -37,24 +37,24 @@ def batch(run_id: str, first: int, n: int = 2) -> list[dict]:
 
 
 def test_a_subscriber_receives_each_published_batch_of_its_run_only(backend):
-    with live.subscribe("run-a") as a, live.subscribe("run-b") as b:
-        live.publish("run-a", batch("run-a", 1))
-        live.publish("run-a", batch("run-a", 3))
+    with live_channel.subscribe("run-a") as a, live_channel.subscribe("run-b") as b:
+        live_channel.publish("run-a", batch("run-a", 1))
+        live_channel.publish("run-a", batch("run-a", 3))
         assert a.get(timeout=5) == batch("run-a", 1)
         assert a.get(timeout=5) == batch("run-a", 3)
         assert b.get(timeout=0.2) is None
 
 
 def test_every_subscriber_of_a_run_gets_the_batch(backend):
-    with live.subscribe("run-c") as first, live.subscribe("run-c") as second:
-        live.publish("run-c", batch("run-c", 1))
+    with live_channel.subscribe("run-c") as first, live_channel.subscribe("run-c") as second:
+        live_channel.publish("run-c", batch("run-c", 1))
         assert first.get(timeout=5) == second.get(timeout=5) == batch("run-c", 1)
 
 
 def test_a_batch_published_from_another_thread_reaches_an_async_subscriber(backend):
     async def listen() -> list[dict] | None:
-        async with live.subscribe("run-d") as subscription:
-            threading.Timer(0.1, live.publish, args=("run-d", batch("run-d", 7))).start()
+        async with live_channel.subscribe("run-d") as subscription:
+            threading.Timer(0.1, live_channel.publish, args=("run-d", batch("run-d", 7))).start()
             return await subscription.aget(timeout=5)
 
     assert asyncio.run(listen()) == batch("run-d", 7)
@@ -63,23 +63,23 @@ def test_a_batch_published_from_another_thread_reaches_an_async_subscriber(backe
 def test_publishing_never_raises_even_when_redis_is_down(settings):
     settings.PUBSUB_BACKEND = "redis"
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    live.publish("run-e", batch("run-e", 1))  # logged, not raised: the events are already stored
+    live_channel.publish("run-e", batch("run-e", 1))  # logged, not raised: the events are already stored
 
 
 def test_a_closed_in_process_subscription_is_forgotten(settings):
     settings.PUBSUB_BACKEND = "inprocess"
-    subscription = live.subscribe("run-f")
-    assert live._local_hub.subscriber_count("run-f") == 1
+    subscription = live_channel.subscribe("run-f")
+    assert live_channel._local_hub.subscriber_count("run-f") == 1
     subscription.close()
-    assert live._local_hub.subscriber_count("run-f") == 0
-    live.publish("run-f", batch("run-f", 1))
+    assert live_channel._local_hub.subscriber_count("run-f") == 0
+    live_channel.publish("run-f", batch("run-f", 1))
 
 
 def test_a_slow_in_process_subscriber_drops_the_oldest_batches_and_knows_it(settings, monkeypatch):
     settings.PUBSUB_BACKEND = "inprocess"
-    monkeypatch.setattr(live, "MAX_PENDING", 2)
-    with live.subscribe("run-g") as subscription:
+    monkeypatch.setattr(live_channel, "MAX_PENDING", 2)
+    with live_channel.subscribe("run-g") as subscription:
         for first in (1, 3, 5):
-            live.publish("run-g", batch("run-g", first))
+            live_channel.publish("run-g", batch("run-g", first))
         assert subscription.overflowed
         assert subscription.get(timeout=1) == batch("run-g", 3)

@@ -8,8 +8,8 @@ import threading
 import pytest
 from django.db import connection
 
+from posttrain.core.errors import JobsUnavailable
 from posttrain.runs import services
-from posttrain.runs.errors import JobsUnavailable
 from posttrain.runs.models import Run, RunState, RunTransition
 from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
     FakeJobs,
@@ -100,7 +100,7 @@ def test_cancel_of_finished_run_is_refused(api, experiment, state):
     run = make_run(experiment, state)
     response = api.post(f"/api/runs/{run.id}/cancel/")
     assert response.status_code == 409
-    assert response.json()["state"] == state and "already ended" in response.json()["detail"]
+    assert response.json()["state"] == state and "already ended" in response.json()["errors"][0]["msg"]
     run.refresh_from_db()
     assert run.state == state
 

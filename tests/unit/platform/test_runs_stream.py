@@ -19,7 +19,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.test import AsyncClient
 
-from posttrain.runs import live, services, stream
+from posttrain.runs import browser_stream, live_channel, services
 from posttrain.runs.event_schema import parse_batch
 from posttrain.runs.models import Run, RunState
 from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
@@ -248,11 +248,11 @@ def test_the_query_parameter_is_the_resume_point_and_the_header_wins_over_it(cli
 def test_stored_rows_and_live_events_make_identical_messages(experiment, store, settings):
     run = make_run(experiment, S.RUNNING)
     history = a_run_history(run)  # its status event changes nothing: the run is running already
-    with live.subscribe(run.pk) as subscription:
+    with live_channel.subscribe(run.pk) as subscription:
         store(run, history)
         published = subscription.get(timeout=5)
-    live_messages = [m for m in map(stream.event_message, published) if m is not None]
-    assert live_messages == stream.stored_messages(run.pk, 0, 9)
+    live_messages = [m for m in map(browser_stream.event_message, published) if m is not None]
+    assert live_messages == browser_stream.stored_messages(run.pk, 0, 9)
     assert [(m.seq, m.kind, m.data) for m in live_messages] == expected(history)
 
 
@@ -276,7 +276,7 @@ def test_live_events_published_during_the_replay_are_neither_lost_nor_repeated(
         # The first replayed message: the stream is subscribed and has read the store up to seq 5.
         await reader.read_until(lambda ms: any(m.id is not None for m in ms))
         # A batch committed before that read but published only now (the race the seq check covers) ...
-        await sync_to_async(live.publish)(run.pk, history[2:5])
+        await sync_to_async(live_channel.publish)(run.pk, history[2:5])
         # ... and new batches stored and published while the replay is still being sent.
         await sync_to_async(store)(run, history[5:])
         await sync_to_async(store)(run, later)
@@ -313,7 +313,7 @@ def test_a_state_change_reaches_the_stream_and_a_final_one_ends_it(client, exper
 
 
 def test_events_that_overflow_the_subscription_are_read_from_the_store(client, experiment, store, monkeypatch):
-    monkeypatch.setattr(live, "MAX_PENDING", 2)  # the in-process queue of a new subscription holds 2 batches
+    monkeypatch.setattr(live_channel, "MAX_PENDING", 2)  # the in-process queue of a new subscription holds 2 batches
     run = make_run(experiment, S.RUNNING)
     batches = [[event(run, seq, "metrics", seq, {"reward/mean": seq / 10})] for seq in range(1, 7)]
 
@@ -342,7 +342,7 @@ def test_run_transition_publishes_the_change_on_the_live_channel_after_commit(
     experiment, django_capture_on_commit_callbacks
 ):
     run = make_run(experiment, S.RUNNING)
-    with live.subscribe(run.pk) as subscription:
+    with live_channel.subscribe(run.pk) as subscription:
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
             assert services.run_transition(run.pk, [S.RUNNING], S.CANCELLING, "cancel requested by ada")
         assert subscription.get(timeout=0.05) is None  # nothing before the commit
@@ -370,7 +370,7 @@ def test_anonymous_users_are_refused_as_by_the_rest_of_the_api(finished_run):
     run, _ = finished_run
     response = get(AsyncClient(), f"/api/runs/{run.pk}/stream/")
     assert response.status_code == 403
-    assert response.json() == {"detail": "Authentication credentials were not provided."}
+    assert response.json() == {"errors": [{"loc": "", "msg": "Authentication credentials were not provided."}]}
 
 
 def test_an_annotator_is_refused_with_their_role_named(finished_run, make_user):
@@ -379,7 +379,9 @@ def test_an_annotator_is_refused_with_their_role_named(finished_run, make_user):
     client.force_login(make_user("annotator"))
     response = get(client, f"/api/runs/{run.pk}/stream/")
     assert response.status_code == 403
-    assert response.json() == {"detail": "Only researchers and admins may use this endpoint; your role is annotator."}
+    assert response.json() == {
+        "errors": [{"loc": "", "msg": "Only researchers and admins may use this endpoint; your role is annotator."}]
+    }
 
 
 @pytest.mark.parametrize(
@@ -405,7 +407,7 @@ def test_a_bad_resume_point_is_a_400_naming_it(client, finished_run, query, head
 def test_the_stream_of_an_unknown_run_is_a_404(client):
     response = get(client, "/api/runs/6f1c1b2e-0000-4000-8000-000000000000/stream/")
     assert response.status_code == 404
-    assert response.json() == {"detail": "No Run matches the given query."}
+    assert response.json() == {"errors": [{"loc": "", "msg": "No Run matches the given query."}]}
 
 
 def test_only_get_is_served(client, finished_run):

@@ -15,10 +15,11 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from posttrain.accounts.permissions import IsResearcher
+from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.parsers import JSONParser
+from posttrain.core.errors import WorkerUnavailable
 from posttrain.registry import selectors, services
 from posttrain.registry.api import serializers as s
-from posttrain.registry.api.errors import WorkerBusy, service_errors
 from posttrain.registry.filters import DatasetFilter, ModelAssetFilter, RewardFunctionFilter
 from posttrain.registry.models import RewardTrial
 
@@ -29,16 +30,12 @@ def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[st
     return dict(serializer.validated_data)
 
 
-_ERRORS = {
-    400: OpenApiResponse(
-        description="Invalid input: `{field: [message]}`, each message naming the line or field at fault."
-    ),
-    403: OpenApiResponse(description="Not signed in, or not a researcher or admin."),
-}
-_IN_USE = OpenApiResponse(description="An experiment uses it: delete the experiments first.")
+_ERRORS = {400: ERRORS_RESPONSE}
+_IN_USE = OpenApiResponse(ERRORS_RESPONSE, description="An experiment uses it: delete the experiments first.")
 _WORKER_UNAVAILABLE = OpenApiResponse(
-    description="No worker ran the user code in time, or the worker has no sandbox for it (the detail says what "
-    "to install)."
+    ERRORS_RESPONSE,
+    description="No worker ran the user code in time, or the worker has no sandbox for it (the message says what "
+    "to install).",
 )
 
 
@@ -46,7 +43,7 @@ def _trial_response(trial: RewardTrial) -> Response:
     if trial.state == RewardTrial.State.DONE:
         return Response({**trial.result, "trial": str(trial.id)})
     if trial.state == RewardTrial.State.FAILED:
-        raise WorkerBusy(trial.error)
+        raise WorkerUnavailable(trial.error)
     return Response(s.RewardTrialSerializer(trial).data, status=status.HTTP_202_ACCEPTED)
 
 
@@ -59,14 +56,12 @@ class _RegistryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
     def _update(self, request: Request, update: Any) -> Response:
         obj = self.get_object()
         data = _valid(s.AssetUpdateSerializer, request.data)
-        with service_errors():
-            obj = update(obj, **data)
+        obj = update(obj, **data)
         return Response(self.get_serializer(obj).data)
 
     def _destroy(self, delete: Any) -> Response:
         obj = self.get_object()
-        with service_errors():
-            delete(obj)
+        delete(obj)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -93,10 +88,7 @@ class ModelAssetViewSet(_RegistryViewSet):
     )
     def create(self, request: Request) -> Response:
         data = _valid(s.ModelRegisterSerializer, request.data)
-        with service_errors():
-            model = services.model_register(
-                data["name"], data["path"], description=data["description"], user=request.user
-            )
+        model = services.model_register(data["name"], data["path"], description=data["description"], user=request.user)
         return Response(self.get_serializer(model).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -164,7 +156,9 @@ class DatasetViewSet(_RegistryViewSet):
         examples=[
             OpenApiExample(
                 "A bad line",
-                value={"file": ["line 7: not valid JSON (Expecting ',' delimiter at column 12)"]},
+                value={
+                    "errors": [{"loc": "file", "msg": "line 7: not valid JSON (Expecting ',' delimiter at column 12)"}]
+                },
                 response_only=True,
                 status_codes=["400"],
             )
@@ -178,29 +172,28 @@ class DatasetViewSet(_RegistryViewSet):
             raise serializers.ValidationError(
                 {"path": ["give either an uploaded file or a server-side path, not both"]}
             )
-        with service_errors():
-            if "file" in request.FILES or "path" not in request.data:
-                data = _valid(s.DatasetUploadSerializer, request.data)
-                dataset, created = services.dataset_upload(
-                    data["name"],
-                    data["file"],
-                    data["format"],
-                    data["prompt_field"],
-                    data["label_field"],
-                    description=data["description"],
-                    user=request.user,
-                )
-            else:
-                data = _valid(s.DatasetRegisterPathSerializer, request.data)
-                dataset, created = services.dataset_register_path(
-                    data["name"],
-                    data["path"],
-                    data["format"],
-                    data["prompt_field"],
-                    data["label_field"],
-                    description=data["description"],
-                    user=request.user,
-                )
+        if "file" in request.FILES or "path" not in request.data:
+            data = _valid(s.DatasetUploadSerializer, request.data)
+            dataset, created = services.dataset_upload(
+                data["name"],
+                data["file"],
+                data["format"],
+                data["prompt_field"],
+                data["label_field"],
+                description=data["description"],
+                user=request.user,
+            )
+        else:
+            data = _valid(s.DatasetRegisterPathSerializer, request.data)
+            dataset, created = services.dataset_register_path(
+                data["name"],
+                data["path"],
+                data["format"],
+                data["prompt_field"],
+                data["label_field"],
+                description=data["description"],
+                user=request.user,
+            )
         return Response(
             self.get_serializer(dataset).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
         )
@@ -274,15 +267,14 @@ class RewardFunctionViewSet(_RegistryViewSet):
     )
     def create(self, request: Request) -> Response:
         data = _valid(s.RewardCreateSerializer, request.data)
-        with service_errors():
-            reward = services.reward_create(
-                data["name"],
-                data["kind"],
-                data["spec"],
-                data["source"],
-                description=data["description"],
-                user=request.user,
-            )
+        reward = services.reward_create(
+            data["name"],
+            data["kind"],
+            data["spec"],
+            data["source"],
+            description=data["description"],
+            user=request.user,
+        )
         return Response(self.get_serializer(reward).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -327,14 +319,13 @@ class RewardFunctionViewSet(_RegistryViewSet):
     def try_(self, request: Request, pk: str | None = None) -> Response:
         reward = self.get_object()
         data = _valid(s.RewardTrySerializer, request.data)
-        with service_errors():
-            trial = services.reward_try(reward, [dict(sample) for sample in data["samples"]], user=request.user)
+        trial = services.reward_try(reward, [dict(sample) for sample in data["samples"]], user=request.user)
         return _trial_response(trial)
 
     @extend_schema(
         summary="A Try it's outcome",
         description="A try that outlived its request: poll until `state` is done (then `result`) or failed.",
-        responses={200: s.RewardTrialSerializer, 404: OpenApiResponse(description="No such trial of this reward.")},
+        responses={200: s.RewardTrialSerializer},
         tags=["rewards"],
     )
     @action(detail=True, methods=["get"], url_path=r"trials/(?P<trial_id>[0-9a-fA-F-]{36})", url_name="trial")

@@ -4,7 +4,7 @@ share (names, deletes, storage).
 
 Every problem with the input raises Django's ValidationError keyed by the input field
 (`{"path": ["no config.json in /x"]}`), deleting an asset an experiment uses raises AssetInUse;
-the API turns them into 400 and 409.
+the API answers them as 400 and 409 in the error contract (posttrain.core.api.errors).
 """
 
 from posttrain.registry.services.common import AssetInUse

@@ -2,7 +2,7 @@
 
 Every problem with the input raises Django's ValidationError keyed by the input field
 (`{"path": ["no config.json in /x"]}`); deleting an asset an experiment uses raises AssetInUse; the
-API turns them into 400 and 409."""
+API answers them as 400 and 409 in the error contract (posttrain.core.api.errors)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,11 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
 
+from posttrain.core.errors import AssetInUse
 from posttrain.core.private_paths import private_path_problem
 
 NAME_MAX_CHARS = 200
 CHUNK_BYTES = 1024 * 1024
-
-
-class AssetInUse(Exception):
-    """Deleting a model, dataset or reward that an experiment still uses."""
 
 
 # --- shared -----------------------------------------------------------------------------------

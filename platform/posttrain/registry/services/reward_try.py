@@ -17,6 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from posttrain.core.errors import WorkerUnavailable
 from posttrain.registry.models import RewardFunction, RewardTrial
 from posttrain.registry.services.common import invalid, user_or_none
 from rl_engine import sandbox
@@ -26,10 +27,6 @@ MAX_TRY_SAMPLES = 32
 TRY_TIMEOUT_CAP_S = 10.0  # per call, for python and http rewards in "try it"
 POLL_INTERVAL_S = 0.1
 FINISHED = (RewardTrial.State.DONE, RewardTrial.State.FAILED)
-
-
-class WorkerUnavailable(Exception):
-    """No worker finished the user code in time (none running, or all busy); nothing is wrong with the input."""
 
 
 def reward_try(

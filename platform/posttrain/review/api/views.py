@@ -18,9 +18,8 @@ from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
     extend_schema_view,
-    inline_serializer,
 )
-from rest_framework import mixins, serializers, viewsets
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,17 +27,15 @@ from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsAnnotator, IsResearcher
 from posttrain.accounts.roles import Role
+from posttrain.core.api.errors import ERRORS_RESPONSE
+from posttrain.core.api.negotiation import FileFormatNegotiation
+from posttrain.core.errors import InvalidInput
 from posttrain.registry.api.serializers import DatasetSerializer
 from posttrain.review import export, selectors, services
 from posttrain.review.api import serializers as s
 from posttrain.review.models import Campaign, ReviewItem
 from posttrain.review.questions import swap_pairwise
-from posttrain.runs.api.errors import CONFLICT_RESPONSE, ERRORS_RESPONSE, FileFormatNegotiation, RunsErrorsMixin
 from posttrain.runs.api.params import text_param
-from posttrain.runs.errors import InvalidInput
-
-_busy_response = inline_serializer("ReviewItemUnavailable", fields={"detail": serializers.CharField()})
-
 
 # --- researchers ----------------------------------------------------------------------------------
 
@@ -49,7 +46,7 @@ _busy_response = inline_serializer("ReviewItemUnavailable", fields={"detail": se
         summary="One campaign, with its questions, source and progress", responses=s.CampaignDetailSerializer
     ),
 )
-class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     permission_classes = [IsResearcher]
     serializer_class = s.CampaignSerializer
     filterset_fields = ["state", "kind"]
@@ -92,7 +89,7 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
     @extend_schema(
         summary="Open the campaign to its annotators (draft → active)",
         request=None,
-        responses={200: s.CampaignDetailSerializer, 409: CONFLICT_RESPONSE},
+        responses={200: s.CampaignDetailSerializer, 409: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["post"])
     def activate(self, request: Request, pk: str | None = None) -> Response:
@@ -101,7 +98,7 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
     @extend_schema(
         summary="Close the campaign (draft or active → closed)",
         request=None,
-        responses={200: s.CampaignDetailSerializer, 409: CONFLICT_RESPONSE},
+        responses={200: s.CampaignDetailSerializer, 409: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["post"])
     def close(self, request: Request, pk: str | None = None) -> Response:
@@ -203,7 +200,7 @@ class CampaignViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveMod
         return Response(DatasetSerializer(dataset).data, status=201 if created else 200)
 
 
-class AnnotatorListView(RunsErrorsMixin, APIView):
+class AnnotatorListView(APIView):
     permission_classes = [IsResearcher]
 
     @extend_schema(
@@ -231,7 +228,7 @@ def _next_payload(campaign: Campaign, request: Request) -> dict[str, Any] | None
     }
 
 
-class _AnnotatorView(RunsErrorsMixin, APIView):
+class _AnnotatorView(APIView):
     permission_classes = [IsAnnotator]
 
     def _item(self, request: Request, pk: int) -> ReviewItem:
@@ -264,8 +261,8 @@ class CampaignNextView(_AnnotatorView):
         responses={
             200: s.NextItemSerializer,
             204: OpenApiResponse(description="Nothing left for me now."),
-            404: OpenApiTypes.OBJECT,
-            409: CONFLICT_RESPONSE,
+            404: ERRORS_RESPONSE,
+            409: ERRORS_RESPONSE,
         },
     )
     def post(self, request: Request, pk: int) -> Response:
@@ -285,8 +282,8 @@ class ItemJudgementView(_AnnotatorView):
             201: s.JudgementResponseSerializer,
             200: s.JudgementResponseSerializer,
             400: ERRORS_RESPONSE,
-            404: OpenApiTypes.OBJECT,
-            409: _busy_response,
+            404: ERRORS_RESPONSE,
+            409: ERRORS_RESPONSE,
         },
     )
     def post(self, request: Request, pk: int) -> Response:
@@ -315,7 +312,7 @@ class ItemSkipView(_AnnotatorView):
     @extend_schema(
         summary="Skip an item for now (it comes back after my other items)",
         request=s.ClaimNextBodySerializer,
-        responses={200: s.SkipResponseSerializer, 404: OpenApiTypes.OBJECT, 409: _busy_response},
+        responses={200: s.SkipResponseSerializer, 404: ERRORS_RESPONSE, 409: ERRORS_RESPONSE},
     )
     def post(self, request: Request, pk: int) -> Response:
         item = self._item(request, pk)
@@ -335,7 +332,7 @@ class ItemReleaseView(_AnnotatorView):
     @extend_schema(
         summary="Give an item back unjudged (idempotent)",
         request=None,
-        responses={200: s.ReleaseResponseSerializer, 404: OpenApiTypes.OBJECT},
+        responses={200: s.ReleaseResponseSerializer, 404: ERRORS_RESPONSE},
     )
     def post(self, request: Request, pk: int) -> Response:
         return Response({"released": services.item_release(self._item(request, pk), request.user)})

@@ -10,13 +10,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from posttrain.core.api.errors import ERRORS_RESPONSE
+from posttrain.core.errors import InvalidInput
 from posttrain.runs import comparison
 from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
-from posttrain.runs.api.errors import ERRORS_RESPONSE, RunsErrorsMixin
 from posttrain.runs.api.params import int_param, text_param
 from posttrain.runs.api.views import RESEARCHER_PERMISSIONS, SERIES_PARAMETERS, ChartSeriesSerializer, series_query
-from posttrain.runs.errors import InvalidInput
 from posttrain.runs.models import Run
 
 RUNS_PARAMETER = OpenApiParameter(
@@ -67,7 +67,7 @@ _compare_response = inline_serializer(
 )
 
 
-class CompareView(RunsErrorsMixin, APIView):
+class CompareView(APIView):
     permission_classes = RESEARCHER_PERMISSIONS
 
     @extend_schema(
@@ -87,7 +87,7 @@ class CompareView(RunsErrorsMixin, APIView):
         )
 
 
-class ComparePromptsView(RunsErrorsMixin, APIView):
+class ComparePromptsView(APIView):
     permission_classes = RESEARCHER_PERMISSIONS
 
     @extend_schema(
@@ -120,7 +120,7 @@ class ComparePromptsView(RunsErrorsMixin, APIView):
         return Response({"prompts": [{"prompt": p.prompt, "counts": p.counts} for p in prompts]})
 
 
-class CompareSamplesView(RunsErrorsMixin, APIView):
+class CompareSamplesView(APIView):
     permission_classes = RESEARCHER_PERMISSIONS
 
     @extend_schema(

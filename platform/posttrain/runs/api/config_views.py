@@ -18,10 +18,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
+from posttrain.core.api.errors import ERRORS_RESPONSE
+from posttrain.core.errors import InvalidInput
 from posttrain.runs import services
-from posttrain.runs.api.errors import ERRORS_RESPONSE, RunsErrorsMixin
 from posttrain.runs.api.serializers import ExperimentCreateSerializer
-from posttrain.runs.errors import InvalidInput
 
 MAX_YAML_CHARS = 200_000
 # Far more values than any run config has; YAML aliases can expand a few lines into billions.
@@ -77,7 +77,7 @@ def _plain_json(data: dict[str, Any]) -> dict[str, Any]:
     return walk(data, "")
 
 
-class ConfigSchemaView(RunsErrorsMixin, APIView):
+class ConfigSchemaView(APIView):
     permission_classes = [IsResearcher]
 
     @extend_schema(
@@ -101,7 +101,7 @@ class ConfigSchemaView(RunsErrorsMixin, APIView):
         return Response({"schema": config_json_schema(), "platform_fields": list(services.PLATFORM_FIELDS)})
 
 
-class ExperimentValidateView(RunsErrorsMixin, APIView):
+class ExperimentValidateView(APIView):
     permission_classes = [IsResearcher]
 
     @extend_schema(
@@ -149,7 +149,7 @@ class ConfigTextSerializer(serializers.Serializer):
         return attrs
 
 
-class ConfigYamlView(RunsErrorsMixin, APIView):
+class ConfigYamlView(APIView):
     permission_classes = [IsResearcher]
 
     @extend_schema(

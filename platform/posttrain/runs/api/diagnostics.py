@@ -14,7 +14,6 @@ from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.runs import diagnostics
-from posttrain.runs.api.errors import RunsErrorsMixin
 from posttrain.runs.models import Run
 from posttrain.runs.series import read_series
 
@@ -35,7 +34,7 @@ class RunAlertsSerializer(serializers.Serializer):
     alerts = AlertSerializer(many=True)
 
 
-class RunAlertsView(RunsErrorsMixin, APIView):
+class RunAlertsView(APIView):
     permission_classes = [IsResearcher]
 
     @extend_schema(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework.request import Request
 
-from posttrain.runs.errors import InvalidInput
+from posttrain.core.errors import InvalidInput
 
 
 def int_param(request: Request, name: str) -> int | None:

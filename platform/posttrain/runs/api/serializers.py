@@ -66,8 +66,13 @@ class RunSerializer(serializers.ModelSerializer):
     experiment_name = serializers.CharField(source="experiment.name", read_only=True)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
     algorithm = serializers.SerializerMethodField(help_text="The engine config's algorithm.name (grpo, ppo, ...).")
-    model_name = serializers.CharField(source="experiment.model.name", read_only=True)
-    dataset_name = serializers.CharField(source="experiment.dataset.name", read_only=True)
+    model_name = serializers.CharField(
+        source="experiment.model.name", read_only=True, default=None, help_text="Null for external runs."
+    )
+    dataset_name = serializers.CharField(source="experiment.dataset.name", read_only=True, default=None)
+    total_steps = serializers.IntegerField(
+        source="planned_steps", read_only=True, help_text="train.steps (native) or the client's announced total."
+    )
     summary = serializers.JSONField(
         read_only=True, help_text='Per metric {"last", "step", "min", "max", "count"} over the whole run.'
     )
@@ -78,6 +83,8 @@ class RunSerializer(serializers.ModelSerializer):
             "id",
             "experiment",
             "experiment_name",
+            "kind",
+            "engine",
             "name",
             "seed",
             "state",
@@ -89,6 +96,7 @@ class RunSerializer(serializers.ModelSerializer):
             "resume_from",
             "last_seq",
             "last_step",
+            "total_steps",
             "last_event_at",
             "started_at",
             "finished_at",
@@ -111,6 +119,28 @@ class RunDetailSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = [*RunSerializer.Meta.fields, "resolved_config"]
         read_only_fields = fields
+
+
+class ExternalRunCreateSerializer(serializers.Serializer):
+    project = serializers.CharField(
+        max_length=200, help_text="Groups the runs (an experiment without a model); created on first use."
+    )
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    config = serializers.JSONField(
+        required=False, default=dict, help_text="The run's hyperparameters, any JSON object."
+    )
+    engine = serializers.CharField(
+        max_length=50, required=False, default="python", help_text="trl, openrlhf, verl, ..."
+    )
+    tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False, default=list)
+    note = serializers.CharField(required=False, allow_blank=True, default="")
+    total_steps = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+
+
+class ExternalRunCreatedSerializer(serializers.Serializer):
+    run = RunDetailSerializer()
+    events_url = serializers.CharField(help_text="POST the run's events here (the engine's protocol).")
+    ingest_token = serializers.CharField(help_text="Authorization: Bearer <ingest_token> on the events endpoint.")
 
 
 class RunLaunchSerializer(serializers.Serializer):

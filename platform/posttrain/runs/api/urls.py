@@ -2,8 +2,8 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from posttrain.runs.api import compare, config_views, views
+from posttrain.runs.api.browser_stream_view import run_stream_view
 from posttrain.runs.api.diagnostics import RunAlertsView
-from posttrain.runs.api.stream import run_stream_view
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -13,6 +13,7 @@ router.register("runs", views.RunViewSet, basename="run")
 urlpatterns = [
     # Before the router: `experiments/validate/` is not an experiment's id.
     path("experiments/validate/", config_views.ExperimentValidateView.as_view(), name="experiment-validate"),
+    path("runs/external/", views.ExternalRunCreateView.as_view(), name="run-external-create"),
     path("config/schema/", config_views.ConfigSchemaView.as_view(), name="config-schema"),
     path("config/yaml/", config_views.ConfigYamlView.as_view(), name="config-yaml"),
     # The engine posts with or without the trailing slash (a POST cannot be redirected).

@@ -11,7 +11,13 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import filters, mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
@@ -20,17 +26,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
-from posttrain.registry.api.errors import service_errors
+from posttrain.core.api.errors import ERRORS_RESPONSE
+from posttrain.core.api.negotiation import FileFormatNegotiation
+from posttrain.core.errors import IngestAuthError, InvalidInput, PayloadTooLarge
 from posttrain.registry.api.serializers import ModelAssetSerializer
 from posttrain.registry.services import model_register_checkpoint
 from posttrain.runs import selectors, services
 from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
-from posttrain.runs.api.errors import CONFLICT_RESPONSE, ERRORS_RESPONSE, FileFormatNegotiation, RunsErrorsMixin
 from posttrain.runs.api.params import float_param, int_param, text_param
-from posttrain.runs.errors import IngestAuthError, InvalidInput, RunsError
 from posttrain.runs.event_schema import parse_batch
-from posttrain.runs.models import Run, RunState
+from posttrain.runs.models import Run, RunKind, RunState
 from posttrain.runs.tokens import token_matches
 
 # Researchers and admins only: annotators never see or call any of these endpoints.
@@ -110,7 +116,7 @@ RUN_SERIES_RESPONSE = inline_serializer(
     list=extend_schema(summary="Experiments"),
     retrieve=extend_schema(summary="One experiment"),
 )
-class ExperimentViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     permission_classes = RESEARCHER_PERMISSIONS
     serializer_class = s.ExperimentSerializer
     filter_backends = [django_filters.rest_framework.DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
@@ -162,13 +168,14 @@ class ExperimentViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveM
 
 class RunFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=RunState.choices)
+    kind = django_filters.ChoiceFilter(choices=RunKind.choices, help_text="native (our engine) or external (tracked).")
     experiment = django_filters.NumberFilter(field_name="experiment_id")
     tag = django_filters.CharFilter(method="filter_tag", help_text="Runs carrying this tag.")
     parent = django_filters.UUIDFilter(field_name="parent_id")
 
     class Meta:
         model = Run
-        fields = ["state", "experiment", "tag", "parent"]
+        fields = ["state", "kind", "experiment", "tag", "parent"]
 
     def filter_tag(self, queryset, name, value):
         return selectors.runs_with_tag(queryset, value)
@@ -181,7 +188,7 @@ class RunFilter(django_filters.FilterSet):
     ),
     retrieve=extend_schema(summary="One run, with its resolved config", responses=s.RunDetailSerializer),
 )
-class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     permission_classes = RESEARCHER_PERMISSIONS
     serializer_class = s.RunSerializer
     filter_backends = [django_filters.rest_framework.DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
@@ -208,7 +215,7 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         services.run_update(run, **body.validated_data)
         return Response(s.RunDetailSerializer(run).data)
 
-    @extend_schema(summary="Cancel a run", request=None, responses={200: s.RunDetailSerializer, 409: CONFLICT_RESPONSE})
+    @extend_schema(summary="Cancel a run", request=None, responses={200: s.RunDetailSerializer, 409: ERRORS_RESPONSE})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = services.run_cancel(self.get_object(), user=request.user)
@@ -230,7 +237,7 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
     @extend_schema(
         summary="A new run continuing this one from a checkpoint",
         request=s.RunResumeSerializer,
-        responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE, 409: CONFLICT_RESPONSE},
+        responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE, 409: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
@@ -301,10 +308,9 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         body = s.CheckpointRegisterSerializer(data=request.data, context={"run": run})
         body.is_valid(raise_exception=True)
         checkpoint = body.validated_data["checkpoint"]
-        with service_errors():
-            model = model_register_checkpoint(
-                run, checkpoint.step, checkpoint.path, body.validated_data.get("name"), user=request.user
-            )
+        model = model_register_checkpoint(
+            run, checkpoint.step, checkpoint.path, body.validated_data.get("name"), user=request.user
+        )
         return Response(ModelAssetSerializer(model).data, status=201)
 
     @extend_schema(summary="State transitions of a run, with reasons", responses=s.RunTransitionSerializer(many=True))
@@ -317,7 +323,7 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         parameters=[
             OpenApiParameter("tail", OpenApiTypes.INT, description="Characters from the end (default 200000).")
         ],
-        responses={200: s.RunLogsSerializer, 503: OpenApiTypes.OBJECT},
+        responses={200: s.RunLogsSerializer, 503: ERRORS_RESPONSE},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def logs(self, request: Request, pk: str | None = None) -> Response:
@@ -379,6 +385,35 @@ class RunViewSet(RunsErrorsMixin, mixins.ListModelMixin, mixins.RetrieveModelMix
         return response
 
 
+class ExternalRunCreateView(APIView):
+    """`POST /api/runs/external/`: the SDK's `posttrain.init()`."""
+
+    permission_classes = RESEARCHER_PERMISSIONS
+
+    @extend_schema(
+        summary="Track an external run (TRL, OpenRLHF, verl, your own loop)",
+        description="Creates a running run in `project` (an experiment without a model, made on first use) with no "
+        "Ray job. The client posts its events to `events_url` with `ingest_token` (the engine's protocol): "
+        "metrics, samples, logs, heartbeats, and a final status. A run whose client sends nothing for "
+        "POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S fails as lost.",
+        request=s.ExternalRunCreateSerializer,
+        responses={201: s.ExternalRunCreatedSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        body = s.ExternalRunCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        created = services.external_run_create(user=request.user, **body.validated_data)
+        run = selectors.run_list().get(pk=created.run.pk)
+        return Response(
+            {
+                "run": s.RunDetailSerializer(run).data,
+                "events_url": request.build_absolute_uri(f"/api/runs/{run.pk}/events"),
+                "ingest_token": created.ingest_token,
+            },
+            status=201,
+        )
+
+
 # --- ingestion -------------------------------------------------------------------------------
 
 
@@ -400,12 +435,10 @@ def _json_body(request: Request) -> Any:
     except ValueError:
         raise InvalidInput.one("", "invalid Content-Length header") from None
     if length > settings.INGEST_MAX_BODY_BYTES:
-        error = RunsError(
+        raise PayloadTooLarge(
             f"the batch has {length} bytes; at most {settings.INGEST_MAX_BODY_BYTES} per request: "
             "send fewer events per batch"
         )
-        error.status_code = 413
-        raise error
     stream = request.stream
     raw = stream.read(settings.INGEST_MAX_BODY_BYTES + 1) if stream is not None else b""
     if not raw:
@@ -420,14 +453,14 @@ def _json_body(request: Request) -> Any:
         raise InvalidInput.one("", f"invalid JSON: {exc}") from None
 
 
-class RunEventsView(RunsErrorsMixin, APIView):
+class RunEventsView(APIView):
     """The engine posts its events here with the run's own bearer token (no session, no CSRF)."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]  # the per-run token is checked in post()
 
     @extend_schema(
-        summary="Ingest a batch of the run's events (the engine's shipper)",
+        summary="Ingest a batch of the run's events (the engine's sender)",
         description="Idempotent on (run, seq): events up to the stored `last_seq` are dropped, the rest must "
         "continue at last_seq + 1 without gaps (else 409 with `expected_seq`). Authorization: Bearer <the run's "
         "ingestion token>.",
@@ -435,11 +468,12 @@ class RunEventsView(RunsErrorsMixin, APIView):
         responses={
             200: s.EventAckSerializer,
             400: ERRORS_RESPONSE,
-            401: OpenApiTypes.OBJECT,
-            403: OpenApiTypes.OBJECT,
-            409: inline_serializer(
-                "SeqConflict", fields={"detail": serializers.CharField(), "expected_seq": serializers.IntegerField()}
+            401: ERRORS_RESPONSE,
+            403: ERRORS_RESPONSE,
+            409: OpenApiResponse(
+                ERRORS_RESPONSE, description="The batch does not continue the stored events: send from `expected_seq`."
             ),
+            413: ERRORS_RESPONSE,
         },
     )
     def post(self, request: Request, pk) -> Response:

@@ -4,7 +4,8 @@
 - `state_machine.py`: `run_transition`, the only place a run changes state (compare-and-set);
 - `launch.py`: launch, clone, resume, edit and cancel (web side; tasks dispatched after commit);
 - `ingestion.py`: the engine's events stored exactly once, published on the live channel;
-- `jobs.py`: submit, stop and reconcile Ray jobs (Celery worker side; the web never imports ray).
+- `jobs.py`: submit, stop and reconcile Ray jobs (Celery worker side; the web never imports ray);
+- `external.py`: runs of other engines tracked through the SDK (no job; lost when their client goes silent).
 """
 
 from posttrain.runs.services.experiments import (
@@ -15,6 +16,7 @@ from posttrain.runs.services.experiments import (
     experiment_create,
     experiment_engine_config,
 )
+from posttrain.runs.services.external import ExternalRun, external_run_create, external_runs_fail_lost
 from posttrain.runs.services.ingestion import IngestResult, events_ingest
 from posttrain.runs.services.jobs import JobsClient, run_reconcile, run_stop, run_submit, runs_reconcile
 from posttrain.runs.services.launch import run_cancel, run_clone, run_dir_for, run_launch, run_resume, run_update
@@ -25,6 +27,7 @@ __all__ = [
     "ALLOWED_TRANSITIONS",
     "PLATFORM_FIELDS",
     "CheckedExperiment",
+    "ExternalRun",
     "IngestResult",
     "JobsClient",
     "build_engine_config",
@@ -32,6 +35,8 @@ __all__ = [
     "experiment_check",
     "experiment_create",
     "experiment_engine_config",
+    "external_run_create",
+    "external_runs_fail_lost",
     "run_cancel",
     "run_clone",
     "run_dir_for",

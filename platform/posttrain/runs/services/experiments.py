@@ -12,9 +12,9 @@ from typing import Any
 
 from django.db import transaction
 
+from posttrain.core.errors import InvalidInput
 from posttrain.core.private_paths import private_path_problem
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
-from posttrain.runs.errors import InvalidInput
 from posttrain.runs.models import (
     Experiment,
     ExperimentReward,
@@ -104,7 +104,7 @@ def _refuse_private_code_paths(config: Any) -> None:
         raise InvalidInput(errors)
 
 
-def _nul_at(value: Any, loc: str = "") -> str | None:
+def nul_at(value: Any, loc: str = "") -> str | None:
     """Where a NUL character hides in a JSON value (Postgres jsonb cannot store one), or None."""
     if isinstance(value, str):
         return loc if "\x00" in value else None
@@ -113,12 +113,12 @@ def _nul_at(value: Any, loc: str = "") -> str | None:
             here = f"{loc}.{key}" if loc else str(key)
             if "\x00" in str(key):
                 return here
-            found = _nul_at(item, here)
+            found = nul_at(item, here)
             if found is not None:
                 return found
     if isinstance(value, list):
         for i, item in enumerate(value):
-            found = _nul_at(item, f"{loc}.{i}" if loc else str(i))
+            found = nul_at(item, f"{loc}.{i}" if loc else str(i))
             if found is not None:
                 return found
     return None
@@ -176,7 +176,7 @@ def experiment_check(
         raise InvalidInput.one("name", "at most 200 characters")
     if not isinstance(config, dict):
         raise InvalidInput.one("config", f"must be an object (the engine run config), got {type(config).__name__}")
-    nul = _nul_at(config)
+    nul = nul_at(config)
     if nul is not None:
         raise InvalidInput.one(nul or "config", "contains a NUL character")
     rewards = _check_rewards(rewards)
@@ -219,5 +219,9 @@ def experiment_create(
 
 
 def experiment_engine_config(experiment: Experiment) -> dict[str, Any]:
+    if experiment.is_external:
+        raise InvalidInput.one(
+            "experiment", f"{experiment.name!r} is a project of external runs: nothing launches from it"
+        )
     rewards = [(link.reward, link.weight) for link in experiment.experimentreward_set.select_related("reward")]
     return build_engine_config(experiment.config, experiment.model, experiment.dataset, rewards, name=experiment.name)

@@ -11,8 +11,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from posttrain.runs import live, series
-from posttrain.runs.errors import SeqConflict
+from posttrain.core.errors import SeqConflict
+from posttrain.runs import live_channel, series
 from posttrain.runs.event_schema import finite_or_none
 from posttrain.runs.models import (
     Checkpoint,
@@ -63,7 +63,7 @@ def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touc
             if event["type"] == "status":
                 _apply_engine_status(run.pk, event["data"])
         if new:
-            transaction.on_commit(lambda: live.publish(run.pk, new))
+            transaction.on_commit(lambda: live_channel.publish(run.pk, new))
         return IngestResult(acknowledged_seq=update.get("last_seq", run.last_seq), stored=len(new))
 
 

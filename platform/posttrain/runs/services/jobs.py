@@ -16,10 +16,9 @@ from typing import Protocol
 from django.conf import settings
 from django.utils import timezone
 
-from posttrain.runs.errors import InvalidInput, JobsUnavailable, SeqConflict
-from posttrain.runs.models import (
-    Run,
-)
+from posttrain.core.errors import InvalidInput, JobsUnavailable, SeqConflict
+from posttrain.runs.models import Run, RunKind
+from posttrain.runs.services.external import external_runs_fail_lost
 from posttrain.runs.services.ingestion import events_ingest
 from posttrain.runs.services.state_machine import ACTIVE_STATES, S, run_transition
 
@@ -97,7 +96,7 @@ def _recover_from_run_folder(run: Run) -> int:
     """After the job ended: store any events of the run folder's events.jsonl the platform never got
     (the engine could not deliver them before it exited). Needs the storage shared with the cluster;
     otherwise there is nothing to read and nothing happens."""
-    from rl_engine.events import EVENTS_FILE, read_events
+    from posttrain_sdk.event_log import EVENTS_FILE, read_events
 
     run_dir = (run.resolved_config or {}).get("logging", {}).get("run_dir")
     if not run_dir:
@@ -183,18 +182,20 @@ def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
 
 
 def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float = 60.0) -> int:
-    """The periodic check (Celery beat): every active run against its Ray job; runs queued for
-    longer than `queued_grace_s` (their submit task was lost) are submitted again (idempotent)."""
+    """The periodic check (Celery beat): every active native run against its Ray job; runs queued
+    for longer than `queued_grace_s` (their submit task was lost) are submitted again (idempotent);
+    external runs whose client went silent fail as lost."""
     jobs = jobs or _default_jobs()
-    checked = 0
-    for run in Run.objects.filter(state__in=ACTIVE_STATES).order_by("created_at"):
+    checked = external_runs_fail_lost()
+    for run in Run.objects.filter(state__in=ACTIVE_STATES, kind=RunKind.NATIVE).order_by("created_at"):
         try:
             run_reconcile(run, jobs=jobs)
         except Exception:  # one unreachable job must not stop the others from being checked
             logger.warning("reconciling run %s failed", run.pk, exc_info=True)
         checked += 1
     stale = timezone.now() - timedelta(seconds=queued_grace_s)
-    for run_id in Run.objects.filter(state=S.QUEUED, state_changed_at__lt=stale).values_list("pk", flat=True):
+    queued = Run.objects.filter(state=S.QUEUED, state_changed_at__lt=stale, kind=RunKind.NATIVE)
+    for run_id in queued.values_list("pk", flat=True):
         try:
             run_submit(run_id, jobs=jobs)
         except JobsUnavailable:

@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from posttrain.runs.errors import IllegalTransition, InvalidInput
+from posttrain.core.errors import IllegalTransition, InvalidInput
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Checkpoint,
@@ -21,6 +21,7 @@ from posttrain.runs.models import (
     RunTransition,
 )
 from posttrain.runs.services.experiments import experiment_engine_config, validated_engine_config
+from posttrain.runs.services.external import external_run_cancel, refuse_external
 from posttrain.runs.services.run_fields import clean_note, clean_seed, clean_tags
 from posttrain.runs.services.state_machine import S, run_transition
 from posttrain.runs.tokens import ingest_token, token_hash
@@ -95,6 +96,7 @@ def run_launch(
 
 def run_clone(run: Run, *, seed: int | None = None, tags: Any = None, note: Any = None, user=None) -> Run:
     """A new run with exactly the source run's config (not the experiment's current one); new seed optional."""
+    refuse_external(run, "cloned")
     if not run.resolved_config:
         raise IllegalTransition("this run has no resolved config to clone (it was never launched)", run.state)
     return _create_queued_run(
@@ -111,6 +113,7 @@ def run_clone(run: Run, *, seed: int | None = None, tags: Any = None, note: Any 
 
 def run_resume(run: Run, checkpoint: Checkpoint, *, user=None) -> Run:
     """A new run that continues `run` from one of its checkpoints (engine: `--resume <checkpoint>`)."""
+    refuse_external(run, "resumed")
     if checkpoint.run_id != run.id:
         raise InvalidInput.one("checkpoint", f"checkpoint {checkpoint.pk} belongs to another run")
     if run.state not in TERMINAL_STATES:
@@ -151,8 +154,12 @@ def run_update(run: Run, *, tags: Any = _UNSET, note: Any = _UNSET) -> Run:
 
 def run_cancel(run: Run, *, user=None) -> Run:
     """Ask a run to stop. Active runs go to `cancelling` and a task stops the Ray job; a finished run
-    is refused (409); cancelling twice is harmless."""
+    is refused (409); cancelling twice is harmless. An external run has no job: it is cancelled at once."""
     reason = f"cancel requested by {user_label(user)}"
+    if run.is_external:
+        external_run_cancel(run, reason)
+        run.refresh_from_db()
+        return run
     for _ in range(5):  # each lost race re-reads the state; the machine has no cycles, so this ends
         state = Run.objects.filter(pk=run.pk).values_list("state", flat=True).first()
         if state is None or state in TERMINAL_STATES:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.runs.errors import InvalidInput
+from posttrain.core.errors import InvalidInput
 
 MAX_TAGS = 20
 MAX_TAG_LENGTH = 50

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from posttrain.runs import live
+from posttrain.runs import live_channel
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Run,
@@ -24,7 +24,7 @@ from posttrain.runs.models import (
 
 S = RunState
 ACTIVE_STATES = (S.STARTING, S.RUNNING, S.CANCELLING)  # a Ray job exists (or should)
-# The state machine of DESIGN.md. Terminal states have no way out.
+# The state machine (docs/ARCHITECTURE.md, "Run states"). Terminal states have no way out.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.DRAFT: frozenset({S.QUEUED, S.CANCELLED}),
     S.QUEUED: frozenset({S.STARTING, S.RUNNING, S.CANCELLING, S.CANCELLED, S.FAILED, S.SUCCEEDED}),
@@ -60,7 +60,7 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
                 RunTransition.objects.create(run_id=run_id, from_state=old, to_state=to_state, reason=reason)
                 # Open run pages learn of it on the live channel (the SSE stream re-reads the run).
                 change = {"type": "state", "run": str(run_id), "from_state": old, "state": to_state, "reason": reason}
-                transaction.on_commit(lambda: live.publish(run_id, [change]))
+                transaction.on_commit(lambda: live_channel.publish(run_id, [change]))
                 return True
     return False
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from posttrain.core.errors import InvalidInput
 from posttrain.registry.models import ModelAsset, RewardFunction
 from posttrain.registry.services import dataset_register_path, model_register, reward_create
-from posttrain.runs.errors import InvalidInput
 from posttrain.runs.models import TERMINAL_STATES, Experiment
 from posttrain.runs.services import experiment_create, run_launch
 

@@ -1,4 +1,4 @@
-"""The engine's event shipper against a real local HTTP server speaking the platform's protocol
+"""The event sender against a real local HTTP server speaking the platform's protocol
 (stores each seq once, 409 with expected_seq on a gap), which can drop connections or fail for a while."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rl_engine.events import JsonlEventSink
-from rl_engine.shipper import EventShipper, ingest_token_from_env, shipper_from_env
+from posttrain_sdk.event_log import EventLog
+from posttrain_sdk.event_sender import EventSender, ingest_token_from_env, sender_from_env
 
 TOKEN = "secret-token"
 
@@ -102,53 +102,53 @@ def write_events(path: Path, first: int, last: int, payload: str = "") -> None:
             )
 
 
-def shipper_for(path: Path, platform: Platform, **kwargs) -> EventShipper:
+def sender_for(path: Path, platform: Platform, **kwargs) -> EventSender:
     kwargs.setdefault("max_backoff_s", 0.2)
     kwargs.setdefault("initial_backoff_s", 0.02)
     kwargs.setdefault("poll_interval_s", 0.05)
-    return EventShipper(path, platform.url, TOKEN, **kwargs).start()
+    return EventSender(path, platform.url, TOKEN, **kwargs).start()
 
 
 def test_every_event_is_shipped_once_in_order_in_bounded_batches(tmp_path, platform):
     path = tmp_path / "events.jsonl"
     write_events(path, 1, 1200)
-    shipper = shipper_for(path, platform, batch_size=500)
+    sender = sender_for(path, platform, batch_size=500)
     try:
-        assert shipper.flush(timeout_s=30)
+        assert sender.flush(timeout_s=30)
     finally:
-        shipper.close()
+        sender.close()
     assert platform.stored == list(range(1, 1201))
-    assert max(platform.batches) == 500 and shipper.acknowledged_seq == 1200
+    assert max(platform.batches) == 500 and sender.acknowledged_seq == 1200
 
 
 def test_batches_also_respect_the_byte_limit(tmp_path, platform):
     path = tmp_path / "events.jsonl"
     write_events(path, 1, 10, payload="x" * 1000)
-    shipper = shipper_for(path, platform, max_batch_bytes=3000)
+    sender = sender_for(path, platform, max_batch_bytes=3000)
     try:
-        assert shipper.flush(timeout_s=30)
+        assert sender.flush(timeout_s=30)
     finally:
-        shipper.close()
+        sender.close()
     assert platform.stored == list(range(1, 11)) and max(platform.batches) <= 3
 
 
 def test_events_written_during_an_outage_are_all_delivered_afterwards_without_gaps_or_duplicates(tmp_path, platform):
     path = tmp_path / "events.jsonl"
     write_events(path, 1, 20)
-    shipper = shipper_for(path, platform, batch_size=7)
+    sender = sender_for(path, platform, batch_size=7)
     try:
-        assert shipper.flush(timeout_s=30)
+        assert sender.flush(timeout_s=30)
         platform.drop_connections = True  # the web server goes away
         for first in range(21, 121, 10):  # the run keeps writing
             write_events(path, first, first + 9)
-            shipper.wake()
+            sender.wake()
             time.sleep(0.1)
-        assert not shipper.flush(timeout_s=0.3)  # nothing can be acknowledged now
-        assert shipper.retries > 0 and shipper.last_failure
+        assert not sender.flush(timeout_s=0.3)  # nothing can be acknowledged now
+        assert sender.retries > 0 and sender.last_failure
         platform.drop_connections = False  # it is back
-        assert shipper.flush(timeout_s=30)
+        assert sender.flush(timeout_s=30)
     finally:
-        shipper.close()
+        sender.close()
     assert platform.stored == list(range(1, 121))
 
 
@@ -156,60 +156,60 @@ def test_server_errors_are_retried_with_backoff(tmp_path, platform):
     path = tmp_path / "events.jsonl"
     write_events(path, 1, 5)
     platform.fail_next = 4
-    shipper = shipper_for(path, platform)
+    sender = sender_for(path, platform)
     try:
-        assert shipper.flush(timeout_s=30)
+        assert sender.flush(timeout_s=30)
     finally:
-        shipper.close()
-    assert platform.stored == [1, 2, 3, 4, 5] and shipper.retries == 4 and "503" in shipper.last_failure
+        sender.close()
+    assert platform.stored == [1, 2, 3, 4, 5] and sender.retries == 4 and "503" in sender.last_failure
 
 
 def test_a_restarted_shipper_continues_after_what_the_platform_already_has(tmp_path, platform):
     path = tmp_path / "events.jsonl"
     write_events(path, 1, 80)
-    platform.stored = list(range(1, 51))  # an earlier shipper delivered these before the engine restarted
-    shipper = shipper_for(path, platform, batch_size=20)
+    platform.stored = list(range(1, 51))  # an earlier sender delivered these before the engine restarted
+    sender = sender_for(path, platform, batch_size=20)
     try:
-        assert shipper.flush(timeout_s=30)
+        assert sender.flush(timeout_s=30)
     finally:
-        shipper.close()
+        sender.close()
     assert platform.stored == list(range(1, 81))
 
 
 def test_a_409_reseeks_the_file_to_the_expected_seq(tmp_path, platform):
     path = tmp_path / "events.jsonl"
     write_events(path, 1, 20)
-    shipper = shipper_for(path, platform, batch_size=5)
+    sender = sender_for(path, platform, batch_size=5)
     try:
-        assert shipper.flush(timeout_s=30)
+        assert sender.flush(timeout_s=30)
         with platform.lock:
             platform.stored = list(range(1, 11))  # the platform lost 11..20 (a restored database)
         write_events(path, 21, 30)
-        shipper.wake()
-        assert shipper.flush(timeout_s=30)
+        sender.wake()
+        assert sender.flush(timeout_s=30)
     finally:
-        shipper.close()
+        sender.close()
     assert platform.stored == list(range(1, 31))
 
 
 def test_a_refused_token_stops_shipping_and_says_why(tmp_path, platform):
     path = tmp_path / "events.jsonl"
     write_events(path, 1, 3)
-    shipper = EventShipper(path, platform.url, "wrong", poll_interval_s=0.05).start()
+    sender = EventSender(path, platform.url, "wrong", poll_interval_s=0.05).start()
     try:
-        assert not shipper.flush(timeout_s=10)
+        assert not sender.flush(timeout_s=10)
     finally:
-        shipper.close()
-    assert "HTTP 403" in shipper.error and platform.stored == []
+        sender.close()
+    assert "HTTP 403" in sender.error and platform.stored == []
 
 
 def test_finish_gives_up_after_its_timeout_when_the_platform_stays_down(tmp_path, platform, capsys):
     path = tmp_path / "events.jsonl"
     write_events(path, 1, 3)
     platform.drop_connections = True
-    shipper = shipper_for(path, platform)
+    sender = sender_for(path, platform)
     started = time.monotonic()
-    assert shipper.finish(timeout_s=0.5) is False
+    assert sender.finish(timeout_s=0.5) is False
     assert time.monotonic() - started < 10
     assert "events 1..3 were not delivered" in capsys.readouterr().err
 
@@ -220,31 +220,31 @@ def test_a_partly_written_last_line_waits_until_it_is_complete(tmp_path, platfor
     line = json.dumps({"run": "r", "seq": 3, "type": "log", "step": None, "time": 1.0, "data": {"message": "x"}})
     with path.open("a") as f:
         f.write(line[:10])
-    shipper = shipper_for(path, platform)
+    sender = sender_for(path, platform)
     try:
-        assert shipper.flush(timeout_s=30)  # everything complete so far
+        assert sender.flush(timeout_s=30)  # everything complete so far
         assert platform.stored == [1, 2]
         with path.open("a") as f:
             f.write(line[10:] + "\n")
-        shipper.wake()
-        assert shipper.flush(timeout_s=30)
+        sender.wake()
+        assert sender.flush(timeout_s=30)
     finally:
-        shipper.close()
+        sender.close()
     assert platform.stored == [1, 2, 3]
 
 
 def test_from_env_ships_a_sinks_events_and_is_off_without_a_url(tmp_path, platform, monkeypatch):
     monkeypatch.delenv("POSTTRAIN_EVENTS_URL", raising=False)
-    sink = JsonlEventSink(tmp_path / "a", "r")
-    assert shipper_from_env(sink) is None
+    sink = EventLog(tmp_path / "a", "r")
+    assert sender_from_env(sink) is None
     monkeypatch.setenv("POSTTRAIN_EVENTS_URL", platform.url)
     monkeypatch.setenv("POSTTRAIN_INGEST_TOKEN", TOKEN)
-    sink = JsonlEventSink(tmp_path / "b", "r")
-    shipper = shipper_from_env(sink)
+    sink = EventLog(tmp_path / "b", "r")
+    sender = sender_from_env(sink)
     for step in range(5):
         sink.emit("metrics", {"reward/mean": 0.1 * step}, step=step)
     sink.close()
-    assert shipper.finish(timeout_s=30)
+    assert sender.finish(timeout_s=30)
     assert platform.stored == [1, 2, 3, 4, 5]
 
 

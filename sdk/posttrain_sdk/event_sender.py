@@ -1,20 +1,20 @@
 """Ships a run's `events.jsonl` to the platform: `POST <url>` with `{"events": [...]}` in batches.
 
-The file is the durable record (the sink writes every event there first); the shipper only tails it,
+The file is the durable record (the log writes every event there first); the sender only tails it,
 so an outage of the platform loses nothing: a background thread keeps the events that are not
 acknowledged yet, retries with exponential backoff on connection errors, timeouts and 5xx, and
 never drops or reorders them. The platform stores each `seq` once and answers
 `{"acknowledged_seq": N}`; a 409 `{"expected_seq": M}` (the platform has less, or more, than the
-shipper assumed) re-seeks the file to M. Other 4xx answers (bad token, invalid events) cannot be
-fixed by retrying: the shipper stops and says why (the events stay in the file).
+sender assumed) re-seeks the file to M. Other 4xx answers (bad token, invalid events) cannot be
+fixed by retrying: the sender stops and says why (the events stay in the file).
 
-    shipper = EventShipper(run_dir / "events.jsonl", url, token)
-    shipper.start(); sink.add_listener(lambda event: shipper.wake())
+    sender = EventSender(run_dir / "events.jsonl", url, token)
+    sender.start(); log.add_listener(lambda event: sender.wake())
     ...
-    shipper.flush(timeout_s=120)   # True once everything written so far is acknowledged
-    shipper.close()
+    sender.flush(timeout_s=120)   # True once everything written so far is acknowledged
+    sender.close()
 
-Standard library only: the engine must run without the platform (and never imports Django).
+Standard library only: the engine and the SDK use it without any of the platform's dependencies.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _READ_CHUNK = 1 << 20
 DEFAULT_FLUSH_TIMEOUT_S = 120.0
 
 
-class EventShipper:
+class EventSender:
     def __init__(
         self,
         events_path: str | Path,
@@ -69,7 +69,7 @@ class EventShipper:
         self._cond = threading.Condition()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="event-shipper", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="event-sender", daemon=True)
         self.error: str | None = None  # why shipping stopped for good (the platform refused the events)
         self.last_failure: str | None = None  # the latest retried failure, for diagnostics
         self.posts = 0  # requests sent, retries included
@@ -82,12 +82,12 @@ class EventShipper:
         with self._cond:
             return self._acked
 
-    def start(self) -> EventShipper:
+    def start(self) -> EventSender:
         self._thread.start()
         return self
 
     def wake(self, event: Any = None) -> None:
-        """New events were written (usable directly as a sink listener)."""
+        """New events were written (usable directly as a log listener)."""
         self._wake.set()
 
     def flush(self, timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S, until_seq: int | None = None) -> bool:
@@ -121,7 +121,7 @@ class EventShipper:
             last = _last_complete_seq(self.path)
             why = self.error or self.last_failure or f"not acknowledged within {timeout_s:g}s"
             print(
-                f"event shipper: events {self.acknowledged_seq + 1}..{last} were not delivered to {self.url} "
+                f"event sender: events {self.acknowledged_seq + 1}..{last} were not delivered to {self.url} "
                 f"(they stay in {self.path}): {why}",
                 file=sys.stderr,
                 flush=True,
@@ -137,7 +137,7 @@ class EventShipper:
             with self._cond:
                 self.error = f"{type(exc).__name__}: {exc}"
                 self._cond.notify_all()
-            print(f"event shipper: stopped: {self.error}", file=sys.stderr, flush=True)
+            print(f"event sender: stopped: {self.error}", file=sys.stderr, flush=True)
 
     def _loop(self) -> None:
         attempt = 0
@@ -166,7 +166,7 @@ class EventShipper:
                 with self._cond:
                     self.error = value
                     self._cond.notify_all()
-                print(f"event shipper: stopped: {value}", file=sys.stderr, flush=True)
+                print(f"event sender: stopped: {value}", file=sys.stderr, flush=True)
                 return
 
     def _backoff(self, attempt: int) -> float:
@@ -315,12 +315,12 @@ def ingest_token_from_env() -> str:
     return token
 
 
-def shipper_from_env(sink: Any) -> EventShipper | None:
-    """A started shipper for the sink's file when the platform launched this run (POSTTRAIN_EVENTS_URL
-    and the token, see `ingest_token_from_env`), else None."""
+def sender_from_env(log: Any) -> EventSender | None:
+    """A started sender for the log's file when the platform launched this run (POSTTRAIN_EVENTS_URL and
+    the token, see `ingest_token_from_env`), else None."""
     url = os.environ.get("POSTTRAIN_EVENTS_URL")
     if not url:
         return None
-    shipper = EventShipper(sink.path, url, ingest_token_from_env())
-    sink.add_listener(shipper.wake)
-    return shipper.start()
+    sender = EventSender(log.path, url, ingest_token_from_env())
+    log.add_listener(sender.wake)
+    return sender.start()

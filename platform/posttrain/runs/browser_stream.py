@@ -1,4 +1,6 @@
-"""The run page's live stream (Server-Sent Events): stored rows and live events become the same messages.
+"""The browser stream: a run's Server-Sent Events, where stored rows and live events become the same
+messages. Served by posttrain.runs.api.browser_stream_view, read by frontend/static/js/browser_stream_client.js;
+the last server-side hop of the event path (docs/ARCHITECTURE.md, "The event path").
 
 Messages (`event: <kind>`, `data: <one JSON line>`):
 
@@ -36,7 +38,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.db.models import Count
 
-from posttrain.runs import live
+from posttrain.runs import live_channel
 from posttrain.runs.event_schema import finite_or_none
 from posttrain.runs.models import TERMINAL_STATES, Checkpoint, MetricRow, Run, RunLog, Sample
 
@@ -161,7 +163,7 @@ def _read(function: Callable[..., T]) -> Callable[..., Any]:
 class _Stream:
     """One client's stream of one run; `position` is the highest seq it has covered (sent or skipped)."""
 
-    def __init__(self, run_id: uuid.UUID | str, after: int, subscription: live.Subscription):
+    def __init__(self, run_id: uuid.UUID | str, after: int, subscription: live_channel.Subscription):
         self.run_id = run_id
         self.position = after
         self.subscription = subscription
@@ -231,7 +233,7 @@ async def run_stream(run_id: uuid.UUID | str, after: int, *, keepalive_s: float,
     was sent) or after `max_s` seconds, when EventSource reconnects by itself with Last-Event-ID."""
     deadline = time.monotonic() + max_s
     try:
-        subscription = await asyncio.to_thread(live.subscribe, run_id)  # Redis confirms over the network
+        subscription = await asyncio.to_thread(live_channel.subscribe, run_id)  # Redis confirms over the network
     except Exception:
         logger.warning("cannot subscribe to the live channel of run %s; the client will retry", run_id, exc_info=True)
         yield RETRY

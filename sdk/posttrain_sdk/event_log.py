@@ -1,8 +1,9 @@
-"""Run events (DESIGN.md contract 3): `{run, seq, type, step, time, data}`, append-only, `seq` increasing.
+"""A run's event log: `{run, seq, type, step, time, data}` lines, append-only, `seq` increasing.
 
-The engine writes every event to its run folder's `events.jsonl` first (the durable record); anything
-that ships events elsewhere (the platform's HTTP shipper) listens to the sink or tails that file and
+Every event is written to the run folder's `events.jsonl` first (the durable record), by the engine
+and by a tracked external run alike; the sender (posttrain_sdk.event_sender) tails that file and
 resends from the last acknowledged `seq`, so nothing is lost and nothing is counted twice.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _last_seq(path: Path) -> int:
     return last
 
 
-class JsonlEventSink:
+class EventLog:
     """Appends events to `<run_dir>/events.jsonl`; thread-safe (the heartbeat runs in a thread).
 
     Reopening an existing file (a resumed run) continues after its last `seq`, after cutting a torn
@@ -113,8 +114,8 @@ class Heartbeat:
     """Emits a `heartbeat` event every `interval_s` until stopped, so the platform can tell a live run
     from a lost one. `step` reports the last step the loop announced."""
 
-    def __init__(self, sink: JsonlEventSink, interval_s: float):
-        self._sink = sink
+    def __init__(self, log: EventLog, interval_s: float):
+        self._log = log
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
@@ -132,4 +133,4 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            self._sink.emit("heartbeat", {}, step=self.step)
+            self._log.emit("heartbeat", {}, step=self.step)

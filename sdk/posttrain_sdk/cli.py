@@ -1,0 +1,673 @@
+"""`posttrain`: the platform from the terminal. Tables for people, `--json` for scripts.
+
+Exit codes: 0 done; 1 the server refused (the error names the field) or the followed run did not
+succeed; 2 bad usage or a bad local file; 3 not logged in, or the token was refused; 4 the server
+cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from posttrain_sdk import __version__, credentials
+from posttrain_sdk.client import Client
+from posttrain_sdk.errors import APIError, AuthError, NotLoggedIn, PosttrainError, ServerUnreachable
+from posttrain_sdk.types import ApiObject, Run
+
+KEY_METRICS = ("reward/mean", "kl/mean", "policy/entropy", "response/length_mean", "policy/loss", "eval/reward/mean")
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+EXIT_REFUSED, EXIT_USAGE, EXIT_AUTH, EXIT_UNREACHABLE = 1, 2, 3, 4
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+def _fail(message: str, code: int) -> None:
+    for line in message.splitlines() or [message]:
+        err.print(f"error: {line}", markup=False, highlight=False)
+    sys.exit(code)
+
+
+def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The SDK's exceptions as one line per field error and the documented exit code."""
+
+    @wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (NotLoggedIn, AuthError) as exc:
+            errors = getattr(exc, "errors", None)
+            _fail("\n".join(str(e) for e in errors) if errors else str(exc), EXIT_AUTH)
+        except ServerUnreachable as exc:
+            _fail(str(exc), EXIT_UNREACHABLE)
+        except APIError as exc:
+            _fail("\n".join(str(e) for e in exc.errors), EXIT_REFUSED)
+        except PosttrainError as exc:
+            _fail(str(exc), EXIT_USAGE)
+
+    return run
+
+
+def _client(ctx: click.Context) -> Client:
+    options = ctx.find_root().obj
+    return Client(options.get("url"), options.get("token"))
+
+
+def _emit_json(value: Any) -> None:
+    if isinstance(value, ApiObject):
+        value = value.raw
+    elif isinstance(value, list):
+        value = [item.raw if isinstance(item, ApiObject) else item for item in value]
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> Table:
+    table = Table(title=title, header_style="bold", show_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(_number(v) if not isinstance(v, str) else v for v in row))
+    return table
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+@click.group()
+@click.option("--url", envvar="POSTTRAIN_URL", help="The server (default: the one you logged in to last).")
+@click.option("--token", envvar="POSTTRAIN_TOKEN", help="An API token instead of the stored one.")
+@click.version_option(__version__, prog_name="posttrain")
+@click.pass_context
+def main(ctx: click.Context, url: str | None, token: str | None) -> None:
+    """Posttrain from the terminal: runs, registry, experiments, and tracking of other engines' runs."""
+    ctx.obj = {"url": url, "token": token}
+
+
+# -- login ----------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--username", "-u", help="Prompted when not given.")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+@click.option("--with-token", "token", help="Store this API token instead of asking for a password.")
+@click.pass_context
+@reports_errors
+def login(ctx: click.Context, username: str | None, password_stdin: bool, token: str | None) -> None:
+    """Store your API token for the server (one per server, in ~/.config/posttrain, mode 0600)."""
+    url = credentials.normalize_url(ctx.find_root().obj.get("url") or credentials.default_url())
+    if token is None:
+        username = username or click.prompt("Username")
+        password = sys.stdin.readline().rstrip("\n") if password_stdin else click.prompt("Password", hide_input=True)
+        token = Client.obtain_token(url, username, password)
+    me = Client(url, token).me()
+    credentials.save_token(url, token, me["username"])
+    out.print(f"Logged in to {url} as {me['username']} ({me.get('role') or 'no role'})", markup=False)
+
+
+@main.command()
+@click.pass_context
+@reports_errors
+def logout(ctx: click.Context) -> None:
+    """Forget the stored token of the server."""
+    url = credentials.normalize_url(ctx.find_root().obj.get("url") or credentials.default_url())
+    removed = credentials.forget_token(url)
+    out.print(f"Logged out of {url}" if removed else f"No token was stored for {url}", markup=False)
+
+
+@main.command()
+@json_option
+@click.pass_context
+@reports_errors
+def whoami(ctx: click.Context, as_json: bool) -> None:
+    """The user the token belongs to."""
+    client = _client(ctx)
+    me = client.me()
+    if as_json:
+        _emit_json({**me, "url": client.url})
+    else:
+        out.print(f"{me['username']} ({me.get('role') or 'no role'}) on {client.url}", markup=False)
+
+
+# -- runs -----------------------------------------------------------------------------------------
+
+
+@main.group()
+def runs() -> None:
+    """List, inspect, launch, cancel, clone, resume, follow and export runs."""
+
+
+def _run_rows(items: list[Run]) -> list[list[Any]]:
+    return [
+        [
+            r.id,
+            r.name,
+            r.state,
+            r.engine if r.kind == "external" else (r.algorithm or "—"),
+            r.experiment_name or "—",
+            f"{r.last_step}/{r.total_steps}" if r.total_steps else _number(r.last_step),
+            _number(r.metric("reward/mean")),
+            (r.created_at or "")[:19].replace("T", " "),
+        ]
+        for r in items
+    ]
+
+
+@runs.command("ls")
+@click.option("--state", multiple=True, help="Only runs in this state (repeatable).")
+@click.option("--experiment", type=int, help="Only runs of this experiment or project id.")
+@click.option("--tag", help="Only runs carrying this tag.")
+@click.option("--kind", type=click.Choice(["native", "external"]), help="Our engine's runs, or tracked ones.")
+@click.option("--search", "-q", help="Text in the name, note or experiment name.")
+@click.option("--limit", type=int, default=50, show_default=True)
+@json_option
+@click.pass_context
+@reports_errors
+def runs_ls(ctx, state, experiment, tag, kind, search, limit, as_json) -> None:
+    """Runs, newest first."""
+    found = _client(ctx).runs.list(
+        state=list(state) or None, experiment=experiment, tag=tag, kind=kind, search=search, limit=limit
+    )
+    if as_json:
+        _emit_json(found)
+        return
+    columns = ["id", "name", "state", "algorithm", "experiment", "step", "reward", "created"]
+    out.print(_table(columns, _run_rows(found)))
+
+
+@runs.command("show")
+@click.argument("run_id")
+@json_option
+@click.pass_context
+@reports_errors
+def runs_show(ctx, run_id: str, as_json: bool) -> None:
+    """One run: state, config summary and the last value of every metric."""
+    run = _client(ctx).runs.get(run_id)
+    if as_json:
+        _emit_json(run)
+        return
+    facts = [
+        ("id", run.id),
+        ("name", run.name),
+        ("state", f"{run.state} — {run.state_reason}" if run.state_reason else run.state),
+        ("kind", f"{run.kind} ({run.engine})"),
+        ("experiment", f"{run.experiment_name} (#{run.experiment})"),
+        ("step", f"{run.last_step}/{run.total_steps}" if run.total_steps else _number(run.last_step)),
+    ]
+    if run.kind != "external":
+        facts += [("algorithm", run.algorithm or "—"), ("model", run.model_name), ("dataset", run.dataset_name)]
+    facts.append(("tags", ", ".join(run.tags or []) or "—"))
+    out.print(_table(["field", "value"], facts))
+    summary = run.summary or {}
+    if summary:
+        rows = [
+            (name, entry.get("last"), entry.get("min"), entry.get("max"), entry.get("step"))
+            for name, entry in sorted(summary.items())
+        ]
+        out.print(_table(["metric", "last", "min", "max", "at step"], rows, title="Metrics"))
+
+
+@runs.command("launch")
+@click.argument("experiment", type=int)
+@click.option("--seed", type=int)
+@click.option("--tag", "tags", multiple=True)
+@click.option("--note", default="")
+@click.option("--follow", "then_follow", is_flag=True, help="Follow the run until it ends.")
+@json_option
+@click.pass_context
+@reports_errors
+def runs_launch(ctx, experiment: int, seed, tags, note, then_follow: bool, as_json: bool) -> None:
+    """A new run of an experiment (by id)."""
+    client = _client(ctx)
+    run = client.runs.launch(experiment, seed=seed, tags=list(tags), note=note)
+    _report_new_run(run, as_json)
+    if then_follow:
+        _follow(client, run.id, as_json)
+
+
+def _report_new_run(run: Run, as_json: bool) -> None:
+    if as_json:
+        _emit_json(run)
+    else:
+        out.print(f"{run.id}  {run.name}  {run.state}", markup=False)
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@json_option
+@click.pass_context
+@reports_errors
+def runs_cancel(ctx, run_id: str, as_json: bool) -> None:
+    """Ask a run to stop."""
+    run = _client(ctx).runs.cancel(run_id)
+    _report_new_run(run, as_json)
+
+
+@runs.command("clone")
+@click.argument("run_id")
+@click.option("--seed", type=int, help="Default: the source run's seed.")
+@click.option("--tag", "tags", multiple=True, help="Default: the source run's tags.")
+@click.option("--note", default="")
+@json_option
+@click.pass_context
+@reports_errors
+def runs_clone(ctx, run_id: str, seed, tags, note, as_json: bool) -> None:
+    """A new run with exactly this run's config."""
+    run = _client(ctx).runs.clone(run_id, seed=seed, tags=list(tags) or None, note=note)
+    _report_new_run(run, as_json)
+
+
+@runs.command("resume")
+@click.argument("run_id")
+@click.option("--checkpoint", type=int, help="Checkpoint id (default: the latest still on disk).")
+@json_option
+@click.pass_context
+@reports_errors
+def runs_resume(ctx, run_id: str, checkpoint, as_json: bool) -> None:
+    """A new run continuing this one from a checkpoint."""
+    run = _client(ctx).runs.resume(run_id, checkpoint)
+    _report_new_run(run, as_json)
+
+
+@runs.command("logs")
+@click.argument("run_id")
+@click.option("--tail", type=int, help="Characters from the end.")
+@click.pass_context
+@reports_errors
+def runs_logs(ctx, run_id: str, tail) -> None:
+    """The run's job log (an external run: the log lines its client sent)."""
+    click.echo(_client(ctx).runs.logs(run_id, tail=tail), nl=False)
+
+
+@runs.command("export")
+@click.argument("run_id")
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl"]), default="csv", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Default: <run id>.<format>.")
+@click.pass_context
+@reports_errors
+def runs_export(ctx, run_id: str, fmt: str, output: Path | None) -> None:
+    """Every raw metric point to a file."""
+    path = _client(ctx).runs.export(run_id, output or Path(f"{run_id}.{fmt}"), format=fmt)
+    err.print(f"wrote {path}", markup=False)
+
+
+@runs.command("samples")
+@click.argument("run_id")
+@click.option("--step", type=int)
+@click.option("--limit", type=int, default=20, show_default=True)
+@json_option
+@click.pass_context
+@reports_errors
+def runs_samples(ctx, run_id: str, step, limit: int, as_json: bool) -> None:
+    """Rollouts of a run (prompt, response, reward)."""
+    found = _client(ctx).runs.samples(run_id, step=step, limit=limit)
+    if as_json:
+        _emit_json(found)
+        return
+    rows = [(s.step, s.index, s.prompt[-60:], s.response[:80], s.reward) for s in found]
+    out.print(_table(["step", "index", "prompt", "response", "reward"], rows))
+
+
+@runs.command("follow")
+@click.argument("run_id")
+@json_option
+@click.pass_context
+@reports_errors
+def runs_follow(ctx, run_id: str, as_json: bool) -> None:
+    """Live: state, key metrics and progress toward train.steps, until the run ends. Exit code 0
+    when it succeeded, 1 when it failed or was cancelled."""
+    _follow(_client(ctx), run_id, as_json)
+
+
+def _follow(client: Client, run_id: str, as_json: bool) -> None:
+    run = client.runs.get(run_id)
+    state, reason, step = run.state, run.state_reason, run.last_step
+    latest: dict[str, Any] = {name: run.metric(name) for name in KEY_METRICS if run.metric(name) is not None}
+    interactive = out.is_terminal and not as_json
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out
+    )
+    task = progress.add_task(run.name, total=run.total_steps, completed=step or 0)
+
+    def view() -> Group:
+        table = _table(["state", *latest], [[state, *latest.values()]])
+        return Group(progress, table, reason or "")
+
+    live = Live(view(), console=out, refresh_per_second=4) if interactive else None
+    if live:
+        live.start()
+    try:
+        for message in client.runs.follow(run_id, after_seq=run.raw.get("last_seq") or 0):
+            if as_json:
+                click.echo(json.dumps({"event": message.event, "id": message.id, "data": message.data}))
+            if message.event == "state":
+                state, reason = message.data["state"], message.data.get("reason") or ""
+                if not interactive and not as_json:
+                    out.print(f"state: {state}" + (f" ({reason})" if reason else ""), markup=False)
+            elif message.event == "metrics":
+                step = message.data["step"]
+                values = message.data["values"]
+                latest.update({k: values[k] for k in KEY_METRICS if k in values})
+                progress.update(task, completed=step)
+                if not interactive and not as_json:
+                    shown = " ".join(f"{k}={_number(values[k])}" for k in KEY_METRICS if k in values)
+                    total = f"/{run.total_steps}" if run.total_steps else ""
+                    out.print(f"step {step}{total} {shown}".rstrip(), markup=False)
+            elif message.event == "log" and not interactive and not as_json:
+                out.print(f"log: {message.data.get('message')}", markup=False)
+            if live:
+                live.update(view())
+    finally:
+        if live:
+            live.stop()
+    if not as_json:
+        out.print(f"run {run_id} {state}" + (f": {reason}" if reason and state != "succeeded" else ""), markup=False)
+    if state != "succeeded":
+        sys.exit(EXIT_REFUSED)
+
+
+# -- registry -------------------------------------------------------------------------------------
+
+
+@main.group()
+def datasets() -> None:
+    """Prompt datasets of the registry."""
+
+
+@datasets.command("push")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--name", help="Default: the file name.")
+@click.option("--prompt-field", default="prompt", show_default=True)
+@click.option("--label-field", default="label", show_default=True, help="Empty for a dataset without labels.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "parquet"]), help="Default: from the suffix.")
+@click.option("--description", default="")
+@json_option
+@click.pass_context
+@reports_errors
+def datasets_push(ctx, file: Path, name, prompt_field, label_field, fmt, description, as_json: bool) -> None:
+    """Upload a JSONL, CSV or Parquet file (validated on the server; the same content is stored once)."""
+    dataset = _client(ctx).datasets.push(
+        file, name=name, prompt_field=prompt_field, label_field=label_field, format=fmt, description=description
+    )
+    if as_json:
+        _emit_json(dataset)
+    else:
+        out.print(f"dataset {dataset.id} {dataset.name}: {dataset.row_count} rows ({dataset.format})", markup=False)
+
+
+@datasets.command("ls")
+@json_option
+@click.pass_context
+@reports_errors
+def datasets_ls(ctx, as_json: bool) -> None:
+    found = _client(ctx).datasets.list()
+    if as_json:
+        _emit_json(found)
+    else:
+        out.print(
+            _table(
+                ["id", "name", "format", "rows", "prompt", "label"],
+                [(d.id, d.name, d.format, d.row_count, d.prompt_field, d.label_field or "—") for d in found],
+            )
+        )
+
+
+@main.group()
+def rewards() -> None:
+    """Reward functions of the registry."""
+
+
+@rewards.command("push")
+@click.argument("name")
+@click.argument("file", required=False, type=click.Path(path_type=Path))
+@click.option("--builtin", help="A builtin instead of a file: exact_match, boxed_math, regex, length_penalty.")
+@click.option(
+    "--kind", type=click.Choice(["builtin", "python", "http", "reward_model"]), help="Default: python for a file."
+)
+@click.option("--spec", "spec_json", help='The reward spec as JSON, e.g. \'{"pattern": "\\\\d+"}\'.')
+@click.option("--description", default="")
+@json_option
+@click.pass_context
+@reports_errors
+def rewards_push(ctx, name: str, file: Path | None, builtin, kind, spec_json, description, as_json: bool) -> None:
+    """A Python reward file (OpenRLHF's reward_func or verl's compute_score) or a builtin."""
+    try:
+        spec = json.loads(spec_json) if spec_json else {}
+    except ValueError as exc:
+        raise PosttrainError(f"--spec: not valid JSON: {exc}") from None
+    if builtin:
+        spec = {"type": builtin, **spec}
+        kind = kind or "builtin"
+    if file is None and not spec:
+        raise PosttrainError("give a reward FILE, or --builtin / --spec")
+    reward = _client(ctx).rewards.push(name, file, kind=kind, spec=spec, description=description)
+    if as_json:
+        _emit_json(reward)
+    else:
+        out.print(f"reward {reward.id} {reward.name} ({reward.kind})", markup=False)
+
+
+@rewards.command("ls")
+@json_option
+@click.pass_context
+@reports_errors
+def rewards_ls(ctx, as_json: bool) -> None:
+    found = _client(ctx).rewards.list()
+    if as_json:
+        _emit_json(found)
+    else:
+        out.print(_table(["id", "name", "kind", "spec"], [(r.id, r.name, r.kind, json.dumps(r.spec)) for r in found]))
+
+
+@main.group()
+def models() -> None:
+    """Models of the registry."""
+
+
+@models.command("register")
+@click.argument("name")
+@click.argument("path")
+@click.option("--description", default="")
+@json_option
+@click.pass_context
+@reports_errors
+def models_register(ctx, name: str, path: str, description: str, as_json: bool) -> None:
+    """Register a Hugging Face model folder (a path the server can read)."""
+    model = _client(ctx).models.register(name, path, description=description)
+    if as_json:
+        _emit_json(model)
+    else:
+        out.print(
+            f"model {model.id} {model.name}: {model.architecture}, {model.parameter_count} parameters", markup=False
+        )
+
+
+@models.command("ls")
+@json_option
+@click.pass_context
+@reports_errors
+def models_ls(ctx, as_json: bool) -> None:
+    found = _client(ctx).models.list()
+    if as_json:
+        _emit_json(found)
+    else:
+        out.print(
+            _table(
+                ["id", "name", "architecture", "parameters", "path"],
+                [(m.id, m.name, m.architecture, m.parameter_count, m.path) for m in found],
+            )
+        )
+
+
+# -- experiments ----------------------------------------------------------------------------------
+
+
+@main.group()
+def experiments() -> None:
+    """Experiments: a run config over registry assets."""
+
+
+@experiments.command("create")
+@click.option("--file", "-f", "file", required=True, type=click.Path(path_type=Path), help="The experiment YAML.")
+@click.option("--launch", "then_launch", is_flag=True, help="Launch a run of it right away.")
+@json_option
+@click.pass_context
+@reports_errors
+def experiments_create(ctx, file: Path, then_launch: bool, as_json: bool) -> None:
+    """From a YAML file: name, model, dataset, rewards (registry names or ids) and config (the engine's
+    run config without model.path, data and rewards)."""
+    client = _client(ctx)
+    experiment = client.experiments.create_from_yaml(file)
+    run = client.runs.launch(experiment.id) if then_launch else None
+    if as_json:
+        _emit_json({"experiment": experiment.raw, **({"run": run.raw} if run else {})})
+        return
+    out.print(f"experiment {experiment.id} {experiment.name}", markup=False)
+    if run:
+        out.print(f"{run.id}  {run.name}  {run.state}", markup=False)
+
+
+@experiments.command("ls")
+@json_option
+@click.pass_context
+@reports_errors
+def experiments_ls(ctx, as_json: bool) -> None:
+    found = _client(ctx).experiments.list()
+    if as_json:
+        _emit_json(found)
+    else:
+        out.print(
+            _table(
+                ["id", "name", "runs", "model", "dataset"],
+                [(e.id, e.name, e.run_count, e.model or "external", e.dataset or "—") for e in found],
+            )
+        )
+
+
+# -- review ---------------------------------------------------------------------------------------
+
+
+@main.group()
+def review() -> None:
+    """Review campaigns."""
+
+
+@review.command("export")
+@click.argument("campaign", type=int)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["trl", "openai", "ratings_jsonl", "ratings_csv"]),
+    default="trl",
+    show_default=True,
+)
+@click.option("--question", help="trl/openai: the pairwise question key (default: the first).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.pass_context
+@reports_errors
+def review_export(ctx, campaign: int, fmt: str, question, output: Path) -> None:
+    """A campaign's judgements as preference pairs (TRL or OpenAI JSONL) or ratings."""
+    path = _client(ctx).review.export(campaign, output, format=fmt, question=question)
+    err.print(f"wrote {path}", markup=False)
+
+
+# -- tracking other engines -----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--project", required=True, help="The project the run goes into (made on first use).")
+@click.option("--name", help="Default: the folder or file name.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "tensorboard", "verl"]),
+    default="auto",
+    show_default=True,
+    help="tensorboard: event files (OpenRLHF --use_tensorboard, verl's tensorboard logger); verl: its file "
+    "logger's JSONL (trainer.logger=[file]).",
+)
+@click.option("--engine", help="Shown on the run (default: verl for JSONL, openrlhf for event files).")
+@click.option("--total-steps", type=int, help="For the progress bar.")
+@click.option(
+    "--idle-timeout",
+    type=float,
+    default=0,
+    help="Finish when nothing new arrives for this many seconds (0: never; Ctrl-C ends).",
+)
+@click.option("--poll", type=float, default=2.0, show_default=True, help="Seconds between reads.")
+@click.option("--dir", "run_dir", type=click.Path(path_type=Path), help="Where the run's local event log goes.")
+@click.pass_context
+@reports_errors
+def track(ctx, path: Path, project, name, fmt, engine, total_steps, idle_timeout, poll, run_dir) -> None:
+    """Follow a running job's logs into an external run: TensorBoard event files or verl's JSONL,
+    their metric names mapped to Posttrain's (the README lists the map)."""
+    from posttrain_sdk.followers import follower_for
+    from posttrain_sdk.tracking import init
+
+    follower = follower_for(path, fmt)
+    options = ctx.find_root().obj
+    run = init(
+        project,
+        name or path.stem,
+        {"source": str(path), "format": follower.format},
+        engine=engine or follower.engine,
+        total_steps=total_steps,
+        dir=run_dir,
+        url=options.get("url"),
+        token=options.get("token"),
+    )
+    err.print(f"tracking {path} ({follower.format}) into {run.url}", markup=False)
+    idle_since = time.monotonic()
+    try:
+        while True:
+            points = follower.poll()
+            for step, values in points:
+                run.log(values, step=step)
+            if points:
+                idle_since = time.monotonic()
+            elif idle_timeout and time.monotonic() - idle_since >= idle_timeout:
+                break
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        pass
+    delivered = run.finish()
+    err.print(
+        f"run {run.id} finished ({'all events delivered' if delivered else f'events kept in {run.dir}'})", markup=False
+    )
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@reports_errors
+def sync(run_dir: Path) -> None:
+    """Send a tracked run's events that never reached the server (its folder under posttrain-runs/)."""
+    from posttrain_sdk.tracking import sync as sync_run
+
+    acknowledged, delivered = sync_run(run_dir)
+    if not delivered:
+        _fail(f"the server holds events up to seq {acknowledged}; the rest are still in {run_dir}", EXIT_UNREACHABLE)
+    out.print(f"{run_dir}: the server holds every event (seq {acknowledged})", markup=False)
+
+
+if __name__ == "__main__":
+    main()

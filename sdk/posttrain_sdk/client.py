@@ -1,0 +1,468 @@
+"""The REST API of a Posttrain server, typed: registry, experiments, runs, review exports.
+
+    import posttrain_sdk as posttrain
+
+    client = posttrain.Client()                       # the server and token `posttrain login` stored
+    dataset = client.datasets.push("prompts.jsonl", name="addition")
+    run = client.runs.launch(experiment_id, seed=1)
+    for message in client.runs.follow(run.id):        # live: metrics, state, end
+        ...
+
+Every refusal raises APIError (AuthError, NotFound, Conflict) whose `errors` name the field.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from posttrain_sdk import credentials
+from posttrain_sdk.errors import (
+    APIError,
+    AuthError,
+    Conflict,
+    FieldError,
+    NotFound,
+    PosttrainError,
+    ServerUnreachable,
+    field_errors,
+)
+from posttrain_sdk.sse import Message, read_stream
+from posttrain_sdk.types import Campaign, Dataset, Experiment, Model, Reward, Run, Sample
+
+DEFAULT_TIMEOUT_S = 60.0
+PAGE_SIZE = 200
+RECONNECT_DELAY_S = 1.0  # what EventSource waits (the stream's `retry:`)
+DATASET_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+
+
+def _error_for(response: httpx.Response) -> APIError:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text.strip()[:500] or None
+    errors = field_errors(body) or [FieldError("", f"HTTP {response.status_code} {response.reason_phrase}")]
+    status = response.status_code
+    if status in (401, 403):
+        return AuthError(status, errors, body=body)
+    if status == 404:
+        return NotFound(status, errors, body=body)
+    if status == 409:
+        return Conflict(status, errors, body=body)
+    return APIError(status, errors, body=body)
+
+
+class Client:
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S):
+        found = credentials.resolve(url, token)
+        self.url = found.url
+        self.token = found.token
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Token {self.token}", "Accept": "application/json"},
+            timeout=timeout_s,
+        )
+        self.models = Models(self)
+        self.datasets = Datasets(self)
+        self.rewards = Rewards(self)
+        self.experiments = Experiments(self)
+        self.runs = Runs(self)
+        self.review = Review(self)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- transport --------------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"cannot reach {self.url}: {exc}") from None
+        if response.status_code == 401 or (response.status_code == 403 and "invalid token" in response.text.lower()):
+            raise AuthError(
+                response.status_code,
+                [
+                    FieldError(
+                        "token",
+                        f"the server refused the token for {self.url} (revoked or expired): "
+                        "run `posttrain login` again",
+                    )
+                ],
+            )
+        if response.status_code >= 400:
+            raise _error_for(response)
+        return response
+
+    def get(self, path: str, **params: Any) -> Any:
+        clean = {k: v for k, v in params.items() if v is not None}
+        return self.request("GET", path, params=clean).json()
+
+    def post(self, path: str, body: Any = None) -> Any:
+        response = self.request("POST", path, json={} if body is None else body)
+        return response.json() if response.content else None
+
+    def pages(self, path: str, limit: int | None = None, **params: Any) -> Iterator[dict[str, Any]]:
+        """Every item of a paginated list (LimitOffsetPagination), `limit` at most."""
+        offset = 0
+        while True:
+            page_size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - offset)
+            if page_size <= 0:
+                return
+            page = self.get(path, limit=page_size, offset=offset, **params)
+            items = page["results"] if isinstance(page, dict) else page
+            yield from items
+            offset += len(items)
+            if not isinstance(page, dict) or not page.get("next") or not items:
+                return
+
+    def me(self) -> dict[str, Any]:
+        return self.get("/api/auth/me/")
+
+    @staticmethod
+    def obtain_token(url: str, username: str, password: str, *, timeout_s: float = 30.0) -> str:
+        """The user's API token for a username and password (`POST /api/auth/token/`)."""
+        url = credentials.normalize_url(url)
+        try:
+            response = httpx.post(
+                f"{url}/api/auth/token/", json={"username": username, "password": password}, timeout=timeout_s
+            )
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"cannot reach {url}: {exc}") from None
+        if response.status_code >= 400:
+            raise _error_for(response)
+        return response.json()["token"]
+
+
+class _Section:
+    def __init__(self, client: Client):
+        self.client = client
+
+
+def _one_by_name(section: str, client: Client, path: str, name_or_id: str | int, kind: type) -> Any:
+    """A registry object by id, or by its exact name (the list filter matches parts of names)."""
+    if isinstance(name_or_id, int) or str(name_or_id).isdigit():
+        return kind.from_api(client.get(f"{path}{int(name_or_id)}/"))
+    matches = [item for item in client.pages(path, name=name_or_id) if item["name"] == name_or_id]
+    if not matches:
+        raise NotFound(404, [FieldError(section, f"no {section} named {name_or_id!r}")])
+    return kind.from_api(matches[0])
+
+
+# -- registry -------------------------------------------------------------------------------------
+
+
+class Models(_Section):
+    def register(self, name: str, path: str, *, description: str = "") -> Model:
+        """Register a Hugging Face model folder that the server can read (its path on the server)."""
+        body = {"name": name, "path": str(path), "description": description}
+        return Model.from_api(self.client.post("/api/models/", body))
+
+    def list(self, name: str | None = None) -> list[Model]:
+        return [Model.from_api(item) for item in self.client.pages("/api/models/", name=name)]
+
+    def get(self, name_or_id: str | int) -> Model:
+        return _one_by_name("model", self.client, "/api/models/", name_or_id, Model)
+
+
+class Datasets(_Section):
+    def push(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        prompt_field: str = "prompt",
+        label_field: str | None = "label",
+        format: str | None = None,  # noqa: A002 -- the API's own name
+        description: str = "",
+    ) -> Dataset:
+        """Upload a JSONL, CSV or Parquet file; the same content again returns the existing dataset."""
+        path = Path(path)
+        if not path.is_file():
+            raise PosttrainError(f"file: no such file {path}")
+        fields = {
+            "name": name or path.stem,
+            "prompt_field": prompt_field,
+            "label_field": label_field or "",
+            "description": description,
+        }
+        guessed = format or DATASET_SUFFIXES.get(path.suffix.lower())
+        if guessed:
+            fields["format"] = guessed
+        with path.open("rb") as f:
+            response = self.client.request("POST", "/api/datasets/", data=fields, files={"file": (path.name, f)})
+        return Dataset.from_api(response.json())
+
+    def list(self, name: str | None = None) -> list[Dataset]:
+        return [Dataset.from_api(item) for item in self.client.pages("/api/datasets/", name=name)]
+
+    def get(self, name_or_id: str | int) -> Dataset:
+        return _one_by_name("dataset", self.client, "/api/datasets/", name_or_id, Dataset)
+
+
+class Rewards(_Section):
+    def push(
+        self,
+        name: str,
+        path: str | Path | None = None,
+        *,
+        kind: str | None = None,
+        spec: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> Reward:
+        """A Python reward file (`reward_func` or verl's `compute_score`, checked in the server's
+        sandbox) or a spec: `rewards.push("exact", spec={"type": "exact_match"})` is a builtin."""
+        body: dict[str, Any] = {"name": name, "description": description, "spec": spec or {}}
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise PosttrainError(f"file: no such file {path}")
+            body["kind"] = kind or "python"
+            body["source"] = path.read_text(encoding="utf-8")
+        else:
+            body["kind"] = kind or "builtin"
+        return Reward.from_api(self.client.post("/api/rewards/", body))
+
+    def list(self, name: str | None = None) -> list[Reward]:
+        return [Reward.from_api(item) for item in self.client.pages("/api/rewards/", name=name)]
+
+    def get(self, name_or_id: str | int) -> Reward:
+        return _one_by_name("reward", self.client, "/api/rewards/", name_or_id, Reward)
+
+
+# -- experiments ----------------------------------------------------------------------------------
+
+
+class Experiments(_Section):
+    def create(
+        self,
+        name: str,
+        *,
+        model: str | int,
+        dataset: str | int,
+        rewards: list[Any],
+        config: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> Experiment:
+        """An experiment from registry names or ids; `rewards` items are a name/id or
+        `{"reward": name_or_id, "weight": w}`. The config is checked by the engine's schema."""
+        resolved = []
+        for i, item in enumerate(rewards or []):
+            reward, weight = (item.get("reward"), item.get("weight", 1.0)) if isinstance(item, dict) else (item, 1.0)
+            if reward is None:
+                raise PosttrainError(f"rewards[{i}].reward: required")
+            resolved.append({"reward": self.client.rewards.get(reward).id, "weight": weight})
+        body = {
+            "name": name,
+            "description": description,
+            "model": self.client.models.get(model).id,
+            "dataset": self.client.datasets.get(dataset).id,
+            "rewards": resolved,
+            "config": config or {},
+        }
+        return Experiment.from_api(self.client.post("/api/experiments/", body))
+
+    def create_from_yaml(self, path: str | Path) -> Experiment:
+        """`name`, `model`, `dataset`, `rewards` (registry names or ids), optional `description`, and
+        `config`: the engine run config without model.path, data and rewards."""
+        path = Path(path)
+        if not path.is_file():
+            raise PosttrainError(f"file: no such file {path}")
+        try:
+            spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise PosttrainError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        if not isinstance(spec, dict):
+            raise PosttrainError(f"{path}: must be a mapping with name, model, dataset, rewards and config")
+        missing = [key for key in ("name", "model", "dataset", "rewards") if key not in spec]
+        if missing:
+            raise PosttrainError(f"{path}: {missing[0]}: required")
+        unknown = sorted(set(spec) - {"name", "description", "model", "dataset", "rewards", "config"})
+        if unknown:
+            raise PosttrainError(f"{path}: {unknown[0]}: unknown key (engine settings go under `config:`)")
+        return self.create(
+            spec["name"],
+            model=spec["model"],
+            dataset=spec["dataset"],
+            rewards=spec["rewards"] if isinstance(spec["rewards"], list) else [spec["rewards"]],
+            config=spec.get("config") or {},
+            description=spec.get("description") or "",
+        )
+
+    def list(self) -> list[Experiment]:
+        return [Experiment.from_api(item) for item in self.client.pages("/api/experiments/")]
+
+    def get(self, experiment_id: int) -> Experiment:
+        return Experiment.from_api(self.client.get(f"/api/experiments/{int(experiment_id)}/"))
+
+
+# -- runs -----------------------------------------------------------------------------------------
+
+
+class Runs(_Section):
+    def list(
+        self,
+        *,
+        state: str | list[str] | None = None,
+        experiment: int | None = None,
+        tag: str | None = None,
+        kind: str | None = None,
+        search: str | None = None,
+        limit: int | None = 50,
+    ) -> list[Run]:
+        params: dict[str, Any] = {"experiment": experiment, "tag": tag, "kind": kind, "search": search}
+        if state:
+            params["state"] = [state] if isinstance(state, str) else list(state)
+        return [Run.from_api(item) for item in self.client.pages("/api/runs/", limit=limit, **params)]
+
+    def get(self, run_id: str) -> Run:
+        return Run.from_api(self.client.get(f"/api/runs/{run_id}/"))
+
+    def launch(self, experiment: int, *, seed: int | None = None, tags: list[str] | None = None, note: str = "") -> Run:
+        body = {"seed": seed, "tags": tags or [], "note": note}
+        return Run.from_api(self.client.post(f"/api/experiments/{int(experiment)}/launch/", body))
+
+    def cancel(self, run_id: str) -> Run:
+        return Run.from_api(self.client.post(f"/api/runs/{run_id}/cancel/", {}))
+
+    def clone(self, run_id: str, *, seed: int | None = None, tags: list[str] | None = None, note: str = "") -> Run:
+        body = {"seed": seed, "tags": tags, "note": note}
+        return Run.from_api(self.client.post(f"/api/runs/{run_id}/clone/", body))
+
+    def resume(self, run_id: str, checkpoint: int | None = None) -> Run:
+        """A new run continuing this one from a checkpoint (default: its latest one still on disk)."""
+        if checkpoint is None:
+            available = [c for c in self.checkpoints(run_id) if c.get("available")]
+            if not available:
+                raise PosttrainError(f"checkpoint: run {run_id} has no checkpoint left to resume from")
+            checkpoint = available[-1]["id"]
+        return Run.from_api(self.client.post(f"/api/runs/{run_id}/resume/", {"checkpoint": checkpoint}))
+
+    def checkpoints(self, run_id: str) -> list[dict[str, Any]]:
+        return self.client.get(f"/api/runs/{run_id}/checkpoints/")
+
+    def transitions(self, run_id: str) -> list[dict[str, Any]]:
+        return self.client.get(f"/api/runs/{run_id}/transitions/")
+
+    def metrics(
+        self, run_id: str, names: list[str] | None = None, *, step_min: int | None = None, step_max: int | None = None
+    ) -> dict[str, dict[str, list]]:
+        """Every stored point: {name: {"steps": [...], "values": [...]}} (non-finite values as None)."""
+        answer = self.client.get(
+            f"/api/runs/{run_id}/metrics/",
+            names=",".join(names) if names else None,
+            step_min=step_min,
+            step_max=step_max,
+        )
+        return answer["series"]
+
+    def series(
+        self, run_id: str, names: list[str] | None = None, *, x: str = "step", max_points: int | None = None
+    ) -> dict[str, Any]:
+        """Chart series, downsampled on the server (M4) past `max_points`."""
+        return self.client.get(
+            f"/api/runs/{run_id}/series/", names=",".join(names) if names else None, x=x, max_points=max_points
+        )
+
+    def samples(
+        self,
+        run_id: str,
+        *,
+        step: int | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        q: str | None = None,
+        limit: int | None = None,
+    ) -> list[Sample]:
+        items = self.client.pages(
+            f"/api/runs/{run_id}/samples/", limit=limit, step=step, min_reward=min_reward, max_reward=max_reward, q=q
+        )
+        return [Sample.from_api(item) for item in items]
+
+    def logs(self, run_id: str, *, tail: int | None = None) -> str:
+        return self.client.get(f"/api/runs/{run_id}/logs/", tail=tail)["logs"]
+
+    def export(self, run_id: str, path: str | Path, *, format: str = "csv") -> Path:  # noqa: A002
+        """Every raw metric point to a CSV or JSONL file."""
+        return _download(self.client, f"/api/runs/{run_id}/export/", {"format": format}, Path(path))
+
+    def follow(self, run_id: str, *, after_seq: int = 0) -> Iterator[Message]:
+        """The run's live stream: `state`, `metrics`, `samples`, `log`, `checkpoint` messages, ending
+        after `end` (the run finished and everything was sent). Reconnects from the last seq seen."""
+        last = after_seq
+        while True:
+            headers = {"Accept": "text/event-stream", "Last-Event-ID": str(last)}
+            try:
+                with self.client._http.stream(
+                    "GET", f"/api/runs/{run_id}/stream/", headers=headers, timeout=httpx.Timeout(30.0, read=None)
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        raise _error_for(response)
+                    for message in read_stream(response.iter_lines()):
+                        if message.id is not None:
+                            last = message.id
+                        yield message
+                        if message.event == "end":
+                            return
+            except httpx.TransportError:
+                pass  # the server restarted or the stream timed out: reconnect from `last`
+            _pause_before_reconnect()
+
+    def track(self, project: str, name: str | None = None, **kwargs: Any) -> Any:
+        """An external run (see posttrain_sdk.tracking.init) on this client's server and token."""
+        from posttrain_sdk.tracking import init
+
+        return init(project, name, url=self.client.url, token=self.client.token, **kwargs)
+
+
+def _pause_before_reconnect() -> None:
+    time.sleep(RECONNECT_DELAY_S)
+
+
+def _download(client: Client, path: str, params: dict[str, Any], target: Path) -> Path:
+    try:
+        with client._http.stream("GET", path, params=params) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise _error_for(response)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with target.open("wb") as f:
+                for chunk in response.iter_bytes():
+                    f.write(chunk)
+    except httpx.TransportError as exc:
+        raise ServerUnreachable(f"cannot reach {client.url}: {exc}") from None
+    return target
+
+
+# -- review ---------------------------------------------------------------------------------------
+
+
+class Review(_Section):
+    def campaigns(self, state: str | None = None) -> list[Campaign]:
+        return [Campaign.from_api(item) for item in self.client.pages("/api/review/campaigns/", state=state)]
+
+    def export(
+        self,
+        campaign: int,
+        path: str | Path,
+        *,
+        format: str = "trl",
+        question: str | None = None,  # noqa: A002
+    ) -> Path:
+        """The campaign's judgements: `trl` / `openai` preference pairs, `ratings_jsonl`, `ratings_csv`."""
+        params = {"format": format, **({"question": question} if question else {})}
+        return _download(self.client, f"/api/review/campaigns/{int(campaign)}/export/", params, Path(path))

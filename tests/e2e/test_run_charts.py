@@ -1,0 +1,67 @@
+"""The run page's panels in a real browser, drawn from the metric catalogue: one unit per panel (the
+held-out length is not squashed onto the accuracy's 0-1 axis), headline panels from the start, and a
+metric the catalogue does not know only on demand."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import quote
+
+import pytest
+
+from posttrain.runs import services
+from posttrain.runs.models import RunState
+from tests.e2e.conftest import screenshot
+from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
+    experiment,
+    make_run,
+    no_dispatch,
+    registry,
+    researcher,
+    storage,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
+
+STEP = {
+    "reward/mean": 0.5,
+    "reward/exact_match": 0.5,
+    "response/length_mean": 3.5,
+    "eval/reward/mean": 0.25,
+    "eval/response/length_mean": 3.4,
+    "eval/size": 16.0,
+    "timing/generate": 0.2,
+    "timing/train": 0.1,
+    "timing/step": 0.4,
+    "memory/driver_peak_gb": 1.5,
+    "custom/thing": 7.0,
+}
+
+TRACES = """(id) => { const div = document.getElementById(id); return div && div.data ? div.data.map((t) => t.name) : null; }"""
+
+
+def test_panels_come_from_the_catalogue_one_unit_each(web_server, page, experiment):
+    run = make_run(experiment, RunState.RUNNING)
+    now = time.time()
+    services.events_ingest(
+        run.pk, [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": now, "data": STEP}]
+    )
+    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", "a-long-passphrase")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{web_server}/runs/{run.id}/")
+    page.wait_for_selector("body[data-ready=true]")
+    page.wait_for_function(f"() => ({TRACES})('chart-eval') !== null")
+
+    assert page.evaluate(TRACES, "chart-eval") == ["eval/reward/mean"]
+    assert set(page.evaluate(TRACES, "chart-length")) == {"response/length_mean", "eval/response/length_mean"}
+    assert set(page.evaluate(TRACES, "chart-reward")) == {"reward/mean", "reward/exact_match"}
+    assert set(page.evaluate(TRACES, "chart-timing")) == {"generate", "train"}  # timing/step: on demand
+    assert page.evaluate(TRACES, "chart-memory") == ["memory/driver_peak_gb"]
+    # Headline metrics get their panel before they have a point; unknown metrics wait to be asked for.
+    assert page.evaluate(TRACES, "chart-kl") == ["kl/mean"] and page.evaluate(TRACES, "chart-entropy")
+    drawn = page.evaluate("() => [...document.querySelectorAll('#charts .chart')].map((d) => d.dataset.panel)")
+    assert not any("custom" in panel or "eval/size" in panel for panel in drawn), drawn
+    assert page.locator('#extra-metric option[value="custom/thing"]').count() == 1
+    screenshot(page, "run-charts-by-unit")

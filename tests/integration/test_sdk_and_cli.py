@@ -1,0 +1,470 @@
+"""The SDK and the `posttrain` CLI against a live server: uvicorn on the test database (Postgres), the
+CLI as a separate process with its own config folder. Every command once, bad input included (a missing
+file, a wrong field, no login, a revoked token); external runs tracked with the SDK, followed live, through
+an outage of the web server, and lost when their client is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, UvicornServer, postgres_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PASSWORD = "a-long-test-passphrase"
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[UvicornServer]:
+    from django.conf import settings
+    from django.db import connection
+
+    home = tmp_path_factory.mktemp("sdk-web")
+    env = {
+        **os.environ,
+        "DATABASE_URL": postgres_url(connection.settings_dict),
+        "POSTTRAIN_HOME": str(home),
+        "POSTTRAIN_STORAGE": str(home / "storage"),
+        "POSTTRAIN_SECRET_KEY": settings.SECRET_KEY,
+        "POSTTRAIN_SSE_KEEPALIVE_S": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    server = UvicornServer(env, home / "uvicorn.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def user():
+    from posttrain.accounts.services import user_create
+
+    return user_create("ada", PASSWORD, "researcher")
+
+
+@pytest.fixture
+def cli(web, tmp_path, user):
+    """Runs `posttrain …` as a user would, with a config folder of its own; returns (code, stdout, stderr)."""
+    env = {**os.environ, "POSTTRAIN_CONFIG_DIR": str(tmp_path / "config"), "COLUMNS": "200"}
+    env.pop("POSTTRAIN_TOKEN", None)
+
+    def run(*args: str, stdin: str = "", timeout: float = 120) -> tuple[int, str, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "posttrain_sdk", "--url", web.url, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=timeout,
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    run.env = env  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.fixture
+def logged_in(cli):
+    code, out, err = cli("login", "-u", "ada", "--password-stdin", stdin=PASSWORD + "\n")
+    assert code == 0, err
+    return cli
+
+
+@pytest.fixture
+def token(user) -> str:
+    from posttrain.accounts.services import token_get_or_create
+
+    return token_get_or_create(user).key
+
+
+def test_login_is_stored_per_server_and_refusals_say_what_to_do(cli, web, tmp_path, user):
+    code, _, err = cli("runs", "ls")
+    assert code == 3 and f"error: not logged in to {web.url}: run `posttrain login --url {web.url}`" in err
+    code, _, err = cli("login", "-u", "ada", "--password-stdin", stdin="wrong\n")
+    assert code == 1 and err.strip() == "error: Unable to log in with provided credentials."
+    code, out, _ = cli("login", "-u", "ada", "--password-stdin", stdin=PASSWORD + "\n")
+    assert code == 0 and out.strip() == f"Logged in to {web.url} as ada (researcher)"
+    stored = tmp_path / "config" / "credentials.json"
+    assert stored.stat().st_mode & 0o777 == 0o600
+    assert json.loads(stored.read_text())["default"] == web.url
+    code, out, _ = cli("whoami", "--json")
+    assert code == 0 and json.loads(out)["username"] == "ada"
+
+    from rest_framework.authtoken.models import Token
+
+    Token.objects.filter(user=user).delete()  # revoked by an admin (DRF tokens do not expire by themselves)
+    code, _, err = cli("runs", "ls")
+    assert code == 3 and "refused the token" in err and "posttrain login" in err
+    code, out, _ = cli("logout")
+    assert code == 0 and json.loads(stored.read_text())["servers"] == {}
+
+
+def test_registry_experiments_and_runs_from_the_terminal(logged_in, tmp_path):
+    from tests.unit.platform.registry_factories import write_model_folder
+
+    cli = logged_in
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "label": str(i + 1)}) + "\n" for i in range(8)))
+    code, out, err = cli("datasets", "push", str(data), "--json")
+    assert code == 0, err
+    assert json.loads(out)["row_count"] == 8 and json.loads(out)["name"] == "sums"
+    code, _, err = cli("datasets", "push", "missing.jsonl")
+    assert code == 2 and err.strip() == "error: file: no such file missing.jsonl"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"prompt": "1+1=", "label": "2"}\n{"prompt": oops}\n')
+    code, _, err = cli("datasets", "push", str(broken))
+    assert code == 1 and err.startswith("error: file: line 2:")
+
+    reward_file = tmp_path / "exact.py"
+    reward_file.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return float(solution_str.strip() == ground_truth)\n"
+    )
+    code, out, err = cli("rewards", "push", "exact", str(reward_file))
+    assert code == 0 and "(python)" in out, err
+    code, out, err = cli("rewards", "push", "digits", "--builtin", "regex", "--spec", '{"pattern": "\\\\d+"}')
+    assert code == 0, err
+    code, _, err = cli("rewards", "push", "bad", "--builtin", "regex", "--spec", '{"pattern": "(", "nonsense": 1}')
+    assert code == 1 and "error: spec." in err
+    code, _, err = cli("rewards", "push", "bad", "--spec", "{not json")
+    assert code == 2 and err.startswith("error: --spec: not valid JSON")
+
+    folder = write_model_folder(tmp_path / "model")
+    code, out, err = cli("models", "register", "tiny", str(folder))
+    assert code == 0 and "LlamaForCausalLM" in out, err
+    code, _, err = cli("models", "register", "nowhere", str(tmp_path / "nowhere"))
+    assert code == 1 and err.startswith("error: path:")
+
+    spec = tmp_path / "run.yaml"
+    spec.write_text(
+        textwrap.dedent(
+            """\
+            name: sums grpo
+            model: tiny
+            dataset: sums
+            rewards: [exact, {reward: digits, weight: 0.5}]
+            config:
+              algorithm: {name: grpo}
+              train: {steps: 3, lr: -1}
+            """
+        )
+    )
+    code, _, err = cli("experiments", "create", "-f", str(spec))
+    assert code == 1 and "error: train.lr: Input should be greater than 0" in err
+    spec.write_text(spec.read_text().replace("lr: -1", "lr: 0.001"))
+    code, out, err = cli("experiments", "create", "-f", str(spec), "--json")
+    assert code == 0, err
+    experiment = json.loads(out)["experiment"]
+    assert [r["weight"] for r in experiment["rewards"]] == [1.0, 0.5]
+    code, _, err = cli("experiments", "create", "-f", str(tmp_path / "absent.yaml"))
+    assert code == 2 and "no such file" in err
+    spec.write_text(spec.read_text().replace("exact, ", "nope, "))
+    code, _, err = cli("experiments", "create", "-f", str(spec))
+    assert code == 1 and err.strip() == "error: reward: no reward named 'nope'"
+
+    code, out, err = cli("runs", "launch", str(experiment["id"]), "--seed", "3", "--tag", "cli", "--json")
+    assert code == 0, err
+    run = json.loads(out)
+    assert run["state"] == "queued" and run["seed"] == 3 and run["tags"] == ["cli"]
+    code, out, _ = cli("runs", "ls", "--state", "queued", "--json")
+    assert [r["id"] for r in json.loads(out)] == [run["id"]]
+    code, out, _ = cli("runs", "ls")
+    assert code == 0 and run["id"] in out and "sums grpo" in out
+    code, out, _ = cli("runs", "show", run["id"])
+    assert code == 0 and "grpo" in out and "tiny" in out
+    code, out, err = cli("runs", "clone", run["id"], "--seed", "4", "--json")
+    assert code == 0 and json.loads(out)["seed"] == 4, err
+    code, out, _ = cli("runs", "cancel", run["id"])
+    assert code == 0 and "cancelling" in out
+    code, _, err = cli("runs", "launch", "999999")
+    assert code == 1 and "error: " in err
+    code, _, err = cli("runs", "show", "00000000-0000-0000-0000-000000000000")
+    assert code == 1 and "No Run matches the given query." in err
+    code, _, err = cli("runs", "resume", run["id"])
+    assert code == 2 and err.strip() == f"error: checkpoint: run {run['id']} has no checkpoint left to resume from"
+
+
+def track_script(url: str, token: str, run_dir: Path, body: str) -> str:
+    return textwrap.dedent(
+        f"""\
+        import os, sys, time
+        import posttrain_sdk as posttrain
+        run = posttrain.init("killed", "doomed", {{"lr": 1e-6}}, engine="python", url={url!r}, token={token!r},
+                             dir={str(run_dir)!r}, heartbeat_s=0.2)
+        print(run.id, flush=True)
+        """
+    ) + textwrap.dedent(body)
+
+
+def test_an_external_run_tracked_with_the_sdk_lands_whole_and_is_followed_to_its_end(logged_in, web, token, tmp_path):
+    import posttrain_sdk as posttrain
+
+    run = posttrain.init(
+        "gsm8k trl",
+        "qwen-0.5b",
+        {"learning_rate": 1e-6, "beta": 0.04},
+        engine="trl",
+        total_steps=20,
+        url=web.url,
+        token=token,
+        dir=tmp_path / "runs",
+        heartbeat_s=0.5,
+    )
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "posttrain_sdk", "--url", web.url, "runs", "follow", run.id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=logged_in.env,
+    )
+    for step in range(20):
+        run.log({"reward/mean": step / 20, "kl/mean": 0.01 * step, "policy/entropy": 1.0 - step / 40}, step=step)
+        run.log_samples(
+            [
+                {"prompt": f"{step}+{i}=", "response": str(step + i), "reward": float(i % 2), "group": 0}
+                for i in range(4)
+            ]
+        )
+        time.sleep(0.05)
+    run.log_text("all done")
+    assert run.finish(timeout_s=60)
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, err
+    assert f"run {run.id} succeeded" in out and "step 19/20 reward/mean=0.95" in out
+
+    client = posttrain.Client(web.url, token)
+    stored = client.runs.get(run.id)
+    assert (stored.state, stored.kind, stored.engine, stored.last_step) == ("succeeded", "external", "trl", 19)
+    series = client.runs.metrics(run.id, ["reward/mean"])["reward/mean"]
+    assert series["steps"] == list(range(20)) and series["values"][-1] == pytest.approx(0.95)
+    assert len(client.runs.samples(run.id)) == 80
+    assert [s.index for s in client.runs.samples(run.id, step=7)] == [0, 1, 2, 3]
+    code, out, _ = logged_in("runs", "ls", "--kind", "external", "--json")
+    assert [r["id"] for r in json.loads(out)] == [run.id]
+    code, out, _ = logged_in("runs", "logs", run.id)
+    assert out.strip() == "[info] all done"
+    code, _, err = logged_in("runs", "export", run.id, "-o", str(tmp_path / "m.csv"))
+    assert code == 0, err
+    lines = (tmp_path / "m.csv").read_text().splitlines()
+    assert lines[0] == "step,time,kl/mean,policy/entropy,reward/mean" and len(lines) == 21
+    code, _, err = logged_in("runs", "clone", run.id)
+    assert code == 1 and "external run (trl) cannot be cloned" in err
+    with pytest.raises(posttrain.PosttrainError, match="finished"):
+        run.log({"x": 1})
+
+
+def test_bad_tracking_input_names_the_field(web, token, tmp_path):
+    import posttrain_sdk as posttrain
+
+    with pytest.raises(posttrain.APIError) as refused:
+        posttrain.init("p", engine="posttrain", url=web.url, token=token, dir=tmp_path)
+    assert refused.value.fields == {"engine": "posttrain runs are launched from an experiment, not tracked"}
+    run = posttrain.init("p", url=web.url, token=token, dir=tmp_path, heartbeat_s=0)
+    with pytest.raises(TypeError, match=r"metrics\['loss'\]: must be a number, got str"):
+        run.log({"loss": "high"})
+    with pytest.raises(ValueError, match=r"rows\[1\]\.response: required"):
+        run.log_samples([{"prompt": "a", "response": "b"}, {"prompt": "c"}])
+    with pytest.raises(ValueError, match=r"rows\[0\]\.scroe: unknown field"):
+        run.log_samples([{"prompt": "a", "response": "b", "scroe": 1}])
+    with pytest.raises(ValueError, match="step: must be a non-negative integer"):
+        run.log({"loss": 1.0}, step=-1)
+    assert run.finish("failed", "gave up", timeout_s=30)
+    assert posttrain.Client(web.url, token).runs.get(run.id).state_reason == "gave up"
+
+
+def test_an_outage_of_the_web_server_loses_nothing(web, token, tmp_path):
+    import posttrain_sdk as posttrain
+
+    run = posttrain.init("outage", url=web.url, token=token, dir=tmp_path, heartbeat_s=0.2)
+    for step in range(10):
+        run.log({"reward/mean": float(step)}, step=step)
+    web.stop()
+    try:
+        for step in range(10, 60):  # logged while nothing answers: they wait in the local file
+            run.log({"reward/mean": float(step)}, step=step)
+            run.log_samples([{"prompt": "p", "response": str(step), "reward": 1.0}])
+        time.sleep(1.0)
+    finally:
+        web.start()
+    assert run.finish(timeout_s=90)
+    client = posttrain.Client(web.url, token)
+    assert client.runs.metrics(run.id, ["reward/mean"])["reward/mean"]["steps"] == list(range(60))
+    assert len(client.runs.samples(run.id)) == 50 and client.runs.get(run.id).state == "succeeded"
+
+
+def test_undelivered_events_are_sent_later_with_sync(logged_in, web, token, tmp_path):
+    import posttrain_sdk as posttrain
+
+    run = posttrain.init("sync", url=web.url, token=token, dir=tmp_path / "runs", heartbeat_s=0)
+    web.stop()
+    try:
+        for step in range(5):
+            run.log({"reward/mean": 1.0}, step=step)
+        assert run.finish(timeout_s=1) is False  # the process could end here; the events stay on disk
+    finally:
+        web.start()
+    code, out, err = logged_in("sync", str(run.dir))
+    assert code == 0 and "the server holds every event" in out, err
+    assert posttrain.Client(web.url, token).runs.get(run.id).state == "succeeded"
+
+
+def test_a_client_killed_mid_run_makes_the_run_lost(web, token, tmp_path, settings):
+    from posttrain.runs import services
+    from posttrain.runs.models import Run
+    from tests.unit.platform.runs_fixtures import FakeJobs
+
+    script = track_script(
+        web.url,
+        token,
+        tmp_path,
+        """\
+        for step in range(3):
+            run.log({"reward/mean": 0.5}, step=step)
+        time.sleep(1.5)  # heartbeats go out meanwhile
+        os.kill(os.getpid(), 9)  # no finish(), no atexit: as the OOM killer or a preempted node ends it
+        """,
+    )
+    client = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert client.returncode == -signal.SIGKILL, client.stderr
+    run_id = client.stdout.split()[0]
+    run = Run.objects.get(pk=run_id)
+    assert run.state == "running" and run.last_step == 2
+    settings.RUN_HEARTBEAT_TIMEOUT_S = 2
+    time.sleep(2.5)
+    jobs = FakeJobs()
+    services.runs_reconcile(jobs=jobs)  # what Celery beat runs every few seconds
+    run.refresh_from_db()
+    assert run.state == "failed" and run.state_reason.startswith("lost: the client sent nothing for 2s")
+    assert jobs.stopped == [] and jobs.submitted == []
+    assert (tmp_path / run_id / "events.jsonl").exists()
+
+
+def test_posttrain_track_follows_event_files_and_verl_jsonl_while_they_are_written(logged_in, web, token, tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    import posttrain_sdk as posttrain
+
+    logdir = tmp_path / "openrlhf-tb"
+    verl = tmp_path / "verl" / "gsm8k.jsonl"
+    verl.parent.mkdir()
+
+    def write_while_tracked() -> None:
+        writer = SummaryWriter(str(logdir / "run-1"), flush_secs=3600)
+        with verl.open("w") as f:
+            for step in range(1, 6):
+                writer.add_scalar("train/reward", step / 10, step)
+                writer.add_scalar("train/policy_loss", -step / 100, step)
+                writer.flush()
+                f.write(
+                    json.dumps({"step": step, "data": {"critic/score/mean": step / 5, "actor/entropy": 0.9}}) + "\n"
+                )
+                f.flush()
+                time.sleep(0.4)
+        writer.close()
+
+    writer = threading.Thread(target=write_while_tracked)
+    writer.start()
+    common = ("--idle-timeout", "4", "--poll", "0.3")
+    tb = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "posttrain_sdk",
+            "--url",
+            web.url,
+            "track",
+            str(logdir),
+            "--project",
+            "openrlhf",
+            *common,
+        ],
+        env=logged_in.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    code, _, err = logged_in("track", str(verl), "--project", "verl", "--total-steps", "5", *common)
+    writer.join()
+    assert code == 0, err
+    _, tb_err = tb.communicate(timeout=120)
+    assert tb.returncode == 0, tb_err
+    client = posttrain.Client(web.url, token)
+    (verl_run,) = client.runs.list(kind="external", search="verl")
+    assert verl_run.engine == "verl" and verl_run.state == "succeeded" and verl_run.total_steps == 5
+    assert client.runs.metrics(verl_run.id, ["reward/mean"])["reward/mean"]["values"] == pytest.approx(
+        [0.2, 0.4, 0.6, 0.8, 1.0]
+    )
+    (tb_run,) = client.runs.list(kind="external", search="openrlhf")
+    assert tb_run.engine == "openrlhf"
+    metrics = client.runs.metrics(tb_run.id, ["reward/mean", "policy/loss"])
+    assert metrics["reward/mean"]["steps"] == [1, 2, 3, 4, 5] and metrics["policy/loss"]["values"][0] == pytest.approx(
+        -0.01
+    )
+    code, _, err = logged_in("track", str(tmp_path / "notes.txt"), "--project", "x")
+    assert code == 2 and "--format" in err
+
+
+def test_the_sdk_reads_metrics_series_and_review_exports(web, token, tmp_path):
+    import posttrain_sdk as posttrain
+
+    client = posttrain.Client(web.url, token)
+    run = client.runs.track("reads", heartbeat_s=0, dir=tmp_path)
+    for step in range(5):
+        run.log({"reward/mean": step * 0.1}, step=step)
+    run.finish(timeout_s=30)
+    series = client.runs.series(run.id, ["reward/mean"], max_points=100)
+    assert series["series"]["reward/mean"]["step"] == [0, 1, 2, 3, 4]
+    with pytest.raises(posttrain.NotFound):
+        client.review.export(424242, tmp_path / "pairs.jsonl")
+
+
+def readme_block(section: str, language: str, index: int = 0) -> str:
+    """The `index`-th ```language block of a README section, as a reader would copy it."""
+    text = (REPO_ROOT / "README.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return body.split(f"```{language}\n")[index + 1].split("```", 1)[0]
+
+
+def test_the_readmes_python_examples_work_as_pasted(logged_in, web, token, tmp_path):
+    from tests.unit.platform.registry_factories import write_model_folder
+
+    cli = logged_in
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+1=", "label": str(i + 1)}) + "\n" for i in range(4)))
+    terminal = readme_block("Use from Python and the terminal", "bash")
+    for line in terminal.splitlines()[1:4]:  # datasets push, rewards push, models register (a real folder here)
+        args = line.split("#")[0].split()[1:]
+        if args[:2] == ["models", "register"]:
+            args[-1] = str(write_model_folder(tmp_path / "model"))
+        code, _, err = cli(*args)
+        assert code == 0, (line, err)
+    env = {**cli.env, "POSTTRAIN_URL": web.url, "POSTTRAIN_TOKEN": token}
+    client_example = readme_block("Use from Python and the terminal", "python")
+    done = subprocess.run([sys.executable, "-c", client_example], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "{'train.lr': 'Input should be greater than 0'}" in done.stdout
+
+    tracking_example = readme_block("Track a TRL / OpenRLHF / verl run", "python")
+    done = subprocess.run(
+        [sys.executable, "-c", tracking_example], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    import posttrain_sdk as posttrain
+
+    (run,) = posttrain.Client(web.url, token).runs.list(kind="external", search="baseline")
+    assert (run.state, run.last_step, run.total_steps) == ("succeeded", 99, 100)
+    assert (tmp_path / "posttrain-runs" / run.id / "events.jsonl").exists()
