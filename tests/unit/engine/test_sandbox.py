@@ -267,7 +267,7 @@ def _python_reward_run(demo: Path, reward_file: Path):
 def test_a_run_with_user_code_fails_at_start_without_a_sandbox_and_logs_the_override(
     tiny_demo, tmp_path, no_bubblewrap, monkeypatch
 ):
-    from rl_engine.events import read_events
+    from posttrain_sdk.event_log import read_events
     from rl_engine.loop import train
 
     reward = tmp_path / "reward.py"
