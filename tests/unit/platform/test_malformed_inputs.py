@@ -425,7 +425,7 @@ CASES: list[Case] = [
     Case(
         "config-validate-response-longer-than-the-context",
         experiment_on_a_short_context_model,
-        "rollout.max_new_tokens msg: 1000000000 tokens do not fit the model's context length of 128 tokens",
+        "rollout.max_new_tokens: 1000000000 tokens do not fit the model's context length of 128 tokens",
     ),
     Case("deep-json-reward-create", deep_json("/api/rewards/"), "nested too deeply"),
     Case(

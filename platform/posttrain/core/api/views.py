@@ -32,10 +32,11 @@ _HEALTH = inline_serializer(
 
 @extend_schema(
     summary="Reachability of the database, the Celery broker and Ray; the sandbox for user code",
-    description="`status` counts the database, the broker and Ray (503 when one is down). `checks.sandbox` says "
-    "whether user code (python rewards, environments, agent commands) can run in a bubblewrap sandbox on this "
-    "host; `unsandboxed_code_allowed` is the admin's POSTTRAIN_ALLOW_UNSANDBOXED_CODE (off by default).",
-    responses={(200, "application/json"): _HEALTH, (503, "application/json"): _HEALTH},
+    description="`status` counts the database, the broker and Ray: when one is down the same body comes with a "
+    "503 (for load balancers). `checks.sandbox` says whether user code (python rewards, environments, agent "
+    "commands) can run in a bubblewrap sandbox on this host; `unsandboxed_code_allowed` is the admin's "
+    "POSTTRAIN_ALLOW_UNSANDBOXED_CODE (off by default).",
+    responses={(200, "application/json"): _HEALTH},
 )
 @api_view(["GET"])
 @authentication_classes([])
