@@ -55,7 +55,7 @@ from rl_engine.config import AgentConfig, RunConfig
 from rl_engine.data import Prompt
 from rl_engine.executors import Rollouts, Trajectory
 from rl_engine.rollout import FinishReason, Sample, SamplingParams
-from rl_engine.sandbox import Limits, OutputRelay, Sandbox, python_runtime
+from rl_engine.sandbox import Limits, OutputRelay, Sandbox, SandboxUnavailable, python_runtime
 
 TASK_WAIT_S = 30.0
 _SESSION_PATH = re.compile(r"^/sessions/([0-9a-f]{32})(/.*)$")
@@ -432,6 +432,8 @@ def start_agent(agent: AgentConfig, port: int, socket_path: str, url: str) -> su
     _refuse_unlisted_files(agent, cwd)
     if not box.sandboxed:
         return box.popen(["/bin/sh", "-c", agent.command], env={"POSTTRAIN_AGENT_URL": url})
+    if shutil.which("socat", path="/usr/bin:/bin") is None:
+        raise SandboxUnavailable("agent.command: socat is missing (apt-get install socat; `make install` does it)")
     box.cwd = cwd
     inside = box.add_socket(socket_path, "agent.sock")
     launcher = ["/bin/sh", "-c", _AGENT_LAUNCHER, "agent", str(port), inside, agent.command]
