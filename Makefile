@@ -26,6 +26,8 @@ help:
 	@echo "make test-gpu   the GPU tests (tests/gpu) on a CUDA host; skipped where there is none"
 
 install: $(STAMP)
+	@# Debian's bubblewrap (+ socat): the sandbox every piece of user code runs in (rl_engine/sandbox.py)
+	@scripts/ensure_bubblewrap.sh
 $(STAMP): pyproject.toml requirements/lock-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==25.3

@@ -2,8 +2,9 @@
 OpenAI-compatible endpoint backed by the run's rollout engine, and every finished agent session
 becomes one training trajectory with the reward the agent reports.
 
-The protocol (all JSON; `http://HOST:PORT` is logged at the start of the run and passed to
-`agent.command` as POSTTRAIN_AGENT_URL):
+The protocol (all JSON; `http://HOST:PORT` is logged at the start of the run; `agent.command` runs in
+the sandbox of rl_engine/sandbox.py, without network, and gets POSTTRAIN_AGENT_URL=http://127.0.0.1:PORT,
+which socat serves there from a Unix socket the endpoint also listens on):
 
     POST /sessions                          -> {"session_id", "base_url", "model", "prompt", "label", "metadata"}
         Takes the next task of the current step (a dataset row; each row is handed out
@@ -33,21 +34,28 @@ training loop's thread, while the loop waits for the step's sessions to finish.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
+import shlex
+import shutil
+import socketserver
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
-from rl_engine.config import RunConfig
+from rl_engine.config import AgentConfig, RunConfig
 from rl_engine.data import Prompt
 from rl_engine.executors import Rollouts, Trajectory
 from rl_engine.rollout import FinishReason, Sample, SamplingParams
+from rl_engine.sandbox import Limits, OutputRelay, Sandbox, SandboxUnavailable, python_runtime
 
 TASK_WAIT_S = 30.0
 _SESSION_PATH = re.compile(r"^/sessions/([0-9a-f]{32})(/.*)$")
@@ -115,16 +123,29 @@ class AgentExecutor:
 
         self.server = ThreadingHTTPServer((self.agent.host, self.agent.port), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://{self.agent.host}:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="agent-endpoint", daemon=True)
-        self._thread.start()
+        self.port = self.server.server_address[1]
+        self.url = f"http://{self.agent.host}:{self.port}"
+        self._servers: list[socketserver.BaseServer] = [self.server]
         self.process: subprocess.Popen | None = None
+        self._output: OutputRelay | None = None
+        self._socket_dir: str | None = None
         if self.agent.command:
-            import os
-
-            self.process = subprocess.Popen(
-                self.agent.command, shell=True, env={**os.environ, "POSTTRAIN_AGENT_URL": self.url}
-            )
+            # The agent runs in a sandbox without network: the endpoint also listens on a Unix socket that
+            # the sandbox sees, and socat serves it there on 127.0.0.1:<port>.
+            self._socket_dir = tempfile.mkdtemp(prefix="posttrain-agent-")
+            socket_path = os.path.join(self._socket_dir, "endpoint.sock")
+            unix_server = _UnixHTTPServer(socket_path, Handler)
+            os.chmod(socket_path, 0o666)  # the sandbox's user connects (nobody, when the engine is root)
+            self._servers.append(unix_server)
+        for server in self._servers:
+            threading.Thread(target=server.serve_forever, name="agent-endpoint", daemon=True).start()
+        if self.agent.command:
+            try:
+                self.process = start_agent(self.agent, self.port, socket_path, self.url)
+            except BaseException:
+                self.close()
+                raise
+            self._output = OutputRelay(self.process.stdout, label="agent")
 
     def describe(self) -> str:
         return f"agent endpoint {self.url}" + (f" (agent: {self.agent.command})" if self.agent.command else "")
@@ -215,14 +236,18 @@ class AgentExecutor:
         with self._lock:
             self._over = True
             self._lock.notify_all()
-        self.server.shutdown()
-        self.server.server_close()
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
     # --- the server's side (handler threads) -----------------------------------------------------
 
@@ -374,6 +399,66 @@ class AgentExecutor:
             return "".join(m["content"] for m in messages)
         plain = [{"role": m["role"], "content": m["content"]} for m in messages]
         return self.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+
+
+# Inside the agent's sandbox: socat serves the endpoint's Unix socket on 127.0.0.1:<port> (and every other
+# address of the sandbox's own network, where nothing else lives); the agent starts once it listens.
+_AGENT_LAUNCHER = """
+port=$1; socket=$2; shift 2
+socat -lf /dev/null TCP-LISTEN:"$port",reuseaddr,fork UNIX-CONNECT:"$socket" &
+listening=$(printf '00000000:%04X 00000000:0000 0A' "$port")
+tries=0
+until grep -q "$listening" /proc/net/tcp; do
+    tries=$((tries + 1))
+    if [ "$tries" -gt 500 ]; then echo "agent sandbox: socat did not start" >&2; exit 70; fi
+    sleep 0.01
+done
+exec /bin/sh -c "$1"
+"""
+
+
+def start_agent(agent: AgentConfig, port: int, socket_path: str, url: str) -> subprocess.Popen:
+    """`agent.command` in the sandbox (rl_engine/sandbox.py): the endpoint at POSTTRAIN_AGENT_URL, the files
+    of `agent.files` read-only at their own paths, the engine's working folder as its own (read-only: it
+    writes in /tmp). Without a sandbox (allowed by the admin) it runs as a plain child with the same
+    cleared environment, on the endpoint's TCP port."""
+    box = Sandbox.create(Limits(memory_mb=agent.memory_mb))
+    cwd = os.getcwd()
+    for name in agent.files:
+        path = Path(cwd, name)
+        if not path.is_file():
+            raise ValueError(f"agent.files: {name} is not a file")
+        box.add_file(path, same_path=True)
+    _refuse_unlisted_files(agent, cwd)
+    if not box.sandboxed:
+        return box.popen(["/bin/sh", "-c", agent.command], env={"POSTTRAIN_AGENT_URL": url})
+    if shutil.which("socat", path="/usr/bin:/bin") is None:
+        raise SandboxUnavailable("agent.command: socat is missing (apt-get install socat; `make install` does it)")
+    box.cwd = cwd
+    inside = box.add_socket(socket_path, "agent.sock")
+    launcher = ["/bin/sh", "-c", _AGENT_LAUNCHER, "agent", str(port), inside, agent.command]
+    return box.popen(launcher, env={"POSTTRAIN_AGENT_URL": f"http://127.0.0.1:{port}"})
+
+
+def _refuse_unlisted_files(agent: AgentConfig, cwd: str) -> None:
+    """A file the command names that its sandbox would not show: say so at start, not as a failed agent."""
+    listed = {Path(cwd, name).resolve() for name in agent.files}
+    runtime = [real for real, _ in python_runtime()] + ["/usr", "/bin", "/lib"]
+    try:
+        words = shlex.split(agent.command or "")
+    except ValueError as exc:
+        raise ValueError(f"agent.command: {exc}") from None
+    for word in words:
+        path = Path(cwd, word)
+        if "/" in word and path.is_file() and path.resolve() not in listed:
+            if not any(str(path.resolve()).startswith(folder.rstrip("/") + "/") for folder in runtime):
+                raise ValueError(
+                    f"agent.files: the command names {word}, which its sandbox does not show; list it in agent.files"
+                )
+
+
+class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
 
 
 def _check_request(body: dict[str, Any], model_name: str) -> None:

@@ -29,6 +29,7 @@ import torch
 
 from posttrain_sdk.event_log import EventLog, Heartbeat
 from posttrain_sdk.event_sender import sender_from_env
+from rl_engine import sandbox
 from rl_engine.algorithms import (
     ADVANTAGE_ESTIMATORS,
     AdvantageInputs,
@@ -858,6 +859,7 @@ def train(
     try:
         with Heartbeat(sink, cfg.logging.heartbeat_s) as heartbeat:
             sink.emit("status", {"state": "running", "resumed_from": str(resume) if resume else None})
+            require_sandbox(cfg, sink)
             engine = build_engine(cfg, weights_from=resume)
             return _run(engine, run_dir, sink, heartbeat, resume, progress)
     except BaseException as exc:
@@ -872,6 +874,29 @@ def train(
             sink.close()
             if sender is not None:
                 sender.finish()  # bounded wait until the platform acknowledged every event
+
+
+def runs_user_code(cfg: RunConfig) -> bool:
+    """Python rewards, an environment or an agent command: code that runs in the sandbox."""
+    return (
+        any(spec.type == "python" for spec in cfg.rewards)
+        or cfg.environment is not None
+        or bool(cfg.agent is not None and cfg.agent.command)
+    )
+
+
+def require_sandbox(cfg: RunConfig, sink: EventLog) -> None:
+    """A run with user code starts only where a sandbox can be made (SandboxUnavailable says what to
+    install), or where an admin allowed unsandboxed code, which the run's log then says."""
+    if runs_user_code(cfg) and not sandbox.require():
+        sink.emit(
+            "log",
+            {
+                "level": "warning",
+                "message": f"user code runs WITHOUT a sandbox ({sandbox.ALLOW_UNSANDBOXED_ENV} is set)",
+            },
+            step=0,
+        )
 
 
 def _run(

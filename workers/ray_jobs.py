@@ -24,8 +24,10 @@ from django.conf import settings
 from posttrain.core.errors import JobsUnavailable
 from posttrain.runs.models import Run
 from posttrain.runs.tokens import ingest_token
+from rl_engine.sandbox import ALLOW_UNSANDBOXED_ENV
 
 _NOT_FOUND = ("does not exist", "status code 404")
+INGEST_TOKEN_FILE = "ingest_token"
 
 
 @lru_cache(maxsize=4)
@@ -58,6 +60,23 @@ def write_config(run: Run) -> Path:
     return path
 
 
+def token_file(run: Run) -> Path:
+    return run_dir(run) / INGEST_TOKEN_FILE
+
+
+def write_token_file(run: Run) -> Path:
+    """The run's ingestion token in a file only this OS user can read, in the run folder (which sandboxed
+    user code never sees); the engine reads it once at start and deletes it. Rewritten on every submit,
+    so a retried submit hands over the same (derived) token."""
+    path = token_file(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # an older file may have had other bits
+        handle.write(ingest_token(run.id))
+    return path
+
+
 def entrypoint(run: Run, config_path: Path) -> str:
     parts = [
         settings.ENGINE_PYTHON,
@@ -77,17 +96,21 @@ def entrypoint(run: Run, config_path: Path) -> str:
 
 
 def engine_env(run: Run) -> dict[str, str]:
-    """The engine's environment: where and how to post events, and the thread/offline settings."""
-    return {
+    """The engine's environment: where to post events and where its token is (never the token: Ray shows a
+    job's runtime_env to anyone who can list jobs), and the thread/offline settings."""
+    env = {
         "POSTTRAIN_RUN_ID": str(run.id),
         "POSTTRAIN_EVENTS_URL": f"{settings.PUBLIC_URL}/api/runs/{run.id}/events",
-        "POSTTRAIN_INGEST_TOKEN": ingest_token(run.id),
+        "POSTTRAIN_INGEST_TOKEN_FILE": str(token_file(run)),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
         "PYTHONUNBUFFERED": "1",  # job logs appear while the run goes, not at exit
     }
+    if settings.ALLOW_UNSANDBOXED_CODE:
+        env[ALLOW_UNSANDBOXED_ENV] = "1"
+    return env
 
 
 def entrypoint_gpus(run: Run) -> float:
@@ -104,6 +127,7 @@ def submit(run: Run) -> str:
     or re-dispatched task must not start a run twice."""
     config_path = write_config(run)
     gpus = entrypoint_gpus(run)
+    write_token_file(run)
     try:
         client().submit_job(
             entrypoint=entrypoint(run, config_path),

@@ -46,3 +46,11 @@ def runs_reconcile() -> int:
     from posttrain.runs import services
 
     return services.runs_reconcile()
+
+
+@app.task(name="workers.reward_trial_run")
+def reward_trial_run(trial_id: str) -> None:
+    """A reward's "Try it" or a new python reward's import check, in the engine's sandbox, on this worker."""
+    from posttrain.registry import services
+
+    services.reward_trial_run(trial_id)

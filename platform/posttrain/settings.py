@@ -161,6 +161,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "posttrain.core.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "posttrain.core.api.schema.AutoSchema",
     # One error shape for every API: {"errors": [{"loc", "msg"}]} (docs/ARCHITECTURE.md, "The error contract").
     "EXCEPTION_HANDLER": "posttrain.core.api.errors.api_exception_handler",
@@ -202,6 +207,14 @@ ENGINE_PYTHON = os.environ.get("POSTTRAIN_ENGINE_PYTHON", sys.executable)
 # How long a launched run may wait for Ray to accept its job (head starting, cluster busy) before it fails.
 RUN_SUBMIT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_SUBMIT_TIMEOUT_S", "600"))
 RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S", "120"))
+# User code (python rewards, environments, agent commands) runs in a bubblewrap sandbox and is refused
+# where none can be made; an admin may allow it unsandboxed on a single-user machine (shown on /api/health/).
+# The engine and the workers read the same variable (rl_engine.sandbox); runs' jobs get it passed on.
+ALLOW_UNSANDBOXED_CODE = _env_flag("POSTTRAIN_ALLOW_UNSANDBOXED_CODE")
+# A reward's "Try it" and the import check of new python source run on a Celery worker; the request waits this
+# long for the outcome (a try then answers 202 with the trial to poll; a check answers 503).
+REWARD_TRY_WAIT_S = float(os.environ.get("POSTTRAIN_REWARD_TRY_WAIT_S", "60"))
+REWARD_CHECK_QUEUE_S = float(os.environ.get("POSTTRAIN_REWARD_CHECK_QUEUE_S", "30"))
 # Largest event batch the ingestion endpoint reads (a step's samples can be several MB).
 INGEST_MAX_BODY_BYTES = int(os.environ.get("POSTTRAIN_INGEST_MAX_BODY_BYTES", str(64 * 1024 * 1024)))
 # Run states against Ray job states (lost heartbeats, jobs that ended without a final event).

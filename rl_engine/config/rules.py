@@ -2,12 +2,15 @@
 
 Each error names the field the user should change. `cross_field_errors` runs inside `RunConfig`'s
 validation; `unsupported_errors` / `check_runnable` refuse combinations that validate but that this
-engine cannot run (the platform calls it at launch, so they never become failed runs later).
+engine cannot run, and response lengths beyond the model's context (read from its config.json); the
+platform calls it at launch, so they never become failed runs later.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rl_engine.algorithms.catalogue import ESTIMATORS, POLICY_LOSSES
 from rl_engine.config.errors import ConfigError
@@ -159,8 +162,46 @@ def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
     return [{"loc": loc, "msg": msg} for loc, refused, msg in checks if refused]
 
 
+# Where Hugging Face configs keep the number of positions the model can attend to.
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def model_context_length(model_path: str) -> int | None:
+    """The policy's context length from its folder's config.json (None when there is no such file or key)."""
+    try:
+        hf_config: Any = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for section in (hf_config, hf_config.get("text_config") if isinstance(hf_config, dict) else None):
+        if isinstance(section, dict):
+            for key in _CONTEXT_KEYS:
+                value = section.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+    return None
+
+
+def context_length_errors(cfg: RunConfig) -> list[dict[str, str]]:
+    """Responses must fit the model's context length, with room for at least one prompt token."""
+    length = model_context_length(cfg.model.path)
+    if length is None:
+        return []
+    limits = (("rollout.max_new_tokens", cfg.rollout.max_new_tokens),)
+    limits += (("logging.eval_max_new_tokens", cfg.logging.eval_max_new_tokens),)
+    return [
+        {
+            "loc": loc,
+            "msg": f"{tokens} tokens do not fit the model's context length of {length} tokens "
+            f"(the prompt needs room too): at most {length - 1}",
+        }
+        for loc, tokens in limits
+        if tokens is not None and tokens >= length
+    ]
+
+
 def check_runnable(cfg: RunConfig) -> None:
-    """Raises ConfigError naming every option combination the engine cannot run."""
-    errors = unsupported_errors(cfg)
+    """Raises ConfigError naming every option combination the engine cannot run, and every length that
+    does not fit the model."""
+    errors = unsupported_errors(cfg) + context_length_errors(cfg)
     if errors:
         raise ConfigError(errors)

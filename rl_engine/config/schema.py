@@ -559,8 +559,14 @@ class AgentConfig(_Section):
     host: str = Field(default="127.0.0.1", min_length=1, description="Interface the endpoint listens on.")
     port: int = Field(default=0, ge=0, le=65535, description="Port of the endpoint (0 = any free port).")
     command: str | None = Field(
-        default=None, description="Agent command the engine starts itself, with POSTTRAIN_AGENT_URL set (optional)."
+        default=None,
+        description="Agent command the engine starts itself in the sandbox, with POSTTRAIN_AGENT_URL set (optional).",
     )
+    files: list[str] = Field(
+        default_factory=list,
+        description="Files the command needs (its script, its data), shown read-only in its sandbox at the same paths.",
+    )
+    memory_mb: float = Field(default=4096, ge=64, description="Address-space cap of each agent process.")
     max_turns: int = Field(default=8, ge=1, le=256, description="Most chat completions per session.")
     step_timeout_s: float = Field(
         default=600.0, gt=0, description="Sessions still open this long after a step began end with reward 0."

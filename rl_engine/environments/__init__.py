@@ -1,6 +1,7 @@
 """Multi-turn environments, written by users in a Python file like reward functions, and run in the
-same sandbox (a long-lived child process with an address-space cap and a time limit per call; see
-`rl_engine/rewards/python_fn.py`).
+same sandbox (a long-lived child process in bubblewrap, `rl_engine/sandbox.py`, with an address-space
+cap and a time limit per call; see `rl_engine/rewards/python_fn.py`). The file is copied in alone:
+files next to it are not there.
 
 The interface — one instance per episode, built with the config's `environment.options`:
 

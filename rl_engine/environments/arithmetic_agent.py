@@ -6,8 +6,9 @@ answer ``=85`` as a user message and ask again (up to `--calls` times); the rewa
 final reply equals the task's label. Several sessions run at once, so the engine batches them.
 
     python rl_engine/environments/arithmetic_agent.py --url http://127.0.0.1:PORT [--workers 4]
-    # or let the engine start it: agent: {command: "python rl_engine/environments/arithmetic_agent.py"}
-    # (the engine sets POSTTRAIN_AGENT_URL)
+    # or let the engine start it in its sandbox (it sets POSTTRAIN_AGENT_URL):
+    # agent: {command: "python rl_engine/environments/arithmetic_agent.py",
+    #         files: [rl_engine/environments/arithmetic_agent.py]}
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Environments (parent -> child; each answered by one "sample" reply per item, the
     {"op": "end", "items": [[episode, null]]}          drops the episodes
 
 ``restart`` asks the parent to replace this process after the reply (after a MemoryError the
-interpreter may be in a poor state).
+interpreter may be in a poor state; past half of its CPU-time limit).
 """
 
 from __future__ import annotations
@@ -375,7 +375,8 @@ def _serve_environment(config: dict, inbox: Connection, outbox: Connection) -> i
             reply, needs_restart = runner.run(op, episode, payload)
             restart = restart or needs_restart
             _send(outbox, {"op": "sample", "index": episode, **reply})
-        _send(outbox, {"op": "done", "restart": restart})
+        # Open episodes live in this process: replace it for its CPU time only between episodes.
+        _send(outbox, {"op": "done", "restart": restart or (not runner.episodes and cpu_budget_spent())})
 
 
 def _send(conn: Connection, message: dict) -> None:
@@ -395,6 +396,16 @@ def _limit_memory(memory_mb: float) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash must not write a core dump
     except (ValueError, OSError):
         pass
+
+
+def cpu_budget_spent() -> bool:
+    """Half of this process's CPU-time limit used: the parent replaces it before the limit kills it
+    in the middle of a call (a long run adds up CPU time in one long-lived child)."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_CPU)
+    if limit == resource.RLIM_INFINITY:
+        return False
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime > limit / 2
 
 
 def main(argv: list[str]) -> int:
@@ -429,14 +440,15 @@ def main(argv: list[str]) -> int:
         if op == "close":
             return 0
         if op == "batch":
-            _send(outbox, runner.run_batch(request["kwargs"]))
+            reply = runner.run_batch(request["kwargs"])
+            _send(outbox, {**reply, "restart": reply["restart"] or cpu_budget_spent()})
         elif op == "samples":
             restart = False
             for index, item in request["items"]:
                 reply, needs_restart = runner.run_sample(item)
                 restart = restart or needs_restart
                 _send(outbox, {"op": "sample", "index": index, **reply})
-            _send(outbox, {"op": "done", "restart": restart})
+            _send(outbox, {"op": "done", "restart": restart or cpu_budget_spent()})
         else:
             _send(outbox, {"op": "error", "reason": f"unknown request {op!r}", "restart": False})
 

@@ -14,16 +14,20 @@ Both shapes people already have work unchanged (docs/ARCHITECTURE.md, "Reward fu
   one, else the whole metadata dict. Called with keywords like verl does (positional fallback
   for functions that name their parameters differently).
 
-Isolation and failures. The function runs in a child interpreter that executes
+Isolation and failures. The function runs in a child interpreter, inside a bubblewrap sandbox
+(``rl_engine/sandbox.py``: no network, no view of the platform's files or processes, a cleared
+environment, limits on processes, memory, CPU time, open files and file size), that executes
 ``_sandbox.py`` by path: only the standard library is loaded before the user's file, so torch
-is imported only if the user's code does. It is a plain subprocess speaking
-``multiprocessing.connection`` frames over two pipes, not a multiprocessing "spawn" or
-"forkserver" context, because those re-import the parent's ``__main__`` in the child (a
-training script or a Ray worker's main, which import torch and more). The child caps its
-address space (``RLIMIT_AS`` = ``memory_mb``), so a runaway allocation becomes a
-``MemoryError``. The child is kept across batches (start-up once, then only pipe round trips)
-and replaced after a timeout, a crash or a MemoryError. Nothing here raises out of ``score``:
-a problem fails the affected samples with a reason.
+is imported only if the user's code does. The sandbox holds copies of ``_sandbox.py`` and of the
+user's file (at ``/sandbox/<name>``), nothing else of this host's files but the Python runtime.
+The child is a plain subprocess speaking ``multiprocessing.connection`` frames of JSON over two
+pipes, not a multiprocessing "spawn" or "forkserver" context, because those re-import the
+parent's ``__main__`` in the child (a training script or a Ray worker's main, which import torch
+and more). Its address space is capped (``RLIMIT_AS`` = ``memory_mb``), so a runaway allocation
+becomes a ``MemoryError``. What it prints reaches our stderr, rate-limited. The child is kept
+across batches (start-up once, then only pipe round trips) and replaced after a timeout, a
+crash, a MemoryError or half its CPU-time limit. Nothing here raises out of ``score``: a problem
+fails the affected samples with a reason (no sandbox available included).
 
 Time limits. ``timeout_s`` bounds each call of the user function: the whole batch for the
 OpenRLHF shape, each sample for the verl shape. Two layers enforce it:
@@ -33,9 +37,6 @@ OpenRLHF shape, each sample for the verl shape. Two layers enforce it:
    reply in per-sample mode). If it does not come (code stuck in C, or a library that took over
    SIGALRM), the parent kills the child, fails that one sample (or the batch), starts a new
    child and continues with the samples that were not scored yet.
-
-This isolates crashes, hangs and memory blow-ups; it is not a security boundary against
-hostile code (same user, same filesystem, network).
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ from rl_engine.rewards.base import (
     to_score,
     truncate_reason,
 )
+from rl_engine.sandbox import RUN_DIR, Limits, OutputRelay, Sandbox, SandboxUnavailable, died_by_signal
 
 HARD_KILL_GRACE_S = 2.0
+MAX_REPLY_BYTES = 64 << 20  # a reply frame larger than this is the child misbehaving
 MIN_START_TIMEOUT_S = 30.0  # importing the user's file may import heavy libraries
 # The child runs _sandbox.py by path, as __main__, without importing the rl_engine package:
 # nothing but the standard library is loaded before the user's file. (Running the file as a
@@ -91,16 +94,23 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _exit_reason(returncode: int | None) -> str:
+_SIGNAL_HINTS = {
+    "SIGKILL": " (killed: out of memory?)",
+    "SIGXCPU": " (CPU time limit)",
+    "SIGXFSZ": " (file size limit)",
+}
+
+
+def _exit_reason(returncode: int | None, sandboxed: bool) -> str:
     if returncode is None:
         return "worker process stopped responding"
-    if returncode < 0:
+    number = died_by_signal(returncode, sandboxed)
+    if number is not None:
         try:
-            name = signal.Signals(-returncode).name
+            name = signal.Signals(number).name
         except ValueError:
-            name = str(-returncode)
-        hint = " (killed: out of memory?)" if name == "SIGKILL" else ""
-        return f"worker process died from signal {name}{hint}"
+            name = str(number)
+        return f"worker process died from signal {name}{_SIGNAL_HINTS.get(name, '')}"
     return f"worker process exited with code {returncode}"
 
 
@@ -119,17 +129,23 @@ def _terminate(proc: subprocess.Popen, *conns: Connection) -> None:
 
 
 class SandboxWorker:
-    """One child process running ``_sandbox``: start, request/reply with deadlines, kill."""
+    """One child process running ``_sandbox`` in a sandbox (``rl_engine.sandbox``): start, request/reply
+    with deadlines, kill. ``config["path"]`` is the user's file on this host; the child gets its copy.
+    Raises SandboxUnavailable when user code may not run here."""
 
-    def __init__(self, config: dict, start_timeout_s: float):
+    def __init__(self, config: dict, start_timeout_s: float, limits: Limits | None = None):
+        limits = limits or Limits(memory_mb=float(config["memory_mb"]))
+        box = Sandbox.create(limits)
+        self.sandboxed = box.sandboxed
+        boot = box.add_file(_SANDBOX_FILE, RUN_DIR)
+        config = {**config, "path": box.add_file(config["path"])}
         parent_read, child_write = os.pipe()
         child_read, parent_write = os.pipe()
+        isolated = ["-I"] if box.sandboxed else []
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD_BOOT, _SANDBOX_FILE, str(child_read), str(child_write)],
+            self.proc = box.popen(
+                [sys.executable, *isolated, "-c", _CHILD_BOOT, boot, str(child_read), str(child_write)],
                 pass_fds=(child_read, child_write),
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # terminal Ctrl-C goes to the trainer, which stops us
             )
         except BaseException:
             for fd in (parent_read, child_write, child_read, parent_write):
@@ -137,6 +153,7 @@ class SandboxWorker:
             raise
         os.close(child_read)
         os.close(child_write)
+        self._output = OutputRelay(self.proc.stdout, label=Path(config["path"]).name)
         self._inbox = Connection(parent_read, writable=False)
         self._outbox = Connection(parent_write, readable=False)
         self._finalizer = weakref.finalize(self, _terminate, self.proc, self._inbox, self._outbox)
@@ -165,8 +182,8 @@ class SandboxWorker:
         try:
             if not self._inbox.poll(timeout_s):
                 raise WorkerTimeout()
-            return json.loads(self._inbox.recv_bytes())
-        except (EOFError, OSError, ValueError) as exc:
+            return json.loads(self._inbox.recv_bytes(MAX_REPLY_BYTES))
+        except (EOFError, OSError, ValueError, RecursionError) as exc:  # gone, or a reply we cannot read
             raise WorkerDied(self._died_reason()) from exc
 
     def _died_reason(self) -> str:
@@ -174,7 +191,7 @@ class SandboxWorker:
             returncode = self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             returncode = None
-        return _exit_reason(returncode)
+        return _exit_reason(returncode, self.sandboxed)
 
     @property
     def alive(self) -> bool:
@@ -228,6 +245,8 @@ def check_reward_file(
         worker = SandboxWorker(config, start_timeout_s=timeout_s)
     except WorkerLoadError as exc:
         return exc.problems
+    except SandboxUnavailable as exc:
+        return [str(exc)]
     except OSError as exc:
         return [f"cannot start the sandbox: {exc}"]
     worker.close()
@@ -334,6 +353,8 @@ class PythonFunctionReward:
             except WorkerLoadError as exc:
                 self._worker = None
                 return ComponentResult.failed(n, f"loading {Path(self.path).name} failed: {'; '.join(exc.problems)}")
+            except SandboxUnavailable as exc:
+                return ComponentResult.failed(n, str(exc))
             except OSError as exc:
                 return ComponentResult.failed(n, f"cannot start the sandbox: {exc}")
             try:

@@ -297,12 +297,30 @@ def _last_complete_seq(path: Path) -> int:
         return 0
 
 
+def ingest_token_from_env() -> str:
+    """The run's ingestion token: read once from the 0600 file POSTTRAIN_INGEST_TOKEN_FILE names, which is
+    then deleted (the platform keeps it out of the job's environment, which anyone who can list Ray
+    jobs can read), else POSTTRAIN_INGEST_TOKEN (the engine run by hand, or by an older platform)."""
+    path = os.environ.get("POSTTRAIN_INGEST_TOKEN_FILE")
+    if not path:
+        return os.environ.get("POSTTRAIN_INGEST_TOKEN", "")
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise RuntimeError(
+            f"cannot read the run's ingestion token from {path} ({exc.strerror}): it is read once, when the "
+            "run starts; restart the run from the platform"
+        ) from None
+    Path(path).unlink(missing_ok=True)
+    return token
+
+
 def sender_from_env(log: Any) -> EventSender | None:
-    """A started sender for the log's file when the platform launched this run
-    (POSTTRAIN_EVENTS_URL and POSTTRAIN_INGEST_TOKEN set), else None."""
+    """A started sender for the log's file when the platform launched this run (POSTTRAIN_EVENTS_URL and
+    the token, see `ingest_token_from_env`), else None."""
     url = os.environ.get("POSTTRAIN_EVENTS_URL")
     if not url:
         return None
-    sender = EventSender(log.path, url, os.environ.get("POSTTRAIN_INGEST_TOKEN", ""))
+    sender = EventSender(log.path, url, ingest_token_from_env())
     log.add_listener(sender.wake)
     return sender.start()

@@ -247,6 +247,22 @@ def test_a_launched_run_succeeds_with_every_steps_metrics_and_every_sample_store
     assert_store_matches_the_run_folder(run)
     assert ray_job_status(stack, run["id"]) == "SUCCEEDED"
     assert "run folder:" in api.get(f"/api/runs/{run['id']}/logs/")["logs"]
+    assert_the_token_never_reached_ray(stack, run)
+
+
+def assert_the_token_never_reached_ray(stack: Stack, run: dict) -> None:
+    """Anyone who can list Ray jobs reads their runtime_env: the token went through a 0600 file in the run
+    folder instead, which the engine deleted once it had read it."""
+    from posttrain.runs.tokens import ingest_token
+
+    with urllib.request.urlopen(f"{stack.ray}/api/jobs/{run['id']}", timeout=10) as response:
+        job = json.load(response)
+    env = job["runtime_env"]["env_vars"]
+    assert "POSTTRAIN_INGEST_TOKEN" not in env
+    assert ingest_token(run["id"]) not in json.dumps(job)
+    token_file = Path(env["POSTTRAIN_INGEST_TOKEN_FILE"])
+    assert token_file.parent == Path(run["resolved_config"]["logging"]["run_dir"])
+    assert not token_file.exists()
 
 
 # --- (b) -------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ recover: `state` (the object's state now) or `expected_seq` (the event seq inges
     PayloadTooLarge     413
     Unavailable         503  a service the request needs cannot be reached
       DispatchError     503  Ray's Jobs API (job logs)
+      WorkerUnavailable 503  user code no Celery worker ran in time, or a worker with no sandbox for it
 
 Django's and DRF's own errors (ValidationError, 404, 403, 405, parse errors, throttling) are answered
 in the same shape by posttrain.core.api.errors. JobsUnavailable is no answer: the Celery task retries on it.
@@ -143,6 +144,11 @@ class Unavailable(ServiceError):
 
 class DispatchError(Unavailable):
     """Ray could not be reached (the web process reads job logs over the Jobs HTTP API)."""
+
+
+class WorkerUnavailable(Unavailable):
+    """User code the request needs run (a reward's "Try it", a new reward's import check) did not run: no
+    worker took it in time, or the worker cannot sandbox it (the message says what to install)."""
 
 
 class JobsUnavailable(Exception):

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import connection
 from kombu import Connection
 
+from rl_engine import sandbox
+
 
 @dataclass(frozen=True)
 class DependencyStatus:
@@ -28,9 +30,12 @@ class HealthReport:
     database: DependencyStatus
     broker: DependencyStatus
     ray: DependencyStatus
+    sandbox: DependencyStatus
+    unsandboxed_code_allowed: bool
 
     @property
     def ok(self) -> bool:
+        """The servers this web server needs; the sandbox is reported, not counted (workers run user code)."""
         return self.database.ok and self.broker.ok and self.ray.ok
 
     def as_dict(self) -> dict:
@@ -40,7 +45,9 @@ class HealthReport:
                 "database": asdict(self.database),
                 "broker": asdict(self.broker),
                 "ray": asdict(self.ray),
+                "sandbox": asdict(self.sandbox),
             },
+            "unsandboxed_code_allowed": self.unsandboxed_code_allowed,
         }
 
 
@@ -79,5 +86,19 @@ def _check_ray() -> str:
     return f"ray {version.get('ray_version', '?')}"
 
 
+def _check_sandbox() -> str:
+    """Whether user code can run sandboxed on this host (the workers' and Ray's hosts should match)."""
+    status = sandbox.status()
+    if not status.available:
+        raise RuntimeError(status.detail)
+    return status.detail
+
+
 def system_health() -> HealthReport:
-    return HealthReport(database=_timed(_check_database), broker=_timed(_check_broker), ray=_timed(_check_ray))
+    return HealthReport(
+        database=_timed(_check_database),
+        broker=_timed(_check_broker),
+        ray=_timed(_check_ray),
+        sandbox=_timed(_check_sandbox),
+        unsandboxed_code_allowed=settings.ALLOW_UNSANDBOXED_CODE,
+    )

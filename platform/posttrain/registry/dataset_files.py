@@ -175,6 +175,8 @@ def _jsonl_rows(path: Path, collector: _Collector) -> Iterator[tuple[str, dict[s
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DatasetError("file", f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise DatasetError("file", f"line {number}: the JSON is nested too deeply") from None
         if not isinstance(value, dict):
             raise DatasetError("file", f"line {number}: expected a JSON object, got {_json_type(value)}")
         yield f"line {number}", value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 
@@ -85,3 +87,37 @@ class RewardFunction(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class RewardTrial(models.Model):
+    """User reward code run on a Celery worker for a web request, never in the web process: a "Try it"
+    on sample inputs, or the import check of a new python reward's source. The web process waits for
+    the outcome here (queued -> running -> done | failed)."""
+
+    class Kind(models.TextChoices):
+        TRY = "try", "Try it"
+        IMPORT_CHECK = "import_check", "Import check of new source"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    reward = models.ForeignKey(RewardFunction, null=True, blank=True, on_delete=models.CASCADE, related_name="trials")
+    spec = models.JSONField(help_text="The reward spec the worker builds (a check: with the staged file's path).")
+    samples = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    result = models.JSONField(null=True, blank=True, help_text="Try: scores, components, errors; check: problems.")
+    error = models.TextField(blank=True, help_text="Why the worker could not run it (not the code's own errors).")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.state})"

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
+from posttrain.registry.models import Dataset, ModelAsset, RewardFunction, RewardTrial
 
 
 def model_list() -> QuerySet[ModelAsset]:
@@ -20,6 +20,10 @@ def dataset_list() -> QuerySet[Dataset]:
 
 def reward_list() -> QuerySet[RewardFunction]:
     return RewardFunction.objects.select_related("created_by")
+
+
+def reward_trials(reward: RewardFunction) -> QuerySet[RewardTrial]:
+    return RewardTrial.objects.filter(reward=reward, kind=RewardTrial.Kind.TRY)
 
 
 def dataset_preview(dataset: Dataset) -> dict[str, Any]:

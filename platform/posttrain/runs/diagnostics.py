@@ -56,6 +56,8 @@ KL_FLOORS: Mapping[str, float] = {"kl/mean": 1.0, "policy/approx_kl": 0.1}
 
 ENTROPY_METRIC = "policy/entropy"
 ENTROPY_COLLAPSE_FRACTION = 0.1
+ENTROPY_BLOWUP_FACTOR = 3.0
+ENTROPY_BLOWUP_RISE = 1.0
 
 LENGTH_METRIC = "response/length_mean"
 LENGTH_RUNAWAY_FACTOR = 3.0
@@ -236,6 +238,26 @@ LEVEL_RULES: tuple[LevelRule, ...] = (
             f"{c.metric} fell to {c.value} at step {c.step}, below {ENTROPY_COLLAPSE_FRACTION:.0%} of "
             f"its early level {c.early} ({c.limit}), for {PERSIST_POINTS}+ steps: the policy is collapsing "
             "onto few answers; consider clip-higher, an entropy bonus or a higher temperature."
+        ),
+    ),
+    # Entropy blow-up: above both ENTROPY_BLOWUP_FACTOR (3×) its early level and that level +
+    # ENTROPY_BLOWUP_RISE (1 nat) (critical). Entropy drifts down in healthy RL fine-tuning; a jump to
+    # several times its early level means the policy is heading for uniform sampling over the vocabulary
+    # (ln V nats: 5.5 for 248 tokens, 11.9 for Qwen's 152k), i.e. noise. Usual causes: an update that broke
+    # the weights (learning rate too high, a bad advantage scale), an entropy bonus that outweighs the
+    # reward, a reward bug that pays for gibberish; the samples after it are not worth training on. The
+    # absolute rise keeps a policy that starts nearly deterministic (0.05 nat) from alerting on a move to 0.2.
+    LevelRule(
+        "entropy_blowup",
+        "critical",
+        ENTROPY_METRIC,
+        limit=lambda early: max(ENTROPY_BLOWUP_FACTOR * early, early + ENTROPY_BLOWUP_RISE),
+        past=operator.gt,
+        message=lambda c: (
+            f"{c.metric} rose to {c.value} at step {c.step} and stayed above {c.limit} (the larger of "
+            f"{ENTROPY_BLOWUP_FACTOR:g}× its early level {c.early} and that level + {ENTROPY_BLOWUP_RISE:g} nat) "
+            f"for {PERSIST_POINTS}+ steps: the policy is drifting towards uniform noise; lower the learning rate, "
+            "check the entropy bonus and whether the reward pays for gibberish."
         ),
     ),
     # Response length running away: over LENGTH_RUNAWAY_FACTOR (3×) its early level (warning). Longer

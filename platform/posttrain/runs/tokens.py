@@ -1,9 +1,10 @@
 """Per-run ingestion tokens (docs/ARCHITECTURE.md, "Events"): the engine of run R may post events for R only.
 
 The token is derived, not stored: HMAC-SHA256(SECRET_KEY, "posttrain-ingest:<run id>"). The database
-keeps only its sha256 (`Run.ingest_token_hash`), the raw value exists only in the Ray job's
-environment, and it never travels through the broker: the worker re-derives it when it submits the
-job, so a retried or re-dispatched submit hands the engine the same token. Consequence: the web
+keeps only its sha256 (`Run.ingest_token_hash`) and the token never travels through the broker: the
+worker re-derives it when it submits the job and writes it to a 0600 file in the run folder, which the
+engine reads once and deletes (workers/ray_jobs.py; never in the job's runtime_env, which anyone who
+can list Ray jobs can read), so a retried or re-dispatched submit hands the engine the same token. Consequence: the web
 processes and the Celery workers must share SECRET_KEY (they share settings anyway).
 """
 

@@ -5,10 +5,12 @@ agent's reward; bad requests are refused naming the field; the example agent dri
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -270,10 +272,10 @@ def test_what_the_engine_does_not_do_is_a_400_naming_the_field(endpoint, field, 
 def test_the_example_agent_drives_a_run_end_to_end(tiny_demo, tmp_path):
     from rl_engine.loop import train
 
-    agent = f"{sys.executable} {REPO / 'rl_engine' / 'environments' / 'arithmetic_agent.py'} --workers 4"
+    script = REPO / "rl_engine" / "environments" / "arithmetic_agent.py"
     cfg = config(
         tiny_demo,
-        agent={"command": agent, "step_timeout_s": 120},
+        agent={"command": f"{sys.executable} {script} --workers 4", "files": [str(script)], "step_timeout_s": 120},
         rewards=[{"type": "regex", "name": "digit", "pattern": r"\d", "weight": 0.5}],
     )
     train(cfg, tmp_path)
@@ -303,3 +305,69 @@ def test_an_agent_run_cannot_also_have_an_environment():
             }
         )
     assert [e["loc"] for e in refused.value.errors] == ["agent"]
+
+
+AGENT_PROBE = """
+import json, os, socket, sys, urllib.request
+found = {"uid": os.getuid(), "cwd": os.getcwd(), "root": sorted(os.listdir("/"))}
+with urllib.request.urlopen(os.environ["POSTTRAIN_AGENT_URL"] + "/v1/models", timeout=30) as response:
+    found["models"] = json.load(response)["data"][0]["id"]
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2)
+    found["host_port"] = "reached"
+except OSError as exc:
+    found["host_port"] = type(exc).__name__
+found["secret_env"] = sorted(k for k in os.environ if "TOKEN" in k and k != "TOKENIZERS_PARALLELISM")
+found["run_folder"] = os.path.exists(sys.argv[2])
+try:
+    open("written-here", "w")
+    found["cwd_writable"] = True
+except OSError:
+    found["cwd_writable"] = False
+print("PROBE " + json.dumps(found), flush=True)
+"""
+
+
+def test_the_agent_command_runs_sandboxed_and_reaches_only_the_endpoint(tiny_demo, tmp_path, monkeypatch, capfd):
+    from rl_engine import sandbox
+    from rl_engine.agent_endpoint import AgentExecutor
+
+    if not sandbox.status().available:
+        pytest.skip(sandbox.status().detail)
+    probe = tmp_path / "probe.py"
+    probe.write_text(AGENT_PROBE)
+    run_folder = tmp_path / "runs" / "another"
+    run_folder.mkdir(parents=True)
+    monkeypatch.setenv("POSTTRAIN_INGEST_TOKEN", "a-secret-the-agent-must-not-see")
+    monkeypatch.chdir(tmp_path)
+    with socket_listening() as host_port:
+        command = f"python probe.py {host_port} {run_folder}"
+        executor = AgentExecutor(None, None, config(tiny_demo, agent={"command": command, "files": ["probe.py"]}))
+        try:
+            assert executor.process.wait(timeout=60) == 0
+        finally:
+            executor.close()
+    line = next(line for line in capfd.readouterr().err.splitlines() if line.startswith("PROBE "))
+    found = json.loads(line.removeprefix("PROBE "))
+    assert found["models"] == executor.model_name  # the endpoint, through socat and the Unix socket
+    assert found["host_port"] == "ConnectionRefusedError"  # nothing else of this host's network
+    assert found["uid"] == sandbox.SANDBOX_UID and found["cwd"] == str(tmp_path)
+    assert found["secret_env"] == [] and found["run_folder"] is False and found["cwd_writable"] is False
+    assert "home" not in found["root"] and "var" not in found["root"]
+
+
+def test_a_file_the_agent_command_names_must_be_listed(tiny_demo, tmp_path, monkeypatch):
+    from rl_engine.agent_endpoint import AgentExecutor
+
+    (tmp_path / "agent.py").write_text("print('hi')")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="agent.files: the command names ./agent.py"):
+        AgentExecutor(None, None, config(tiny_demo, agent={"command": "python ./agent.py"}))
+
+
+@contextmanager
+def socket_listening():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield server.getsockname()[1]

@@ -569,3 +569,29 @@ def test_placement_and_async_options_are_runnable(changes):
 
 def test_the_default_config_is_runnable():
     check_runnable(validate_config(minimal()))
+
+
+def test_a_response_longer_than_the_models_context_is_refused_naming_both_numbers(tmp_path: Path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 128}))
+    cfg = validate_config(with_changes({"model.path": str(tmp_path), "rollout.max_new_tokens": 10**9}))
+    with pytest.raises(ConfigError) as refused:
+        check_runnable(cfg)
+    assert refused.value.errors == [
+        {
+            "loc": "rollout.max_new_tokens",
+            "msg": "1000000000 tokens do not fit the model's context length of 128 tokens "
+            "(the prompt needs room too): at most 127",
+        }
+    ]
+    check_runnable(validate_config(with_changes({"model.path": str(tmp_path), "rollout.max_new_tokens": 127})))
+
+
+def test_the_context_length_is_read_from_nested_text_configs_and_skipped_without_a_config(tmp_path: Path):
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 64}}))
+    cfg = validate_config(with_changes({"model.path": str(tmp_path), "logging.eval_max_new_tokens": 64}))
+    with pytest.raises(ConfigError) as refused:
+        check_runnable(cfg)
+    assert [e["loc"] for e in refused.value.errors] == ["logging.eval_max_new_tokens"]
+    check_runnable(
+        validate_config(with_changes({"model.path": str(tmp_path / "missing"), "rollout.max_new_tokens": 10**9}))
+    )

@@ -3,6 +3,7 @@ and a tiny real Hugging Face model folder."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -65,3 +66,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny-model")
     build_demo(out, seed=0, model_size="tiny", sft_steps=0, progress=False)
     return out / "model"
+
+
+@pytest.fixture(autouse=True)
+def trials_run_here(monkeypatch):
+    """A reward's "Try it" and a new reward's import check go to a Celery worker after commit; these tests
+    run inside one transaction, so the worker's service runs right away in this process instead (its
+    code still runs in the sandbox). tests/integration/test_try_it_sandbox.py runs them on a real worker."""
+    trials = importlib.import_module("posttrain.registry.services.reward_try")
+    monkeypatch.setattr(trials, "_dispatch", lambda trial, wait_s: trials.reward_trial_run(trial.pk))

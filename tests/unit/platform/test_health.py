@@ -27,4 +27,19 @@ def test_health_rejects_a_ray_address_that_is_not_the_dashboard_url(client, sett
 def test_health_is_readable_without_logging_in(client, settings):
     response = client.get(reverse("api-health"))
     assert response.status_code in (200, 503)
-    assert set(response.json()["checks"]) == {"database", "broker", "ray"}
+    assert set(response.json()["checks"]) == {"database", "broker", "ray", "sandbox"}
+
+
+def test_health_shows_the_sandbox_and_whether_an_admin_allowed_code_without_one(client, settings, monkeypatch):
+    from rl_engine import sandbox
+
+    body = client.get(reverse("api-health")).json()
+    assert body["checks"]["sandbox"]["ok"] is sandbox.status().available
+    assert body["unsandboxed_code_allowed"] is False  # off by default
+
+    monkeypatch.setenv("POSTTRAIN_BWRAP", "/nonexistent/bwrap")
+    settings.ALLOW_UNSANDBOXED_CODE = True
+    body = client.get(reverse("api-health")).json()
+    assert body["checks"]["sandbox"]["ok"] is False
+    assert "bubblewrap is not installed" in body["checks"]["sandbox"]["detail"]
+    assert body["unsandboxed_code_allowed"] is True

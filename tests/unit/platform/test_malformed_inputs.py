@@ -154,6 +154,29 @@ def experiment_validate(config: Any) -> Callable[[APIClient, Ctx], Any]:
     )
 
 
+def deep_json(url: str) -> Callable[[APIClient, Ctx], Any]:
+    """A JSON body nested 100,000 deep (`[[[[...`): the parser's recursion limit, not a 500."""
+    return lambda client, ctx: client.generic("POST", url, "[" * 100_000, content_type="application/json")
+
+
+def experiment_on_a_short_context_model(client: APIClient, ctx: Ctx) -> Any:
+    """A model whose config.json allows 128 positions, asked for 10^9 new tokens."""
+    folder = ctx.tmp / "short-model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 128}')
+    return client.post(
+        "/api/experiments/validate/",
+        {
+            "name": "e",
+            "model": a_model_row(path=str(folder)).pk,
+            "dataset": a_dataset_row().pk,
+            "rewards": [{"reward": a_reward_row().pk, "weight": 1}],
+            "config": {"rollout": {"max_new_tokens": 10**9}},
+        },
+        format="json",
+    )
+
+
 def run_get(path: str, params: dict[str, Any]) -> Callable[[APIClient, Ctx], Any]:
     """GET /api/runs/<a new run>/<path> with these query parameters."""
 
@@ -399,6 +422,41 @@ CASES: list[Case] = [
         experiment_validate({"rollout": {"temprature": 0.7}}),
         "unknown field 'temprature' (did you mean 'temperature'?)",
     ),
+    Case(
+        "config-validate-response-longer-than-the-context",
+        experiment_on_a_short_context_model,
+        "rollout.max_new_tokens: 1000000000 tokens do not fit the model's context length of 128 tokens",
+    ),
+    Case("deep-json-reward-create", deep_json("/api/rewards/"), "nested too deeply"),
+    Case(
+        "reward-from-the-secret-key-file",
+        lambda client, ctx: reward("python", {"path": str(ctx.settings.STATE_DIR / "secret_key")})(client, ctx),
+        "the platform's secret key, which the platform keeps private",
+    ),
+    Case(
+        "dataset-from-another-runs-folder",
+        lambda client, ctx: dataset_path(str(ctx.file("storage/runs/r1/events.jsonl", '{"prompt": "x"}\n')))(
+            client, ctx
+        ),
+        "the runs' folders (their events and tokens), which the platform keeps private",
+    ),
+    Case(
+        "environment-file-is-the-secret-key",
+        lambda client, ctx: experiment_validate({"environment": {"path": str(ctx.settings.STATE_DIR / "secret_key")}})(
+            client, ctx
+        ),
+        "the platform's secret key, which the platform keeps private",
+    ),
+    Case(
+        "agent-file-is-the-brokers-database",
+        lambda client, ctx: experiment_validate(
+            {"agent": {"command": "cat broker", "files": [str(ctx.settings.STATE_DIR / "celery-broker.sqlite3")]}}
+        )(client, ctx),
+        "the task broker's database, which the platform keeps private",
+    ),
+    Case("deep-json-experiment-validate", deep_json("/api/experiments/validate/"), "nested too deeply"),
+    Case("deep-json-review-campaign", deep_json("/api/review/campaigns/"), "nested too deeply"),
+    Case("deep-json-dataset-line", dataset(GOOD + "[" * 100_000 + "\n"), "line 2: the JSON is nested too deeply"),
     Case(
         "config-validate-platform-field",
         experiment_validate({"data": {"path": "/x.jsonl"}}),

@@ -75,10 +75,20 @@ def a_review_item() -> Any:
 NOBODY: frozenset[str] = frozenset()  # machine-only: the run's own bearer token, never a user session
 
 
+def a_reward_trial() -> dict[str, Any]:
+    """Route parameters of a finished "Try it" of a reward."""
+    from posttrain.registry.models import RewardTrial
+
+    reward = a_reward_row()
+    trial = RewardTrial.objects.create(kind="try", reward=reward, spec=reward.spec, state="done", result=None)
+    return {"pk": reward.pk, "trial_id": trial.pk}
+
+
 @dataclass(frozen=True)
 class Access:
     allowed: frozenset[str]
     pk: Callable[[], Any] | None = None  # makes the object for `{pk}`
+    params: Callable[[], dict[str, Any]] | None = None  # or every route parameter, for deeper routes
 
 
 MATRIX: dict[str, Access] = {
@@ -107,6 +117,7 @@ MATRIX: dict[str, Access] = {
     "PATCH /api/rewards/{pk}/": Access(RESEARCH, pk=a_reward),
     "DELETE /api/rewards/{pk}/": Access(RESEARCH, pk=a_reward),
     "POST /api/rewards/{pk}/try/": Access(RESEARCH, pk=a_reward),
+    "GET /api/rewards/{pk}/trials/{trial_id}/": Access(RESEARCH, params=a_reward_trial),
     # Experiments and runs: researchers and admins.
     "GET /api/experiments/": Access(RESEARCH),
     "POST /api/experiments/": Access(RESEARCH),
@@ -191,7 +202,7 @@ def test_role_access(key: str, role: str, client_for, settings):
     if endpoint is None:
         pytest.skip("not served (reported by test_every_matrix_entry_is_a_real_endpoint)")
     client = client_for(role)
-    params = {"pk": access.pk().pk} if access.pk else {}
+    params = access.params() if access.params else {"pk": access.pk().pk} if access.pk else {}
     response = _call(client, endpoint.method, endpoint.url(**params))
     # 500 is a crash; a deliberate 503 (health without Ray) is an answer.
     assert response.status_code != 500, f"{key} as {role}: {response.status_code}"

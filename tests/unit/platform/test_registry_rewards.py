@@ -211,3 +211,58 @@ def test_try_bounds_the_retries_of_an_http_reward_so_the_request_answers_quickly
     body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "r"}]).json()
     assert "failed after 2 attempts" in body["errors"][0][0]
     assert RewardFunction.objects.get(pk=reward["id"]).spec["retries"] == 6  # runs keep the stored spec
+
+
+def test_a_try_the_worker_has_not_finished_answers_202_with_the_trial_to_poll(researcher_client, settings, monkeypatch):
+    import importlib
+
+    trials = importlib.import_module("posttrain.registry.services.reward_try")
+    reward = create(researcher_client, name="exact", kind="builtin", spec={"type": "exact_match"}).json()
+    sent = []
+    monkeypatch.setattr(trials, "_dispatch", lambda trial, wait_s: sent.append(trial.pk))  # a busy worker
+    settings.REWARD_TRY_WAIT_S = 0.2
+    response = try_(researcher_client, reward["id"], [{"prompt": "2+2=", "response": "4", "label": "4"}])
+    assert response.status_code == 202, response.content
+    pending = response.json()
+    assert pending["state"] == "queued" and pending["result"] is None
+    assert pending["url"] == f"/api/rewards/{reward['id']}/trials/{pending['id']}/"
+
+    trials.reward_trial_run(sent[0])  # the worker gets to it
+    done = researcher_client.get(pending["url"]).json()
+    assert done["state"] == "done" and done["result"]["scores"] == [1.0] and done["finished_at"]
+    other = create(researcher_client, name="other", kind="builtin", spec={"type": "exact_match"}).json()
+    assert researcher_client.get(f"/api/rewards/{other['id']}/trials/{pending['id']}/").status_code == 404
+
+
+def test_new_python_source_no_worker_checks_in_time_is_a_503_and_nothing_is_stored(
+    researcher_client, settings, monkeypatch, storage_root
+):
+    import importlib
+
+    trials = importlib.import_module("posttrain.registry.services.reward_try")
+    monkeypatch.setattr(trials, "_dispatch", lambda trial, wait_s: None)
+    settings.REWARD_CHECK_QUEUE_S = 0.2
+    response = create(researcher_client, name="late", kind="python", source=VERL_SOURCE, spec={"timeout_s": 0.1})
+    assert response.status_code == 503
+    assert "no worker checked the code within 0.3s" in response.json()["errors"][0]["msg"]
+    assert not RewardFunction.objects.filter(name="late").exists()
+    assert not list((storage_root / "rewards").iterdir())
+
+
+def test_without_a_sandbox_python_rewards_are_refused_saying_what_to_install(researcher_client, monkeypatch):
+    reward = create(researcher_client, name="ok", kind="python", source=VERL_SOURCE).json()
+    monkeypatch.setenv("POSTTRAIN_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.delenv("POSTTRAIN_ALLOW_UNSANDBOXED_CODE", raising=False)
+    response = create(researcher_client, name="refused", kind="python", source=VERL_SOURCE)
+    assert response.status_code == 503
+    assert "install Debian's bubblewrap" in response.json()["errors"][0]["msg"]
+    response = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "7", "label": "7"}])
+    assert response.status_code == 503 and "POSTTRAIN_ALLOW_UNSANDBOXED_CODE=1" in response.json()["errors"][0]["msg"]
+    # Built-in rewards run no user code: their try is unaffected.
+    builtin = create(researcher_client, name="exact", kind="builtin", spec={"type": "exact_match"}).json()
+    assert try_(researcher_client, builtin["id"], [{"prompt": "p", "response": "7", "label": "7"}]).status_code == 200
+
+    monkeypatch.setenv("POSTTRAIN_ALLOW_UNSANDBOXED_CODE", "1")  # the admin's override
+    assert create(researcher_client, name="allowed", kind="python", source=VERL_SOURCE).status_code == 201
+    body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "7", "label": "7"}]).json()
+    assert body["scores"] == [1.0]

@@ -113,6 +113,24 @@ def test_entropy_that_falls_gradually_by_half_is_healthy():
     assert d.diagnose({"policy/entropy": series(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5)}) == []
 
 
+def test_entropy_blowing_up_to_the_uniform_maximum_in_three_steps_is_critical():
+    # The demo vocabulary has 248 tokens: uniform sampling is ln 248 = 5.51 nats. Early level =
+    # median(.49, .5, .48, .49, .5) = .49; limit = max(3 x .49, .49 + 1) = 1.49. Steps 7, 8, 9 climb
+    # past it (2.3, 4.2, 5.51) and the policy stays there -> step 7.
+    entropy = series(0.49, 0.5, 0.48, 0.49, 0.5, 0.49, 2.3, 4.2, 5.51, 5.51, 5.5)
+    alerts = d.diagnose({"policy/entropy": entropy})
+    assert codes(alerts) == [("entropy_blowup", "policy/entropy", 7)]
+    assert alerts[0].severity == "critical" and alerts[0].value == 2.3
+    assert "0.49" in alerts[0].message and "1.49" in alerts[0].message
+
+
+def test_an_entropy_spike_or_a_small_rise_from_near_zero_is_not_a_blowup():
+    # One spike (step 7) does not persist; a near-deterministic policy moving from .05 to .2 is 4x its
+    # early level but not 1 nat above it.
+    assert d.diagnose({"policy/entropy": series(0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 3.0, 0.6, 0.5, 0.5)}) == []
+    assert d.diagnose({"policy/entropy": series(0.05, 0.05, 0.05, 0.05, 0.05, 0.2, 0.2, 0.2, 0.2)}) == []
+
+
 # --- response length and truncation ------------------------------------------------------------
 
 

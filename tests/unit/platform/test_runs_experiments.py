@@ -185,6 +185,22 @@ def test_a_run_whose_roles_all_run_in_the_driver_asks_ray_for_the_driver_gpu(exp
     assert entrypoint_gpus(run) == 0  # the actors' placement group holds the GPUs
 
 
+def test_the_job_gets_where_its_token_is_never_the_token_and_the_file_is_private(experiment, settings):
+    from posttrain.runs.tokens import ingest_token
+    from workers.ray_jobs import engine_env, write_token_file
+
+    run = make_run(experiment)
+    env = engine_env(run)
+    assert ingest_token(run.id) not in json.dumps(env) and "POSTTRAIN_INGEST_TOKEN" not in env
+    assert "POSTTRAIN_ALLOW_UNSANDBOXED_CODE" not in env
+    path = write_token_file(run)
+    assert env["POSTTRAIN_INGEST_TOKEN_FILE"] == str(path)
+    assert path.read_text() == ingest_token(run.id)
+    assert path.stat().st_mode & 0o777 == 0o600
+    settings.ALLOW_UNSANDBOXED_CODE = True  # the admin's choice reaches the run's engine
+    assert engine_env(run)["POSTTRAIN_ALLOW_UNSANDBOXED_CODE"] == "1"
+
+
 def test_resume_refuses_a_checkpoint_of_another_run_an_unfinished_run_and_a_pruned_folder(api, experiment, storage):
     source = make_run(experiment, RunState.FAILED)
     other = make_run(experiment, RunState.FAILED)

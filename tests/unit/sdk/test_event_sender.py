@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from posttrain_sdk.event_log import EventLog
-from posttrain_sdk.event_sender import EventSender, sender_from_env
+from posttrain_sdk.event_sender import EventSender, ingest_token_from_env, sender_from_env
 
 TOKEN = "secret-token"
 
@@ -246,3 +246,21 @@ def test_from_env_ships_a_sinks_events_and_is_off_without_a_url(tmp_path, platfo
     sink.close()
     assert sender.finish(timeout_s=30)
     assert platform.stored == [1, 2, 3, 4, 5]
+
+
+def test_the_token_is_read_once_from_its_file_which_is_then_deleted(tmp_path, monkeypatch):
+    token_file = tmp_path / "ingest_token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    monkeypatch.setenv("POSTTRAIN_INGEST_TOKEN_FILE", str(token_file))
+    monkeypatch.setenv("POSTTRAIN_INGEST_TOKEN", "not-this-one")
+    assert ingest_token_from_env() == TOKEN
+    assert not token_file.exists()
+    with pytest.raises(RuntimeError, match="cannot read the run's ingestion token from .*restart the run"):
+        ingest_token_from_env()
+
+
+def test_without_a_token_file_the_token_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("POSTTRAIN_INGEST_TOKEN_FILE", raising=False)
+    monkeypatch.setenv("POSTTRAIN_INGEST_TOKEN", TOKEN)
+    assert ingest_token_from_env() == TOKEN

@@ -17,19 +17,26 @@ _dependency = inline_serializer(
 )
 
 
-@extend_schema(
-    summary="Reachability of the database, the Celery broker and Ray",
-    responses={
-        (200, "application/json"): inline_serializer(
-            "Health",
-            fields={
-                "status": serializers.ChoiceField(choices=["ok", "degraded"]),
-                "checks": inline_serializer(
-                    "HealthChecks", fields={"database": _dependency, "broker": _dependency, "ray": _dependency}
-                ),
-            },
-        )
+_HEALTH = inline_serializer(
+    "Health",
+    fields={
+        "status": serializers.ChoiceField(choices=["ok", "degraded"]),
+        "checks": inline_serializer(
+            "HealthChecks",
+            fields={"database": _dependency, "broker": _dependency, "ray": _dependency, "sandbox": _dependency},
+        ),
+        "unsandboxed_code_allowed": serializers.BooleanField(),
     },
+)
+
+
+@extend_schema(
+    summary="Reachability of the database, the Celery broker and Ray; the sandbox for user code",
+    description="`status` counts the database, the broker and Ray: when one is down the same body comes with a "
+    "503 (for load balancers). `checks.sandbox` says whether user code (python rewards, environments, agent "
+    "commands) can run in a bubblewrap sandbox on this host; `unsandboxed_code_allowed` is the admin's "
+    "POSTTRAIN_ALLOW_UNSANDBOXED_CODE (off by default).",
+    responses={(200, "application/json"): _HEALTH},
 )
 @api_view(["GET"])
 @authentication_classes([])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
+from posttrain.registry.models import Dataset, ModelAsset, RewardFunction, RewardTrial
 from posttrain.registry.reward_specs import KINDS
 from posttrain.registry.services import MAX_TRY_SAMPLES
 
@@ -153,8 +153,25 @@ class RewardTrySerializer(serializers.Serializer):
     samples = RewardTrySampleSerializer(many=True, min_length=1, max_length=MAX_TRY_SAMPLES)
 
 
-class RewardTryResultSerializer(serializers.Serializer):
+class RewardScoresSerializer(serializers.Serializer):
     scores = serializers.ListField(child=serializers.FloatField(), help_text="Weighted total per sample.")
     components = serializers.DictField(child=serializers.ListField(child=serializers.FloatField()))
     errors = serializers.ListField(child=serializers.ListField(child=serializers.CharField()))
     extra_logs = serializers.DictField(child=serializers.FloatField())
+
+
+class RewardTryResultSerializer(RewardScoresSerializer):
+    trial = serializers.UUIDField(help_text="The trial that ran on a worker (GET it under trials/).")
+
+
+class RewardTrialSerializer(serializers.ModelSerializer):
+    result = RewardScoresSerializer(allow_null=True, read_only=True, help_text="The scores, once done.")
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RewardTrial
+        fields = ["id", "kind", "state", "result", "error", "created_at", "finished_at", "url"]
+        read_only_fields = fields
+
+    def get_url(self, trial: RewardTrial) -> str:
+        return f"/api/rewards/{trial.reward_id}/trials/{trial.id}/"

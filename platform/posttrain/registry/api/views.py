@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
+from posttrain.core.api.parsers import JSONParser
+from posttrain.core.errors import WorkerUnavailable
 from posttrain.registry import selectors, services
 from posttrain.registry.api import serializers as s
 from posttrain.registry.filters import DatasetFilter, ModelAssetFilter, RewardFunctionFilter
+from posttrain.registry.models import RewardTrial
 
 
 def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
@@ -28,6 +32,19 @@ def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[st
 
 _ERRORS = {400: ERRORS_RESPONSE}
 _IN_USE = OpenApiResponse(ERRORS_RESPONSE, description="An experiment uses it: delete the experiments first.")
+_WORKER_UNAVAILABLE = OpenApiResponse(
+    ERRORS_RESPONSE,
+    description="No worker ran the user code in time, or the worker has no sandbox for it (the message says what "
+    "to install).",
+)
+
+
+def _trial_response(trial: RewardTrial) -> Response:
+    if trial.state == RewardTrial.State.DONE:
+        return Response({**trial.result, "trial": str(trial.id)})
+    if trial.state == RewardTrial.State.FAILED:
+        raise WorkerUnavailable(trial.error)
+    return Response(s.RewardTrialSerializer(trial).data, status=status.HTTP_202_ACCEPTED)
 
 
 class _RegistryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -149,6 +166,8 @@ class DatasetViewSet(_RegistryViewSet):
         tags=["datasets"],
     )
     def create(self, request: Request) -> Response:
+        if not hasattr(request.data, "keys"):
+            raise serializers.ValidationError({"non_field_errors": ["the body must be a JSON object or a form"]})
         if "file" in request.FILES and "path" in request.data:
             raise serializers.ValidationError(
                 {"path": ["give either an uploaded file or a server-side path, not both"]}
@@ -274,12 +293,19 @@ class RewardFunctionViewSet(_RegistryViewSet):
     @extend_schema(
         summary="Try it: score sample inputs",
         description=(
-            "Scores up to 32 samples through the engine's reward code exactly as a run would: python rewards run in "
-            "the sandbox child process, reward models in a separate process. A failing sample scores 0 and its "
-            "reason is in `errors`."
+            "Scores up to 32 samples through the engine's reward code exactly as a run would, on a Celery worker "
+            "(never in the web server): python rewards in the sandbox, reward models in a separate process. A "
+            "failing sample scores 0 and its reason is in `errors`. The request waits for the worker up to "
+            "REWARD_TRY_WAIT_S (60 s): 200 with the scores, else 202 with the trial to poll at its `url`; 503 when "
+            "the worker cannot run user code (no sandbox there)."
         ),
         request=s.RewardTrySerializer,
-        responses={200: s.RewardTryResultSerializer, **_ERRORS},
+        responses={
+            200: s.RewardTryResultSerializer,
+            202: s.RewardTrialSerializer,
+            503: _WORKER_UNAVAILABLE,
+            **_ERRORS,
+        },
         examples=[
             OpenApiExample(
                 "Samples",
@@ -293,5 +319,17 @@ class RewardFunctionViewSet(_RegistryViewSet):
     def try_(self, request: Request, pk: str | None = None) -> Response:
         reward = self.get_object()
         data = _valid(s.RewardTrySerializer, request.data)
-        result = services.reward_try(reward, [dict(sample) for sample in data["samples"]])
-        return Response(result)
+        trial = services.reward_try(reward, [dict(sample) for sample in data["samples"]], user=request.user)
+        return _trial_response(trial)
+
+    @extend_schema(
+        summary="A Try it's outcome",
+        description="A try that outlived its request: poll until `state` is done (then `result`) or failed.",
+        responses={200: s.RewardTrialSerializer},
+        tags=["rewards"],
+    )
+    @action(detail=True, methods=["get"], url_path=r"trials/(?P<trial_id>[0-9a-fA-F-]{36})", url_name="trial")
+    def trial(self, request: Request, pk: str | None = None, trial_id: str | None = None) -> Response:
+        reward = self.get_object()
+        trial = get_object_or_404(selectors.reward_trials(reward), pk=trial_id)
+        return Response(s.RewardTrialSerializer(trial).data)

@@ -1,5 +1,6 @@
 """Writes of the registry, one module per asset: `model_assets.py`, `datasets.py`, `rewards.py`, and
-`reward_try.py` (trying a reward out); `common.py` holds what they share (names, deletes, storage).
+`reward_try.py` (trying a reward out and checking new code, on a worker); `common.py` holds what they
+share (names, deletes, storage).
 
 Every problem with the input raises Django's ValidationError keyed by the input field
 (`{"path": ["no config.json in /x"]}`), deleting an asset an experiment uses raises AssetInUse;
@@ -14,12 +15,19 @@ from posttrain.registry.services.model_assets import (
     model_register_checkpoint,
     model_update,
 )
-from posttrain.registry.services.reward_try import MAX_TRY_SAMPLES, reward_try
+from posttrain.registry.services.reward_try import (
+    MAX_TRY_SAMPLES,
+    WorkerUnavailable,
+    reward_import_check,
+    reward_trial_run,
+    reward_try,
+)
 from posttrain.registry.services.rewards import reward_create, reward_delete, reward_update
 
 __all__ = [
     "MAX_TRY_SAMPLES",
     "AssetInUse",
+    "WorkerUnavailable",
     "dataset_delete",
     "dataset_register_path",
     "dataset_update",
@@ -30,6 +38,8 @@ __all__ = [
     "model_update",
     "reward_create",
     "reward_delete",
+    "reward_import_check",
+    "reward_trial_run",
     "reward_try",
     "reward_update",
 ]

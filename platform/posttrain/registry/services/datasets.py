@@ -21,6 +21,7 @@ from posttrain.registry.services.common import (
     clean_name,
     delete_unless_in_use,
     invalid,
+    refuse_private,
     remove_tree_after_commit,
     same_folder,
     storage_path,
@@ -74,6 +75,7 @@ def dataset_register_path(
         raise invalid("path", f"{source} does not exist")
     if not source.is_file():
         raise invalid("path", f"{source} is not a file (give the .jsonl, .csv or .parquet file itself)")
+    refuse_private("path", source)
     fmt = _dataset_format(source.name, format)
     prompt_field, label_field = _dataset_fields(prompt_field, label_field)
     limit = settings.DATASET_MAX_BYTES

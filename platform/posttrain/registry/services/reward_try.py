@@ -1,4 +1,6 @@
-""" "Try it": score sample inputs with a stored reward exactly as a run would."""
+""" "Try it" and the import check of new python source: user code a web request asks for, run on a
+Celery worker in the engine's sandbox, never in the web process, which only waits for the outcome (a
+`RewardTrial` row, queued -> running -> done | failed) for a bounded time."""
 
 from __future__ import annotations
 
@@ -6,34 +8,137 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
 
-from posttrain.registry.models import RewardFunction
-from posttrain.registry.services.common import (
-    invalid,
-)
-from rl_engine.rewards import CompositeReward, RewardBatch, build_component
+from posttrain.core.errors import WorkerUnavailable
+from posttrain.registry.models import RewardFunction, RewardTrial
+from posttrain.registry.services.common import invalid, user_or_none
+from rl_engine import sandbox
+from rl_engine.rewards import CompositeReward, RewardBatch, build_component, check_reward_file
 
 MAX_TRY_SAMPLES = 32
 TRY_TIMEOUT_CAP_S = 10.0  # per call, for python and http rewards in "try it"
+POLL_INTERVAL_S = 0.1
+FINISHED = (RewardTrial.State.DONE, RewardTrial.State.FAILED)
 
 
-def reward_try(reward: RewardFunction, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Score sample inputs exactly as a run would: the engine's component and composite, python
-    code in its sandbox child, a reward model in a separate process (no torch in this one).
-
-    Returns {"scores": [...], "components": {name: [...]}, "errors": [[...]], "extra_logs": {...}}.
-    """
+def reward_try(
+    reward: RewardFunction, samples: list[dict[str, Any]], user: AbstractBaseUser | None = None
+) -> RewardTrial:
+    """Score sample inputs exactly as a run would, on a worker: the engine's component and composite,
+    python code in its sandbox, a reward model in a separate process. Waits up to REWARD_TRY_WAIT_S;
+    the returned trial is finished (`result`: {"scores", "components", "errors", "extra_logs"}) or still
+    queued/running (the client polls it)."""
     batch = _try_batch(samples)
-    spec = _try_spec(reward.spec)
-    if reward.kind == RewardFunction.Kind.REWARD_MODEL:
+    trial = RewardTrial.objects.create(
+        kind=RewardTrial.Kind.TRY,
+        reward=reward,
+        spec=_try_spec(reward.spec),
+        samples=[
+            {"prompt": p, "response": r, "label": lab, "metadata": m}
+            for p, r, lab, m in zip(batch.prompts, batch.responses, batch.labels, batch.metadata)
+        ],
+        created_by=user_or_none(user),
+    )
+    _dispatch(trial, settings.REWARD_TRY_WAIT_S)
+    return _wait(trial, settings.REWARD_TRY_WAIT_S)
+
+
+def reward_import_check(source_file: Path, spec: dict[str, Any], user: AbstractBaseUser | None = None) -> list[str]:
+    """Problems found importing a new python reward's staged source on a worker ([] = usable). Raises
+    WorkerUnavailable when no worker answered within the file's own timeout plus REWARD_CHECK_QUEUE_S."""
+    trial = RewardTrial.objects.create(
+        kind=RewardTrial.Kind.IMPORT_CHECK,
+        spec={**spec, "path": str(source_file)},
+        created_by=user_or_none(user),
+    )
+    bound = float(spec["timeout_s"]) + settings.REWARD_CHECK_QUEUE_S
+    _dispatch(trial, bound)
+    trial = _wait(trial, bound)
+    if trial.state == RewardTrial.State.DONE:
+        return list(trial.result["problems"])
+    if trial.state == RewardTrial.State.FAILED:
+        raise WorkerUnavailable(f"the worker could not check the code: {trial.error}")
+    raise WorkerUnavailable(
+        f"no worker checked the code within {bound:g}s; is a Celery worker running (`celery -A workers.celery_app "
+        "worker`)? Try again"
+    )
+
+
+def reward_trial_run(trial_id: Any) -> None:
+    """The worker's side: claim the queued trial (compare-and-set), run it, store the outcome. Whatever the
+    user code does happens in its sandbox: a failure of the code is a result, not a failed trial."""
+    claimed = RewardTrial.objects.filter(pk=trial_id, state=RewardTrial.State.QUEUED).update(
+        state=RewardTrial.State.RUNNING
+    )
+    if not claimed:
+        return  # already taken, or the web stopped waiting and it expired
+    trial = RewardTrial.objects.get(pk=trial_id)
+    try:
+        if trial.kind == RewardTrial.Kind.IMPORT_CHECK or trial.spec.get("type") == "python":
+            sandbox.require()  # no sandbox here: the request says what to install, the code does not run
+        result = _run_try(trial) if trial.kind == RewardTrial.Kind.TRY else _run_import_check(trial)
+    except sandbox.SandboxUnavailable as exc:
+        _finish(trial, RewardTrial.State.FAILED, error=str(exc))
+        return
+    except Exception as exc:  # noqa: BLE001 -- reported to the waiting request, then raised for the worker's log
+        _finish(trial, RewardTrial.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000])
+        raise
+    _finish(trial, RewardTrial.State.DONE, result=result)
+
+
+def _finish(trial: RewardTrial, state: str, *, result: Any = None, error: str = "") -> None:
+    RewardTrial.objects.filter(pk=trial.pk, state=RewardTrial.State.RUNNING).update(
+        state=state, result=result, error=error, finished_at=timezone.now()
+    )
+
+
+def _dispatch(trial: RewardTrial, wait_s: float) -> None:
+    """Sent after commit (the worker must see the row); it expires when nobody waits for it any more."""
+    from workers import tasks
+
+    transaction.on_commit(lambda: tasks.reward_trial_run.apply_async(args=[str(trial.pk)], expires=wait_s))
+
+
+def _wait(trial: RewardTrial, timeout_s: float) -> RewardTrial:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        trial.refresh_from_db(fields=["state", "result", "error", "finished_at"])
+        if trial.state in FINISHED or time.monotonic() >= deadline:
+            return trial
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _run_import_check(trial: RewardTrial) -> dict[str, Any]:
+    spec = trial.spec
+    problems = check_reward_file(
+        spec["path"], function=spec.get("function"), timeout_s=spec["timeout_s"], memory_mb=spec["memory_mb"]
+    )
+    return {"problems": problems}
+
+
+def _run_try(trial: RewardTrial) -> dict[str, Any]:
+    samples = trial.samples
+    batch = RewardBatch.build(
+        [s["prompt"] for s in samples],
+        [s["response"] for s in samples],
+        [s["label"] for s in samples],
+        metadata=[s["metadata"] for s in samples],
+    )
+    spec = trial.spec
+    if spec.get("type") == "reward_model":
         return _score_in_subprocess(spec, batch)
     try:
         component = build_component(spec)
     except ValueError as exc:
-        raise invalid("spec", f"the stored reward cannot be built: {exc}") from None
+        return _failed_result(spec.get("name", "reward"), len(batch), f"the stored reward cannot be built: {exc}")
     with CompositeReward([(component, 1.0)]) as composite:
         result = composite.score(batch)
     return {

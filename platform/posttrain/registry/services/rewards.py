@@ -21,11 +21,12 @@ from posttrain.registry.services.common import (
     create_named,
     delete_unless_in_use,
     invalid,
+    refuse_private,
     storage_path,
     update_name_and_description,
     user_or_none,
 )
-from rl_engine.rewards import check_reward_file
+from posttrain.registry.services.reward_try import reward_import_check
 
 
 def reward_create(
@@ -39,7 +40,7 @@ def reward_create(
 ) -> RewardFunction:
     """Register a reward component. `spec` is validated with the engine's RewardSpec schema; a
     python reward's `source` is stored under `<storage>/rewards/<sha256>.py` (spec.path points at
-    it) after importing it in the engine's sandbox (never in this process)."""
+    it) after a Celery worker imported it in the engine's sandbox (never this process: it waits)."""
     name = clean_name(name)
     check_unique_name(RewardFunction, name, "reward")
     spec = {} if spec is None else spec
@@ -57,7 +58,7 @@ def reward_create(
     if kind == RewardFunction.Kind.REWARD_MODEL:
         normalized["path"] = _reward_model_path(normalized["path"])
     if kind == RewardFunction.Kind.PYTHON:
-        staged_source = _check_python_source(source, normalized)
+        staged_source = _check_python_source(source, normalized, user)
     try:
         reward = create_named(
             RewardFunction,
@@ -90,6 +91,7 @@ def _python_spec(spec: dict[str, Any], source: str) -> tuple[dict[str, Any], str
         file = Path(str(given_path))
         if not file.is_file():
             raise invalid("spec.path", f"{file} does not exist (or send the code as source)")
+        refuse_private("spec.path", file)
         try:
             source = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -103,17 +105,15 @@ def _python_spec(spec: dict[str, Any], source: str) -> tuple[dict[str, Any], str
     return spec, source
 
 
-def _check_python_source(source: str, spec: dict[str, Any]) -> Path:
-    """Write the code to a temporary file and import it in the engine's sandbox child; returns
+def _check_python_source(source: str, spec: dict[str, Any], user: AbstractBaseUser | None) -> Path:
+    """Write the code to a temporary file and have a worker import it in the engine's sandbox; returns
     the file, to be moved to spec.path once the reward row exists."""
     final = Path(spec["path"])
     final.parent.mkdir(parents=True, exist_ok=True)
     staged = final.with_name(f".{uuid.uuid4().hex}.py")
     staged.write_text(source, encoding="utf-8")
     try:
-        problems = check_reward_file(
-            staged, function=spec["function"], timeout_s=spec["timeout_s"], memory_mb=spec["memory_mb"]
-        )
+        problems = reward_import_check(staged, spec, user)
     except BaseException:
         staged.unlink(missing_ok=True)
         raise

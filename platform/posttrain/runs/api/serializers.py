@@ -23,7 +23,7 @@ class ExperimentRewardSerializer(serializers.ModelSerializer):
 class ExperimentSerializer(serializers.ModelSerializer):
     rewards = ExperimentRewardSerializer(source="experimentreward_set", many=True, read_only=True)
     run_count = serializers.IntegerField(read_only=True, default=0)
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
 
     class Meta:
         model = Experiment
@@ -64,14 +64,27 @@ class ExperimentCreateSerializer(serializers.Serializer):
 
 class RunSerializer(serializers.ModelSerializer):
     experiment_name = serializers.CharField(source="experiment.name", read_only=True)
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
     algorithm = serializers.SerializerMethodField(help_text="The engine config's algorithm.name (grpo, ppo, ...).")
     model_name = serializers.CharField(
-        source="experiment.model.name", read_only=True, default=None, help_text="Null for external runs."
+        source="experiment.model.name",
+        read_only=True,
+        default=None,
+        allow_null=True,
+        help_text="Null for external runs.",
     )
-    dataset_name = serializers.CharField(source="experiment.dataset.name", read_only=True, default=None)
+    dataset_name = serializers.CharField(
+        source="experiment.dataset.name",
+        read_only=True,
+        default=None,
+        allow_null=True,
+        help_text="Null for external runs.",
+    )
     total_steps = serializers.IntegerField(
-        source="planned_steps", read_only=True, help_text="train.steps (native) or the client's announced total."
+        source="planned_steps",
+        read_only=True,
+        allow_null=True,
+        help_text="train.steps (native) or the client's announced total (null: an external run that gave none).",
     )
     summary = serializers.JSONField(
         read_only=True, help_text='Per metric {"last", "step", "min", "max", "count"} over the whole run.'

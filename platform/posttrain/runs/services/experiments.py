@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 
 from posttrain.core.errors import InvalidInput
+from posttrain.core.private_paths import private_path_problem
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs.models import (
     Experiment,
@@ -86,7 +87,21 @@ def validated_engine_config(full: dict[str, Any]) -> dict[str, Any]:
         check_runnable(config)  # refused at launch, not as a failed run later
     except ConfigError as exc:
         raise InvalidInput(exc.errors) from None
+    _refuse_private_code_paths(config)
     return config.model_dump(mode="json")
+
+
+def _refuse_private_code_paths(config: Any) -> None:
+    """The files a run's sandboxed code gets (its environment, its agent's files) never hold the platform's
+    secrets: the code could print them into the run's logs."""
+    named = []
+    if config.environment is not None:
+        named.append(("environment.path", config.environment.path))
+    if config.agent is not None:
+        named += [(f"agent.files.{i}", path) for i, path in enumerate(config.agent.files)]
+    errors = [{"loc": loc, "msg": problem} for loc, path in named if (problem := private_path_problem(path))]
+    if errors:
+        raise InvalidInput(errors)
 
 
 def nul_at(value: Any, loc: str = "") -> str | None:

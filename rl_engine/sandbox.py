@@ -1,0 +1,550 @@
+"""Untrusted code runs here: reward functions, environments and agent commands, each in a bubblewrap sandbox.
+
+Bubblewrap (Debian's `bubblewrap`, the sandbox Flatpak uses; `make install` installs it) starts the command
+in new user, PID, network, IPC and UTS namespaces with a root filesystem of our choosing:
+
+- read-only: `/usr` (with the `/bin`, `/lib*` links of a merged-/usr system), `/etc/ld.so.cache` and the
+  time zone, the Python runtime (`sys.base_prefix`, `sys.prefix` and every site-packages folder, symlinks
+  resolved, so a venv outside the repository works and `import torch` does too), and the files the caller
+  hands in (the user's file, copied in through a file descriptor);
+- a private `/tmp` and `/dev/shm` (tmpfs, `Limits.tmp_mb` each), a private `/proc` and a minimal `/dev`;
+- nothing else: no POSTTRAIN_HOME, storage, run folders, home directory or repository, no other
+  process (`/proc` shows the sandbox's own), no network but its own loopback.
+
+The environment is cleared (only PATH, HOME=/tmp, locale and thread-count settings, plus what the caller
+adds). Limits apply to every process inside (`prlimit` before the command): processes and threads
+(RLIMIT_NPROC, counted per sandbox since each has its own user namespace), address space, CPU seconds,
+open files, file size, no core dumps. The sandbox is killed with its parent (`--die-with-parent`: note
+that Linux sends this when the *thread* that started the sandbox exits).
+
+Running as root. Inside a user namespace that maps the sandbox user to root outside, the kernel would not
+enforce RLIMIT_NPROC (root is exempt). So when we are root, bwrap waits (`--userns-block-fd`) while we map
+the namespace's uid 0 to root (bwrap needs it to build the filesystem) and uid 65534 to `nobody`, and the
+command starts through `setpriv` as `nobody` with no capabilities left; then every limit holds.
+
+When no sandbox can be made (bwrap missing, user namespaces disabled), user code is refused with
+`SandboxUnavailable` saying what to install, unless POSTTRAIN_ALLOW_UNSANDBOXED_CODE=1 (for a single-user
+machine): then the command runs as a plain child process with the same cleared environment and the
+limits that do not need a namespace.
+
+Standard library only; no Django.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import site
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ALLOW_UNSANDBOXED_ENV = "POSTTRAIN_ALLOW_UNSANDBOXED_CODE"
+BWRAP_ENV = "POSTTRAIN_BWRAP"  # the bwrap binary (default: `bwrap` on PATH)
+SANDBOX_UID = 65534  # nobody
+CODE_DIR = "/sandbox"  # where the caller's files appear
+RUN_DIR = "/run/posttrain"  # the engine's own files and sockets inside the sandbox
+HANDSHAKE_TIMEOUT_S = 10.0
+# Settings that change how fast code runs, never what it may reach.
+_PASSED_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE")
+_INSTALL_HINT = (
+    "install Debian's bubblewrap (`apt-get install bubblewrap`; `make install` does it), or, on a single-user "
+    f"machine only, let an admin set {ALLOW_UNSANDBOXED_ENV}=1 to run user code without a sandbox"
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox can be made here and unsandboxed code is not allowed; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-process limits inside a sandbox (`processes` counts every process and thread of the sandbox)."""
+
+    memory_mb: float = 1024.0  # address space (RLIMIT_AS): a runaway allocation raises MemoryError
+    processes: int = 64
+    cpu_s: int = 600  # CPU seconds of one process (RLIMIT_CPU); a long-lived child asks to be replaced at half
+    open_files: int = 1024
+    file_mb: int = 64  # the largest file it may write (RLIMIT_FSIZE)
+    tmp_mb: int = 64  # size of the private /tmp and of /dev/shm
+
+    def prlimit_args(self, with_processes: bool) -> list[str]:
+        memory = int(self.memory_mb * 1024 * 1024)
+        args = [
+            f"--as={memory}",
+            f"--cpu={self.cpu_s}",
+            f"--nofile={self.open_files}",
+            f"--fsize={self.file_mb * 1024 * 1024}",
+            "--core=0",
+        ]
+        if with_processes:  # without a user namespace of its own, it would count all of this user's processes
+            args.insert(0, f"--nproc={self.processes}")
+        return args
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    available: bool
+    detail: str  # the bwrap version, or why no sandbox can be made
+    unsandboxed_allowed: bool
+
+
+def unsandboxed_allowed() -> bool:
+    return os.environ.get(ALLOW_UNSANDBOXED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _bwrap() -> str | None:
+    return shutil.which(os.environ.get(BWRAP_ENV) or "bwrap")
+
+
+def status() -> SandboxStatus:
+    """Whether a sandbox can be made here (probed at most once a minute: it starts `true` in one)."""
+    return SandboxStatus(*_probe(_bwrap()), unsandboxed_allowed())
+
+
+def require() -> bool:
+    """True when user code will run sandboxed, False when it may run without (the admin allowed it);
+    raises SandboxUnavailable otherwise."""
+    current = status()
+    if current.available:
+        return True
+    if current.unsandboxed_allowed:
+        return False
+    raise SandboxUnavailable(f"user code is not run without a sandbox: {current.detail}; {_INSTALL_HINT}")
+
+
+def _probe(bwrap: str | None) -> tuple[bool, str]:
+    if bwrap is None:
+        return False, f"bubblewrap is not installed (no {os.environ.get(BWRAP_ENV) or 'bwrap'} on PATH)"
+    return _probe_cached(bwrap)
+
+
+PROBE_TTL_S = 60.0  # a machine that gets bubblewrap (or loses user namespaces) is seen within a minute
+_probe_lock = threading.Lock()
+_probe_results: dict[str, tuple[float, tuple[bool, str]]] = {}
+
+
+def _probe_cached(bwrap: str) -> tuple[bool, str]:
+    with _probe_lock:
+        probed = _probe_results.get(bwrap)
+        if probed is None or time.monotonic() - probed[0] > PROBE_TTL_S:
+            probed = _probe_results[bwrap] = (time.monotonic(), _run_probe(bwrap))
+        return probed[1]
+
+
+def _run_probe(bwrap: str) -> tuple[bool, str]:
+    for tool in ("prlimit", "setpriv"):
+        if shutil.which(tool, path="/usr/bin:/bin") is None:
+            return False, f"{tool} (util-linux) is missing"
+    try:
+        python_runtime()
+    except SandboxUnavailable as exc:
+        return False, str(exc)
+    try:
+        version = subprocess.run([bwrap, "--version"], check=False, capture_output=True, text=True, timeout=10)
+        proc = _popen(bwrap, ["/usr/bin/true"], Limits(), sandbox_env({}), {}, {}, ())
+        output, _ = proc.communicate(timeout=30)
+    except SandboxUnavailable as exc:
+        return False, _cannot_sandbox(str(exc))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"bubblewrap cannot start: {exc}"
+    if proc.returncode != 0:
+        lines = output.decode(errors="replace").strip().splitlines()
+        return False, _cannot_sandbox(lines[-1] if lines else f"exit code {proc.returncode}")
+    return True, version.stdout.strip() or "bubblewrap"
+
+
+def _cannot_sandbox(reason: str) -> str:
+    return (
+        f"bubblewrap cannot make a sandbox here ({reason}): unprivileged user namespaces may be disabled "
+        "(sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone, or a container's seccomp profile)"
+    )
+
+
+# --- starting a command ----------------------------------------------------------------------------
+
+
+@dataclass
+class Sandbox:
+    """One command to start, sandboxed when `sandboxed` (see `require`): collect its files, then `popen`."""
+
+    limits: Limits
+    sandboxed: bool
+    files: dict[str, Path]  # path inside -> host file, copied in read-only
+    sockets: dict[str, Path]  # path inside -> host Unix socket
+    cwd: str = "/tmp"  # the command's working folder inside (read-only unless /tmp)
+
+    @classmethod
+    def create(cls, limits: Limits) -> Sandbox:
+        return cls(limits, require(), {}, {})
+
+    def add_file(self, host_path: str | os.PathLike, inside_dir: str = CODE_DIR, same_path: bool = False) -> str:
+        """Makes a host file visible to the command (a copy, read-only; at its own path when `same_path`,
+        else in `inside_dir`); returns the path the command must use."""
+        host = Path(host_path).resolve()
+        if not self.sandboxed:
+            return str(host)
+        inside = str(host) if same_path else f"{inside_dir}/{host.name}"
+        self.files[inside] = host
+        return inside
+
+    def add_socket(self, host_path: str | os.PathLike, name: str) -> str:
+        host = Path(host_path)
+        if not self.sandboxed:
+            return str(host)
+        inside = f"{RUN_DIR}/{name}"
+        self.sockets[inside] = host
+        return inside
+
+    def popen(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        pass_fds: Iterable[int] = (),
+    ) -> subprocess.Popen:
+        """Starts the command; its stdout and stderr come back merged on `proc.stdout` (a pipe of bytes):
+        relay them with `OutputRelay`."""
+        environment = sandbox_env(env or {})
+        if not self.sandboxed:
+            return subprocess.Popen(
+                ["prlimit", *self.limits.prlimit_args(with_processes=False), "--", *command],
+                env=environment,
+                pass_fds=tuple(pass_fds),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        bwrap = _bwrap()
+        if bwrap is None:
+            raise SandboxUnavailable(f"bubblewrap is not installed; {_INSTALL_HINT}")
+        return _popen(bwrap, command, self.limits, environment, self.files, self.sockets, tuple(pass_fds), self.cwd)
+
+
+def sandbox_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The cleared environment of sandboxed code: no tokens, no server addresses."""
+    env = {
+        "PATH": os.pathsep.join(
+            dict.fromkeys([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+        ),
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update({name: os.environ[name] for name in _PASSED_ENV if name in os.environ})
+    env.update(extra)
+    return env
+
+
+def _popen(
+    bwrap: str,
+    command: Sequence[str],
+    limits: Limits,
+    env: Mapping[str, str],
+    files: Mapping[str, Path],
+    sockets: Mapping[str, Path],
+    pass_fds: tuple[int, ...],
+    cwd: str = "/tmp",
+) -> subprocess.Popen:
+    as_root = os.geteuid() == 0
+    opened: list[int] = []
+    try:
+        args = [bwrap, *_namespace_args(as_root), *_filesystem_args(limits, files, sockets, opened, cwd)]
+        inner = ["/usr/bin/prlimit", *limits.prlimit_args(with_processes=True), "--", *command]
+        if not as_root:
+            return subprocess.Popen(
+                [*args, "--", *inner],
+                env=dict(env),
+                pass_fds=(*pass_fds, *opened),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return _popen_as_root(args, inner, env, (*pass_fds, *opened))
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _namespace_args(as_root: bool) -> list[str]:
+    args = ["--unshare-all", "--unshare-user", "--hostname", "sandbox", "--die-with-parent", "--new-session"]
+    if as_root:
+        # uid 0 inside stays root (bwrap builds the filesystem with it); the command becomes nobody (setpriv).
+        return [*args, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    return [*args, "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns"]
+
+
+def _filesystem_args(
+    limits: Limits, files: Mapping[str, Path], sockets: Mapping[str, Path], opened: list[int], cwd: str
+) -> list[str]:
+    plan = _MountPlan()
+    plan.bind("/usr")
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / top
+        if host.is_symlink():
+            plan.symlink(os.readlink(host), str(host))
+        elif host.is_dir():
+            plan.bind(str(host))
+    for path in ("/etc/ld.so.cache", "/etc/localtime"):
+        if os.path.exists(path):
+            plan.bind(path)
+    plan.data("/etc/hosts", _memfd(b"127.0.0.1 localhost\n::1 localhost\n", opened))
+    plan.data("/etc/passwd", _memfd(f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n".encode(), opened))
+    plan.data("/etc/group", _memfd(f"sandbox:x:{SANDBOX_UID}:\n".encode(), opened))
+    for real, link in python_runtime():
+        plan.bind(real)
+        if link:
+            plan.symlink(real, link)
+    plan.args += ["--proc", "/proc", "--dev", "/dev"]
+    tmp_bytes = str(limits.tmp_mb * 1024 * 1024)
+    for folder in ("/tmp", "/dev/shm"):
+        plan.args += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", folder]
+    for inside, host in files.items():
+        fd = os.open(host, os.O_RDONLY | os.O_CLOEXEC)
+        opened.append(fd)
+        plan.data(inside, fd)
+    for inside, host in sockets.items():
+        plan.bind(str(host), inside, writable=True)
+    if cwd != "/tmp":
+        plan.folder(cwd)
+    # The root (and every folder made above) read-only: only /tmp and /dev/shm, which have a size, take writes.
+    return [*plan.args, "--remount-ro", "/", "--chdir", cwd]
+
+
+class _MountPlan:
+    """bwrap's filesystem arguments. Folders above each mount are made world-readable first: bwrap would
+    make them 0700 as root, closed to the sandbox's user."""
+
+    def __init__(self) -> None:
+        self.args: list[str] = []
+        self._made = {"/"}
+
+    def _parents(self, path: str) -> None:
+        for parent in reversed(Path(path).parents):
+            if str(parent) not in self._made:
+                self.args += ["--perms", "0755", "--dir", str(parent)]
+                self._made.add(str(parent))
+
+    def folder(self, dest: str) -> None:
+        if dest not in self._made:
+            self._parents(dest)
+            self.args += ["--perms", "0755", "--dir", dest]
+            self._made.add(dest)
+
+    def bind(self, source: str, dest: str | None = None, writable: bool = False) -> None:
+        dest = dest or source
+        self._parents(dest)
+        self.args += ["--bind" if writable else "--ro-bind", source, dest]
+        self._made.add(dest)
+
+    def symlink(self, target: str, dest: str) -> None:
+        self._parents(dest)
+        self.args += ["--symlink", target, dest]
+        self._made.add(dest)
+
+    def data(self, dest: str, fd: int) -> None:
+        self._parents(dest)
+        self.args += ["--perms", "0444", "--ro-bind-data", str(fd), dest]
+
+
+def _memfd(content: bytes, opened: list[int]) -> int:
+    fd = os.memfd_create("sandbox-file", os.MFD_CLOEXEC)
+    opened.append(fd)
+    os.write(fd, content)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def python_runtime() -> list[tuple[str, str | None]]:
+    """(real folder, path that links to it or None) for the interpreter, its standard library and every
+    site-packages folder: the only Python the sandbox sees. /usr is bound anyway; folders inside another
+    are left out."""
+    candidates = [
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        sys.prefix,
+        sys.exec_prefix,
+        str(Path(sys.executable).parent.parent),
+        str(Path(os.path.realpath(sys.executable)).parent.parent),
+        *site.getsitepackages(),
+    ]
+    links: dict[str, str | None] = {}
+    for path in candidates:
+        absolute = os.path.abspath(path)
+        real = os.path.realpath(absolute)
+        if not os.path.isdir(real) or real == "/" or _inside(real, ["/usr"]):
+            continue
+        _refuse_exposing(real)
+        links.setdefault(real, None)
+        if absolute != real:
+            links[real] = absolute
+    folders = [real for real in links if not _inside(real, [other for other in links if other != real])]
+    return [(real, None if _inside(links[real] or "/", folders) else links[real]) for real in sorted(folders)]
+
+
+def _inside(path: str, folders: Iterable[str]) -> bool:
+    return any(path == folder or path.startswith(folder.rstrip("/") + "/") for folder in folders)
+
+
+def _refuse_exposing(folder: str) -> None:
+    """A runtime folder that holds the home directory or the platform's state would show them."""
+    protected = [os.path.expanduser("~")]
+    protected += [os.environ[name] for name in ("POSTTRAIN_HOME", "POSTTRAIN_STORAGE") if os.environ.get(name)]
+    for path in protected:
+        if _inside(os.path.realpath(path), [folder]):
+            raise SandboxUnavailable(
+                f"the Python runtime folder {folder} contains {path}; a sandbox would show it: install Python "
+                "(or the venv) elsewhere"
+            )
+
+
+def _popen_as_root(
+    args: list[str], inner: list[str], env: Mapping[str, str], pass_fds: tuple[int, ...]
+) -> subprocess.Popen:
+    info_read, info_write = os.pipe()
+    block_read, block_write = os.pipe()
+    drop = [
+        "/usr/bin/setpriv",
+        f"--reuid={SANDBOX_UID}",
+        f"--regid={SANDBOX_UID}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
+    try:
+        proc = subprocess.Popen(
+            [
+                *args[:1],
+                "--info-fd",
+                str(info_write),
+                "--userns-block-fd",
+                str(block_read),
+                *args[1:],
+                "--",
+                *drop,
+                *inner,
+            ],
+            env=dict(env),
+            pass_fds=(*pass_fds, info_write, block_read),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except BaseException:
+        for fd in (info_read, info_write, block_read, block_write):
+            os.close(fd)
+        raise
+    os.close(info_write)
+    os.close(block_read)
+    try:
+        child = _read_child_pid(info_read, proc)
+        mapping = f"0 0 1\n{SANDBOX_UID} {SANDBOX_UID} 1\n"
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{child}/{name}", "w") as handle:
+                handle.write(mapping)
+        os.write(block_write, b"1")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        os.close(info_read)
+        os.close(block_write)
+    return proc
+
+
+def _read_child_pid(fd: int, proc: subprocess.Popen) -> int:
+    """The sandbox's first process, from bwrap's --info-fd JSON."""
+    deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
+    data = b""
+    decoder = json.JSONDecoder()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxUnavailable("bubblewrap did not report its sandbox in time")
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            output = proc.stdout.read().decode(errors="replace").strip().splitlines() if proc.stdout else []
+            code = proc.wait()
+            raise SandboxUnavailable(output[-1] if output else f"bubblewrap exited with code {code}")
+        data += chunk
+        try:
+            info, _ = decoder.raw_decode(data.decode())
+        except ValueError:
+            continue
+        return int(info["child-pid"])
+
+
+def died_by_signal(returncode: int | None, sandboxed: bool) -> int | None:
+    """The signal that ended a sandboxed command (bwrap exits with 128 + its number), or None."""
+    if returncode is None:
+        return None
+    if returncode < 0:
+        return -returncode
+    if sandboxed and returncode > 128:
+        return returncode - 128
+    return None
+
+
+class OutputRelay:
+    """Copies what sandboxed code prints to our stderr: at most `burst` bytes at once, then `rate` bytes/s;
+    the rest is dropped and counted, so endless output cannot fill the job log or stall the code."""
+
+    def __init__(self, source, sink_fd: int = 2, burst: int = 1 << 20, rate: float = 64 << 10, label: str = "sandbox"):
+        self._source = source
+        self._sink = sink_fd
+        self._burst, self._rate, self._label = burst, rate, label
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name=f"{label}-output", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        tokens, last, dropped = float(self._burst), time.monotonic(), 0
+        fd = self._source.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            now = time.monotonic()
+            tokens, last = min(float(self._burst), tokens + (now - last) * self._rate), now
+            # Once dropping, keep dropping until half the burst is back: one note per flood, not per chunk.
+            if len(chunk) > tokens or (dropped and tokens < self._burst / 2):
+                dropped += len(chunk)
+                self.dropped += len(chunk)
+                continue
+            if dropped:
+                self._write(f"[{self._label}: {dropped} bytes of output dropped]\n".encode())
+                dropped = 0
+            self._write(chunk)
+            tokens -= len(chunk)
+        if dropped:
+            self._write(f"[{self._label}: {dropped} bytes of output dropped]\n".encode())
+        self._source.close()
+
+    def _write(self, data: bytes) -> None:
+        try:
+            while data:
+                data = data[os.write(self._sink, data) :]
+        except OSError:
+            pass
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)

@@ -1,0 +1,72 @@
+"""Every hostile program of tests/hostile_programs.py, as a reward and as an environment, in the real
+bubblewrap sandbox: each is contained (its sample fails with a clear reason, or scores without effect),
+nothing on the host changes, and this process (the engine) keeps going."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_engine import sandbox
+from rl_engine.config import EnvironmentConfig
+from rl_engine.environments import EnvironmentPool
+from rl_engine.rewards import PythonFunctionReward, RewardBatch, python_fn
+from tests.hostile_programs import PROGRAMS, HostileProgram, HostWorld
+
+pytestmark = pytest.mark.skipif(not sandbox.status().available, reason=f"no sandbox here: {sandbox.status().detail}")
+
+MAX_RELAYED_BYTES = 4 << 20  # what "print forever" may put on our stderr in its seconds
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with HostWorld(tmp_path_factory.mktemp("hostile")) as host:
+        yield host
+
+
+@pytest.fixture(autouse=True)
+def quick_hard_kill(monkeypatch):
+    monkeypatch.setattr(python_fn, "HARD_KILL_GRACE_S", 1.0)
+
+
+def limits(program: HostileProgram) -> dict:
+    return {"timeout_s": 60.0 if program.heavy else 2.0, "memory_mb": 2048}
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
+def test_a_hostile_reward_is_contained(program, world, tmp_path, capfd):
+    path = tmp_path / "reward.py"
+    path.write_text(world.reward_file(program))
+    component = PythonFunctionReward(str(path), **limits(program))
+    try:
+        result = component.score(RewardBatch.build(["2+2="], ["4"], ["4"]))
+        # The component keeps working after whatever the program did to its sandbox.
+        assert component.score(RewardBatch.build(["2+2="], ["4"], ["4"])).scores is not None
+    finally:
+        component.close()
+    score, error = result.scores[0], result.errors[0]
+    assert program.contained(score, error), f"{program.name}: score {score}, error {error!r}"
+    out, err = capfd.readouterr()
+    assert len(out) + len(err) < MAX_RELAYED_BYTES
+    world.assert_untouched(program, [str(error), str(result.extra_logs), out, err])
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
+def test_a_hostile_environment_is_contained(program, world, tmp_path, capfd):
+    path = tmp_path / "environment.py"
+    path.write_text(world.environment_file(program))
+    pool = EnvironmentPool(EnvironmentConfig(path=str(path), **limits(program)))
+    try:
+        assert pool.call("reset", [(0, {"prompt": "2+2=", "label": "4", "metadata": {}})]) == {0: (True, None)}
+        ok, value = pool.call("step", [(0, "4")])[0]
+    finally:
+        pool.close()
+    score, error = (value["reward"], None) if ok else (0.0, value)
+    assert program.contained(score, error), f"{program.name}: score {score}, error {error!r}"
+    out, err = capfd.readouterr()
+    assert len(out) + len(err) < MAX_RELAYED_BYTES
+    world.assert_untouched(program, [str(value), out, err])
+
+
+def test_the_table_has_at_least_thirty_programs():
+    assert len(PROGRAMS) >= 30
+    assert len({p.name for p in PROGRAMS}) == len(PROGRAMS)
