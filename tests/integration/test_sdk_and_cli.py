@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, UvicornServer, postgres_url
+from tests.conftest import REPO_ROOT, UvicornServer, free_port, platform_stack, postgres_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,25 +27,20 @@ PASSWORD = "a-long-test-passphrase"
 
 @pytest.fixture(scope="module")
 def web(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[UvicornServer]:
+    """uvicorn and a Celery worker (a python reward's import is checked on a worker, in its sandbox). No Ray
+    head: a launched run stays queued while its submission is retried, which is what these tests look at."""
     from django.conf import settings
     from django.db import connection
 
-    home = tmp_path_factory.mktemp("sdk-web")
-    env = {
-        **os.environ,
-        "DATABASE_URL": postgres_url(connection.settings_dict),
-        "POSTTRAIN_HOME": str(home),
-        "POSTTRAIN_STORAGE": str(home / "storage"),
-        "POSTTRAIN_SECRET_KEY": settings.SECRET_KEY,
-        "POSTTRAIN_SSE_KEEPALIVE_S": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    server = UvicornServer(env, home / "uvicorn.log")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    no_ray = f"http://127.0.0.1:{free_port()}"
+    with platform_stack(
+        no_ray,
+        tmp_path_factory.mktemp("sdk-web"),
+        postgres_url(connection.settings_dict),
+        # the tests mint tokens and sessions in this process: the servers must derive the same ones
+        extra_env={"POSTTRAIN_SECRET_KEY": settings.SECRET_KEY, "POSTTRAIN_SSE_KEEPALIVE_S": "1"},
+    ) as stack:
+        yield stack.web
 
 
 @pytest.fixture
