@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from posttrain.core.errors import WorkerUnavailable
+from posttrain.core.task_queue import task_send
 from posttrain.registry.models import RewardFunction, RewardTrial
 from posttrain.registry.services.common import invalid, user_or_none
 from rl_engine import sandbox
@@ -88,7 +89,7 @@ def reward_trial_run(trial_id: Any) -> None:
     except sandbox.SandboxUnavailable as exc:
         _finish(trial, RewardTrial.State.FAILED, error=str(exc))
         return
-    except Exception as exc:  # noqa: BLE001 -- reported to the waiting request, then raised for the worker's log
+    except Exception as exc:
         _finish(trial, RewardTrial.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
     _finish(trial, RewardTrial.State.DONE, result=result)
@@ -102,9 +103,7 @@ def _finish(trial: RewardTrial, state: str, *, result: Any = None, error: str = 
 
 def _dispatch(trial: RewardTrial, wait_s: float) -> None:
     """Sent after commit (the worker must see the row); it expires when nobody waits for it any more."""
-    from workers import tasks
-
-    transaction.on_commit(lambda: tasks.reward_trial_run.apply_async(args=[str(trial.pk)], expires=wait_s))
+    transaction.on_commit(lambda: task_send("reward_trial_run", str(trial.pk), expires=wait_s))
 
 
 def _wait(trial: RewardTrial, timeout_s: float) -> RewardTrial:

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 
 from posttrain.core.errors import IllegalTransition, InvalidInput
+from posttrain.core.task_queue import task_send
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Checkpoint,
@@ -71,9 +72,7 @@ def _create_queued_run(
 
 
 def _dispatch(task_name: str, run_id: uuid.UUID | str) -> None:
-    from workers import tasks
-
-    getattr(tasks, task_name).delay(str(run_id))
+    task_send(task_name, str(run_id))
 
 
 def run_launch(
