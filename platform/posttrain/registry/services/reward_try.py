@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
@@ -31,7 +31,7 @@ FINISHED = (RewardTrial.State.DONE, RewardTrial.State.FAILED)
 
 
 def reward_try(
-    reward: RewardFunction, samples: list[dict[str, Any]], user: AbstractBaseUser | None = None
+    reward: RewardFunction, samples: list[dict[str, Any]], user: User | AnonymousUser | None = None
 ) -> RewardTrial:
     """Score sample inputs exactly as a run would, on a worker: the engine's component and composite,
     python code in its sandbox, a reward model in a separate process. Waits up to REWARD_TRY_WAIT_S;
@@ -52,7 +52,7 @@ def reward_try(
     return _wait(trial, settings.REWARD_TRY_WAIT_S)
 
 
-def reward_import_check(source_file: Path, spec: dict[str, Any], user: AbstractBaseUser | None = None) -> list[str]:
+def reward_import_check(source_file: Path, spec: dict[str, Any], user: User | AnonymousUser | None = None) -> list[str]:
     """Problems found importing a new python reward's staged source on a worker ([] = usable). Raises
     WorkerUnavailable when no worker answered within the file's own timeout plus REWARD_CHECK_QUEUE_S."""
     trial = RewardTrial.objects.create(
@@ -64,7 +64,7 @@ def reward_import_check(source_file: Path, spec: dict[str, Any], user: AbstractB
     _dispatch(trial, bound)
     trial = _wait(trial, bound)
     if trial.state == RewardTrial.State.DONE:
-        return list(trial.result["problems"])
+        return list((trial.result or {})["problems"])
     if trial.state == RewardTrial.State.FAILED:
         raise WorkerUnavailable(f"the worker could not check the code: {trial.error}")
     raise WorkerUnavailable(

@@ -128,10 +128,7 @@ def _check_platform_fields(config: dict[str, Any]) -> None:
     errors = []
     for dotted, why in _PLATFORM_FIELDS.items():
         section, _, key = dotted.partition(".")
-        if not key:
-            present = section in config
-        else:
-            present = isinstance(config.get(section), dict) and key in config[section]
+        present = section in config if not key else isinstance(config.get(section), dict) and key in config[section]
         if present:
             errors.append({"loc": dotted, "msg": f"{why}; leave it out of the config"})
     if errors:

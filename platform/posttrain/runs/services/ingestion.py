@@ -142,11 +142,8 @@ def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
         run_transition(
             run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.CANCELLING], S.SUCCEEDED, reason or "engine finished every step"
         )
-    elif state == "failed":
-        if not run_transition(
-            run_id, [S.QUEUED, S.STARTING, S.RUNNING], S.FAILED, reason or "engine reported a failure"
-        ):
-            # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
-            run_transition(
-                run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled"
-            )
+    elif state == "failed" and not run_transition(
+        run_id, [S.QUEUED, S.STARTING, S.RUNNING], S.FAILED, reason or "engine reported a failure"
+    ):
+        # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
+        run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled")

@@ -41,8 +41,8 @@ JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 
 
 def _default_jobs() -> JobsClient:
-    # A module whose functions are the Protocol's methods: mypy cannot see a module as the Protocol.
-    return import_module(settings.RUNS_JOBS_CLIENT)  # type: ignore[return-value]
+    # A module whose functions are the Protocol's methods.
+    return import_module(settings.RUNS_JOBS_CLIENT)
 
 
 def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None) -> None:

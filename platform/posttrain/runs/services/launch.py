@@ -139,7 +139,7 @@ _UNSET = object()
 
 def run_update(run: Run, *, tags: Any = _UNSET, note: Any = _UNSET) -> Run:
     """Tags and note are the only fields edited after launch."""
-    fields = {}
+    fields: dict[str, Any] = {}
     if tags is not _UNSET:
         fields["tags"] = clean_tags(tags)
     if note is not _UNSET:
