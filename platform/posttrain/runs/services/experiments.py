@@ -220,5 +220,7 @@ def experiment_engine_config(experiment: Experiment) -> dict[str, Any]:
         raise InvalidInput.one(
             "experiment", f"{experiment.name!r} is a project of external runs: nothing launches from it"
         )
+    if experiment.model is None or experiment.dataset is None:
+        raise InvalidInput.one("experiment", f"{experiment.name!r} has no model or dataset to launch with")
     rewards = [(link.reward, link.weight) for link in experiment.experimentreward_set.select_related("reward")]
     return build_engine_config(experiment.config, experiment.model, experiment.dataset, rewards, name=experiment.name)

@@ -70,7 +70,8 @@ def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touc
 def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
     """Insert the events' rows; returns the run summary with the batch's metrics (the same object
     when the batch has none)."""
-    metrics, metric_events, samples, checkpoints, logs = [], [], [], [], []
+    metrics, metric_events, checkpoints, logs = [], [], [], []
+    samples: list[Sample] = []
     for e in events:
         kind, data, step = e["type"], e["data"], e.get("step")
         if kind == "metrics":
