@@ -51,5 +51,6 @@ def test_a_sent_task_reaches_the_broker_by_name_with_its_arguments():
         message = queue.get(timeout=10)
         message.ack()
         queue.close()
-    assert message.headers["task"] == "workers.run_submit"
-    assert message.headers["argsrepr"] == "('a-run-id',)" and message.headers["expires"] is not None
+    args, kwargs, _ = message.decode()  # Celery's message protocol 2: (args, kwargs, embed)
+    assert message.headers["task"] == "workers.run_submit" and message.headers["expires"] is not None
+    assert (list(args), kwargs) == (["a-run-id"], {})
