@@ -17,11 +17,12 @@ export PYTHONDONTWRITEBYTECODE := 1
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/posttrain} \
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/0}
 
-.PHONY: help install demo stop status test test-fast test-gpu lock
+.PHONY: help install demo stop status lint test test-fast test-gpu lock
 help:
 	@echo "make demo       install, migrate, start web + worker + Ray on embedded defaults, print the URL"
 	@echo "make stop       stop exactly what 'make demo' started"
 	@echo "make test       install, then unit + integration + e2e against real Postgres, Redis, Ray, Chromium"
+	@echo "make lint       ruff check, ruff format --check and mypy (make test runs it first)"
 	@echo "make test-fast  the unit suite only (quick loop)"
 	@echo "make test-gpu   the GPU tests (tests/gpu) on a CUDA host; skipped where there is none"
 
@@ -58,7 +59,13 @@ stop:
 status:
 	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh status
 
-test: install
+# ruff (lint rules and formatting) and mypy, as configured in pyproject.toml; run first by `make test`.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	PYTHONPATH=platform:sdk $(BIN)/mypy  # the Django plugin imports posttrain.settings
+
+test: install lint
 	scripts/ensure_services.sh
 	scripts/ensure_chromium.sh
 	$(TEST_ENV) $(BIN)/python -m pytest

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest import (  # noqa: E402  (the ingest bench's helpers; it re-runs this under the project's venv)
+from ingest import (
     BENCH_VENV,
     OURS_BIN,
     REPO,

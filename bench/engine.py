@@ -25,6 +25,7 @@ Prints one JSON document on stdout (progress on stderr).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -180,10 +181,8 @@ def kill_session(sid: int) -> None:
     members: dict[int, float] = {}
     session_cpu(sid, members)
     for member in members:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(member, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def run_process(command: list[str], log_path: Path, timeout_s: float, quiet_s: float) -> Finished:
@@ -373,8 +372,8 @@ def worker_trl(cfg_path: Path, dtype: str, out: Path) -> None:
 
     from rl_engine.__main__ import load_run_config
     from rl_engine.demo.task import read_jsonl
+    from rl_engine.devices import DTYPES
     from rl_engine.rewards import ExactMatch, RewardBatch
-    from rl_engine.trainer import DTYPES
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cfg = load_run_config(str(cfg_path), [])

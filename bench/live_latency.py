@@ -68,25 +68,22 @@ from ingest import free_port, stop_process_group, wait_for_http  # noqa: E402  (
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Installed before any script of the page runs: timestamps per seq, at receipt and at render.
-BROWSER_PROBE = (
-    """
-(() => {
-  const probe = { received: [], rendered: [] };
+BROWSER_PROBE = f"""
+(() => {{
+  const probe = {{ received: [], rendered: [] }};
   window.__latencyProbe = probe;
-  window.addEventListener("%s", (event) => probe.rendered.push([event.detail.seq, Date.now()]));
+  window.addEventListener("{RENDERED_EVENT}", (event) => probe.rendered.push([event.detail.seq, Date.now()]));
   const NativeEventSource = window.EventSource;
-  window.EventSource = class extends NativeEventSource {
-    constructor(url, init) {
+  window.EventSource = class extends NativeEventSource {{
+    constructor(url, init) {{
       super(url, init);
-      this.addEventListener("metrics", (event) => {
-        try { probe.received.push([JSON.parse(event.data).seq, Date.now()]); } catch (error) { /* not ours */ }
-      });
-    }
-  };
-})();
+      this.addEventListener("metrics", (event) => {{
+        try {{ probe.received.push([JSON.parse(event.data).seq, Date.now()]); }} catch (error) {{ /* not ours */ }}
+      }});
+    }}
+  }};
+}})();
 """
-    % RENDERED_EVENT
-)
 
 
 class BenchError(Exception):

@@ -29,6 +29,7 @@ cancelled. Prints one JSON document on stdout (progress on stderr); exits 1 when
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -378,10 +379,8 @@ def stop_stack(env: dict[str, str], sampler: Sampler, grace_s: float = 30) -> li
             break
         time.sleep(1)
     for pid in alive:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return [f"{pid} {cmd}" for pid, cmd in alive.items()]
 
 

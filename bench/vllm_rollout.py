@@ -114,8 +114,8 @@ def run(work: Path, args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rl_engine.backends.vllm_rollout import VLLMRollout
+    from rl_engine.devices import DTYPES
     from rl_engine.rollout import SamplingParams, TransformersRollout
-    from rl_engine.trainer import DTYPES
 
     log(f"building the {args.size} demo policy in {work}")
     manifest = build_policy(work, args.size, sft_steps=10)

@@ -199,7 +199,7 @@ class AgentExecutor:
             try:
                 samples = self.rollout.generate([r.context for r in group], replace(params, max_new_tokens=max_tokens))
                 texts = self.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
-            except Exception as exc:  # noqa: BLE001 -- the agent gets a 500 naming it; the run fails below
+            except Exception as exc:
                 for request in group:
                     request.error = f"{type(exc).__name__}: {exc}"
                     request.done.set()
@@ -450,11 +450,11 @@ def _refuse_unlisted_files(agent: AgentConfig, cwd: str) -> None:
         raise ValueError(f"agent.command: {exc}") from None
     for word in words:
         path = Path(cwd, word)
-        if "/" in word and path.is_file() and path.resolve() not in listed:
-            if not any(str(path.resolve()).startswith(folder.rstrip("/") + "/") for folder in runtime):
-                raise ValueError(
-                    f"agent.files: the command names {word}, which its sandbox does not show; list it in agent.files"
-                )
+        shown = any(str(path.resolve()).startswith(folder.rstrip("/") + "/") for folder in runtime)
+        if "/" in word and path.is_file() and path.resolve() not in listed and not shown:
+            raise ValueError(
+                f"agent.files: the command names {word}, which its sandbox does not show; list it in agent.files"
+            )
 
 
 class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
@@ -526,7 +526,7 @@ class _Handler(BaseHTTPRequestHandler):
     owner: AgentExecutor
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # the run's events say what happened; per-request lines would flood the job log
 
     def _reply(self, status: int, body: dict[str, Any]) -> None:
@@ -599,8 +599,8 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
 
-    def do_GET(self) -> None:  # noqa: N802 -- http.server's naming
+    def do_GET(self) -> None:
         self._handle("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._handle("POST")

@@ -5,8 +5,8 @@ runs on CUDA when the run's `placement.device` asks for it: `cuda`, or `auto` wh
 for the role (`gpus_per_trainer`, `gpus_per_rollout_engine`). Ray gives an actor the GPUs its bundle
 reserves and sets CUDA_VISIBLE_DEVICES to them, so a role's GPU is always `cuda:<current device>` of its
 own process. The hybrid engine is the driver itself: the platform asks Ray for its GPU when it submits the
-run (`rl_engine.distributed.placement.driver_gpus`). A role that is to run on CUDA in a process that sees none is refused naming
-`placement.device`, before anything loads.
+run (`rl_engine.distributed.placement.driver_gpus`). A role that is to run on CUDA in a process that sees
+none is refused naming `placement.device`, before anything loads.
 
 Precision: with bf16 (or fp16) on CUDA the torch trainer keeps fp32 master weights, which AdamW steps,
 and computes in the run's dtype under `torch.autocast` (the `Precision` below). DeepSpeed keeps its own
@@ -28,6 +28,8 @@ import torch
 from rl_engine.config import ConfigError, RunConfig
 
 GiB = 2**30
+# The run's `model.dtype` as a torch dtype (the trainer, the LoRA base and the loaders all read it here).
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # Dense (no sparsity) peak TFLOP/s from the vendors' datasheets: (bf16/fp16 tensor cores, plain fp32).
 # Matched against torch.cuda.get_device_name() in this order, so the specific parts come first.

@@ -5,8 +5,8 @@ correction → update (train) → sync (weight sync) → record; all rollout sam
 The algorithms are chosen by name (`rl_engine.algorithms.catalogue`): the estimator in the
 advantages stage, the rollout correction in the correction stage, the policy loss inside the trainer's
 update. The loop is backend-agnostic: it talks to the roles of `rl_engine.interfaces` (a rollout, a
-trainer, a reward, an executor); this module wires the one-process ones, and `rl_engine.distributed`
-the same calls onto Ray actors (several engines or ranks, `separate` placement).
+trainer, a reward, an executor), built from `rl_engine.components`; this module wires the one-process
+ones, and `rl_engine.distributed` the same calls onto Ray actors (several engines or ranks, `separate` placement).
 
 Async mode (`backends.async_rollout`): the next batch is generated while this one is scored and
 trained, from the weights before this update (staleness bounded by one step); the weight sync waits
@@ -20,10 +20,11 @@ import os
 import random
 import statistics
 import time
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -43,22 +44,32 @@ from rl_engine.algorithms import (
     rollout_correction,
 )
 from rl_engine.checkpoint import EngineState, capture_rng, load_engine_state, restore_rng, save_checkpoint
+from rl_engine.components import (
+    build_executor,
+    build_reward_or_none,
+    configure_threads,
+    load_policy,
+    load_tokenizer,
+    load_trainable_policy,
+    model_construction,
+    partitioned_on_load,
+    rollout_backend,
+    trainer_class,
+)
 from rl_engine.config import RunConfig, check_runnable, dump_config
 from rl_engine.data import Prompt, PromptData, PromptSampler
-from rl_engine.executors import Rollouts
-from rl_engine.interfaces import AsyncRolloutRole, ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
 from rl_engine.devices import (
-    Precision,
     gpu_memory_metrics,
     precision_for,
     resolve_device,
     use_device,
-    weight_transfer,
 )
-from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
+from rl_engine.executors import Rollouts
+from rl_engine.interfaces import AsyncRolloutRole, ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
+from rl_engine.rewards import RewardBatch
 from rl_engine.rewards.base import RewardResult
-from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
-from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel, rollout_logprob_gap
+from rl_engine.rollout import Sample, SamplingParams
+from rl_engine.trainer import Experience, TokenBatch, ValueModel, rollout_logprob_gap
 
 if TYPE_CHECKING:
     from rl_engine.distributed import RayRoles
@@ -154,82 +165,6 @@ class Engine:
                 self.roles.close()
 
 
-def build_executor(cfg: RunConfig, rollout: RolloutRole, tokenizer: Any) -> ExecutorRole:
-    from rl_engine.executors import EnvironmentExecutor, SingleTurnExecutor
-
-    if cfg.agent is not None:
-        from rl_engine.agent_endpoint import AgentExecutor
-
-        return AgentExecutor(rollout, tokenizer, cfg)
-    if cfg.environment is not None:
-        return EnvironmentExecutor(rollout, tokenizer, cfg.environment)
-    return SingleTurnExecutor(rollout)
-
-
-def build_reward_or_none(cfg: RunConfig, device: torch.device | None = None) -> CompositeReward | None:
-    """The configured reward components (a reward model on `device`, the role's); None when an environment
-    gives the only reward."""
-    if not cfg.rewards:
-        return None
-    specs = [spec.model_dump() for spec in cfg.rewards]
-    for spec in specs:
-        if spec["type"] == "reward_model" and device is not None:
-            spec["device"] = str(device)
-    return build_reward(specs)
-
-
-def load_tokenizer(cfg: RunConfig) -> Any:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(
-        cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code
-    )
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
-def load_policy(
-    path: str | Path, cfg: RunConfig, device: torch.device | None = None, dtype: torch.dtype | None = None
-) -> torch.nn.Module:
-    """A causal LM from a Hugging Face folder in `dtype` (default: the run's), on `device` (default: where
-    it loads; under ZeRO-3 DeepSpeed places the partitions). Attention is transformers' default, PyTorch's
-    SDPA, for the architectures that have it."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=dtype or DTYPES[cfg.model.dtype], trust_remote_code=cfg.model.trust_remote_code
-    )
-    if cfg.model.gradient_checkpointing:
-        # Non-reentrant: gradients reach LoRA adapters behind a frozen embedding without extra hooks.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model if device is None else model.to(device)
-
-
-def load_trainable_policy(
-    cfg: RunConfig, weights_from: Path | None, device: torch.device | None = None, precision: Precision | None = None
-) -> torch.nn.Module:
-    """The policy that trains: the model (or a checkpoint's weights), or with LoRA the base model with
-    fresh adapters (or a checkpoint's adapter). Under mixed precision the trained weights load in fp32
-    (`precision.master`); a LoRA base, which never trains, stays in the compute dtype (peft keeps its
-    adapters in fp32)."""
-    from rl_engine import lora
-
-    if not lora.enabled(cfg):
-        return load_policy(weights_from or cfg.model.path, cfg, device, precision and precision.master)
-    # On resume the base is still the model (a checkpoint's folder holds the merged weights).
-    quantized = cfg.model.lora.quantize_base == "4bit"
-    base = (
-        lora.load_quantized_base(cfg.model.path, cfg)
-        if quantized
-        else load_policy(cfg.model.path, cfg, device, precision and precision.compute)
-    )
-    model = lora.apply_lora(base, cfg)
-    if weights_from is not None:
-        lora.load_adapter(model, weights_from)
-    return model
-
-
 def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
     check_runnable(cfg)
     from rl_engine.lora import refuse_qlora_without_cuda
@@ -285,81 +220,6 @@ def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
         data=data,
         sampler=PromptSampler(len(data.train), cfg.seed, cfg.data.shuffle),
         device=device,
-    )
-
-
-def partitioned_on_load(cfg: RunConfig) -> bool:
-    """Under ZeRO-3 the models are partitioned onto the device as they load: nothing is moved after."""
-    return cfg.backends.training == "deepspeed" and cfg.backends.zero_stage == 3
-
-
-def model_construction(cfg: RunConfig, device: torch.device | None = None) -> AbstractContextManager[None]:
-    """Where the models are loaded: partitioned onto `device` as they load under DeepSpeed ZeRO-3."""
-    if cfg.backends.training != "deepspeed":
-        return nullcontext()
-    from rl_engine.backends.deepspeed_trainer import model_construction  # deepspeed only when chosen
-
-    return model_construction(cfg, device)
-
-
-def trainer_class(cfg: RunConfig) -> type[TorchTrainer]:
-    if cfg.backends.training == "deepspeed":
-        from rl_engine.backends.deepspeed_trainer import DeepSpeedTrainer
-
-        return DeepSpeedTrainer
-    return TorchTrainer
-
-
-def rollout_backend(
-    cfg: RunConfig,
-    tokenizer: Any,
-    model: torch.nn.Module | None,
-    weights_from: Path | None,
-    engine_index: int = 0,
-    *,
-    device: torch.device | None = None,
-    precision: Precision | None = None,
-) -> RolloutBackend:
-    """The generation engine on `device`; `model` is the policy module (shared by the transformers backend,
-    which reports each token's log-prob under the distribution it sampled from, computed as the trainer
-    computes: `precision`), None in a rollout actor, which always runs vLLM through here (`engine_index` =
-    the actor's place)."""
-    device = device or torch.device("cpu")
-    if cfg.backends.rollout != "vllm":
-        autocast = precision.autocast if precision is not None else nullcontext
-        return TransformersRollout(model, tokenizer, autocast=autocast)
-    from rl_engine.backends.vllm_rollout import VLLMRollout  # vllm only when chosen
-
-    # Room for the longest prompt plus the longest response, within what the model's positions allow.
-    response = max(cfg.rollout.max_new_tokens, cfg.logging.eval_max_new_tokens or 0)
-    longest = cfg.data.max_prompt_tokens + response
-    if cfg.environment is not None:  # every turn's action and observation stay in the context
-        env = cfg.environment
-        longest += (env.max_turns + 1) * (response + env.max_observation_tokens)
-    if model is None:
-        from transformers import AutoConfig
-
-        model_config = AutoConfig.from_pretrained(
-            str(weights_from or cfg.model.path), trust_remote_code=cfg.model.trust_remote_code
-        )
-    else:
-        model_config = model.config
-    positions = getattr(model_config, "max_position_embeddings", None) or longest
-    # On resume the engine starts from the checkpoint's weights, as the policy does.
-    return VLLMRollout(
-        weights_from or cfg.model.path,
-        tokenizer,
-        tokenizer_path=cfg.model.tokenizer_path or cfg.model.path,
-        dtype=cfg.model.dtype,
-        seed=cfg.seed,
-        max_model_len=min(longest, positions),
-        kv_cache_gb=cfg.backends.vllm_kv_cache_gb,
-        trust_remote_code=cfg.model.trust_remote_code,
-        engine_index=engine_index,
-        takes_turns=model is not None,
-        device=device.type,
-        transfer=weight_transfer(cfg, device),
-        sleeps=cfg.placement.mode == "colocate",  # a trainer shares the engine's GPU
     )
 
 
@@ -837,12 +697,6 @@ def evaluate(engine: Engine, prompts: list[Prompt], max_new_tokens: int, batch_s
 
 
 # --- the run -------------------------------------------------------------------------------------
-
-
-def configure_threads() -> None:
-    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
-    if threads > 0:
-        torch.set_num_threads(threads)
 
 
 def train(

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from rl_engine.config import ConfigError, RunConfig
+from rl_engine.devices import DTYPES
 
 ADAPTER_DIR = "adapter"
 _ADAPTER = "default"
@@ -52,8 +53,6 @@ def load_quantized_base(path: str | Path, cfg: RunConfig) -> nn.Module:
     fp32, input gradients on for gradient checkpointing). Untested: needs CUDA and bitsandbytes."""
     from peft import prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    from rl_engine.trainer import DTYPES
 
     dtype = DTYPES[cfg.model.dtype]
     quantization = BitsAndBytesConfig(

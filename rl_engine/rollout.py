@@ -14,6 +14,8 @@ from typing import Any, Literal, Protocol
 
 import torch
 
+from rl_engine.trainer import module_device
+
 FinishReason = Literal["stop", "length"]
 
 
@@ -140,8 +142,6 @@ class TransformersRollout:
         *,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ):
-        from rl_engine.trainer import module_device  # trainer imports this module
-
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size

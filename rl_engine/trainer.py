@@ -23,8 +23,6 @@ from rl_engine.config import RunConfig
 from rl_engine.devices import peak_flops, precision_for
 from rl_engine.flops import mfu, model_flops
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 @dataclass
 class TokenBatch:
@@ -221,10 +219,20 @@ def has_active_dropout(model: nn.Module) -> bool:
     )
 
 
-def combine_metric(name: str, values: list[float]) -> float:
+def combine_metric(name: str, values: list[float], weights: list[float] | None = None) -> float:
     """One value of a metric logged per micro-batch or per rank: the maximum of `*_max` metrics, the mean
-    of the rest."""
-    return max(values) if name.endswith("_max") else sum(values) / len(values)
+    of the rest, weighted by `weights` when given (a micro-batch's tokens, or its share of the loss)."""
+    if name.endswith("_max"):
+        return max(values)
+    if weights is None or sum(weights) <= 0:
+        return sum(values) / len(values)
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
+
+
+# Micro-batch losses weigh what they weigh in the objective (the share `_local_micro_batches` gives them);
+# every other micro-batch statistic is a mean over the micro-batch's response tokens and weighs its tokens,
+# so a metric over the update is the one a single batch would give, however the rows were split.
+_LOSS_METRICS = frozenset({"policy/loss", "critic/loss"})
 
 
 def rollout_logprob_gap(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
@@ -352,11 +360,11 @@ class TorchTrainer:
         cfg = self.cfg
         started = time.perf_counter()
         self.model.train()
-        logged: dict[str, list[torch.Tensor | float]] = {}
+        logged: dict[str, list[tuple[torch.Tensor | float, torch.Tensor | float]]] = {}
         flops = 0.0
 
-        def record(name: str, value: torch.Tensor | float) -> None:
-            logged.setdefault(name, []).append(value)
+        def record(name: str, value: torch.Tensor | float, weight: torch.Tensor | float = 1.0) -> None:
+            logged.setdefault(name, []).append((value, weight))
 
         for _ in range(cfg.train.epochs_per_batch):
             for mini_index in self._minibatches(len(exp.batch)):
@@ -366,8 +374,9 @@ class TorchTrainer:
                     stats = self._micro_step(micro.to(self.device), share)
                     if share > 0:  # a padding micro-batch (share 0) only keeps the ranks' collectives in step
                         flops += sum(c.train_flops(micro.batch.attention_mask.sum(1)) for c in self.flop_counts)
+                        tokens = micro.batch.response_mask.sum()
                         for name, value in stats.items():
-                            record(name, value)
+                            record(name, value, share if name in _LOSS_METRICS else tokens)
                 record("policy/grad_norm", self._clip_and_step("policy"))
                 if self.critic is not None:
                     record("critic/grad_norm", self._clip_and_step("critic"))
@@ -381,17 +390,23 @@ class TorchTrainer:
             metrics["throughput/train_mfu"] = mfu(flops, seconds, self.peak_flops)
         return metrics
 
-    def _fetch(self, logged: dict[str, list[torch.Tensor | float]]) -> dict[str, float]:
-        """Each metric's value over the update's micro-batches (`combine_metric`), read off the device in one
-        copy: a read per value would wait for the GPU at every micro-batch."""
-        names = [name for name, values in logged.items() for _ in values]
+    def _fetch(self, logged: dict[str, list[tuple[torch.Tensor | float, torch.Tensor | float]]]) -> dict[str, float]:
+        """Each metric's weighted value over the update's micro-batches (`combine_metric`), read off the
+        device in one copy: a read per value would wait for the GPU at every micro-batch."""
+        names = [name for name, pairs in logged.items() for _ in pairs]
         flat = [
-            torch.as_tensor(v, dtype=torch.float32).to(self.device).reshape(()) for vs in logged.values() for v in vs
+            torch.as_tensor(x, dtype=torch.float32).to(self.device).reshape(())
+            for pairs in logged.values()
+            for pair in pairs
+            for x in pair
         ]
+        read = torch.stack(flat).tolist() if flat else []
         values: dict[str, list[float]] = {}
-        for name, value in zip(names, torch.stack(flat).tolist() if flat else []):
+        weights: dict[str, list[float]] = {}
+        for name, value, weight in zip(names, read[0::2], read[1::2], strict=True):
             values.setdefault(name, []).append(value)
-        return {name: combine_metric(name, vs) for name, vs in values.items()}
+            weights.setdefault(name, []).append(weight)
+        return {name: combine_metric(name, values[name], weights[name]) for name in values}
 
     def _local_micro_batches(self, mini: Experience) -> list[tuple[Experience, float]]:
         """This rank's micro-batches of `mini` with the weight of each one's loss. Every rank gets the

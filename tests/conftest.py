@@ -248,3 +248,77 @@ def stop_ray_jobs(ray_address: str) -> None:
         if job.get("submission_id") and job.get("status") in ("PENDING", "RUNNING"):
             request = urllib.request.Request(f"{ray_address}/api/jobs/{job['submission_id']}/stop", method="POST")
             urllib.request.urlopen(request, timeout=10).close()
+
+
+# --- the engine's tiny demo task, shared by the engine's unit tests and the GPU tests ---------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny demo task (Qwen2 architecture, trained tokenizer, a few supervised steps), built once."""
+    from rl_engine.demo.build import build_demo
+
+    out = tmp_path_factory.mktemp("tiny-demo")
+    # A few supervised steps only: the policy must emit varied digit strings so rewards differ
+    # within a group and the updates are not all zero.
+    build_demo(out, seed=0, model_size="tiny", sft_steps=10, progress=False)
+    return out
+
+
+# --- platform rows, shared by the platform's unit tests and the e2e tests -------------------------------
+# Helpers that are not fixtures live in tests/unit/platform/helpers.py.
+
+
+@pytest.fixture
+def researcher(db):
+    """The signed-in user of most platform tests: "ada", with the researcher role."""
+    from tests.unit.platform.helpers import a_researcher
+
+    return a_researcher()
+
+
+@pytest.fixture
+def storage(settings, tmp_path: Path) -> Path:
+    """The test's own artifact root (settings.STORAGE_ROOT): run folders, datasets, rewards, model copies."""
+    settings.STORAGE_ROOT = tmp_path / "storage"
+    return settings.STORAGE_ROOT
+
+
+@pytest.fixture
+def registry(db, tmp_path: Path) -> dict:
+    """Registry rows straight through the ORM (helpers.registry_rows): a model folder that exists, a stored
+    JSONL dataset of 8 sums, and two builtin rewards ("exact", "format")."""
+    from posttrain.registry.models import RewardFunction
+    from tests.unit.platform.helpers import registry_rows
+
+    rows = registry_rows(tmp_path, [(f"{i}+1=", str(i + 1)) for i in range(8)])
+    rows["format"] = RewardFunction.objects.create(
+        name="two-digits", kind="builtin", spec={"type": "regex", "pattern": r"^\d\d"}
+    )
+    return rows
+
+
+@pytest.fixture
+def experiment(registry, researcher):
+    """The researcher's GRPO experiment over the `registry` rows (helpers.BASE_CONFIG)."""
+    from posttrain.runs import services
+    from tests.unit.platform.helpers import BASE_CONFIG
+
+    return services.experiment_create(
+        name="sums grpo",
+        model=registry["model"],
+        dataset=registry["dataset"],
+        rewards=[(registry["exact"], 1.0), (registry["format"], 0.5)],
+        config=BASE_CONFIG,
+        user=researcher,
+    )
+
+
+@pytest.fixture
+def no_dispatch(monkeypatch) -> list[tuple[str, str]]:
+    """Records the Celery tasks the runs services would send (after commit) instead of sending them."""
+    from posttrain.runs import services
+
+    sent: list[tuple[str, str]] = []
+    monkeypatch.setattr(services.launch, "_dispatch", lambda name, run_id: sent.append((name, str(run_id))))
+    return sent

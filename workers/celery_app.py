@@ -11,8 +11,7 @@ if _platform_dir not in sys.path:
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "posttrain.settings")
 
-from celery import Celery  # noqa: E402
+from posttrain.core.task_queue import celery_app  # noqa: E402  (needs platform/ on sys.path first)
 
-app = Celery("posttrain")
-app.config_from_object("django.conf:settings", namespace="CELERY")
+app = celery_app()
 app.autodiscover_tasks(["workers"])

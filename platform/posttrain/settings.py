@@ -195,7 +195,7 @@ CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_TASK_ALWAYS_EAGER = _env_flag("POSTTRAIN_CELERY_EAGER")
+# Tasks are sent by name (posttrain.core.task_queue), which Celery's eager mode does not apply to: no EAGER flag.
 
 # --- Artifacts (docs/ARCHITECTURE.md, "Artifacts"): runs/<run-id>/, datasets/<sha256>/, models/<name>/ ---
 STORAGE_ROOT = Path(os.environ.get("POSTTRAIN_STORAGE", STATE_DIR / "storage")).resolve()
@@ -207,6 +207,9 @@ ENGINE_PYTHON = os.environ.get("POSTTRAIN_ENGINE_PYTHON", sys.executable)
 # How long a launched run may wait for Ray to accept its job (head starting, cluster busy) before it fails.
 RUN_SUBMIT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_SUBMIT_TIMEOUT_S", "600"))
 RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S", "120"))
+# The worker's Ray Jobs client (posttrain.runs.services.jobs.JobsClient), named here so the platform never
+# imports the workers package that imports it.
+RUNS_JOBS_CLIENT = "workers.ray_jobs"
 # User code (python rewards, environments, agent commands) runs in a bubblewrap sandbox and is refused
 # where none can be made; an admin may allow it unsandboxed on a single-user machine (shown on /api/health/).
 # The engine and the workers read the same variable (rl_engine.sandbox); runs' jobs get it passed on.

@@ -127,10 +127,7 @@ def grpo_advantages(
     grouped = _grouped(rewards, mask, group_size)
     advantages = grouped - grouped.mean(dim=1, keepdim=True)
     if normalize_std:
-        if group_size > 1:
-            std = grouped.std(dim=1, keepdim=True, correction=1)
-        else:
-            std = torch.zeros_like(grouped)
+        std = grouped.std(dim=1, keepdim=True, correction=1) if group_size > 1 else torch.zeros_like(grouped)
         advantages = advantages / (std + eps)
     return broadcast_to_tokens(advantages.reshape(-1), mask)
 

@@ -168,7 +168,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {spec.name: spec for spec in _ESTIMATORS}
 DEFAULT_CORRECTION = "none"
 _TIS = "Yao et al. 2025, Your Efficient RL Framework Secretly Brings You Off-Policy RL Training (fengyao.notion.site/off-policy-rl)"
 _MIS = "Liu et al. 2025, When Speed Kills Stability: the training-inference mismatch (richardli.xyz/rl-collapse)"
-_BOTH = frozenset({"rollout_logprobs", "old_logprobs"})
+_BOTH: frozenset[RolloutData] = frozenset({"rollout_logprobs", "old_logprobs"})
 
 _CORRECTIONS = (
     CorrectionSpec(
@@ -276,6 +276,8 @@ def read_policy_loss_spec(path: Path) -> PolicyLossSpec:
             raise CatalogueError(f"{path.name}: give PolicyLossSpec's values as keywords (name=..., level=...)")
         values = {}
         for keyword in call.keywords:
+            if keyword.arg is None:
+                raise CatalogueError(f"{path.name}: SPEC takes named literals, not **{ast.unparse(keyword.value)}")
             try:
                 values[keyword.arg] = ast.literal_eval(keyword.value)
             except ValueError:

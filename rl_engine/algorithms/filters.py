@@ -47,9 +47,6 @@ def overlong_penalty(
         raise ValueError(f"buffer_len must be in [0, max_len={max_len}], got {buffer_len}")
     length = lengths.to(torch.get_default_dtype()) if not lengths.is_floating_point() else lengths
     start = max_len - buffer_len
-    if buffer_len > 0:
-        ramp = (start - length) / buffer_len * penalty_factor
-    else:
-        ramp = torch.zeros_like(length)
+    ramp = (start - length) / buffer_len * penalty_factor if buffer_len > 0 else torch.zeros_like(length)
     penalty = torch.where(length <= start, torch.zeros_like(length), ramp)
     return torch.where(length > max_len, torch.full_like(length, -penalty_factor), penalty)

@@ -101,7 +101,7 @@ def parse_text(text: str) -> Any:
         except json.JSONDecodeError:
             pass  # flow-style YAML, or broken JSON: YAML gives the line-numbered error
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+        data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as e:
         raise ConfigError([{"loc": "", "msg": _yaml_error_message(e)}]) from None
     if data is None:

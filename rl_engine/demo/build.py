@@ -19,7 +19,6 @@ while building, so the same seed gives byte-identical data files and identical w
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import shutil

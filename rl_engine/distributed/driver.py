@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,7 +129,7 @@ class RayRoles:
             actor = self.actors[role]
             try:
                 ray.get(actor.handle.ready.remote(), timeout=10)
-            except Exception:  # noqa: BLE001 -- any failure to answer means this one is gone
+            except Exception:  # any failure to answer means this one is gone
                 dead.append(f"{role} (pid {actor.pid})" if actor.pid else role)
         cause = str(exc).strip().splitlines()
         reason = next(
@@ -190,17 +190,15 @@ class RayRoles:
 
         for actor in self.actors.values():
             if actor.role.startswith(("rollout_", "reward")):
-                try:  # vLLM's engine core and the reward sandboxes are child processes: stop them first
+                # vLLM's engine core and the reward sandboxes are child processes: stop them first; a dead
+                # or stuck actor is killed below all the same.
+                with suppress(Exception):
                     ray.get(actor.handle.close.remote(), timeout=60)
-                except Exception:  # noqa: BLE001 -- a dead or stuck actor is killed below all the same
-                    pass
         for actor in self.actors.values():
             ray.kill(actor.handle, no_restart=True)
         self.actors = {}
-        try:
+        with suppress(Exception):  # the cluster may already be gone
             self._remove_group(self.group)
-        except Exception:  # noqa: BLE001 -- the cluster may already be gone
-            pass
         if self._started_ray:
             ray.shutdown()
 

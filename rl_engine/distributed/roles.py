@@ -38,7 +38,7 @@ class RolloutWorker(_Role):
     """One rollout engine (vLLM, or transformers `generate` on its own copy of the policy)."""
 
     def __init__(self, cfg: RunConfig, weights_from: str | None, index: int, gpus: float = 0.0):
-        from rl_engine.loop import configure_threads, load_policy, load_tokenizer, rollout_backend
+        from rl_engine.components import configure_threads, load_policy, load_tokenizer, rollout_backend
         from rl_engine.rollout import TransformersRollout
 
         configure_threads()
@@ -84,7 +84,7 @@ class TrainerWorker(_Role):
     def __init__(
         self, cfg: RunConfig, weights_from: str | None, rank: int, world: int, master_port: int, gpus: float = 0.0
     ):
-        from rl_engine.loop import (
+        from rl_engine.components import (
             configure_threads,
             load_tokenizer,
             load_trainable_policy,
@@ -194,7 +194,7 @@ class ReferenceWorker(_Role):
     """The frozen initial policy, for KL."""
 
     def __init__(self, cfg: RunConfig, gpus: float = 0.0):
-        from rl_engine.loop import configure_threads, load_policy
+        from rl_engine.components import configure_threads, load_policy
 
         configure_threads()
         device = self._place(cfg, gpus, "reference model")
@@ -212,7 +212,7 @@ class ReferenceWorker(_Role):
 
 class RewardWorker(_Role):
     def __init__(self, cfg: RunConfig, gpus: float = 0.0):
-        from rl_engine.loop import build_reward_or_none, configure_threads
+        from rl_engine.components import build_reward_or_none, configure_threads
 
         configure_threads()
         self.reward = build_reward_or_none(cfg, self._place(cfg, gpus, "reward worker"))

@@ -29,6 +29,7 @@ interpreter may be in a poor state; past half of its CPU-time limit).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -37,8 +38,9 @@ import resource
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 MODULE_NAME = "_posttrain_user_reward"
 OPENRLHF_NAME = "reward_func"
@@ -392,10 +394,8 @@ def _limit_memory(memory_mb: float) -> None:
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    try:
+    with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash must not write a core dump
-    except (ValueError, OSError):
-        pass
 
 
 def cpu_budget_spent() -> bool:

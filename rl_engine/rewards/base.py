@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 ExtraLogs = dict[str, "list[float] | float"]
 
@@ -51,7 +52,7 @@ class RewardBatch:
         queries: Sequence[str] | None = None,
         finish_reasons: Sequence[str] | None = None,
         metadata: Sequence[dict] | None = None,
-    ) -> "RewardBatch":
+    ) -> RewardBatch:
         """Convenience constructor: queries default to prompt+response, the rest to neutral values."""
         n = len(prompts)
         return cls(
@@ -71,13 +72,13 @@ class ComponentResult:
     extra_logs: dict[str, list[float] | float] = field(default_factory=dict)  # extra curves
 
     @classmethod
-    def failed(cls, n: int, reason: str) -> "ComponentResult":
+    def failed(cls, n: int, reason: str) -> ComponentResult:
         """Every sample failed for the same reason (a batch-level failure)."""
         reason = truncate_reason(reason)
         return cls(scores=[0.0] * n, errors=[reason] * n, extra_logs={})
 
     @classmethod
-    def ok(cls, scores: list[float], extra_logs: dict | None = None) -> "ComponentResult":
+    def ok(cls, scores: list[float], extra_logs: dict | None = None) -> ComponentResult:
         return cls(scores=list(scores), errors=[None] * len(scores), extra_logs=extra_logs or {})
 
 
@@ -164,7 +165,7 @@ class CompositeReward:
         if first is not None:
             raise first
 
-    def __enter__(self) -> "CompositeReward":
+    def __enter__(self) -> CompositeReward:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -198,7 +199,7 @@ def to_score(value: Any) -> float:
     """A finite float from a number (bool/int/float or a 0-d tensor-like); raises otherwise."""
     if hasattr(value, "item") and not isinstance(value, (int, float)):
         value = value.item()
-    if isinstance(value, bool) or isinstance(value, (int, float)):
+    if isinstance(value, (bool, int, float)):
         result = float(value)
     else:
         raise TypeError(f"score is not a number: {_short_repr(value)}")

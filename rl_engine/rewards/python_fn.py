@@ -41,6 +41,7 @@ OpenRLHF shape, each sample for the verl shape. Two layers enforce it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -116,16 +117,12 @@ def _exit_reason(returncode: int | None, sandboxed: bool) -> str:
 
 def _terminate(proc: subprocess.Popen, *conns: Connection) -> None:
     for conn in conns:
-        try:
+        with contextlib.suppress(OSError):
             conn.close()
-        except OSError:
-            pass
     if proc.poll() is None:
         proc.kill()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 class SandboxWorker:
@@ -485,7 +482,7 @@ class PythonFunctionReward:
 
 def _verl_args(batch: RewardBatch, i: int) -> dict:
     metadata = batch.metadata[i] or {}
-    extra_info = metadata["extra_info"] if "extra_info" in metadata else metadata
+    extra_info = metadata.get("extra_info", metadata)
     return {
         "data_source": metadata.get("data_source"),
         "solution_str": batch.responses[i],

@@ -9,7 +9,8 @@ composite. ``build_reward`` also reads an optional ``weight`` (default 1.0) from
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rl_engine.rewards.base import CompositeReward, RewardComponent
 from rl_engine.rewards.http import HttpReward

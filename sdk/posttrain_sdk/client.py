@@ -184,7 +184,7 @@ class Datasets(_Section):
         name: str | None = None,
         prompt_field: str = "prompt",
         label_field: str | None = "label",
-        format: str | None = None,  # noqa: A002 -- the API's own name
+        format: str | None = None,
         description: str = "",
     ) -> Dataset:
         """Upload a JSONL, CSV or Parquet file; the same content again returns the existing dataset."""
@@ -395,7 +395,7 @@ class Runs(_Section):
     def logs(self, run_id: str, *, tail: int | None = None) -> str:
         return self.client.get(f"/api/runs/{run_id}/logs/", tail=tail)["logs"]
 
-    def export(self, run_id: str, path: str | Path, *, format: str = "csv") -> Path:  # noqa: A002
+    def export(self, run_id: str, path: str | Path, *, format: str = "csv") -> Path:
         """Every raw metric point to a CSV or JSONL file."""
         return _download(self.client, f"/api/runs/{run_id}/export/", {"format": format}, Path(path))
 
@@ -461,7 +461,7 @@ class Review(_Section):
         path: str | Path,
         *,
         format: str = "trl",
-        question: str | None = None,  # noqa: A002
+        question: str | None = None,
     ) -> Path:
         """The campaign's judgements: `trl` / `openai` preference pairs, `ratings_jsonl`, `ratings_csv`."""
         params = {"format": format, **({"question": question} if question else {})}

@@ -270,7 +270,7 @@ def init(
     tags: list[str] | None = None,
     note: str = "",
     total_steps: int | None = None,
-    dir: str | Path | None = None,  # noqa: A002 -- W&B's name for it
+    dir: str | Path | None = None,
     url: str | None = None,
     token: str | None = None,
     heartbeat_s: float = DEFAULT_HEARTBEAT_S,

@@ -3,7 +3,6 @@ stored through the real ingestion service, compared as a researcher would."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -14,7 +13,7 @@ from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs import services
 from posttrain.runs.models import Run
 from tests.e2e.conftest import screenshot
-from tests.unit.platform.runs_fixtures import BASE_CONFIG, a_researcher, sample_record
+from tests.unit.platform.helpers import BASE_CONFIG, a_researcher, registry_rows, sample_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,25 +37,8 @@ SHARED_PROMPT = "2+2="
 
 
 def _registry(folder: Path) -> tuple[ModelAsset, Dataset, RewardFunction]:
-    model_dir = folder / "model"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    data = folder / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"question": f"{i}+2=", "answer": str(i + 2)}) + "\n" for i in range(8)))
-    model = ModelAsset.objects.create(name="tiny", path=str(model_dir))
-    dataset = Dataset.objects.create(
-        name="sums",
-        sha256="b" * 64,
-        format="jsonl",
-        path=str(data),
-        size_bytes=data.stat().st_size,
-        row_count=8,
-        prompt_field="question",
-        label_field="answer",
-        columns=["question", "answer"],
-    )
-    reward = RewardFunction.objects.create(name="exact answer", kind="builtin", spec={"type": "exact_match"})
-    return model, dataset, reward
+    rows = registry_rows(folder, [(f"{i}+2=", str(i + 2)) for i in range(8)], sha256="b" * 64)
+    return rows["model"], rows["dataset"], rows["exact"]
 
 
 def _launched_run(name: str, lr: float, seed: int, registry, user) -> Run:

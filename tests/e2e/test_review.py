@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
+from posttrain.registry.models import Dataset
 from posttrain.review.models import Campaign, Judgement, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run
 from tests.e2e.conftest import PASSWORD, open_ready, screenshot
-from tests.unit.platform.runs_fixtures import BASE_CONFIG, sample_record
+from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,26 +108,8 @@ def people(tmp_path, monkeypatch, settings):
 
 
 def _run_with_samples(folder: Path, user) -> Run:
-    model_dir = folder / "model"
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    data = folder / "prompts.jsonl"
-    data.write_text(
-        "".join(json.dumps({"question": p, "answer": "?"}) + "\n" for p, *_ in SINGLE_SAMPLES + PAIR_SAMPLES)
-    )
-    model = ModelAsset.objects.create(name="tiny", path=str(model_dir))
-    dataset = Dataset.objects.create(
-        name="sums",
-        sha256="c" * 64,
-        format="jsonl",
-        path=str(data),
-        size_bytes=data.stat().st_size,
-        row_count=8,
-        prompt_field="question",
-        label_field="answer",
-        columns=["question", "answer"],
-    )
-    reward = RewardFunction.objects.create(name="exact answer", kind="builtin", spec={"type": "exact_match"})
+    rows = registry_rows(folder, [(p, "?") for p, *_ in SINGLE_SAMPLES + PAIR_SAMPLES], sha256="c" * 64)
+    model, dataset, reward = rows["model"], rows["dataset"], rows["exact"]
     experiment = services.experiment_create(
         name="sums grpo", model=model, dataset=dataset, rewards=[(reward, 1.0)], config=BASE_CONFIG, user=user
     )
@@ -401,7 +383,7 @@ def test_single_items_are_rated_by_two_annotators_with_the_keyboard_and_their_ag
         press_and_wait_for_next(page_, "Enter")
 
     work_until_done(pages, judge)
-    for name, annotator_page in pages.items():
+    for annotator_page in pages.values():
         expect(annotator_page.locator("#done-title")).to_have_text("All done")
         expect(annotator_page.locator("#progress-text")).to_have_text("4 of 4 judged")
     screenshot(ann, "annotate-all-done")

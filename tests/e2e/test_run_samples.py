@@ -13,15 +13,7 @@ from playwright.sync_api import expect
 from posttrain.runs import services
 from posttrain.runs.models import RunState
 from tests.e2e.conftest import screenshot
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    sample_record,
-    storage,
-)
+from tests.unit.platform.helpers import make_run, sample_record
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
 

@@ -1,5 +1,6 @@
 """GPU tests: `make test-gpu` on a host with CUDA (and, for the vLLM ones, vllm built for CUDA); every test
-here is skipped where torch sees no GPU, so the suite stays green on CPU hosts."""
+here is skipped where torch sees no GPU, so the suite stays green on CPU hosts. The `tiny_demo` task they
+train is tests/conftest.py's."""
 
 from __future__ import annotations
 
@@ -7,9 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from tests.unit.engine.conftest import tiny_demo  # noqa: F401  (the shared tiny demo task)
-
 
 HERE = Path(__file__).parent
 

@@ -15,7 +15,7 @@ from tests.gpu.test_cuda_engine import gpu_config
 pytest.importorskip("vllm")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU visible", allow_module_level=True)
-from vllm.platforms import current_platform  # noqa: E402
+from vllm.platforms import current_platform
 
 if not current_platform.is_cuda():
     pytest.skip("vllm here is not built for CUDA", allow_module_level=True)

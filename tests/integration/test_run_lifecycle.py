@@ -102,7 +102,7 @@ class Api:
 def api(stack) -> Api:
     from rest_framework.authtoken.models import Token
 
-    from tests.unit.platform.runs_fixtures import a_researcher
+    from tests.unit.platform.helpers import a_researcher
 
     return Api(stack.web.url, Token.objects.create(user=a_researcher()).key)
 
@@ -184,7 +184,7 @@ def run_folder_events(run: dict) -> list[dict]:
     return read_events(Path(run["resolved_config"]["logging"]["run_dir"]) / "events.jsonl")
 
 
-def ray_job_status(stack: Stack, run_id: str, timeout_s: float = 30) -> str:
+def ray_job_status(stack: PlatformStack, run_id: str, timeout_s: float = 30) -> str:
     """The Ray job's final status (the engine process may still be exiting when its run already ended)."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -250,7 +250,7 @@ def test_a_launched_run_succeeds_with_every_steps_metrics_and_every_sample_store
     assert_the_token_never_reached_ray(stack, run)
 
 
-def assert_the_token_never_reached_ray(stack: Stack, run: dict) -> None:
+def assert_the_token_never_reached_ray(stack: PlatformStack, run: dict) -> None:
     """Anyone who can list Ray jobs reads their runtime_env: the token went through a 0600 file in the run
     folder instead, which the engine deleted once it had read it."""
     from posttrain.runs.tokens import ingest_token

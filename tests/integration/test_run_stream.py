@@ -58,7 +58,7 @@ def a_running_run():
     from posttrain.accounts.services import user_create
     from posttrain.runs.models import Run
     from posttrain.runs.tokens import ingest_token, token_hash
-    from tests.unit.platform.registry_factories import a_reward_row, an_experiment
+    from tests.unit.platform.helpers import a_reward_row, an_experiment
 
     user_create("stream-reader", PASSWORD, "researcher")
     run_id = uuid.uuid4()

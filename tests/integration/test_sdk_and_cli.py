@@ -109,7 +109,7 @@ def test_login_is_stored_per_server_and_refusals_say_what_to_do(cli, web, tmp_pa
 
 
 def test_registry_experiments_and_runs_from_the_terminal(logged_in, tmp_path):
-    from tests.unit.platform.registry_factories import write_model_folder
+    from tests.unit.platform.helpers import write_model_folder
 
     cli = logged_in
     data = tmp_path / "sums.jsonl"
@@ -319,7 +319,7 @@ def test_undelivered_events_are_sent_later_with_sync(logged_in, web, token, tmp_
 def test_a_client_killed_mid_run_makes_the_run_lost(web, token, tmp_path, settings):
     from posttrain.runs import services
     from posttrain.runs.models import Run
-    from tests.unit.platform.runs_fixtures import FakeJobs
+    from tests.unit.platform.helpers import FakeJobs
 
     script = track_script(
         web.url,
@@ -435,7 +435,7 @@ def readme_block(section: str, language: str, index: int = 0) -> str:
 
 
 def test_the_readmes_python_examples_work_as_pasted(logged_in, web, token, tmp_path):
-    from tests.unit.platform.registry_factories import write_model_folder
+    from tests.unit.platform.helpers import write_model_folder
 
     cli = logged_in
     data = tmp_path / "prompts.jsonl"

@@ -43,7 +43,7 @@ def world(stack, tmp_path_factory) -> Iterator[HostWorld]:
 def session(stack) -> requests.Session:
     from rest_framework.authtoken.models import Token
 
-    from tests.unit.platform.runs_fixtures import a_researcher
+    from tests.unit.platform.helpers import a_researcher
 
     session = requests.Session()
     session.headers["Authorization"] = f"Token {Token.objects.create(user=a_researcher()).key}"

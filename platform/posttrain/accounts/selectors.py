@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 
 from posttrain.accounts.roles import ROLE_NAMES, Role
+from posttrain.core.errors import NotAuthenticated
 
 # Cached on the user object: a request checks permissions several times (view, then object).
 _CACHE_ATTR = "_posttrain_roles"
 
 
-def user_roles(user: AbstractBaseUser | AnonymousUser | None) -> frozenset[str]:
+def signed_in_user(user: User | AnonymousUser) -> User:
+    """A request's user where the view's permissions admit only signed-in users: typed as one."""
+    if not isinstance(user, User) or not user.is_authenticated:
+        raise NotAuthenticated("sign in first")
+    return user
+
+
+def user_roles(user: User | AnonymousUser | None) -> frozenset[str]:
     """The user's roles; a superuser is always an admin, an anonymous user has none."""
     if user is None or not user.is_authenticated or not user.is_active:
         return frozenset()
@@ -24,12 +32,12 @@ def user_roles(user: AbstractBaseUser | AnonymousUser | None) -> frozenset[str]:
     return cached
 
 
-def user_role(user: AbstractBaseUser | AnonymousUser | None) -> str | None:
+def user_role(user: User | AnonymousUser | None) -> str | None:
     """The user's main role (admin over researcher over annotator), None without one."""
     roles = user_roles(user)
     return next((role for role in (Role.ADMIN, Role.RESEARCHER, Role.ANNOTATOR) if role in roles), None)
 
 
-def forget_cached_roles(user: AbstractBaseUser) -> None:
+def forget_cached_roles(user: User) -> None:
     if hasattr(user, _CACHE_ATTR):
         delattr(user, _CACHE_ATTR)

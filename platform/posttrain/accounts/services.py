@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser, Group
+from django.contrib.auth.models import Group, User
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -20,7 +20,7 @@ def _check_role(role: str) -> str:
 
 
 @transaction.atomic
-def user_create(username: str, password: str, role: str, *, email: str = "") -> AbstractUser:
+def user_create(username: str, password: str, role: str, *, email: str = "") -> User:
     """A new user with one role. The password must pass the project's password validators."""
     _check_role(role)
     user_model = get_user_model()
@@ -40,7 +40,7 @@ def user_create(username: str, password: str, role: str, *, email: str = "") -> 
 
 
 @transaction.atomic
-def user_set_role(user: AbstractUser, role: str) -> AbstractUser:
+def user_set_role(user: User, role: str) -> User:
     """Give the user exactly this role (the other role groups are removed; other groups stay).
 
     Admins manage users and settings through Django's admin site, so the admin role also makes
@@ -58,7 +58,7 @@ def user_set_role(user: AbstractUser, role: str) -> AbstractUser:
     return user
 
 
-def token_get_or_create(user: AbstractUser) -> Token:
+def token_get_or_create(user: User) -> Token:
     """The user's API token for scripts and the CLI (one per user, created on first request)."""
     token, _ = Token.objects.get_or_create(user=user)
     return token

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 
 from posttrain.core.errors import InvalidInput
@@ -239,9 +239,9 @@ def export_filename(campaign: Campaign, fmt: str) -> str:
 
 def campaign_export_register(
     campaign: Campaign,
-    format: str,  # noqa: A002 - the API's name for it
+    format: str,
     name: str | None = None,
-    user: AbstractBaseUser | None = None,
+    user: User | AnonymousUser | None = None,
     *,
     description: str = "",
     question: str | None = None,

@@ -179,7 +179,7 @@ def _steps(raw: dict[str, Any], errors: list[dict[str, str]]) -> tuple[list[int]
         if None in bounds or bounds[0] < 0 or bounds[1] < bounds[0]:
             errors.append({"loc": "source.step_range", "msg": "must be [first, last], steps ≥ 0, first ≤ last"})
             return None, None
-        return None, bounds
+        return None, [int(bound) for bound in bounds]
     return None, None
 
 

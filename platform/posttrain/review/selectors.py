@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -56,18 +56,18 @@ def campaign_list() -> QuerySet[Campaign]:
     )
 
 
-def annotator_campaigns(user: AbstractBaseUser) -> QuerySet[Campaign]:
+def annotator_campaigns(user: User) -> QuerySet[Campaign]:
     """The campaigns the user is assigned to (any state): annotators reach nothing else."""
     return Campaign.objects.filter(annotators=user)
 
 
-def annotator_items(user: AbstractBaseUser) -> QuerySet[ReviewItem]:
+def annotator_items(user: User) -> QuerySet[ReviewItem]:
     return ReviewItem.objects.select_related("campaign", "sample_a__run", "sample_b__run").filter(
         campaign__annotators=user
     )
 
 
-def annotator_progress(campaign: Campaign, user: AbstractBaseUser, now: datetime | None = None) -> dict[str, Any]:
+def annotator_progress(campaign: Campaign, user: User, now: datetime | None = None) -> dict[str, Any]:
     """judged: items the user judged; remaining: items they may still judge (some may be locked by others
     or skipped); available: of those, claimable now; done: nothing remains."""
     now = now or timezone.now()
@@ -127,7 +127,7 @@ def campaign_progress(campaign: Campaign, now: datetime | None = None) -> dict[s
     }
 
 
-def annotator_queue(user: AbstractBaseUser, now: datetime | None = None) -> list[tuple[Campaign, dict[str, Any]]]:
+def annotator_queue(user: User, now: datetime | None = None) -> list[tuple[Campaign, dict[str, Any]]]:
     """The user's active campaigns, each with their progress."""
     campaigns = annotator_campaigns(user).filter(state=CampaignState.ACTIVE).order_by("created_at", "pk")
     return [(campaign, annotator_progress(campaign, user, now)) for campaign in campaigns]
@@ -159,7 +159,7 @@ def campaign_for_annotator(campaign: Campaign) -> dict[str, Any]:
     }
 
 
-def item_for_annotator(item: ReviewItem, user: AbstractBaseUser) -> dict[str, Any]:
+def item_for_annotator(item: ReviewItem, user: User) -> dict[str, Any]:
     """The item as the annotator may see it. Pairs show in the item's display order ("A" may be sample_b);
     the user's own earlier answers (only theirs) come back in the same terms."""
     campaign = item.campaign

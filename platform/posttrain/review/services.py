@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
@@ -87,7 +87,7 @@ def _check_kind(kind: Any) -> str:
     return kind
 
 
-def _check_annotators(users: Sequence[AbstractBaseUser]) -> list[AbstractBaseUser]:
+def _check_annotators(users: Sequence[User]) -> list[User]:
     errors = []
     for i, user in enumerate(users):
         if not user_roles(user) & ANNOTATOR_ROLES:
@@ -152,8 +152,8 @@ def campaign_create(
     blind: bool = True,
     overlap: int = 1,
     lock_ttl_s: int = 600,
-    annotators: Sequence[AbstractBaseUser] = (),
-    user: AbstractBaseUser | None = None,
+    annotators: Sequence[User] = (),
+    user: User | None = None,
 ) -> Campaign:
     """A draft campaign with its items sampled from the runs (deterministic by the source's seed)."""
     errors: list[dict[str, str]] = []
@@ -218,7 +218,7 @@ def campaign_update(
     name: str | None = None,
     description: str | None = None,
     instructions: str | None = None,
-    annotators: Sequence[AbstractBaseUser] | None = None,
+    annotators: Sequence[User] | None = None,
 ) -> Campaign:
     """Edit the texts and who annotates. Questions and source are fixed: the items were drawn from them."""
     fields = []
@@ -278,7 +278,7 @@ def campaign_close(campaign: Campaign, *, now: datetime | None = None) -> Campai
 # =============================================================================================
 
 
-def _require_assigned(campaign: Campaign, user: AbstractBaseUser) -> None:
+def _require_assigned(campaign: Campaign, user: User) -> None:
     if not campaign.annotators.filter(pk=user.pk).exists():
         raise NotAssigned()
 
@@ -289,18 +289,18 @@ def _require_active(campaign: Campaign) -> None:
         raise IllegalTransition(f"the campaign is {state}: only an active campaign takes work", state)
 
 
-def _free_for(user: AbstractBaseUser, now: datetime) -> Q:
+def _free_for(user: User, now: datetime) -> Q:
     """Nobody else holds an unexpired lock."""
     return Q(locked_by__isnull=True) | Q(locked_until__lte=now) | Q(locked_by=user)
 
 
-def open_items(campaign: Campaign, user: AbstractBaseUser) -> QuerySet[ReviewItem]:
+def open_items(campaign: Campaign, user: User) -> QuerySet[ReviewItem]:
     """Items the user may still judge: not done (fewer than `overlap` judgements), not judged by them."""
     judged = Judgement.objects.filter(item=OuterRef("pk"), annotator=user)
     return campaign.items.filter(judgement_count__lt=campaign.overlap).exclude(Exists(judged))
 
 
-def _claimable(campaign: Campaign, user: AbstractBaseUser, now: datetime) -> QuerySet[ReviewItem]:
+def _claimable(campaign: Campaign, user: User, now: datetime) -> QuerySet[ReviewItem]:
     """Open items nobody else holds, in queue order: unskipped ones first, then the ones this user
     skipped, earliest skip first."""
     last_skip = Skip.objects.filter(item=OuterRef("pk"), annotator=user).order_by("-at").values("at")[:1]
@@ -316,7 +316,7 @@ def _load(pk: int) -> ReviewItem:
     return ReviewItem.objects.select_related("campaign", "sample_a__run", "sample_b__run").get(pk=pk)
 
 
-def item_claim_next(campaign: Campaign, user: AbstractBaseUser, *, now: datetime | None = None) -> ReviewItem | None:
+def item_claim_next(campaign: Campaign, user: User, *, now: datetime | None = None) -> ReviewItem | None:
     """Lock the user's next item and return it; None when nothing is left for them now.
 
     An item the user already holds comes back (its lock renewed): reloading the page loses nothing."""
@@ -351,13 +351,13 @@ def item_claim_next(campaign: Campaign, user: AbstractBaseUser, *, now: datetime
     raise ItemUnavailable("other annotators took every item offered to you just now; ask for the next item again")
 
 
-def item_release(item: ReviewItem, user: AbstractBaseUser) -> bool:
+def item_release(item: ReviewItem, user: User) -> bool:
     """Give the item back without judging it; False when the user did not hold it."""
     _require_assigned(item.campaign, user)
     return ReviewItem.objects.filter(pk=item.pk, locked_by=user).update(locked_by=None, locked_until=None) == 1
 
 
-def item_skip(item: ReviewItem, user: AbstractBaseUser, *, now: datetime | None = None) -> Skip:
+def item_skip(item: ReviewItem, user: User, *, now: datetime | None = None) -> Skip:
     """Put the item off: its lock is released and it comes back after the user's unskipped items."""
     now = now or timezone.now()
     _require_assigned(item.campaign, user)
@@ -382,7 +382,7 @@ def _check_seconds(seconds: Any) -> float:
 
 
 def judgement_submit(
-    item: ReviewItem, user: AbstractBaseUser, answers: Any, seconds: Any = 0.0, *, now: datetime | None = None
+    item: ReviewItem, user: User, answers: Any, seconds: Any = 0.0, *, now: datetime | None = None
 ) -> tuple[Judgement, bool]:
     """Store the user's answers on the item (as they saw it: pairwise "A" is the response shown as A);
     returns (judgement, created). The lock is released.
@@ -421,4 +421,6 @@ def _why_unavailable(pk: int, campaign: Campaign, now: datetime) -> ItemUnavaila
     fresh = ReviewItem.objects.get(pk=pk)
     if fresh.judgement_count >= campaign.overlap:
         return ItemUnavailable(f"the item has all its {campaign.overlap} judgement(s) already")
-    return ItemUnavailable(f"another annotator holds this item until {fresh.locked_until.isoformat()}")
+    # Released since the claim failed (locked_until cleared): held, but no longer until a known time.
+    until = f" until {fresh.locked_until.isoformat()}" if fresh.locked_until is not None else ""
+    return ItemUnavailable(f"another annotator holds this item{until}")

@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, render
 
 from posttrain.accounts.decorators import researcher_required, role_required
 from posttrain.accounts.roles import Role
+from posttrain.accounts.selectors import signed_in_user
 from posttrain.review import selectors
 from posttrain.review.models import Campaign
 
@@ -46,7 +47,7 @@ def queue_page(request: HttpRequest) -> HttpResponse:
 @annotator_required
 def work_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     # Only campaigns the user is assigned to, as in the API: anything else does not exist for them.
-    campaign = get_object_or_404(selectors.annotator_campaigns(request.user), pk=campaign_id)
+    campaign = get_object_or_404(selectors.annotator_campaigns(signed_in_user(request.user)), pk=campaign_id)
     return render(
         request,
         "review/work.html",

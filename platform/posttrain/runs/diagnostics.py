@@ -23,7 +23,7 @@ import operator
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from rl_engine.metric_catalogue import require
 
@@ -95,7 +95,7 @@ class Alert:
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _is_finite(value: object) -> bool:
+def _is_finite(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -109,6 +109,11 @@ def _early_level(points: Sequence[Point]) -> float | None:
     if len(points) < BASELINE_POINTS:
         return None
     return statistics.median(value for _, value in points[:BASELINE_POINTS])
+
+
+def _past_limit(past: Callable[[float, float], bool], limit: float) -> Callable[[float], bool]:
+    """One rule's condition "the value is past `limit`", bound to this limit."""
+    return lambda value: past(value, limit)
 
 
 def _first_persistent(points: Iterable[Point], condition: Callable[[float], bool]) -> Point | None:
@@ -308,7 +313,7 @@ def level_alerts(series: Mapping[str, Series], rules: Sequence[LevelRule] = LEVE
         limit = None if early is None else rule.limit(early)
         if limit is None:
             continue
-        hit = _first_persistent(points, lambda value: rule.past(value, limit))
+        hit = _first_persistent(points, _past_limit(rule.past, limit))
         if hit:
             step, value = hit
             crossing = Crossing(rule.metric, step, _fmt(value), _fmt(early), _fmt(limit))

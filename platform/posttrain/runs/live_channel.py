@@ -21,6 +21,7 @@ Delivery is best effort (pub/sub semantics): a subscriber that connects late or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import queue
@@ -85,10 +86,9 @@ class _LocalSubscription(Subscription):
                 return
             except queue.Full:
                 self.overflowed = True
-                try:  # drop the oldest batch: the stream stays live, the page re-reads the store
+                # Drop the oldest batch: the stream stays live, the page re-reads the store.
+                with contextlib.suppress(queue.Empty):
                     self._queue.get_nowait()
-                except queue.Empty:
-                    pass
 
     def get(self, timeout: float | None = None) -> list[dict[str, Any]] | None:
         try:

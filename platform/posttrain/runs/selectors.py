@@ -108,7 +108,7 @@ def run_log_entries(run: Run, *, upto_seq: int, limit: int = 500) -> list[dict[s
         .order_by("-seq")
         .values("seq", "step", "time", "level", "message")[:limit]
     )
-    return list(reversed(rows))
+    return [dict(row) for row in rows][::-1]
 
 
 def run_checkpoints(run: Run) -> QuerySet[Checkpoint]:

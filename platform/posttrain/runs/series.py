@@ -315,8 +315,8 @@ def read_series(
         .annotate(**keys)
         .values_list("run_id", "seq", "step", "time", *keys)
     )
-    for run_uuid, rows in groupby(_fetch(tail), key=itemgetter(0)):
-        rows = list(rows)
+    for run_uuid, grouped in groupby(_fetch(tail), key=itemgetter(0)):
+        rows = list(grouped)
         run_id = str(run_uuid)
         last_seq[run_id] = max(last_seq[run_id], rows[-1][1])
         for i, name in enumerate(names, start=4):

@@ -39,7 +39,7 @@ def test_the_registered_policy_losses_carry_the_spec_the_catalogue_read_from_the
 
     for name, spec in catalogue.POLICY_LOSSES.items():
         module = importlib.import_module(f"rl_engine.algorithms.policy_losses.{name}")
-        assert module.SPEC == spec
+        assert spec == module.SPEC
 
 
 def test_the_catalogue_and_the_config_load_without_torch():

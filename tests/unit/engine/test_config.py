@@ -40,10 +40,7 @@ def with_changes(changes: dict[str, Any]) -> dict[str, Any]:
         *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
         node: Any = cfg
         for part in parents:
-            if isinstance(node, dict):
-                node = node.setdefault(part, {})
-            else:
-                node = node[part]
+            node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
         if value is DELETE:
             del node[last]
         else:

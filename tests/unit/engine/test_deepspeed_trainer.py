@@ -13,7 +13,7 @@ from posttrain_sdk.event_log import read_events
 from rl_engine.config import RunConfig, validate_config
 from rl_engine.loop import build_engine, train
 from rl_engine.trainer import Experience, TokenBatch
-from tests.unit.engine.conftest import stop_at_first_checkpoint
+from tests.unit.engine.helpers import stop_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
 

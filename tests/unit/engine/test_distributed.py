@@ -300,7 +300,7 @@ def test_a_killed_rollout_actor_fails_the_run_naming_it(tiny_demo, tmp_path, ray
     def run() -> None:
         try:
             train(cfg, tmp_path)
-        except BaseException as exc:  # noqa: BLE001 -- the test inspects it
+        except BaseException as exc:
             outcome["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True)

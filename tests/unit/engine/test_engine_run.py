@@ -16,7 +16,7 @@ from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
 from rl_engine.loop import train
 from rl_engine.metric_catalogue import lookup
-from tests.unit.engine.conftest import stop_at_first_checkpoint
+from tests.unit.engine.helpers import stop_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
 

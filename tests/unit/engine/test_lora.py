@@ -168,7 +168,7 @@ def test_the_checkpoint_is_a_plain_model_with_the_merged_weights_and_its_adapter
 @pytest.mark.parametrize("backends", [{}, {"training": "deepspeed", "zero_stage": 3}], ids=["torch", "zero3"])
 def test_a_lora_run_resumed_from_its_checkpoint_continues_the_same_curve(tiny_demo, tmp_path, backends):
     from rl_engine.loop import train
-    from tests.unit.engine.conftest import stop_at_first_checkpoint
+    from tests.unit.engine.helpers import stop_at_first_checkpoint
 
     cfg = run_config(tiny_demo, train={"steps": 4}, checkpoint={"every_steps": 2, "keep_last": 5}, backends=backends)
     train(cfg, tmp_path / "straight")

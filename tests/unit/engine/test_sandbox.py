@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,8 @@ def reward_func(queries, prompts, labels, **kwargs):
 """
 
 
-def run_inside(code: str, limits: sandbox.Limits = sandbox.Limits()) -> tuple[int, str]:
-    box = sandbox.Sandbox.create(limits)
+def run_inside(code: str, limits: sandbox.Limits | None = None) -> tuple[int, str]:
+    box = sandbox.Sandbox.create(limits or sandbox.Limits())
     proc = box.popen([sys.executable, "-I", "-c", textwrap.dedent(code)])
     output, _ = proc.communicate(timeout=60)
     return proc.returncode, output.decode()

@@ -1,5 +1,6 @@
 """The update checks the rollout engine's log-probs against its own training forward (every row, no extra
-pass) when that forward is the eval forward; metrics named `*_max` are maxima over micro-batches."""
+pass) when that forward is the eval forward; metrics named `*_max` are maxima over micro-batches, the other
+statistics means over the update's tokens, whatever the micro-batch split."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ import pytest
 import torch
 
 from rl_engine.config import validate_config
-from rl_engine.trainer import Experience, TokenBatch, TorchTrainer, batched_logprobs, has_active_dropout
+from rl_engine.trainer import (
+    Experience,
+    TokenBatch,
+    TorchTrainer,
+    batched_logprobs,
+    combine_metric,
+    has_active_dropout,
+)
 
 
-def _trainer(tiny_demo: Path, **model_config) -> TorchTrainer:
+def _trainer(tiny_demo: Path, micro_batch_size: int = 2, **model_config) -> TorchTrainer:
     from transformers import AutoModelForCausalLM
 
     cfg = validate_config(
@@ -22,7 +30,7 @@ def _trainer(tiny_demo: Path, **model_config) -> TorchTrainer:
             "data": {"path": "d.jsonl"},
             "rewards": [{"type": "exact_match"}],
             "rollout": {"samples_per_prompt": 2},
-            "train": {"micro_batch_size": 2},
+            "train": {"micro_batch_size": micro_batch_size},
         }
     )
     model = AutoModelForCausalLM.from_pretrained(tiny_demo / "model", **model_config)
@@ -46,9 +54,30 @@ def test_the_update_compares_every_rows_engine_logprobs_with_its_training_forwar
     metrics = trainer.update(exp)
 
     assert metrics["rollout/logprob_diff_max"] == pytest.approx(0.3, abs=1e-5)
-    # Micro-batch means, averaged: rows 0-1 hold 5 real tokens with no gap, rows 2-3 hold 4 with one of 0.3.
-    assert metrics["rollout/logprob_diff_mean"] == pytest.approx(0.3 / 4 / 2, abs=1e-5)
-    assert metrics["kl/rollout_vs_policy"] == pytest.approx(0.3 / 4 / 2, abs=1e-5)
+    # A mean over the batch's 9 real tokens, as one batch would give: rows 0-1 (the first micro-batch) hold 5
+    # tokens with no gap, rows 2-3 hold 4 with one of 0.3. (Not the mean of the micro-batch means, 0.3/4/2.)
+    assert metrics["rollout/logprob_diff_mean"] == pytest.approx(0.3 / 9, abs=1e-5)
+    assert metrics["kl/rollout_vs_policy"] == pytest.approx(0.3 / 9, abs=1e-5)
+
+
+def test_an_update_in_two_micro_batches_logs_and_steps_as_one_batch_would(tiny_demo):
+    """Rows 0-1 hold 5 response tokens, rows 2-3 hold 4: split in two the micro-batches differ in size, and
+    the token-weighted accumulation must still give the one-batch loss, entropy and gradient."""
+    batch = _batch()
+    advantages = torch.tensor([[1.0, -1.0, 0.5], [2.0, 1.0, 0.0], [-1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    exp = Experience(batch, advantages * batch.response_mask, None, None)
+    torch.manual_seed(0)
+    whole = _trainer(tiny_demo, micro_batch_size=4).update(exp)
+    torch.manual_seed(0)
+    split = _trainer(tiny_demo, micro_batch_size=2).update(exp)
+    for name in ("policy/loss", "policy/entropy", "policy/grad_norm"):
+        assert split[name] == pytest.approx(whole[name], rel=1e-4), name
+
+
+def test_micro_batch_metrics_combine_as_weighted_means_and_maxima():
+    assert combine_metric("rollout/logprob_diff_mean", [0.0, 0.075], [5, 4]) == pytest.approx(0.3 / 9)
+    assert combine_metric("rollout/logprob_diff_max", [0.1, 0.3], [5, 4]) == 0.3
+    assert combine_metric("policy/grad_norm", [1.0, 2.0]) == 1.5
 
 
 def test_without_engine_logprobs_or_with_old_logprobs_the_update_reports_no_gap(tiny_demo):

@@ -128,8 +128,8 @@ def test_a_vllm_run_with_top_k_measures_and_masks_its_mismatch_with_the_trainer(
     """vLLM reports log-probs renormalised over the top k (`processed_logprobs`), the trainer its full
     softmax: a real gap the rollout correction measures (KL > 0, ratios <= 1) and acts on (sequence MIS
     with a lower bound drops whole sequences)."""
-    from rl_engine.config import validate_config
     from posttrain_sdk.event_log import read_events
+    from rl_engine.config import validate_config
     from rl_engine.loop import train
 
     cfg = validate_config(

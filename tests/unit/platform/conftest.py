@@ -1,5 +1,7 @@
-"""Platform test fixtures: users by role, API clients signed in as them, a private storage root,
-and a tiny real Hugging Face model folder."""
+"""The platform's unit-test fixtures: users by role, API clients signed in as them, every test's own
+storage root, a tiny real Hugging Face model folder, and reward trials run in this process. The rows
+most tests start from (`researcher`, `registry`, `experiment`, `storage`, `no_dispatch`) are in
+tests/conftest.py, shared with the e2e tests; helpers that are not fixtures in helpers.py here."""
 
 from __future__ import annotations
 
@@ -10,15 +12,13 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-PASSWORD = "a-long-test-passphrase"
+from tests.unit.platform.helpers import PASSWORD
 
 
 @pytest.fixture(autouse=True)
-def storage_root(settings, tmp_path: Path) -> Path:
-    """Every test writes artifacts (datasets, rewards, model copies) under its own folder."""
-    root = tmp_path / "storage"
-    settings.STORAGE_ROOT = root
-    return root
+def storage(storage: Path) -> Path:
+    """Every platform test writes artifacts (datasets, rewards, model copies) under its own folder."""
+    return storage
 
 
 @pytest.fixture
@@ -47,13 +47,16 @@ def client_for(make_user) -> Callable[[str], APIClient]:
 
 
 @pytest.fixture
-def researcher(make_user):
-    return make_user("researcher")
+def researcher_client(researcher) -> APIClient:
+    """An APIClient signed in (session) as the `researcher`."""
+    client = APIClient()
+    client.force_login(researcher)
+    return client
 
 
 @pytest.fixture
-def researcher_client(researcher) -> APIClient:
-    client = APIClient()
+def api(client, researcher):
+    """Django's test client signed in as the `researcher` (posts JSON with helpers.post)."""
     client.force_login(researcher)
     return client
 

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from posttrain.accounts.selectors import user_role, user_roles
 from posttrain.accounts.services import user_create, user_set_role
-from tests.unit.platform.conftest import PASSWORD
+from tests.unit.platform.helpers import PASSWORD
 
 pytestmark = pytest.mark.django_db
 

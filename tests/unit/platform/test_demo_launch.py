@@ -9,7 +9,6 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from posttrain.runs.models import Experiment, Run
-from tests.unit.platform.runs_fixtures import no_dispatch  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 

@@ -18,13 +18,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from tests.unit.platform.registry_factories import (
-    a_dataset_row,
-    a_model_row,
-    a_reward_row,
-    an_experiment,
-    write_model_folder,
-)
+from tests.unit.platform.helpers import a_dataset_row, a_model_row, a_reward_row, an_experiment, write_model_folder
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests.conftest import free_port
-from tests.unit.platform.api_matrix import api_endpoints
-from tests.unit.platform.registry_factories import a_dataset_row, a_model_row, a_reward_row, an_experiment
+from tests.unit.platform.helpers import a_dataset_row, a_model_row, a_reward_row, an_experiment, api_endpoints
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from posttrain.registry.models import Dataset
 from posttrain.registry.services import dataset_upload
-from tests.unit.platform.registry_factories import an_experiment
+from tests.unit.platform.helpers import an_experiment
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +28,7 @@ def upload(client, content: bytes, filename: str = "data.jsonl", **fields):
 ROWS = [{"prompt": f"{i}+{i}=", "label": str(2 * i)} for i in range(30)]
 
 
-def test_uploading_a_jsonl_file_stores_it_by_content_hash_with_rows_and_preview(researcher_client, storage_root):
+def test_uploading_a_jsonl_file_stores_it_by_content_hash_with_rows_and_preview(researcher_client, storage):
     content = jsonl(ROWS)
     response = upload(researcher_client, content, name="sums")
     assert response.status_code == 201, response.content
@@ -40,10 +40,10 @@ def test_uploading_a_jsonl_file_stores_it_by_content_hash_with_rows_and_preview(
     assert body["columns"] == ["prompt", "label"]
     assert body["splits"] == {"train": 30}
     assert body["size_bytes"] == len(content)
-    stored = storage_root / "datasets" / sha / "data.jsonl"
+    stored = storage / "datasets" / sha / "data.jsonl"
     assert body["path"] == str(stored)
     assert stored.read_bytes() == content
-    assert not list((storage_root / "datasets" / ".incoming").iterdir())  # no temp file left
+    assert not list((storage / "datasets" / ".incoming").iterdir())  # no temp file left
 
     preview = researcher_client.get(f"/api/datasets/{body['id']}/preview/").json()
     assert len(preview["rows"]) == 20

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from posttrain.registry.model_files import inspect_model_folder
 from posttrain.registry.models import ModelAsset
 from posttrain.registry.services import model_register, model_register_checkpoint
-from tests.unit.platform.registry_factories import an_experiment, write_model_folder, write_safetensors
+from tests.unit.platform.helpers import an_experiment, write_model_folder, write_safetensors
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +24,7 @@ def test_registering_a_model_folder_reads_architecture_and_parameter_count(resea
     assert body["architecture"] == "Qwen2ForCausalLM"
     assert body["hf_config"]["model_type"] == "qwen2"
     assert body["source"] == "folder"
-    assert body["created_by"] == "researcher-user"
+    assert body["created_by"] == "ada"  # the `researcher` fixture
 
     from transformers import AutoModelForCausalLM
 

@@ -10,7 +10,7 @@ import pytest
 
 from posttrain.registry.models import RewardFunction
 from rl_engine.config import validate_config
-from tests.unit.platform.registry_factories import an_experiment
+from tests.unit.platform.helpers import an_experiment
 
 pytestmark = pytest.mark.django_db
 
@@ -83,12 +83,12 @@ def test_builtin_try_scores_each_sample_with_its_label(researcher_client):
     assert body["errors"] == [[], [], ["exact: no label to compare against"]]
 
 
-def test_python_source_is_stored_by_hash_and_scored_in_the_sandbox(researcher_client, storage_root):
+def test_python_source_is_stored_by_hash_and_scored_in_the_sandbox(researcher_client, storage):
     response = create(researcher_client, name="verl-exact", kind="python", source=VERL_SOURCE)
     assert response.status_code == 201, response.content
     reward = response.json()
     stored = Path(reward["spec"]["path"])
-    assert stored.parent == storage_root / "rewards" and stored.read_text() == VERL_SOURCE
+    assert stored.parent == storage / "rewards" and stored.read_text() == VERL_SOURCE
     assert reward["source"] == VERL_SOURCE
     assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # the staged file was moved
 
@@ -117,14 +117,14 @@ def test_a_python_reward_from_a_server_file_stores_its_text(researcher_client, t
     assert Path(reward["spec"]["path"]).read_text() == VERL_SOURCE
 
 
-def test_a_syntax_error_in_python_source_names_the_line(researcher_client, storage_root):
+def test_a_syntax_error_in_python_source_names_the_line(researcher_client, storage):
     response = create(
         researcher_client, name="bad", kind="python", source="def compute_score(a, b, c):\n    return (\n"
     )
     assert response.status_code == 400
     [error] = response.json()["errors"]
     assert error["loc"] == "source" and "line 2" in error["msg"]
-    assert not (storage_root / "rewards").exists() or not list((storage_root / "rewards").iterdir())
+    assert not (storage / "rewards").exists() or not list((storage / "rewards").iterdir())
 
 
 def test_http_reward_is_checked_by_the_engine_schema(researcher_client):
@@ -235,7 +235,7 @@ def test_a_try_the_worker_has_not_finished_answers_202_with_the_trial_to_poll(re
 
 
 def test_new_python_source_no_worker_checks_in_time_is_a_503_and_nothing_is_stored(
-    researcher_client, settings, monkeypatch, storage_root
+    researcher_client, settings, monkeypatch, storage
 ):
     import importlib
 
@@ -246,7 +246,7 @@ def test_new_python_source_no_worker_checks_in_time_is_a_503_and_nothing_is_stor
     assert response.status_code == 503
     assert "no worker checked the code within 0.3s" in response.json()["errors"][0]["msg"]
     assert not RewardFunction.objects.filter(name="late").exists()
-    assert not list((storage_root / "rewards").iterdir())
+    assert not list((storage / "rewards").iterdir())
 
 
 def test_without_a_sandbox_python_rewards_are_refused_saying_what_to_install(researcher_client, monkeypatch):

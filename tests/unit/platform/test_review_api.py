@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from tests.unit.platform.review_fixtures import run_with_samples, sample
-from tests.unit.platform.runs_fixtures import experiment, no_dispatch, registry  # noqa: F401  (fixtures)
+from tests.unit.platform.helpers import run_with_samples, sample
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 

@@ -11,8 +11,7 @@ import pytest
 from posttrain.core.errors import InvalidInput
 from posttrain.review import services as review
 from posttrain.review.export import campaign_export_register, export_campaign
-from tests.unit.platform.review_fixtures import pair_campaign, run_with_samples, sample, shown_as, single_campaign
-from tests.unit.platform.runs_fixtures import experiment, no_dispatch, registry  # noqa: F401  (fixtures)
+from tests.unit.platform.helpers import pair_campaign, run_with_samples, sample, shown_as, single_campaign
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 
@@ -130,7 +129,7 @@ def test_ratings_csv_has_a_column_per_question(rated):
     ]
 
 
-def test_registering_an_export_makes_a_dataset_with_lineage_to_the_campaign(judged_pairs, researcher, storage_root):
+def test_registering_an_export_makes_a_dataset_with_lineage_to_the_campaign(judged_pairs, researcher, storage):
     dataset, created = campaign_export_register(judged_pairs, "trl", "human prefs", researcher)
     content = "".join(export_campaign(judged_pairs, "trl").lines).encode()
     assert created
@@ -138,8 +137,8 @@ def test_registering_an_export_makes_a_dataset_with_lineage_to_the_campaign(judg
     assert (dataset.row_count, dataset.columns, dataset.label_field) == (2, ["prompt", "chosen", "rejected"], "")
     assert dataset.sha256 == hashlib.sha256(content).hexdigest()
     assert Path(dataset.path).read_bytes() == content
-    assert Path(dataset.path).is_relative_to(storage_root)
-    assert not any((storage_root / "review" / "exports").rglob("*.jsonl"))  # the staged copy is gone
+    assert Path(dataset.path).is_relative_to(storage)
+    assert not any((storage / "review" / "exports").rglob("*.jsonl"))  # the staged copy is gone
     again, created_again = campaign_export_register(judged_pairs, "trl", "other name", researcher)
     assert (again.pk, created_again) == (dataset.pk, False)
 

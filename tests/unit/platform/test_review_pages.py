@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from tests.unit.platform.review_fixtures import run_with_samples, sample, single_campaign
-from tests.unit.platform.runs_fixtures import experiment, no_dispatch, registry  # noqa: F401  (fixtures)
+from tests.unit.platform.helpers import run_with_samples, sample, single_campaign
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 

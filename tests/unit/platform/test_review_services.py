@@ -13,15 +13,7 @@ from posttrain.core.errors import IllegalTransition, InvalidInput, ItemUnavailab
 from posttrain.review import selectors
 from posttrain.review import services as review
 from posttrain.review.models import CampaignState, Judgement, ReviewItem
-from tests.unit.platform.review_fixtures import (
-    PASS_FAIL,
-    pair_campaign,
-    run_with_samples,
-    sample,
-    shown_as,
-    single_campaign,
-)
-from tests.unit.platform.runs_fixtures import experiment, no_dispatch, registry  # noqa: F401  (fixtures)
+from tests.unit.platform.helpers import PASS_FAIL, pair_campaign, run_with_samples, sample, shown_as, single_campaign
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 

@@ -8,7 +8,7 @@ import pytest
 
 from posttrain.runs import services
 from rl_engine.metric_catalogue import catalogue_json
-from tests.unit.platform.runs_fixtures import event, experiment, make_run, no_dispatch, registry  # noqa: F401
+from tests.unit.platform.helpers import event, make_run
 
 pytestmark = pytest.mark.django_db
 

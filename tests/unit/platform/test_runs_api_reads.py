@@ -10,17 +10,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import Checkpoint, RunState
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    api,
-    event,
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    sample_record,
-    storage,
-)
+from tests.unit.platform.helpers import event, make_run, sample_record
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -127,7 +117,7 @@ def test_a_run_detail_carries_its_resolved_config(api, run):
 class _FakeRayDashboard(BaseHTTPRequestHandler):
     logs: dict[str, str] = {}
 
-    def do_GET(self):  # noqa: N802 - the stdlib's name
+    def do_GET(self):
         parts = self.path.strip("/").split("/")
         if parts[:2] == ["api", "jobs"] and parts[-1] == "logs" and parts[2] in self.logs:
             body, status = json.dumps({"logs": self.logs[parts[2]]}).encode(), 200

@@ -6,17 +6,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    api,
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    sample_record,
-    storage,
-    unknown_run_id,
-)
+from tests.unit.platform.helpers import make_run, sample_record, unknown_run_id
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 T0 = 1_700_000_000.0

@@ -7,16 +7,7 @@ import pytest
 import yaml
 
 from posttrain.runs.models import Experiment, ExperimentReward, Run
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    BASE_CONFIG,
-    api,
-    create_body,
-    no_dispatch,
-    post,
-    registry,
-    researcher,
-    storage,
-)
+from tests.unit.platform.helpers import BASE_CONFIG, create_body, post
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 

@@ -10,16 +10,7 @@ import pytest
 
 from posttrain.runs import diagnostics as d
 from posttrain.runs.models import MetricRow, RunState
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    api,
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    storage,
-    unknown_run_id,
-)
+from tests.unit.platform.helpers import make_run, unknown_run_id
 
 
 def series(*values, start: int = 1) -> tuple[list[int], list]:

@@ -8,18 +8,7 @@ import pytest
 
 from posttrain.runs.models import Checkpoint, Experiment, Run, RunState, RunTransition
 from posttrain.runs.tokens import ingest_token, token_hash
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    BASE_CONFIG,
-    api,
-    create_body,
-    experiment,
-    make_run,
-    no_dispatch,
-    post,
-    registry,
-    researcher,
-    storage,
-)
+from tests.unit.platform.helpers import BASE_CONFIG, create_body, make_run, post
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -123,10 +112,9 @@ def test_nothing_is_dispatched_when_the_launch_transaction_rolls_back(
 
     from posttrain.runs import services
 
-    with django_capture_on_commit_callbacks(execute=True):
-        with pytest.raises(RuntimeError), transaction.atomic():
-            services.run_launch(experiment)
-            raise RuntimeError("rolled back")
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(RuntimeError), transaction.atomic():
+        services.run_launch(experiment)
+        raise RuntimeError("rolled back")
     assert no_dispatch == [] and not Run.objects.exists()
 
 

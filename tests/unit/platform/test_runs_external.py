@@ -12,19 +12,7 @@ from django.utils import timezone
 
 from posttrain.runs import services
 from posttrain.runs.models import Experiment, Run, RunState
-from tests.unit.platform.runs_fixtures import (  # noqa: F401 -- fixtures
-    FakeJobs,
-    api,
-    event,
-    experiment,
-    make_run,
-    no_dispatch,
-    post_events,
-    registry,
-    researcher,
-    sample_record,
-    storage,
-)
+from tests.unit.platform.helpers import FakeJobs, event, make_run, post_events, sample_record
 
 pytestmark = pytest.mark.django_db
 
@@ -161,7 +149,7 @@ def test_the_run_page_of_an_external_run_names_its_engine_and_offers_no_clone(ap
 
 def test_a_review_campaign_pairs_an_external_runs_answers_with_a_native_runs(client, api, experiment, make_user):
     from posttrain.review.models import ReviewItem
-    from tests.unit.platform.review_fixtures import pair_campaign, run_with_samples, sample
+    from tests.unit.platform.helpers import pair_campaign, run_with_samples, sample
 
     native = run_with_samples(experiment, {1: [sample(0, 1.0, "2+2=", "4"), sample(1, 0.0, "3+3=", "7")]})
     external = Run.objects.get(pk=track(api)["run"]["id"])

@@ -8,18 +8,7 @@ import pytest
 
 from posttrain.runs import live_channel
 from posttrain.runs.models import Checkpoint, MetricRow, Run, RunLog, RunState, Sample
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    auth,
-    event,
-    experiment,
-    make_run,
-    no_dispatch,
-    post_events,
-    registry,
-    researcher,
-    sample_record,
-    storage,
-)
+from tests.unit.platform.helpers import auth, event, make_run, post_events, sample_record
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 S = RunState

@@ -9,15 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from posttrain.registry.models import Dataset, ModelAsset
 from posttrain.runs.models import Experiment, Run, RunState
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    api,
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    storage,
-)
+from tests.unit.platform.helpers import make_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 

@@ -13,15 +13,7 @@ from django.utils import timezone
 
 from posttrain.runs import services
 from posttrain.runs.models import MetricRow, Run, RunState
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    FakeJobs,
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    storage,
-)
+from tests.unit.platform.helpers import FakeJobs, make_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 S = RunState

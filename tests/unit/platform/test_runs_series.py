@@ -17,16 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from posttrain.runs import selectors, series, services
 from posttrain.runs.models import MetricBlock, MetricRow, Run, RunState
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    api,
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    storage,
-    unknown_run_id,
-)
+from tests.unit.platform.helpers import make_run, unknown_run_id
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 T0 = 1_700_000_000.0

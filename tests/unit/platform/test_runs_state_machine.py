@@ -11,16 +11,7 @@ from django.db import connection
 from posttrain.core.errors import JobsUnavailable
 from posttrain.runs import services
 from posttrain.runs.models import Run, RunState, RunTransition
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    FakeJobs,
-    api,
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    storage,
-)
+from tests.unit.platform.helpers import FakeJobs, make_run, unknown_run_id
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 S = RunState
@@ -199,8 +190,34 @@ def test_a_run_cancelled_while_it_was_submitted_has_its_job_stopped(experiment):
     assert jobs.stopped == [str(run.id)] and run.state == S.CANCELLED
 
 
-def test_submit_of_a_missing_run_is_a_no_op():
-    services.run_submit("00000000-0000-0000-0000-000000000000", jobs=FakeJobs())
+def test_submit_of_a_missing_run_is_a_no_op(experiment):
+    """A task whose run was deleted meanwhile: nothing asks Ray for anything, and no run changes state."""
+    waiting = make_run(experiment)
+    before = list(RunTransition.objects.values_list("pk", flat=True))
+
+    class RecordsEveryCall(FakeJobs):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def submit(self, run):
+            self.calls.append("submit")
+            return super().submit(run)
+
+        def stop(self, run):
+            self.calls.append("stop")
+            return super().stop(run)
+
+        def status(self, run):
+            self.calls.append("status")
+            return super().status(run)
+
+    jobs = RecordsEveryCall()
+    services.run_submit(unknown_run_id(), jobs=jobs)
+
+    waiting.refresh_from_db()
+    assert jobs.calls == [] and jobs.submitted == []
+    assert waiting.state == S.QUEUED and list(RunTransition.objects.values_list("pk", flat=True)) == before
 
 
 def test_stop_stops_the_job_and_ends_the_run_cancelled(experiment):

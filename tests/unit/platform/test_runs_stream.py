@@ -22,16 +22,7 @@ from django.test import AsyncClient
 from posttrain.runs import browser_stream, live_channel, services
 from posttrain.runs.event_schema import parse_batch
 from posttrain.runs.models import Run, RunState
-from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
-    event,
-    experiment,
-    make_run,
-    no_dispatch,
-    registry,
-    researcher,
-    sample_record,
-    storage,
-)
+from tests.unit.platform.helpers import event, make_run, sample_record
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 S = RunState

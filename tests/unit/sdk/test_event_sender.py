@@ -59,7 +59,7 @@ def platform():
     state = Platform()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the stdlib's name
+        def do_POST(self):
             answer = state.handle(self)
             if answer is None:  # the server goes away mid-request: no status line at all
                 self.close_connection = True

@@ -1,4 +1,4 @@
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.authtoken.serializers import AuthTokenSerializer
@@ -46,7 +46,7 @@ class ObtainTokenView(APIView):
     def post(self, request: Request) -> Response:
         serializer = AuthTokenSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
-        user: AbstractUser = serializer.validated_data["user"]
+        user: User = serializer.validated_data["user"]
         return Response({"token": token_get_or_create(user).key})
 
 

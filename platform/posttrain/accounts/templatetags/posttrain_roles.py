@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django import template
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import user_roles
@@ -12,6 +12,6 @@ register = template.Library()
 
 
 @register.filter
-def may_act_as(user: AbstractBaseUser | AnonymousUser | None, role: str) -> bool:
+def may_act_as(user: User | AnonymousUser | None, role: str) -> bool:
     """`{% if user|may_act_as:"researcher" %}`: the same rule as role_required (admins pass every check)."""
     return bool(user_roles(user) & {role, Role.ADMIN})

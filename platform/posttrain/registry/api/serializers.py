@@ -150,7 +150,8 @@ class RewardTrySampleSerializer(serializers.Serializer):
 
 
 class RewardTrySerializer(serializers.Serializer):
-    samples = RewardTrySampleSerializer(many=True, min_length=1, max_length=MAX_TRY_SAMPLES)
+    # many=True hands min_length/max_length to the ListSerializer; the stubs type only the child's arguments.
+    samples = RewardTrySampleSerializer(many=True, min_length=1, max_length=MAX_TRY_SAMPLES)  # type: ignore[call-arg]
 
 
 class RewardScoresSerializer(serializers.Serializer):

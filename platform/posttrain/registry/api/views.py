@@ -41,7 +41,7 @@ _WORKER_UNAVAILABLE = OpenApiResponse(
 
 def _trial_response(trial: RewardTrial) -> Response:
     if trial.state == RewardTrial.State.DONE:
-        return Response({**trial.result, "trial": str(trial.id)})
+        return Response({**(trial.result or {}), "trial": str(trial.id)})
     if trial.state == RewardTrial.State.FAILED:
         raise WorkerUnavailable(trial.error)
     return Response(s.RewardTrialSerializer(trial).data, status=status.HTTP_202_ACCEPTED)
@@ -118,7 +118,7 @@ class _FormatIsAFilter:
 
 
 class DatasetContentNegotiation(DefaultContentNegotiation):
-    settings = _FormatIsAFilter()
+    settings = _FormatIsAFilter()  # type: ignore[assignment]  # a stand-in that reads api_settings
 
 
 @extend_schema_view(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
@@ -47,7 +47,7 @@ def clean_name(name: str | None) -> str:
 
 
 def check_unique_name(model: type[models.Model], name: str, what: str, exclude_pk: Any = None) -> None:
-    taken = model.objects.filter(name=name)
+    taken = model._default_manager.filter(name=name)
     if exclude_pk is not None:
         taken = taken.exclude(pk=exclude_pk)
     if taken.exists():
@@ -58,14 +58,14 @@ def create_named(model: type[models.Model], what: str, **fields: Any) -> Any:
     """Create a row whose name is unique; a concurrent duplicate is a field error, not a 500."""
     try:
         with transaction.atomic():
-            return model.objects.create(**fields)
+            return model._default_manager.create(**fields)
     except IntegrityError:
         check_unique_name(model, fields["name"], what)
         raise
 
 
-def user_or_none(user: AbstractBaseUser | None) -> AbstractBaseUser | None:
-    return user if user is not None and user.is_authenticated else None
+def user_or_none(user: User | AnonymousUser | None) -> User | None:
+    return user if isinstance(user, User) and user.is_authenticated else None
 
 
 def update_name_and_description(
@@ -86,7 +86,7 @@ def update_name_and_description(
     return obj
 
 
-def delete_unless_in_use(obj: models.Model, what: str) -> None:
+def delete_unless_in_use(obj: Any, what: str) -> None:
     try:
         with transaction.atomic():
             obj.delete()

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
@@ -33,12 +33,12 @@ from posttrain.registry.services.common import (
 def dataset_upload(
     name: str,
     uploaded_file: UploadedFile,
-    format: str | None = None,  # noqa: A002 - the API's and the engine's name for it
+    format: str | None = None,
     prompt_field: str = "prompt",
     label_field: str | None = "label",
     *,
     description: str = "",
-    user: AbstractBaseUser | None = None,
+    user: User | AnonymousUser | None = None,
 ) -> tuple[Dataset, bool]:
     """Validate and store an uploaded file; returns (dataset, created). The same content uploaded
     again returns the existing dataset (created False) instead of a duplicate."""
@@ -57,12 +57,12 @@ def dataset_upload(
 def dataset_register_path(
     name: str,
     path: str,
-    format: str | None = None,  # noqa: A002
+    format: str | None = None,
     prompt_field: str = "prompt",
     label_field: str | None = "label",
     *,
     description: str = "",
-    user: AbstractBaseUser | None = None,
+    user: User | AnonymousUser | None = None,
 ) -> tuple[Dataset, bool]:
     """Register a file already on the server: validated and copied into the content-addressed
     store like an upload, so later edits of the original cannot change a dataset runs used."""
@@ -142,7 +142,7 @@ def _dataset_store(
     fmt: str,
     prompt_field: str,
     label_field: str,
-    user: AbstractBaseUser | None,
+    user: User | AnonymousUser | None,
     *,
     file_field: str,
 ) -> tuple[Dataset, bool]:

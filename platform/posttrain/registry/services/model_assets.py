@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 
 from posttrain.registry.model_files import ModelFolderError, ModelFolderInfo, inspect_model_folder
 from posttrain.registry.models import ModelAsset
@@ -39,7 +39,9 @@ def _inspect_model(path: str | Path, field: str) -> ModelFolderInfo:
         raise invalid(field, str(exc)) from None
 
 
-def model_register(name: str, path: str, *, description: str = "", user: AbstractBaseUser | None = None) -> ModelAsset:
+def model_register(
+    name: str, path: str, *, description: str = "", user: User | AnonymousUser | None = None
+) -> ModelAsset:
     """Register a local Hugging Face model folder (used in place: weights are not copied)."""
     name = clean_name(name)
     check_unique_name(ModelAsset, name, "model")
@@ -47,7 +49,7 @@ def model_register(name: str, path: str, *, description: str = "", user: Abstrac
 
 
 def _create_model(
-    name: str, description: str, source: str, info: ModelFolderInfo, user: AbstractBaseUser | None, **lineage: Any
+    name: str, description: str, source: str, info: ModelFolderInfo, user: User | AnonymousUser | None, **lineage: Any
 ) -> ModelAsset:
     return create_named(
         ModelAsset,
@@ -71,7 +73,7 @@ def model_register_checkpoint(
     name: str | None = None,
     *,
     description: str = "",
-    user: AbstractBaseUser | None = None,
+    user: User | AnonymousUser | None = None,
 ) -> ModelAsset:
     """Register a run's checkpoint as a model, keeping its lineage (source_run, source_step).
 

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
 from posttrain.core.errors import WorkerUnavailable
+from posttrain.core.task_queue import task_send
 from posttrain.registry.models import RewardFunction, RewardTrial
 from posttrain.registry.services.common import invalid, user_or_none
 from rl_engine import sandbox
@@ -30,7 +31,7 @@ FINISHED = (RewardTrial.State.DONE, RewardTrial.State.FAILED)
 
 
 def reward_try(
-    reward: RewardFunction, samples: list[dict[str, Any]], user: AbstractBaseUser | None = None
+    reward: RewardFunction, samples: list[dict[str, Any]], user: User | AnonymousUser | None = None
 ) -> RewardTrial:
     """Score sample inputs exactly as a run would, on a worker: the engine's component and composite,
     python code in its sandbox, a reward model in a separate process. Waits up to REWARD_TRY_WAIT_S;
@@ -51,7 +52,7 @@ def reward_try(
     return _wait(trial, settings.REWARD_TRY_WAIT_S)
 
 
-def reward_import_check(source_file: Path, spec: dict[str, Any], user: AbstractBaseUser | None = None) -> list[str]:
+def reward_import_check(source_file: Path, spec: dict[str, Any], user: User | AnonymousUser | None = None) -> list[str]:
     """Problems found importing a new python reward's staged source on a worker ([] = usable). Raises
     WorkerUnavailable when no worker answered within the file's own timeout plus REWARD_CHECK_QUEUE_S."""
     trial = RewardTrial.objects.create(
@@ -63,7 +64,7 @@ def reward_import_check(source_file: Path, spec: dict[str, Any], user: AbstractB
     _dispatch(trial, bound)
     trial = _wait(trial, bound)
     if trial.state == RewardTrial.State.DONE:
-        return list(trial.result["problems"])
+        return list((trial.result or {})["problems"])
     if trial.state == RewardTrial.State.FAILED:
         raise WorkerUnavailable(f"the worker could not check the code: {trial.error}")
     raise WorkerUnavailable(
@@ -88,7 +89,7 @@ def reward_trial_run(trial_id: Any) -> None:
     except sandbox.SandboxUnavailable as exc:
         _finish(trial, RewardTrial.State.FAILED, error=str(exc))
         return
-    except Exception as exc:  # noqa: BLE001 -- reported to the waiting request, then raised for the worker's log
+    except Exception as exc:
         _finish(trial, RewardTrial.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
     _finish(trial, RewardTrial.State.DONE, result=result)
@@ -102,9 +103,7 @@ def _finish(trial: RewardTrial, state: str, *, result: Any = None, error: str = 
 
 def _dispatch(trial: RewardTrial, wait_s: float) -> None:
     """Sent after commit (the worker must see the row); it expires when nobody waits for it any more."""
-    from workers import tasks
-
-    transaction.on_commit(lambda: tasks.reward_trial_run.apply_async(args=[str(trial.pk)], expires=wait_s))
+    transaction.on_commit(lambda: task_send("reward_trial_run", str(trial.pk), expires=wait_s))
 
 
 def _wait(trial: RewardTrial, timeout_s: float) -> RewardTrial:

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 
 from posttrain.registry.model_files import ModelFolderError, inspect_model_folder
@@ -36,7 +36,7 @@ def reward_create(
     source: str = "",
     *,
     description: str = "",
-    user: AbstractBaseUser | None = None,
+    user: User | AnonymousUser | None = None,
 ) -> RewardFunction:
     """Register a reward component. `spec` is validated with the engine's RewardSpec schema; a
     python reward's `source` is stored under `<storage>/rewards/<sha256>.py` (spec.path points at
@@ -105,7 +105,7 @@ def _python_spec(spec: dict[str, Any], source: str) -> tuple[dict[str, Any], str
     return spec, source
 
 
-def _check_python_source(source: str, spec: dict[str, Any], user: AbstractBaseUser | None) -> Path:
+def _check_python_source(source: str, spec: dict[str, Any], user: User | AnonymousUser | None) -> Path:
     """Write the code to a temporary file and have a worker import it in the engine's sandbox; returns
     the file, to be moved to spec.path once the reward row exists."""
     final = Path(spec["path"])

@@ -58,7 +58,9 @@ class CampaignUpdateSerializer(serializers.Serializer):
 
 
 class CampaignSerializer(serializers.ModelSerializer):
-    annotators = serializers.SlugRelatedField(many=True, read_only=True, slug_field="username")
+    annotators: serializers.ManyRelatedField = serializers.SlugRelatedField(
+        many=True, read_only=True, slug_field="username"
+    )
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
     kind = serializers.CharField(read_only=True, help_text="single or pair")
     state = serializers.CharField(read_only=True, help_text="draft, active or closed")

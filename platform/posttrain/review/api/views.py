@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsAnnotator, IsResearcher
 from posttrain.accounts.roles import Role
+from posttrain.accounts.selectors import signed_in_user
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.negotiation import FileFormatNegotiation
 from posttrain.core.errors import InvalidInput
@@ -71,7 +72,7 @@ class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def create(self, request: Request) -> Response:
         body = s.CampaignCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        campaign = services.campaign_create(**body.validated_data, user=request.user)
+        campaign = services.campaign_create(**body.validated_data, user=signed_in_user(request.user))
         return self._detail(campaign, status=201)
 
     @extend_schema(
@@ -193,7 +194,7 @@ class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             campaign,
             data["format"],
             data["name"] or None,
-            request.user,
+            signed_in_user(request.user),
             description=data["description"],
             question=data["question"],
         )
@@ -218,13 +219,13 @@ class AnnotatorListView(APIView):
 
 def _next_payload(campaign: Campaign, request: Request) -> dict[str, Any] | None:
     """Claim the user's next item of the campaign: the payload the page shows, or None when none is left."""
-    item = services.item_claim_next(campaign, request.user)
+    item = services.item_claim_next(campaign, signed_in_user(request.user))
     if item is None:
         return None
     return {
         "campaign": selectors.campaign_for_annotator(campaign),
-        "item": selectors.item_for_annotator(item, request.user),
-        "progress": selectors.annotator_progress(campaign, request.user),
+        "item": selectors.item_for_annotator(item, signed_in_user(request.user)),
+        "progress": selectors.annotator_progress(campaign, signed_in_user(request.user)),
     }
 
 
@@ -232,7 +233,7 @@ class _AnnotatorView(APIView):
     permission_classes = [IsAnnotator]
 
     def _item(self, request: Request, pk: int) -> ReviewItem:
-        return get_object_or_404(selectors.annotator_items(request.user), pk=pk)
+        return get_object_or_404(selectors.annotator_items(signed_in_user(request.user)), pk=pk)
 
 
 class QueueView(_AnnotatorView):
@@ -245,7 +246,7 @@ class QueueView(_AnnotatorView):
                     "description": campaign.description,
                     "progress": progress,
                 }
-                for campaign, progress in selectors.annotator_queue(request.user)
+                for campaign, progress in selectors.annotator_queue(signed_in_user(request.user))
             ]
         )
 
@@ -266,7 +267,7 @@ class CampaignNextView(_AnnotatorView):
         },
     )
     def post(self, request: Request, pk: int) -> Response:
-        campaign = get_object_or_404(selectors.annotator_campaigns(request.user), pk=pk)
+        campaign = get_object_or_404(selectors.annotator_campaigns(signed_in_user(request.user)), pk=pk)
         payload = _next_payload(campaign, request)
         return Response(status=204) if payload is None else Response(payload)
 
@@ -291,7 +292,9 @@ class ItemJudgementView(_AnnotatorView):
         body = s.JudgementBodySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        judgement, created = services.judgement_submit(item, request.user, data["answers"], data["seconds"])
+        judgement, created = services.judgement_submit(
+            item, signed_in_user(request.user), data["answers"], data["seconds"]
+        )
         payload: dict[str, Any] = {
             "judgement": {
                 "item": item.pk,
@@ -301,7 +304,7 @@ class ItemJudgementView(_AnnotatorView):
                 "updated_at": judgement.updated_at,
             },
             "created": created,
-            "progress": selectors.annotator_progress(item.campaign, request.user),
+            "progress": selectors.annotator_progress(item.campaign, signed_in_user(request.user)),
         }
         if data["claim_next"]:
             payload["next"] = _next_payload(item.campaign, request)
@@ -318,10 +321,10 @@ class ItemSkipView(_AnnotatorView):
         item = self._item(request, pk)
         body = s.ClaimNextBodySerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        services.item_skip(item, request.user)
+        services.item_skip(item, signed_in_user(request.user))
         payload: dict[str, Any] = {
             "skipped": True,
-            "progress": selectors.annotator_progress(item.campaign, request.user),
+            "progress": selectors.annotator_progress(item.campaign, signed_in_user(request.user)),
         }
         if body.validated_data["claim_next"]:
             payload["next"] = _next_payload(item.campaign, request)
@@ -335,4 +338,4 @@ class ItemReleaseView(_AnnotatorView):
         responses={200: s.ReleaseResponseSerializer, 404: ERRORS_RESPONSE},
     )
     def post(self, request: Request, pk: int) -> Response:
-        return Response({"released": services.item_release(self._item(request, pk), request.user)})
+        return Response({"released": services.item_release(self._item(request, pk), signed_in_user(request.user))})

@@ -76,9 +76,9 @@ def resume_point(request: HttpRequest) -> int:
     return int(raw)
 
 
-async def run_stream_view(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+async def run_stream_view(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | StreamingHttpResponse:
     if request.method != "GET":
-        refusal = error_response(MethodNotAllowed(request.method))
+        refusal = error_response(MethodNotAllowed(request.method or ""))
         refusal["Allow"] = "GET"
         return refusal
     try:

@@ -477,7 +477,7 @@ class RunEventsView(APIView):
         },
     )
     def post(self, request: Request, pk) -> Response:
-        stored_hash = get_object_or_404(Run.objects.values_list("ingest_token_hash", flat=True), pk=pk)
+        stored_hash = get_object_or_404(Run.objects.only("ingest_token_hash"), pk=pk).ingest_token_hash
         if not token_matches(_bearer_token(request), stored_hash):
             raise IngestAuthError("this token is not valid for this run", status_code=403)
         events = parse_batch(_json_body(request), str(pk))

@@ -128,10 +128,7 @@ def _check_platform_fields(config: dict[str, Any]) -> None:
     errors = []
     for dotted, why in _PLATFORM_FIELDS.items():
         section, _, key = dotted.partition(".")
-        if not key:
-            present = section in config
-        else:
-            present = isinstance(config.get(section), dict) and key in config[section]
+        present = section in config if not key else isinstance(config.get(section), dict) and key in config[section]
         if present:
             errors.append({"loc": dotted, "msg": f"{why}; leave it out of the config"})
     if errors:
@@ -223,5 +220,7 @@ def experiment_engine_config(experiment: Experiment) -> dict[str, Any]:
         raise InvalidInput.one(
             "experiment", f"{experiment.name!r} is a project of external runs: nothing launches from it"
         )
+    if experiment.model is None or experiment.dataset is None:
+        raise InvalidInput.one("experiment", f"{experiment.name!r} has no model or dataset to launch with")
     rewards = [(link.reward, link.weight) for link in experiment.experimentreward_set.select_related("reward")]
     return build_engine_config(experiment.config, experiment.model, experiment.dataset, rewards, name=experiment.name)

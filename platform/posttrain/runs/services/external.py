@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from posttrain.runs.errors import IllegalTransition, InvalidInput
+from posttrain.core.errors import IllegalTransition, InvalidInput
 from posttrain.runs.models import Experiment, Run, RunKind, RunState, RunTransition
 from posttrain.runs.services.experiments import nul_at
 from posttrain.runs.services.run_fields import clean_note, clean_tags

@@ -70,7 +70,8 @@ def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touc
 def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
     """Insert the events' rows; returns the run summary with the batch's metrics (the same object
     when the batch has none)."""
-    metrics, metric_events, samples, checkpoints, logs = [], [], [], [], []
+    metrics, metric_events, checkpoints, logs = [], [], [], []
+    samples: list[Sample] = []
     for e in events:
         kind, data, step = e["type"], e["data"], e.get("step")
         if kind == "metrics":
@@ -142,11 +143,8 @@ def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
         run_transition(
             run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.CANCELLING], S.SUCCEEDED, reason or "engine finished every step"
         )
-    elif state == "failed":
-        if not run_transition(
-            run_id, [S.QUEUED, S.STARTING, S.RUNNING], S.FAILED, reason or "engine reported a failure"
-        ):
-            # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
-            run_transition(
-                run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled"
-            )
+    elif state == "failed" and not run_transition(
+        run_id, [S.QUEUED, S.STARTING, S.RUNNING], S.FAILED, reason or "engine reported a failure"
+    ):
+        # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
+        run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled")

@@ -1,15 +1,18 @@
 """The Celery worker's side: submit, stop and reconcile each run's Ray job.
 
-These functions take the Ray Jobs client as `jobs` (default: `workers.ray_jobs`, imported lazily,
-so the web process never imports ray). A run whose job ended is settled from Ray's answer and any
-events left in its run folder; a running run whose engine went silent is failed as lost."""
+These functions take the Ray Jobs client as `jobs` (default: the module settings.RUNS_JOBS_CLIENT names,
+workers/ray_jobs.py, imported on first use, so the web process never imports ray). A run whose job ended
+is settled from Ray's answer and any events left in its run folder; a running run whose engine went silent
+is failed as lost."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
 from datetime import timedelta
+from importlib import import_module
 from pathlib import Path
 from typing import Protocol
 
@@ -38,9 +41,8 @@ JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 
 
 def _default_jobs() -> JobsClient:
-    from workers import ray_jobs
-
-    return ray_jobs
+    # A module whose functions are the Protocol's methods.
+    return import_module(settings.RUNS_JOBS_CLIENT)
 
 
 def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None) -> None:
@@ -196,9 +198,7 @@ def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float = 60
     stale = timezone.now() - timedelta(seconds=queued_grace_s)
     queued = Run.objects.filter(state=S.QUEUED, state_changed_at__lt=stale, kind=RunKind.NATIVE)
     for run_id in queued.values_list("pk", flat=True):
-        try:
+        with contextlib.suppress(JobsUnavailable):  # still queued; the next check tries again
             run_submit(run_id, jobs=jobs)
-        except JobsUnavailable:
-            pass  # still queued; the next check tries again
         checked += 1
     return checked

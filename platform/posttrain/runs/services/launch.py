@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 
 from posttrain.core.errors import IllegalTransition, InvalidInput
+from posttrain.core.task_queue import task_send
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Checkpoint,
@@ -71,9 +72,7 @@ def _create_queued_run(
 
 
 def _dispatch(task_name: str, run_id: uuid.UUID | str) -> None:
-    from workers import tasks
-
-    getattr(tasks, task_name).delay(str(run_id))
+    task_send(task_name, str(run_id))
 
 
 def run_launch(
@@ -140,7 +139,7 @@ _UNSET = object()
 
 def run_update(run: Run, *, tags: Any = _UNSET, note: Any = _UNSET) -> Run:
     """Tags and note are the only fields edited after launch."""
-    fields = {}
+    fields: dict[str, Any] = {}
     if tags is not _UNSET:
         fields["tags"] = clean_tags(tags)
     if note is not _UNSET:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -60,7 +61,7 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
                 RunTransition.objects.create(run_id=run_id, from_state=old, to_state=to_state, reason=reason)
                 # Open run pages learn of it on the live channel (the SSE stream re-reads the run).
                 change = {"type": "state", "run": str(run_id), "from_state": old, "state": to_state, "reason": reason}
-                transaction.on_commit(lambda: live_channel.publish(run_id, [change]))
+                transaction.on_commit(partial(live_channel.publish, run_id, [change]))
                 return True
     return False
 

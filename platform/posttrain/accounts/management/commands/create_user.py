@@ -30,7 +30,7 @@ class Command(BaseCommand):
         parser.add_argument("--token", action="store_true", help="Also create and print an API token.")
 
     def handle(self, *args, username: str, role: str, email: str, password: str | None, token: bool, **options) -> None:
-        password = password or os.environ.get(PASSWORD_ENV)
+        password = password or os.environ.get(PASSWORD_ENV) or ""
         generated = not password
         if generated:
             password = secrets.token_urlsafe(12)

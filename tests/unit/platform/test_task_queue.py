@@ -1,0 +1,56 @@
+"""Tasks sent by name (posttrain.core.task_queue): every name the platform sends is one the worker has,
+and a sent task reaches the real broker as that task with its arguments."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from posttrain.core.task_queue import TASK_PREFIX, celery_app, task_send
+
+PLATFORM = Path(__file__).resolve().parents[3] / "platform" / "posttrain"
+SENDERS = {"task_send", "_dispatch"}  # runs.services.launch._dispatch(name, run_id) wraps task_send
+
+
+def _sent_task_names() -> set[str]:
+    names = set()
+    for path in PLATFORM.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in SENDERS
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names.add(node.args[0].value)
+    return names
+
+
+def test_every_task_the_platform_sends_is_registered_in_the_worker():
+    from workers.celery_app import app
+
+    app.loader.import_default_modules()
+    sent = _sent_task_names()
+    assert sent >= {"run_submit", "run_cancel", "reward_trial_run"}
+    assert {TASK_PREFIX + name for name in sent} <= set(app.tasks)
+
+
+def test_the_worker_and_the_web_process_share_one_celery_app():
+    from workers.celery_app import app
+
+    assert app is celery_app()
+
+
+def test_a_sent_task_reaches_the_broker_by_name_with_its_arguments():
+    with celery_app().connection_for_read() as connection:
+        queue = connection.SimpleQueue("celery")
+        queue.clear()
+        task_send("run_submit", "a-run-id", expires=30)
+        message = queue.get(timeout=10)
+        message.ack()
+        queue.close()
+    args, kwargs, _ = message.decode()  # Celery's message protocol 2: (args, kwargs, embed)
+    assert message.headers["task"] == "workers.run_submit" and message.headers["expires"] is not None
+    assert (list(args), kwargs) == (["a-run-id"], {})
