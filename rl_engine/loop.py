@@ -8,10 +8,15 @@ update. The loop is backend-agnostic: it talks to the roles of `rl_engine.interf
 trainer, a reward, an executor); this module wires the one-process ones, and `rl_engine.distributed`
 the same calls onto Ray actors (several engines or ranks, `separate` placement).
 
-Async mode (`backends.async_rollout`): the next batch is generated while this one is scored and
-trained, from the weights before this update (staleness bounded by one step); the weight sync waits
-for that batch to finish, so a sync never lands in a half-generated batch. The off-policy gap is
-logged as `kl/rollout_vs_policy`.
+Async mode (`backends.async_rollout`): up to `backends.max_staleness` batches are generated ahead
+while this one is scored and trained. The engines run their calls in order, so a weight sync queued
+after this step's update lands after the batches submitted before it: the batch a step trains on is
+at most `max_staleness` updates behind. With `backends.partial_rollout` the sync instead lands between
+two segments of the batch generating (`rl_engine.partial_rollout`). Every sample records the policy
+versions it was generated under (`Sample.segments`), logged as the `staleness/*` distribution; the
+off-policy gap as `kl/rollout_vs_policy` and the rollout correction's metrics. A checkpoint keeps the
+batches generated ahead (`pending`), so a resumed run trains on exactly what it would have. See
+docs/ARCHITECTURE.md, "Async mode".
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import random
 import statistics
 import time
+from collections import deque
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +52,7 @@ from rl_engine.checkpoint import EngineState, capture_rng, load_engine_state, re
 from rl_engine.config import RunConfig, check_runnable, dump_config
 from rl_engine.data import Prompt, PromptData, PromptSampler
 from rl_engine.executors import Rollouts
+from rl_engine.partial_rollout import mixed_seed
 from rl_engine.interfaces import AsyncRolloutRole, ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
 from rl_engine.devices import (
     Precision,
@@ -58,6 +65,7 @@ from rl_engine.devices import (
 from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
+from rl_engine.staleness import staleness_metrics
 from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel, rollout_logprob_gap
 
 if TYPE_CHECKING:
@@ -92,7 +100,8 @@ class Engine:
     data: PromptData
     sampler: PromptSampler
     roles: RayRoles | None = None  # when the roles are actors
-    pending: PendingRollout | None = None  # async mode: the batch being generated for the next step
+    # Async mode: the batches generated ahead, for the next steps in order.
+    pending: deque[PendingRollout] = field(default_factory=deque)
     executor: ExecutorRole | None = None  # single turn, an environment or an agent, over `rollout`
     device: torch.device | None = None  # the one-process engine's (None with Ray roles: each has its own)
 
@@ -430,6 +439,7 @@ class TrainingBatch:
     ref_logprobs: torch.Tensor | None = None
     old_logprobs: torch.Tensor | None = None  # the trainer's before the update: the proximal policy
     values: torch.Tensor | None = None
+    policy_versions: torch.Tensor | None = None  # [B, T] the version that sampled each token (async mode)
 
     @property
     def mask(self) -> torch.Tensor:
@@ -444,6 +454,8 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     started = time.perf_counter()
     metrics: dict[str, float] = {}
     collected = collect(engine, step, timer)
+    if engine.cfg.backends.async_rollout:
+        metrics.update(staleness_metrics(collected.samples, step - 1, engine.cfg.backends.max_staleness))
     with timer.phase("reward"):
         scored = score(engine, collected)
     advantages_per_sample = torch.zeros(len(collected.samples))
@@ -452,11 +464,11 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         with timer.phase("advantages"):
             advantages, returns = compute_advantages(engine.cfg, batch, metrics)
         with timer.phase("correction"):
-            correction = correct(engine.cfg, batch)
+            correction = correct(engine.cfg, batch, trainer_version=step - 1)
         metrics.update(correction.metrics)
         with timer.phase("train"):
             metrics.update(update(engine, batch, advantages, returns, correction))
-        sync(engine, timer)
+        sync(engine, step, timer)
         mask = batch.mask
         advantages_per_sample[batch.rows] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
         if "kl/loss_term" in metrics:
@@ -530,6 +542,7 @@ def forward_passes(
     )
     mask = tokens.response_mask
     batch = TrainingBatch(rows, tokens, scored.scores[rows], _engine_logprobs(samples, mask))
+    batch.policy_versions = _token_versions(samples, mask)
     if batch.rollout_logprobs is None and engine.cfg.algorithm.rollout_correction.spec.needs:
         raise RuntimeError(
             "algorithm.rollout_correction: the rollout reported no log-probs of its samples, so there is "
@@ -581,14 +594,19 @@ def compute_advantages(
     return ADVANTAGE_ESTIMATORS.get(alg.name)(inputs)
 
 
-def correct(cfg: RunConfig, batch: TrainingBatch) -> CorrectionResult:
+def correct(cfg: RunConfig, batch: TrainingBatch, trainer_version: int) -> CorrectionResult:
     """The rollout correction: weights on the policy loss from the rollout engine's log-probs (behaviour)
-    against the trainer's before the update (proximal), and the `rollout_corr/*` metrics."""
+    against the trainer's before the update (proximal, version `trainer_version`), and the
+    `rollout_corr/*` metrics."""
     settings = cfg.algorithm.rollout_correction
     if not settings.spec.needs:
         return CorrectionResult(None, {})
     inputs = CorrectionInputs(
-        behaviour_logprobs=batch.rollout_logprobs, proximal_logprobs=batch.old_logprobs, mask=batch.mask
+        behaviour_logprobs=batch.rollout_logprobs,
+        proximal_logprobs=batch.old_logprobs,
+        mask=batch.mask,
+        policy_versions=batch.policy_versions,
+        trainer_version=trainer_version,
     )
     return rollout_correction(settings.method, inputs, *settings.thresholds)
 
@@ -616,14 +634,14 @@ def update(
     return engine.trainer.update(experience)
 
 
-def sync(engine: Engine, timer: StepTimer) -> None:
-    """The rollout engines take the updated weights (async: after the batch they are generating)."""
-    if engine.pending is not None:
-        # Async: the next batch finishes generating from the weights it started with before they change.
-        with timer.phase("wait_rollout"):
-            engine.pending.finish(cast(AsyncRolloutRole, engine.rollout))
+def sync(engine: Engine, step: int, timer: StepTimer) -> None:
+    """The rollout engines take the updated weights, policy version `step` (async: queued after the
+    batches generated ahead, or between two segments with partial rollout; the step does not wait)."""
     with timer.phase("weight_sync"):
-        engine.sync_weights()
+        if engine.cfg.backends.async_rollout:
+            cast(AsyncRolloutRole, engine.rollout).queue_weights(step)
+        else:
+            engine.sync_weights()
 
 
 def step_metrics(cfg: RunConfig, collected: Collected, scored: Scored, timer: StepTimer) -> dict[str, float]:
@@ -665,6 +683,9 @@ def sample_records(collected: Collected, scored: Scored, advantages: torch.Tenso
         }
         for i, s in enumerate(collected.samples)
     ]
+    for record, sample in zip(records, collected.samples):
+        if sample.segments is not None:  # async mode: [version, tokens] per segment
+            record["versions"] = [list(segment) for segment in sample.segments]
     rollouts = collected.rollouts
     if rollouts.turns is not None:
         for record, turns, logs in zip(records, rollouts.turns, rollouts.logs):
@@ -698,7 +719,7 @@ def timing_metrics(timer: StepTimer) -> dict[str, float]:
     }
 
 
-def _sampling_params(cfg: RunConfig) -> SamplingParams:
+def _sampling_params(cfg: RunConfig, seed: int | None = None) -> SamplingParams:
     ro = cfg.rollout
     return SamplingParams(
         n=ro.samples_per_prompt,
@@ -707,21 +728,29 @@ def _sampling_params(cfg: RunConfig) -> SamplingParams:
         top_k=ro.top_k,
         max_new_tokens=ro.max_new_tokens,
         stop=tuple(ro.stop),
+        seed=seed,
     )
 
 
 @dataclass
 class PendingRollout:
-    """Async mode: a batch submitted to the rollout engines ahead of its step."""
+    """Async mode: a batch submitted to the rollout engines ahead of its step (`indices` into the
+    training prompts); `handles` until it is collected, `samples` after."""
 
-    prompts: list[Prompt]
-    handles: Any
+    step: int
+    indices: list[int]
+    handles: Any = None
     samples: list[Sample] | None = None
     seconds: float = 0.0
 
     def finish(self, rollout: AsyncRolloutRole) -> None:
         if self.samples is None:
             self.samples, self.seconds = rollout.collect(self.handles)
+            self.handles = None
+
+    def saved(self) -> dict[str, Any]:
+        """What a checkpoint keeps of a finished batch."""
+        return {"step": self.step, "indices": self.indices, "samples": self.samples, "seconds": self.seconds}
 
 
 def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], Rollouts]:
@@ -746,20 +775,25 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
 
     rollout = cast(AsyncRolloutRole, engine.rollout)
 
-    def submit() -> PendingRollout:
-        prompts = next_prompts()
-        return PendingRollout(prompts, rollout.submit([p.token_ids for p in prompts], _sampling_params(cfg)))
+    def submit(for_step: int) -> PendingRollout:
+        indices = engine.sampler.next_batch(cfg.rollout.prompts_per_step)
+        # Each batch its own seed: what it draws depends on its step and weights, not on when it ran.
+        params = _sampling_params(cfg, mixed_seed(cfg.seed, for_step))
+        handles = rollout.submit([engine.data.train[i].token_ids for i in indices], params)
+        return PendingRollout(for_step, indices, handles)
 
-    current = engine.pending or submit()  # none ahead on the first step (or the first after a resume)
-    engine.pending = None
+    if not engine.pending:  # nothing ahead on the first step
+        engine.pending.append(submit(step))
+    current = engine.pending.popleft()
+    # Keep `max_staleness` batches ahead: the engines generate them while this step trains.
+    while len(engine.pending) < cfg.backends.max_staleness and step + len(engine.pending) < cfg.train.steps:
+        engine.pending.append(submit(step + len(engine.pending) + 1))
     with timer.phase("wait_rollout"):
         current.finish(rollout)
-    # The engines' own time, overlapped with the previous step's work: not a phase of this step's critical
+    # The engines' own time, overlapped with the previous steps' work: not a phase of this step's critical
     # path (`timing/wait_rollout` is), reported as `rollout/overlapped_generate_s`.
     timer.overlapped_generate = current.seconds
-    if step < cfg.train.steps:
-        engine.pending = submit()
-    return current.prompts, Rollouts(current.samples)
+    return [engine.data.train[i] for i in current.indices], Rollouts(current.samples)
 
 
 # Rows whose log-probs get an eval forward of their own for `rollout/logprob_diff_*` when the training
@@ -776,6 +810,18 @@ def _engine_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor 
     for row, sample in enumerate(samples):
         engine[row, : len(sample.logprobs)] = torch.tensor(sample.logprobs, dtype=mask.dtype)
     return engine
+
+
+def _token_versions(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor | None:
+    """The policy version of each sampled token as a `[B, T]` tensor shaped like `mask`; None when a
+    sample carries no versions (sync mode)."""
+    if not samples or any(s.segments is None for s in samples):
+        return None
+    versions = torch.zeros(mask.shape, dtype=torch.long)
+    for row, sample in enumerate(samples):
+        per_token = sample.token_versions or []
+        versions[row, : len(per_token)] = torch.tensor(per_token, dtype=torch.long)
+    return versions
 
 
 def _rollout_metrics(

@@ -7,8 +7,8 @@ the layout every group estimator relies on.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -26,6 +26,9 @@ class SamplingParams:
     max_new_tokens: int = 16
     stop: tuple[str, ...] = ()
     greedy: bool = False
+    # Seeds the sampling of this one call (async mode: each batch its own, so that a resumed run draws
+    # what the uninterrupted one drew); None = the engine's running generator.
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,17 @@ class Sample:
     # Multi-turn trajectories (`rl_engine.executors`): 1 where the token is the policy's action, 0 where
     # it is an observation the environment inserted (no gradient, no KL, no entropy). None = all actions.
     action_mask: tuple[int, ...] | None = None
+    # The policy versions (updates applied to the weights that sampled) of the response, in order, as
+    # (version, tokens) segments: one segment, or several when a partial rollout continued the response
+    # under newer weights. None where nobody tracked it (sync mode: always the trainer's current version).
+    segments: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def token_versions(self) -> list[int] | None:
+        """The policy version of each response token (None without `segments`)."""
+        if self.segments is None:
+            return None
+        return [version for version, tokens in self.segments for _ in range(tokens)]
 
     @property
     def action_count(self) -> int:
@@ -110,6 +124,18 @@ class SampledTokenLogprobs:
         return torch.stack(steps, dim=1) if steps else generated.new_zeros((generated.shape[0], 0), dtype=torch.float32)
 
 
+@contextmanager
+def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Draws from a generator seeded with `seed` inside, leaving the process's own RNG as it was (in one
+    process the trainer shares it); with None, draws from the running one."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
 def _warpers(params: SamplingParams) -> list[Any]:
     """transformers' temperature, top-k and top-p warpers for `params`, in the order `generate` applies them."""
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -157,7 +183,7 @@ class TransformersRollout:
         was_training = self.model.training
         self.model.eval()
         try:
-            with self.autocast():
+            with self.autocast(), seeded(params.seed, self.device):
                 for start in range(0, len(expanded), self.batch_size):
                     chunk = expanded[start : start + self.batch_size]
                     samples.extend(self._generate_chunk(chunk, params))
