@@ -441,6 +441,8 @@ class TorchTrainer:
         out = {
             "policy/loss": loss.detach(),
             "policy/clip_ratio": stats["clip_ratio"],
+            "policy/clip_ratio_high": stats["clip_ratio_high"],
+            "policy/clip_ratio_low": stats["clip_ratio_low"],
             "policy/approx_kl": stats["approx_kl"],
             "policy/ratio_max": stats["ratio_max"],
         }
