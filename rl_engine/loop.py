@@ -630,6 +630,7 @@ def update(
         # Without old log-probs the engine's are checked against the training forward's, every row, free.
         batch.rollout_logprobs if batch.old_logprobs is None else None,
         correction.weights,
+        batch.rollout_logprobs if alg.loss.behaviour_weighted else None,
     )
     return engine.trainer.update(experience)
 

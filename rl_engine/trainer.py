@@ -104,6 +104,9 @@ class Experience:
     rollout_logprobs: torch.Tensor | None = None
     # [B, T]: the rollout correction's per-token weights on the policy loss (None = no correction).
     correction_weights: torch.Tensor | None = None
+    # [B, T]: the behaviour policy's log-probs, for a loss that weighs by pi_proximal / pi_behaviour itself
+    # (decoupled PPO) when no correction gives that weight.
+    behaviour_logprobs: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> Experience:
         return self._map(self.batch.select(index), lambda t: t[index])
@@ -123,6 +126,7 @@ class Experience:
             apply(self.returns),
             apply(self.rollout_logprobs),
             apply(self.correction_weights),
+            apply(self.behaviour_logprobs),
         )
 
 
@@ -437,6 +441,7 @@ class TorchTrainer:
             norm,
             name=alg.policy_loss,
             weights=exp.correction_weights,
+            behaviour_logprobs=exp.behaviour_logprobs,
         )
         out = {
             "policy/loss": loss.detach(),
