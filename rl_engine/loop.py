@@ -754,6 +754,24 @@ class PendingRollout:
         return {"step": self.step, "indices": self.indices, "samples": self.samples, "seconds": self.seconds}
 
 
+def saved_pending(engine: Engine) -> list[dict[str, Any]]:
+    """Async mode: the batches generated ahead, waited for, as a checkpoint keeps them. The sampler has
+    already drawn their prompts, so a resumed run that did not have them would skip those prompts."""
+    if not engine.pending:
+        return []
+    rollout = cast(AsyncRolloutRole, engine.rollout)
+    for pending in engine.pending:
+        pending.finish(rollout)
+    return [pending.saved() for pending in engine.pending]
+
+
+def resume_pending(engine: Engine, state: EngineState) -> None:
+    """Async mode on resume: the checkpoint's batches generated ahead come next, as they would have, and
+    the engines (loaded with the checkpoint's weights) sample as policy version `state.step`."""
+    engine.pending = deque(PendingRollout(**saved) for saved in state.pending)
+    cast(AsyncRolloutRole, engine.rollout).set_policy_version(state.step)
+
+
 def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], Rollouts]:
     """This step's prompts and `Rollouts`. Sync: generated now. Async: the batch submitted during the
     previous step (finished before the last weight sync), and the next one submitted now, to be
@@ -959,6 +977,8 @@ def _run(
         restore_rng(state.rng)
         counters.update(state.metrics_so_far)
         first_step = state.step + 1
+        if cfg.backends.async_rollout:
+            resume_pending(engine, state)
     else:
         sink.emit("log", {"level": "info", "message": _describe(engine)}, step=0)
 
@@ -1001,6 +1021,7 @@ def _run(
                 sampler=engine.sampler.state_dict(),
                 rng=capture_rng(),
                 metrics_so_far=dict(counters),
+                pending=saved_pending(engine),
             )
             path = engine.save_checkpoint(run_dir, step, state)
             sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
