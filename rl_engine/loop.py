@@ -21,6 +21,7 @@ docs/ARCHITECTURE.md, "Async mode".
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import statistics
@@ -66,6 +67,7 @@ from rl_engine.rewards import CompositeReward, RewardBatch, build_reward
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import RolloutBackend, Sample, SamplingParams, TransformersRollout
 from rl_engine.staleness import staleness_metrics
+from rl_engine.token_view import MAX_VIEW_TOKENS, token_view
 from rl_engine.trainer import DTYPES, Experience, TokenBatch, TorchTrainer, ValueModel, rollout_logprob_gap
 
 if TYPE_CHECKING:
@@ -459,6 +461,7 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     with timer.phase("reward"):
         scored = score(engine, collected)
     advantages_per_sample = torch.zeros(len(collected.samples))
+    per_token: dict[int, dict[str, list[float] | None]] = {}
     if scored.keep.any():
         batch = forward_passes(engine, collected, scored, timer, metrics)
         with timer.phase("advantages"):
@@ -471,6 +474,7 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         sync(engine, step, timer)
         mask = batch.mask
         advantages_per_sample[batch.rows] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
+        per_token = trainer_token_values(batch, advantages)
         if "kl/loss_term" in metrics:
             metrics["kl/mean"] = metrics.pop("kl/loss_term")
         metrics["advantages/mean"] = float(masked_mean(advantages, mask))
@@ -480,6 +484,7 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     with timer.phase("record"):
         metrics.update(step_metrics(engine.cfg, collected, scored, timer))
         records = sample_records(collected, scored, advantages_per_sample)
+        add_token_views(records, collected, per_token, engine.tokenizer)
     metrics.update(timing_metrics(timer))
     metrics["timing/step"] = time.perf_counter() - started
     return metrics, records
@@ -692,6 +697,48 @@ def sample_records(collected: Collected, scored: Scored, advantages: torch.Tenso
         for record, turns, logs in zip(records, rollouts.turns, rollouts.logs):
             record["turns"], record["env"] = turns, logs
     return records
+
+
+def trainer_token_values(batch: TrainingBatch, advantages: torch.Tensor) -> dict[int, dict[str, list[float] | None]]:
+    """Per kept sample (by its index in the step): the trainer's log-prob of each response token before
+    the update (None when the step did not compute it) and each token's advantage, for the per-token view."""
+    values: dict[int, dict[str, list[float] | None]] = {}
+    lengths = batch.mask.sum(1).tolist()
+    for row, (sample_index, length) in enumerate(zip(batch.rows.tolist(), lengths)):
+        width = batch.tokens.response_mask.shape[1] if batch.mask[row].any() else 0
+        last = int(batch.mask[row].nonzero().max()) + 1 if width else 0  # through the last action token
+        trainer = None if batch.old_logprobs is None else batch.old_logprobs[row, :last].tolist()
+        values[sample_index] = {"trainer_logprob": trainer, "advantage": advantages[row, :last].tolist()}
+        del length
+    return values
+
+
+def add_token_views(
+    records: list[dict[str, Any]],
+    collected: Collected,
+    per_token: dict[int, dict[str, list[float] | None]],
+    tokenizer: Any,
+) -> None:
+    """Each record's `tokens`: its per-token view (`rl_engine.token_view`) from the rollout engine's
+    log-probs and entropies and, for samples that trained, the trainer's values."""
+    for record, sample in zip(records, collected.samples):
+        ids = sample.response_ids[:MAX_VIEW_TOKENS]
+        pieces = tokenizer.batch_decode([[token] for token in ids])
+        trained = per_token.get(record["index"], {})
+        arrays = {
+            "rollout_logprob": sample.logprobs,
+            "entropy": sample.entropies,
+            "trainer_logprob": _padded(trained.get("trainer_logprob"), len(ids)),
+            "advantage": _padded(trained.get("advantage"), len(ids)),
+        }
+        record["tokens"] = token_view(pieces, arrays)
+
+
+def _padded(values: list[float] | None, length: int) -> list[float] | None:
+    """`values` cut or padded with NaN to `length` (an observation token after the last action has none)."""
+    if values is None:
+        return None
+    return (values + [math.nan] * length)[:length]
 
 
 # Stages always reported (0 when they did not run this step), then the ones reported only when they ran.

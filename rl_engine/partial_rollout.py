@@ -30,6 +30,7 @@ class _Response:
     prompt: list[int]
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] | None = field(default_factory=list)
+    entropies: list[float] | None = field(default_factory=list)
     segments: list[tuple[int, int]] = field(default_factory=list)
     finish_reason: FinishReason = "length"
 
@@ -39,6 +40,10 @@ class _Response:
             self.logprobs.extend(segment.logprobs)
         else:
             self.logprobs = None  # greedy decoding reports none
+        if self.entropies is not None and segment.entropies is not None:
+            self.entropies.extend(segment.entropies)
+        else:
+            self.entropies = None
         if self.segments and self.segments[-1][0] == version:  # no sync in between: the same segment
             self.segments[-1] = (version, self.segments[-1][1] + len(segment.response_ids))
         elif segment.response_ids:
@@ -47,7 +52,15 @@ class _Response:
 
     def sample(self) -> Sample:
         logprobs = None if self.logprobs is None else tuple(self.logprobs)
-        return Sample(self.prompt_index, self.tokens, self.finish_reason, logprobs, segments=tuple(self.segments))
+        entropies = None if self.entropies is None else tuple(self.entropies)
+        return Sample(
+            self.prompt_index,
+            self.tokens,
+            self.finish_reason,
+            logprobs,
+            segments=tuple(self.segments),
+            entropies=entropies,
+        )
 
 
 def generate_in_segments(

@@ -46,6 +46,9 @@ class Sample:
     # (version, tokens) segments: one segment, or several when a partial rollout continued the response
     # under newer weights. None where nobody tracked it (sync mode: always the trainer's current version).
     segments: tuple[tuple[int, int], ...] | None = None
+    # The entropy of the distribution each response token was drawn from (after temperature, top-k,
+    # top-p), for the per-token view; None where the backend does not report it (vLLM, greedy).
+    entropies: tuple[float, ...] | None = None
 
     @property
     def token_versions(self) -> list[int] | None:
@@ -104,17 +107,27 @@ class SampledTokenLogprobs:
     """A logits processor that records each sampled token's log-prob under the distribution it was
     drawn from: put last, after temperature, top-k and top-p, it sees the scores `generate` samples from
     (vLLM's `processed_logprobs`). A step's token is known only at the next call (or from the output, for
-    the last one), so one step's log-softmax is kept at a time: memory stays one `[batch, vocab]`."""
+    the last one), so one step's log-softmax is kept at a time: memory stays one `[batch, vocab]`. Each
+    step's entropy of that distribution is kept too (`entropies`, `[batch, steps]`)."""
 
     def __init__(self) -> None:
         self.pending: torch.Tensor | None = None
         self.steps: list[torch.Tensor] = []
+        self.entropy_steps: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.pending is not None:
             self.steps.append(self.pending.gather(-1, input_ids[:, -1:]).squeeze(-1))
         self.pending = torch.log_softmax(scores.float(), dim=-1)
+        # Tokens that top-k/top-p removed have log-prob -inf and probability 0: they add nothing.
+        plogp = self.pending.exp() * self.pending
+        self.entropy_steps.append(-torch.where(torch.isfinite(self.pending), plogp, 0.0).sum(-1))
         return scores
+
+    def entropies(self, generated: torch.Tensor) -> torch.Tensor:
+        """`[batch, generated]` entropies of the distributions `generated`'s tokens were drawn from."""
+        steps = self.entropy_steps[: generated.shape[1]]
+        return torch.stack(steps, dim=1) if steps else generated.new_zeros((generated.shape[0], 0), dtype=torch.float32)
 
     def per_token(self, generated: torch.Tensor) -> torch.Tensor:
         """`[batch, generated]` log-probs of `generated` (the new tokens `generate` returned)."""
@@ -218,17 +231,26 @@ class TransformersRollout:
         )
         new_tokens = output[:, input_ids.shape[1] :]
         logprobs = recorder.per_token(new_tokens).tolist() if recorder is not None else [None] * len(chunk)
+        entropies = recorder.entropies(new_tokens).tolist() if recorder is not None else [None] * len(chunk)
         return [
-            self._to_sample(prompt_index, tokens, row_logprobs, params)
-            for (prompt_index, _), tokens, row_logprobs in zip(chunk, new_tokens.tolist(), logprobs)
+            self._to_sample(prompt_index, tokens, row_logprobs, params, row_entropies)
+            for (prompt_index, _), tokens, row_logprobs, row_entropies in zip(
+                chunk, new_tokens.tolist(), logprobs, entropies
+            )
         ]
 
     def _to_sample(
-        self, prompt_index: int, tokens: list[int], logprobs: list[float] | None, params: SamplingParams
+        self,
+        prompt_index: int,
+        tokens: list[int],
+        logprobs: list[float] | None,
+        params: SamplingParams,
+        entropies: list[float] | None = None,
     ) -> Sample:
         def sample(length: int, reason: FinishReason) -> Sample:
             kept = None if logprobs is None else tuple(logprobs[:length])
-            return Sample(prompt_index, tokens[:length], reason, kept)
+            entropy = None if entropies is None else tuple(entropies[:length])
+            return Sample(prompt_index, tokens[:length], reason, kept, entropies=entropy)
 
         for position, token in enumerate(tokens):
             if token in self.eos_ids:
