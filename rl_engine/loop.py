@@ -703,13 +703,10 @@ def trainer_token_values(batch: TrainingBatch, advantages: torch.Tensor) -> dict
     """Per kept sample (by its index in the step): the trainer's log-prob of each response token before
     the update (None when the step did not compute it) and each token's advantage, for the per-token view."""
     values: dict[int, dict[str, list[float] | None]] = {}
-    lengths = batch.mask.sum(1).tolist()
-    for row, (sample_index, length) in enumerate(zip(batch.rows.tolist(), lengths)):
-        width = batch.tokens.response_mask.shape[1] if batch.mask[row].any() else 0
-        last = int(batch.mask[row].nonzero().max()) + 1 if width else 0  # through the last action token
-        trainer = None if batch.old_logprobs is None else batch.old_logprobs[row, :last].tolist()
-        values[sample_index] = {"trainer_logprob": trainer, "advantage": advantages[row, :last].tolist()}
-        del length
+    for row, sample_index in enumerate(batch.rows.tolist()):
+        length = int(batch.tokens.attention_mask[row, batch.tokens.prompt_width :].sum())
+        trainer = None if batch.old_logprobs is None else batch.old_logprobs[row, :length].tolist()
+        values[sample_index] = {"trainer_logprob": trainer, "advantage": advantages[row, :length].tolist()}
     return values
 
 

@@ -16,6 +16,7 @@ from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
 from rl_engine.loop import train
 from rl_engine.metric_catalogue import lookup
+from rl_engine.token_view import unpack_f16
 from tests.unit.engine.conftest import stop_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -104,6 +105,13 @@ def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint
         assert sample["components"]["exact_match"] == (1.0 if answer_ok else 0.0)
         assert sample["reward"] == pytest.approx(sample["components"]["exact_match"] + 0.5 * expected_format)
         assert sample["finish_reason"] in ("stop", "length")
+        # The per-token view: a piece and the rollout's values per token; GRPO's advantage is the
+        # sequence's on every token. No old-policy pass ran (one update per batch): no trainer log-probs.
+        view = sample["tokens"]
+        assert len(view["text"]) == sample["length"] and "trainer_logprob" not in view
+        assert all(lp <= 0 for lp in unpack_f16(view["rollout_logprob"]))
+        assert all(h >= 0 for h in unpack_f16(view["entropy"]))
+        assert unpack_f16(view["advantage"]) == pytest.approx([sample["advantage"]] * sample["length"], abs=2e-3)
 
     checkpoints = by_type(events, "checkpoint")
     assert len(checkpoints) == 1 and checkpoints[0]["step"] == 2
