@@ -3,6 +3,7 @@
 import { api, el, formatNumber, pageData } from "./api.js";
 import { openRunStream } from "./browser_stream_client.js";
 import { GROUPS, HEADLINE_METRICS, metricInfo, PANELS } from "./metric_catalogue.js";
+import { tokenViewSection } from "./token_view.js";
 
 const run = pageData("run-data");
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
@@ -396,6 +397,7 @@ function trajectory(sample, showSpecial) {
 function openSample(sample) {
   openedSample = sample;
   renderSample();
+  tokenViewSection(document.getElementById("sample-tokens"), run.id, sample.step, sample.index);
   document.getElementById("sample-dialog").showModal();
 }
 
