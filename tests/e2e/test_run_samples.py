@@ -33,6 +33,16 @@ TURNS = [
 ]
 
 
+def open_run_page(page, web_server: str, run) -> None:
+    """Signs in as the fixtures' researcher and opens the run's page, ready."""
+    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", "a-long-passphrase")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{web_server}/runs/{run.id}/")
+    page.wait_for_selector("body[data-ready=true]")
+
+
 def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
     run = make_run(experiment, RunState.STARTING)
     now = time.time()
@@ -60,12 +70,7 @@ def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
         ],
     )
 
-    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", "a-long-passphrase")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/runs/{run.id}/")
-    page.wait_for_selector("body[data-ready=true]")
+    open_run_page(page, web_server, run)
 
     # The table tags the multi-turn sample with its number of model turns; the single-turn one has none.
     expect(page.locator('#samples-table tr[data-sample="1:0"] .turns-tag')).to_have_text("2 turns")
@@ -132,12 +137,7 @@ def test_the_per_token_view_shades_where_the_policies_disagree_and_slides_across
         ],
     )
 
-    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", "a-long-passphrase")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/runs/{run.id}/")
-    page.wait_for_selector("body[data-ready=true]")
+    open_run_page(page, web_server, run)
     page.locator('#samples-table tr[data-sample="2:0"]').click()
 
     tokens = page.locator("#sample-tokens pre.token-text .tok")
