@@ -484,7 +484,9 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     with timer.phase("record"):
         metrics.update(step_metrics(engine.cfg, collected, scored, timer))
         records = sample_records(collected, scored, advantages_per_sample)
-        add_token_views(records, collected, per_token, engine.tokenizer)
+        every = engine.cfg.logging.token_view_every
+        if every and step % every == 0:
+            add_token_views(records, collected, per_token, engine.tokenizer)
     metrics.update(timing_metrics(timer))
     metrics["timing/step"] = time.perf_counter() - started
     return metrics, records

@@ -549,6 +549,12 @@ class LoggingConfig(_Section):
     samples: Literal["all", "none"] = Field(
         default="all", description="Record rollout samples as events (all) or not (none)."
     )
+    token_view_every: int = Field(
+        default=1,
+        ge=0,
+        description="Record the per-token view (log-probs, entropy, advantage per token: ~11 bytes a token "
+        "plus its text) with the samples of every N-th step (0 = never).",
+    )
     heartbeat_s: float = Field(default=10, gt=0, description="Seconds between heartbeat events.")
 
 

@@ -303,3 +303,24 @@ def test_bad_input_ends_with_one_clear_line_and_exit_code_2(tiny_demo, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith("error: ") and expected in err[-1]
+
+
+def test_the_per_token_view_is_recorded_every_nth_step_with_the_trainers_log_probs(tiny_demo):
+    from rl_engine.loop import build_engine, run_step
+
+    cfg = validate_config(
+        tiny_config(tiny_demo, algorithm={"rollout_correction": {"method": "metrics"}}, logging={"token_view_every": 2})
+    )
+    engine = build_engine(cfg)
+    try:
+        _, first = run_step(engine, 1)
+        _, second = run_step(engine, 2)
+    finally:
+        engine.close()
+    assert all("tokens" not in record for record in first)
+    for record in second:
+        view = record["tokens"]
+        # Same weights, fp32: the trainer's log-probs are the rollout's, to float16 precision.
+        rollout, trainer = unpack_f16(view["rollout_logprob"]), unpack_f16(view["trainer_logprob"])
+        assert len(rollout) == len(trainer) == record["length"]
+        assert trainer == pytest.approx(rollout, abs=1e-2)
