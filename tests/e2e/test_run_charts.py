@@ -12,6 +12,7 @@ import pytest
 from posttrain.runs import services
 from posttrain.runs.models import RunState
 from tests.e2e.conftest import screenshot
+from tests.e2e.test_run_samples import open_run_page
 from tests.unit.platform.runs_fixtures import (  # noqa: F401  (fixtures)
     experiment,
     make_run,
@@ -89,12 +90,7 @@ def test_the_stability_view_groups_mismatch_weights_entropy_clipping_grad_norm_a
         run.pk,
         [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": time.time(), "data": STABILITY_STEP}],
     )
-    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", "a-long-passphrase")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/runs/{run.id}/")
-    page.wait_for_selector("body[data-ready=true]")
+    open_run_page(page, web_server, run)
     page.wait_for_function(f"() => ({TRACES})('chart-staleness_share') !== null")
 
     group = "#panel-group-stability .chart"
