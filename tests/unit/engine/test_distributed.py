@@ -21,6 +21,7 @@ from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.demo.run_config import demo_run_config
 from rl_engine.distributed import PlacementUnavailable, RoleDied, plan_placement
+from rl_engine.token_view import unpack_f16
 
 pytestmark = pytest.mark.slow
 
@@ -199,7 +200,7 @@ def test_async_mode_trains_on_batches_generated_up_to_max_staleness_updates_behi
     assert {tuple(v for v, _ in s["versions"]) for s in samples[3]["data"]["samples"]} == {(1,)}
 
 
-def test_async_staleness_four_with_partial_rollout_and_tis_records_each_segments_version(
+def test_async_staleness_four_with_partial_rollout_tis_and_decoupled_ppo_records_each_segments_version(
     tiny_demo, tmp_path, ray_cluster
 ):
     from rl_engine.loop import train
@@ -208,7 +209,7 @@ def test_async_staleness_four_with_partial_rollout_and_tis_records_each_segments
         tiny_demo,
         placement={"mode": "separate"},
         backends={"async_rollout": True, "max_staleness": 4, "partial_rollout": True, "partial_rollout_tokens": 2},
-        algorithm={"rollout_correction": {"method": "token_tis"}},
+        algorithm={"policy_loss": "decoupled_ppo", "rollout_correction": {"method": "token_tis"}},
         train={"steps": 6},
     )
     train(cfg, tmp_path)
@@ -226,6 +227,8 @@ def test_async_staleness_four_with_partial_rollout_and_tis_records_each_segments
             # A segment is a run of one version: each one after the first is under newer weights.
             assert all(a < b for a, b in itertools.pairwise(versions))
             assert event["step"] - 1 - versions[0] <= 4
+            # The per-token view has both policies' log-probs (async mode runs the old-policy pass).
+            assert len(unpack_f16(sample["tokens"]["trainer_logprob"])) == sample["length"]
 
 
 def test_a_resumed_async_run_drops_no_batch_and_continues_the_uninterrupted_one(tiny_demo, tmp_path, ray_cluster):
