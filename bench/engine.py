@@ -49,6 +49,13 @@ CONFIGS: dict[str, list[str]] = {
     "colocate-sync": [],
     "separate-sync": ["placement.mode=separate"],
     "separate-async": ["placement.mode=separate", "backends.async_rollout=true"],
+    "separate-async4": ["placement.mode=separate", "backends.async_rollout=true", "backends.max_staleness=4"],
+    "separate-async4-partial": [
+        "placement.mode=separate",
+        "backends.async_rollout=true",
+        "backends.max_staleness=4",
+        "backends.partial_rollout=true",
+    ],
 }
 # Small enough that every role fits a Ray cluster of 2 CPUs.
 PLACEMENT = ["placement.cpus_per_rollout_engine=0.5", "placement.cpus_per_trainer=0.5"]

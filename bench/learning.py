@@ -60,11 +60,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 #: GRPO, PPO clip 0.2 / 0.28, lr 1e-4, 32 x 8 samples). A policy loss other than PPO's takes its own clip
 #: range and aggregation (the catalogue's defaults), not PPO's.
 OWN_CLIPS = {"clip_low": None, "clip_high": None}
+#: Async mode: generation up to 4 updates ahead on a rollout actor of its own (placement separate), with
+#: decoupled PPO and truncated IS (`async4_tis`) or plain PPO and no correction (`async4`); `default` is
+#: the same recipe in sync mode.
+ASYNC4 = {"backends": {"async_rollout": True, "max_staleness": 4}, "placement": {"mode": "separate"}}
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
     "gspo": {"algorithm": {"policy_loss": "gspo", **OWN_CLIPS}},
     "cispo": {"algorithm": {"policy_loss": "cispo", **OWN_CLIPS}},
     "gmpo": {"algorithm": {"policy_loss": "gmpo", **OWN_CLIPS}},
+    "async4_tis": {
+        **ASYNC4,
+        "algorithm": {"policy_loss": "decoupled_ppo", "rollout_correction": {"method": "token_tis"}},
+    },
+    "async4": ASYNC4,
 }
 
 TOOL_ENVIRONMENT = {
@@ -98,15 +107,20 @@ def evaluation_schedule(budget_s: float, every_s: float, marks: list[float]) -> 
 
 
 class Evaluations:
-    """A worker's evaluation clock: which due times a step boundary at `clock` has reached."""
+    """A worker's evaluation clock: which due times a step boundary at `clock` has reached. With a step
+    budget (`--steps`) the due "times" are steps: 0, every `every_s` steps, the last."""
 
-    def __init__(self, budget_s: float, every_s: float, minutes: float):
-        self.due = evaluation_schedule(budget_s, every_s, summary_marks(minutes))
-        self.budget_s = budget_s
+    def __init__(self, budget_s: float, every_s: float, minutes: float, steps: int | None = None):
+        if steps is None:
+            self.due = evaluation_schedule(budget_s, every_s, summary_marks(minutes))
+        else:
+            self.due = sorted({0.0, float(steps)} | {float(s) for s in range(0, steps, max(1, int(every_s)))})
+        self.by_step = steps is not None
 
-    def reached(self, clock: float) -> list[float]:
-        """The due times passed since the last call: one evaluation serves them all."""
-        passed = [d for d in self.due if d <= clock + 1e-9]
+    def reached(self, clock: float, step: int = 0) -> list[float]:
+        """The due times (steps) passed since the last call: one evaluation serves them all."""
+        now = float(step) if self.by_step else clock
+        passed = [d for d in self.due if d <= now + 1e-9]
         self.due = self.due[len(passed) :]
         return passed
 
@@ -138,7 +152,35 @@ def held_from(curve: list[dict], target: float) -> float | None:
 # --- workers (one process per system and seed) -------------------------------------------------
 
 
-def worker_ours(config_path: Path, seed: int, budget_s: float, every_s: float, minutes: float, eval_rows, tool: bool):
+def policy_for_evaluation(engine: Any) -> Any:
+    """The policy as the trainer has it now: the engine's own module in one process, else a local copy
+    loaded from the weights the trainer ranks write for a sync (with Ray roles the driver holds none)."""
+    if engine.model is not None:
+        return engine.model
+    from safetensors.torch import load_file
+
+    from rl_engine.loop import load_policy
+
+    if not hasattr(engine, "bench_policy"):
+        engine.bench_policy = load_policy(engine.cfg.model.path, engine.cfg).eval()
+    path = engine.roles.call([a.role for a in engine.roles.ranks], "write_weights_file")[engine.roles.ranks[0].role]
+    try:
+        engine.bench_policy.load_state_dict(load_file(path), strict=True)
+    finally:
+        os.unlink(path)
+    return engine.bench_policy
+
+
+def worker_ours(
+    config_path: Path,
+    seed: int,
+    budget_s: float,
+    every_s: float,
+    minutes: float,
+    eval_rows,
+    tool: bool,
+    steps: int | None = None,
+):
     import torch
 
     from rl_engine.config import load_config
@@ -157,19 +199,32 @@ def worker_ours(config_path: Path, seed: int, budget_s: float, every_s: float, m
     }
     cfg = recipe.model_copy(update=mechanics)
     engine = build_engine(cfg)
-    evaluations = Evaluations(budget_s, every_s, minutes)
+    evaluations = Evaluations(budget_s, every_s, minutes, steps)
+    samples_per_step = cfg.samples_per_step
     clock, step = 0.0, 0
     while True:
-        due = evaluations.reached(clock)
+        due = evaluations.reached(clock, step)
         if due:
+            # Async: the batches generated ahead finish on the clock, so no generation runs free while the
+            # clock is paused for the evaluation.
+            started = time.perf_counter()
+            drain_generation_ahead(engine)
+            clock += time.perf_counter() - started
             extra = {}
             if tool:  # episodes with the calculator available, greedy: the environment judges the answer
                 result = evaluate(engine, engine.data.eval[: len(eval_rows)], 6)
                 accuracy, extra = result["eval/env/correct"], {"calls_per_episode": result["eval/env/calls"]}
             else:
-                accuracy = evaluate_greedy(engine.model, engine.tokenizer, eval_rows)
+                accuracy = evaluate_greedy(policy_for_evaluation(engine), engine.tokenizer, eval_rows)
             for due_s in due:
-                _emit(due_s=due_s, train_s=round(clock, 3), step=step, accuracy=accuracy, **extra)
+                _emit(
+                    due_s=due_s,
+                    train_s=round(clock, 3),
+                    step=step,
+                    samples=step * samples_per_step,
+                    accuracy=accuracy,
+                    **extra,
+                )
         if evaluations.done:
             break
         started = time.perf_counter()
@@ -177,6 +232,12 @@ def worker_ours(config_path: Path, seed: int, budget_s: float, every_s: float, m
         run_step(engine, step)
         clock += time.perf_counter() - started
     engine.close()
+
+
+def drain_generation_ahead(engine: Any) -> None:
+    """Waits for the batches async mode generates ahead (none in sync mode)."""
+    for pending in engine.pending:
+        pending.finish(engine.rollout)
 
 
 def trl_recipe(demo: Path, trl_sets: list[str]) -> dict[str, Any]:
@@ -300,6 +361,7 @@ def run_worker(system: str, recipe: Path, seed: int, minutes: float, args: argpa
         str(args.demo_dir),
         "--eval-size",
         str(args.eval_size),
+        *(["--steps", str(args.steps), "--eval-every-steps", str(args.eval_every_steps)] if args.steps else []),
     ]
     label = recipe.stem
     started = time.monotonic()
@@ -369,6 +431,24 @@ def summarize(results: dict[str, list[dict]], minutes: float) -> dict:
     return summary
 
 
+def summarize_by_samples(results: dict[str, list[dict]]) -> dict:
+    """With a step budget (`--steps`): per system the median accuracy at each evaluated sample count (every
+    system has trained on as many samples there) and the median training seconds it took to get there."""
+    summary: dict[str, Any] = {}
+    for system, runs in results.items():
+        marks = sorted({p["samples"] for r in runs for p in r["curve"]})
+        entry: dict[str, Any] = {}
+        for mark in marks:
+            points = [next((p for p in r["curve"] if p["samples"] == mark), None) for r in runs]
+            if any(p is None for p in points):
+                continue
+            entry[f"accuracy_at_{mark}_samples"] = statistics.median(p["accuracy"] for p in points)
+            entry[f"train_s_at_{mark}_samples"] = round(statistics.median(p["train_s"] for p in points), 1)
+        entry["peak_rss_mib_max"] = max(r["peak_rss_mib"] for r in runs)
+        summary[system] = entry
+    return summary
+
+
 def search_candidates(losses: list[str], lrs: list[float], prompts: list[int]) -> dict[str, dict[str, Any]]:
     """The grid `--search` screens: every policy loss x learning rate x prompts per step (8 samples each)."""
     candidates = {}
@@ -419,6 +499,10 @@ def main() -> None:
     parser.add_argument("--demo-size", choices=["demo", "tiny"], default="demo", help="tiny: smoke tests only")
     parser.add_argument("--out", type=Path, default=None, help="default: .bench-results/learning-<time>")
     parser.add_argument("--eval-every-s", type=float, default=30.0)
+    parser.add_argument(
+        "--steps", type=int, default=None, help="a step budget instead of --minutes: every system, equal samples"
+    )
+    parser.add_argument("--eval-every-steps", type=int, default=5, help="with --steps: evaluate every N steps")
     parser.add_argument("--eval-size", type=int, default=1000, help="held-out prompts per evaluation (>= 500: noise)")
     parser.add_argument("--set", action="append", default=[], help="override our run configs, e.g. train.lr=1e-3")
     parser.add_argument("--trl-set", action="append", default=[], help="TRL option, e.g. lr=1e-4")
@@ -439,8 +523,20 @@ def main() -> None:
         if args.worker == "trl":
             worker_trl(args.recipe_path, args.seed, *timing, eval_rows)
         else:
-            worker_ours(args.recipe_path, args.seed, *timing, eval_rows, tool=args.worker == "tool")
+            every = args.eval_every_steps if args.steps else args.eval_every_s
+            worker_ours(
+                args.recipe_path,
+                args.seed,
+                timing[0],
+                every,
+                args.minutes,
+                eval_rows,
+                tool=args.worker == "tool",
+                steps=args.steps,
+            )
         return
+    if args.steps and set(args.systems) != {"ours"}:
+        parser.error("--steps runs our recipes only (--systems ours): TRL's and the tool's workers run by the clock")
 
     manifest = ensure_demo(args.demo_dir, args.demo_size)
     out = args.out or REPO / ".bench-results" / time.strftime("learning-%Y%m%d-%H%M%S")
@@ -485,7 +581,7 @@ def main() -> None:
         "recipes": {label: str(path) for label, path in labels.items()} | {"trl": str(trl)},
         "overrides": {"ours": args.set, "trl": args.trl_set},
         **document,
-        "summary": summarize(results, args.minutes),
+        "summary": summarize_by_samples(results) if args.steps else summarize(results, args.minutes),
         "runs": results,
     }
     text = json.dumps(document, indent=1)

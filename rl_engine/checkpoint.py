@@ -1,12 +1,13 @@
 """Checkpoints: `runs/<id>/checkpoints/step_<n>/` holds the policy in Hugging Face format (loads in plain
-transformers and vLLM) plus `engine_state.pt` (optimizer, scheduler, step, data position, RNG)."""
+transformers and vLLM) plus `engine_state.pt` (optimizer, scheduler, step, data position, RNG, and in
+async mode the batches generated ahead)."""
 
 from __future__ import annotations
 
 import random
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ class EngineState:
     sampler: dict[str, int]
     rng: dict[str, Any]
     metrics_so_far: dict[str, float]  # cumulative counters (samples, tokens, elapsed) carried over
+    # Async mode: the batches generated ahead of the step, finished, for the steps after it
+    # (`loop.PendingRollout.saved`), so that a resumed run drops none. Empty in sync mode.
+    pending: list[dict[str, Any]] = field(default_factory=list)
 
 
 def capture_rng() -> dict[str, Any]:

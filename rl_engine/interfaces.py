@@ -70,6 +70,15 @@ class AsyncRolloutRole(RolloutRole, Protocol):
 
     def collect(self, handles: Any) -> tuple[list[Sample], float]: ...
 
+    def queue_weights(self, version: int) -> float:
+        """A weight sync the caller does not wait for: it lands after the batches submitted before it
+        (or, with partial rollout, between two segments of the one generating)."""
+        ...
+
+    def set_policy_version(self, version: int) -> None:
+        """The version the engines' weights are (a resumed run's: its checkpoint's step)."""
+        ...
+
 
 class RewardRole(Protocol):
     def score(self, batch: RewardBatch) -> RewardResult: ...

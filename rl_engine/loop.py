@@ -8,18 +8,25 @@ update. The loop is backend-agnostic: it talks to the roles of `rl_engine.interf
 trainer, a reward, an executor), built from `rl_engine.components`; this module wires the one-process
 ones, and `rl_engine.distributed` the same calls onto Ray actors (several engines or ranks, `separate` placement).
 
-Async mode (`backends.async_rollout`): the next batch is generated while this one is scored and
-trained, from the weights before this update (staleness bounded by one step); the weight sync waits
-for that batch to finish, so a sync never lands in a half-generated batch. The off-policy gap is
-logged as `kl/rollout_vs_policy`.
+Async mode (`backends.async_rollout`): up to `backends.max_staleness` batches are generated ahead
+while this one is scored and trained. The engines run their calls in order, so a weight sync queued
+after this step's update lands after the batches submitted before it: the batch a step trains on is
+at most `max_staleness` updates behind. With `backends.partial_rollout` the sync instead lands between
+two segments of the batch generating (`rl_engine.partial_rollout`). Every sample records the policy
+versions it was generated under (`Sample.segments`), logged as the `staleness/*` distribution; the
+off-policy gap as `kl/rollout_vs_policy` and the rollout correction's metrics. A checkpoint keeps the
+batches generated ahead (`pending`), so a resumed run trains on exactly what it would have. See
+docs/ARCHITECTURE.md, "Async mode".
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import statistics
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,9 +73,12 @@ from rl_engine.devices import (
 )
 from rl_engine.executors import Rollouts
 from rl_engine.interfaces import AsyncRolloutRole, ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
+from rl_engine.partial_rollout import mixed_seed
 from rl_engine.rewards import RewardBatch
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import Sample, SamplingParams
+from rl_engine.staleness import staleness_metrics
+from rl_engine.token_view import MAX_VIEW_TOKENS, token_view
 from rl_engine.trainer import Experience, TokenBatch, ValueModel, rollout_logprob_gap
 
 if TYPE_CHECKING:
@@ -103,7 +113,8 @@ class Engine:
     data: PromptData
     sampler: PromptSampler
     roles: RayRoles | None = None  # when the roles are actors
-    pending: PendingRollout | None = None  # async mode: the batch being generated for the next step
+    # Async mode: the batches generated ahead, for the next steps in order.
+    pending: deque[PendingRollout] = field(default_factory=deque)
     executor: ExecutorRole | None = None  # single turn, an environment or an agent, over `rollout`
     device: torch.device | None = None  # the one-process engine's (None with Ray roles: each has its own)
 
@@ -290,6 +301,7 @@ class TrainingBatch:
     ref_logprobs: torch.Tensor | None = None
     old_logprobs: torch.Tensor | None = None  # the trainer's before the update: the proximal policy
     values: torch.Tensor | None = None
+    policy_versions: torch.Tensor | None = None  # [B, T] the version that sampled each token (async mode)
 
     @property
     def mask(self) -> torch.Tensor:
@@ -304,21 +316,25 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     started = time.perf_counter()
     metrics: dict[str, float] = {}
     collected = collect(engine, step, timer)
+    if engine.cfg.backends.async_rollout:
+        metrics.update(staleness_metrics(collected.samples, step - 1, engine.cfg.backends.max_staleness))
     with timer.phase("reward"):
         scored = score(engine, collected)
     advantages_per_sample = torch.zeros(len(collected.samples))
+    per_token: dict[int, dict[str, list[float] | None]] = {}
     if scored.keep.any():
         batch = forward_passes(engine, collected, scored, timer, metrics)
         with timer.phase("advantages"):
             advantages, returns = compute_advantages(engine.cfg, batch, metrics)
         with timer.phase("correction"):
-            correction = correct(engine.cfg, batch)
+            correction = correct(engine.cfg, batch, trainer_version=step - 1)
         metrics.update(correction.metrics)
         with timer.phase("train"):
             metrics.update(update(engine, batch, advantages, returns, correction))
-        sync(engine, timer)
+        sync(engine, step, timer)
         mask = batch.mask
         advantages_per_sample[batch.rows] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
+        per_token = trainer_token_values(batch, advantages)
         if "kl/loss_term" in metrics:
             metrics["kl/mean"] = metrics.pop("kl/loss_term")
         metrics["advantages/mean"] = float(masked_mean(advantages, mask))
@@ -328,6 +344,9 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
     with timer.phase("record"):
         metrics.update(step_metrics(engine.cfg, collected, scored, timer))
         records = sample_records(collected, scored, advantages_per_sample)
+        every = engine.cfg.logging.token_view_every
+        if every and step % every == 0:
+            add_token_views(records, collected, per_token, engine.tokenizer)
     metrics.update(timing_metrics(timer))
     metrics["timing/step"] = time.perf_counter() - started
     return metrics, records
@@ -390,6 +409,7 @@ def forward_passes(
     )
     mask = tokens.response_mask
     batch = TrainingBatch(rows, tokens, scored.scores[rows], _engine_logprobs(samples, mask))
+    batch.policy_versions = _token_versions(samples, mask)
     if batch.rollout_logprobs is None and engine.cfg.algorithm.rollout_correction.spec.needs:
         raise RuntimeError(
             "algorithm.rollout_correction: the rollout reported no log-probs of its samples, so there is "
@@ -441,14 +461,19 @@ def compute_advantages(
     return ADVANTAGE_ESTIMATORS.get(alg.name)(inputs)
 
 
-def correct(cfg: RunConfig, batch: TrainingBatch) -> CorrectionResult:
+def correct(cfg: RunConfig, batch: TrainingBatch, trainer_version: int) -> CorrectionResult:
     """The rollout correction: weights on the policy loss from the rollout engine's log-probs (behaviour)
-    against the trainer's before the update (proximal), and the `rollout_corr/*` metrics."""
+    against the trainer's before the update (proximal, version `trainer_version`), and the
+    `rollout_corr/*` metrics."""
     settings = cfg.algorithm.rollout_correction
     if not settings.spec.needs:
         return CorrectionResult(None, {})
     inputs = CorrectionInputs(
-        behaviour_logprobs=batch.rollout_logprobs, proximal_logprobs=batch.old_logprobs, mask=batch.mask
+        behaviour_logprobs=batch.rollout_logprobs,
+        proximal_logprobs=batch.old_logprobs,
+        mask=batch.mask,
+        policy_versions=batch.policy_versions,
+        trainer_version=trainer_version,
     )
     return rollout_correction(settings.method, inputs, *settings.thresholds)
 
@@ -472,18 +497,19 @@ def update(
         # Without old log-probs the engine's are checked against the training forward's, every row, free.
         batch.rollout_logprobs if batch.old_logprobs is None else None,
         correction.weights,
+        batch.rollout_logprobs if alg.loss.behaviour_weighted else None,
     )
     return engine.trainer.update(experience)
 
 
-def sync(engine: Engine, timer: StepTimer) -> None:
-    """The rollout engines take the updated weights (async: after the batch they are generating)."""
-    if engine.pending is not None:
-        # Async: the next batch finishes generating from the weights it started with before they change.
-        with timer.phase("wait_rollout"):
-            engine.pending.finish(cast(AsyncRolloutRole, engine.rollout))
+def sync(engine: Engine, step: int, timer: StepTimer) -> None:
+    """The rollout engines take the updated weights, policy version `step` (async: queued after the
+    batches generated ahead, or between two segments with partial rollout; the step does not wait)."""
     with timer.phase("weight_sync"):
-        engine.sync_weights()
+        if engine.cfg.backends.async_rollout:
+            cast(AsyncRolloutRole, engine.rollout).queue_weights(step)
+        else:
+            engine.sync_weights()
 
 
 def step_metrics(cfg: RunConfig, collected: Collected, scored: Scored, timer: StepTimer) -> dict[str, float]:
@@ -525,11 +551,53 @@ def sample_records(collected: Collected, scored: Scored, advantages: torch.Tenso
         }
         for i, s in enumerate(collected.samples)
     ]
+    for record, sample in zip(records, collected.samples):
+        if sample.segments is not None:  # async mode: [version, tokens] per segment
+            record["versions"] = [list(segment) for segment in sample.segments]
     rollouts = collected.rollouts
     if rollouts.turns is not None:
         for record, turns, logs in zip(records, rollouts.turns, rollouts.logs):
             record["turns"], record["env"] = turns, logs
     return records
+
+
+def trainer_token_values(batch: TrainingBatch, advantages: torch.Tensor) -> dict[int, dict[str, list[float] | None]]:
+    """Per kept sample (by its index in the step): the trainer's log-prob of each response token before
+    the update (None when the step did not compute it) and each token's advantage, for the per-token view."""
+    values: dict[int, dict[str, list[float] | None]] = {}
+    for row, sample_index in enumerate(batch.rows.tolist()):
+        length = int(batch.tokens.attention_mask[row, batch.tokens.prompt_width :].sum())
+        trainer = None if batch.old_logprobs is None else batch.old_logprobs[row, :length].tolist()
+        values[sample_index] = {"trainer_logprob": trainer, "advantage": advantages[row, :length].tolist()}
+    return values
+
+
+def add_token_views(
+    records: list[dict[str, Any]],
+    collected: Collected,
+    per_token: dict[int, dict[str, list[float] | None]],
+    tokenizer: Any,
+) -> None:
+    """Each record's `tokens`: its per-token view (`rl_engine.token_view`) from the rollout engine's
+    log-probs and entropies and, for samples that trained, the trainer's values."""
+    for record, sample in zip(records, collected.samples):
+        ids = sample.response_ids[:MAX_VIEW_TOKENS]
+        pieces = tokenizer.batch_decode([[token] for token in ids])
+        trained = per_token.get(record["index"], {})
+        arrays = {
+            "rollout_logprob": sample.logprobs,
+            "entropy": sample.entropies,
+            "trainer_logprob": _padded(trained.get("trainer_logprob"), len(ids)),
+            "advantage": _padded(trained.get("advantage"), len(ids)),
+        }
+        record["tokens"] = token_view(pieces, arrays)
+
+
+def _padded(values: list[float] | None, length: int) -> list[float] | None:
+    """`values` cut or padded with NaN to `length` (an observation token after the last action has none)."""
+    if values is None:
+        return None
+    return (values + [math.nan] * length)[:length]
 
 
 # Stages always reported (0 when they did not run this step), then the ones reported only when they ran.
@@ -558,7 +626,7 @@ def timing_metrics(timer: StepTimer) -> dict[str, float]:
     }
 
 
-def _sampling_params(cfg: RunConfig) -> SamplingParams:
+def _sampling_params(cfg: RunConfig, seed: int | None = None) -> SamplingParams:
     ro = cfg.rollout
     return SamplingParams(
         n=ro.samples_per_prompt,
@@ -567,21 +635,47 @@ def _sampling_params(cfg: RunConfig) -> SamplingParams:
         top_k=ro.top_k,
         max_new_tokens=ro.max_new_tokens,
         stop=tuple(ro.stop),
+        seed=seed,
     )
 
 
 @dataclass
 class PendingRollout:
-    """Async mode: a batch submitted to the rollout engines ahead of its step."""
+    """Async mode: a batch submitted to the rollout engines ahead of its step (`indices` into the
+    training prompts); `handles` until it is collected, `samples` after."""
 
-    prompts: list[Prompt]
-    handles: Any
+    step: int
+    indices: list[int]
+    handles: Any = None
     samples: list[Sample] | None = None
     seconds: float = 0.0
 
     def finish(self, rollout: AsyncRolloutRole) -> None:
         if self.samples is None:
             self.samples, self.seconds = rollout.collect(self.handles)
+            self.handles = None
+
+    def saved(self) -> dict[str, Any]:
+        """What a checkpoint keeps of a finished batch."""
+        return {"step": self.step, "indices": self.indices, "samples": self.samples, "seconds": self.seconds}
+
+
+def saved_pending(engine: Engine) -> list[dict[str, Any]]:
+    """Async mode: the batches generated ahead, waited for, as a checkpoint keeps them. The sampler has
+    already drawn their prompts, so a resumed run that did not have them would skip those prompts."""
+    if not engine.pending:
+        return []
+    rollout = cast(AsyncRolloutRole, engine.rollout)
+    for pending in engine.pending:
+        pending.finish(rollout)
+    return [pending.saved() for pending in engine.pending]
+
+
+def resume_pending(engine: Engine, state: EngineState) -> None:
+    """Async mode on resume: the checkpoint's batches generated ahead come next, as they would have, and
+    the engines (loaded with the checkpoint's weights) sample as policy version `state.step`."""
+    engine.pending = deque(PendingRollout(**saved) for saved in state.pending)
+    cast(AsyncRolloutRole, engine.rollout).set_policy_version(state.step)
 
 
 def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], Rollouts]:
@@ -606,20 +700,25 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
 
     rollout = cast(AsyncRolloutRole, engine.rollout)
 
-    def submit() -> PendingRollout:
-        prompts = next_prompts()
-        return PendingRollout(prompts, rollout.submit([p.token_ids for p in prompts], _sampling_params(cfg)))
+    def submit(for_step: int) -> PendingRollout:
+        indices = engine.sampler.next_batch(cfg.rollout.prompts_per_step)
+        # Each batch its own seed: what it draws depends on its step and weights, not on when it ran.
+        params = _sampling_params(cfg, mixed_seed(cfg.seed, for_step))
+        handles = rollout.submit([engine.data.train[i].token_ids for i in indices], params)
+        return PendingRollout(for_step, indices, handles)
 
-    current = engine.pending or submit()  # none ahead on the first step (or the first after a resume)
-    engine.pending = None
+    if not engine.pending:  # nothing ahead on the first step
+        engine.pending.append(submit(step))
+    current = engine.pending.popleft()
+    # Keep `max_staleness` batches ahead: the engines generate them while this step trains.
+    while len(engine.pending) < cfg.backends.max_staleness and step + len(engine.pending) < cfg.train.steps:
+        engine.pending.append(submit(step + len(engine.pending) + 1))
     with timer.phase("wait_rollout"):
         current.finish(rollout)
-    # The engines' own time, overlapped with the previous step's work: not a phase of this step's critical
+    # The engines' own time, overlapped with the previous steps' work: not a phase of this step's critical
     # path (`timing/wait_rollout` is), reported as `rollout/overlapped_generate_s`.
     timer.overlapped_generate = current.seconds
-    if step < cfg.train.steps:
-        engine.pending = submit()
-    return current.prompts, Rollouts(current.samples)
+    return [engine.data.train[i] for i in current.indices], Rollouts(current.samples)
 
 
 # Rows whose log-probs get an eval forward of their own for `rollout/logprob_diff_*` when the training
@@ -636,6 +735,18 @@ def _engine_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor 
     for row, sample in enumerate(samples):
         engine[row, : len(sample.logprobs)] = torch.tensor(sample.logprobs, dtype=mask.dtype)
     return engine
+
+
+def _token_versions(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor | None:
+    """The policy version of each sampled token as a `[B, T]` tensor shaped like `mask`; None when a
+    sample carries no versions (sync mode)."""
+    if not samples or any(s.segments is None for s in samples):
+        return None
+    versions = torch.zeros(mask.shape, dtype=torch.long)
+    for row, sample in enumerate(samples):
+        per_token = sample.token_versions or []
+        versions[row, : len(per_token)] = torch.tensor(per_token, dtype=torch.long)
+    return versions
 
 
 def _rollout_metrics(
@@ -766,6 +877,8 @@ def _run(
         restore_rng(state.rng)
         counters.update(state.metrics_so_far)
         first_step = state.step + 1
+        if cfg.backends.async_rollout:
+            resume_pending(engine, state)
     else:
         sink.emit("log", {"level": "info", "message": _describe(engine)}, step=0)
 
@@ -808,6 +921,7 @@ def _run(
                 sampler=engine.sampler.state_dict(),
                 rng=capture_rng(),
                 metrics_so_far=dict(counters),
+                pending=saved_pending(engine),
             )
             path = engine.save_checkpoint(run_dir, step, state)
             sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)

@@ -11,7 +11,10 @@ it; otherwise the first pattern that matches, in catalogue order. Metrics nothin
 only on demand.
 
 A panel is one chart with one y axis, so every metric on it has the panel's unit (checked on import):
-adding a panel is one `Panel(...)` entry listing its metrics.
+adding a panel is one `Panel(...)` entry listing its metrics. Panels of one `group` are drawn together
+under the group's title (`GROUPS`): the stability group puts side by side what says whether off-policy
+training is holding (the rollout/trainer mismatch, importance weights, what the correction dropped,
+entropy, clipping, gradient norm, staleness).
 """
 
 from __future__ import annotations
@@ -49,7 +52,13 @@ class Panel:
     unit: str
     metrics: tuple[Metric, ...]
     stacked_bars: bool = False  # a breakdown of one total (time per phase), not curves
+    group: str | None = None  # drawn with the other panels of its group (`GROUPS`), under its title
 
+
+STABILITY = "stability"
+GROUPS: dict[str, str] = {
+    STABILITY: "Stability: rollout vs trainer mismatch, importance weights, entropy, clipping, staleness",
+}
 
 PANELS: tuple[Panel, ...] = (
     Panel(
@@ -81,6 +90,7 @@ PANELS: tuple[Panel, ...] = (
         "Policy entropy",
         "nats/token",
         (Metric("policy/entropy", "Entropy of the policy on the sampled responses", True, headline=True),),
+        group=STABILITY,
     ),
     Panel(
         "clip",
@@ -88,8 +98,56 @@ PANELS: tuple[Panel, ...] = (
         "fraction",
         (
             Metric("policy/clip_ratio", "Share of tokens whose probability ratio was clipped", False),
+            Metric("policy/clip_ratio_high", "Share of tokens clipped at 1 + clip_high (positive advantage)", False),
+            Metric("policy/clip_ratio_low", "Share of tokens clipped at 1 - clip_low (negative advantage)", False),
             Metric("critic/clip_ratio", "Share of value predictions clipped (PPO)", False),
         ),
+        group=STABILITY,
+    ),
+    Panel(
+        "grad_norm",
+        "Gradient norm (before clipping)",
+        "norm",
+        (
+            Metric("policy/grad_norm", "Policy gradient norm before clipping", False),
+            Metric("critic/grad_norm", "Value gradient norm before clipping (PPO)", False),
+        ),
+        group=STABILITY,
+    ),
+    Panel(
+        "staleness",
+        "Staleness: updates between a sample's policy and the trainer's",
+        "updates",
+        (
+            Metric(
+                "staleness/mean", "Mean over the step's tokens of the updates since their policy (async mode)", False
+            ),
+            Metric(
+                "staleness/max", "Most updates behind of any token of the step (at most backends.max_staleness)", False
+            ),
+            Metric(
+                "rollout_corr/staleness_<stat>",
+                "Policy versions between a trained row's rollout and the update (mean, max)",
+                False,
+            ),
+        ),
+        group=STABILITY,
+    ),
+    Panel(
+        "staleness_share",
+        "Staleness distribution (share of tokens per lag)",
+        "fraction",
+        (
+            Metric(
+                "staleness/share_<lag>", "Share of the step's tokens sampled <lag> updates behind the trainer", None
+            ),
+            Metric(
+                "staleness/interrupted_fraction",
+                "Share of samples a weight sync split into segments (partial rollout)",
+                None,
+            ),
+        ),
+        group=STABILITY,
     ),
     Panel(
         "length",
@@ -141,6 +199,7 @@ PANELS: tuple[Panel, ...] = (
                 "rollout/logprob_diff_mean", "Mean per-token log-prob gap between rollout engine and trainer", False
             ),
         ),
+        group=STABILITY,
     ),
     Panel(
         "rollout_corr",
@@ -155,6 +214,7 @@ PANELS: tuple[Panel, ...] = (
                 False,
             ),
         ),
+        group=STABILITY,
     ),
     Panel(
         "rollout_corr_chi2",
@@ -164,6 +224,7 @@ PANELS: tuple[Panel, ...] = (
             Metric("rollout_corr/chi2_token", "E[rho^2] - 1 over tokens, rho = trainer / rollout probability", False),
             Metric("rollout_corr/chi2_seq", "E[(prod rho)^2] - 1 over sequences", False),
         ),
+        group=STABILITY,
     ),
     Panel(
         "rollout_corr_weights",
@@ -175,6 +236,7 @@ PANELS: tuple[Panel, ...] = (
             ),
             Metric("rollout_corr/weight_mean", "Mean of the weights the correction applied", None),
         ),
+        group=STABILITY,
     ),
     Panel(
         "rollout_corr_dropped",
@@ -185,6 +247,7 @@ PANELS: tuple[Panel, ...] = (
             Metric("rollout_corr/truncated_fraction", "Share of tokens whose weight was truncated", False),
             Metric("rollout_corr/seq_masked_fraction", "Share of sequences masked out whole", False),
         ),
+        group=STABILITY,
     ),
     Panel(
         "memory",
@@ -234,8 +297,6 @@ ON_DEMAND: tuple[Metric, ...] = (
         unit="fraction",
     ),
     Metric("reward/<component>/<log>", "An extra log a reward function returned", None, unit="as logged"),
-    Metric("policy/grad_norm", "Policy gradient norm before clipping", False, unit="norm"),
-    Metric("critic/grad_norm", "Value gradient norm before clipping (PPO)", False, unit="norm"),
     Metric("policy/ratio_max", "Largest probability ratio new/old policy in the update", False, unit="ratio"),
     Metric("policy/lr", "Learning rate of the step", None, unit="lr"),
     Metric("advantages/mean", "Mean advantage over the trained tokens", None, unit="advantage"),
@@ -255,12 +316,6 @@ ON_DEMAND: tuple[Metric, ...] = (
     Metric("env/episode_errors", "Episodes the environment failed", False, unit="episodes"),
     Metric(
         "env/<log>", "A log of the run's environment (turns, tool calls, ...), mean per episode", None, unit="as logged"
-    ),
-    Metric(
-        "rollout_corr/staleness_<stat>",
-        "Policy versions between a row's rollout and the update (mean, max)",
-        False,
-        unit="updates",
     ),
     Metric("eval/size", "Held-out prompts evaluated", None, unit="prompts"),
     Metric("eval/env/<log>", "An environment log on the held-out prompts", None, unit="as logged"),
@@ -310,7 +365,11 @@ HEADLINE_METRICS: tuple[str, ...] = tuple(metric.name for metric in METRICS if m
 def catalogue_json() -> dict[str, Any]:
     """The catalogue as the browser reads it (embedded in the run and compare pages)."""
     return {
-        "panels": [{"id": p.id, "title": p.title, "unit": p.unit, "stacked_bars": p.stacked_bars} for p in PANELS],
+        "panels": [
+            {"id": p.id, "title": p.title, "unit": p.unit, "stacked_bars": p.stacked_bars, "group": p.group}
+            for p in PANELS
+        ],
+        "groups": GROUPS,
         "metrics": [
             {
                 "name": m.name,
@@ -340,10 +399,12 @@ def markdown_table() -> str:
 
 
 __all__ = [
+    "GROUPS",
     "HEADLINE_METRICS",
     "METRICS",
     "ON_DEMAND",
     "PANELS",
+    "STABILITY",
     "Metric",
     "Panel",
     "catalogue",

@@ -7,8 +7,8 @@ the layout every group estimator relies on.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -28,6 +28,9 @@ class SamplingParams:
     max_new_tokens: int = 16
     stop: tuple[str, ...] = ()
     greedy: bool = False
+    # Seeds the sampling of this one call (async mode: each batch its own, so that a resumed run draws
+    # what the uninterrupted one drew); None = the engine's running generator.
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,20 @@ class Sample:
     # Multi-turn trajectories (`rl_engine.executors`): 1 where the token is the policy's action, 0 where
     # it is an observation the environment inserted (no gradient, no KL, no entropy). None = all actions.
     action_mask: tuple[int, ...] | None = None
+    # The policy versions (updates applied to the weights that sampled) of the response, in order, as
+    # (version, tokens) segments: one segment, or several when a partial rollout continued the response
+    # under newer weights. None where nobody tracked it (sync mode: always the trainer's current version).
+    segments: tuple[tuple[int, int], ...] | None = None
+    # The entropy of the distribution each response token was drawn from (after temperature, top-k,
+    # top-p), for the per-token view; None where the backend does not report it (vLLM, greedy).
+    entropies: tuple[float, ...] | None = None
+
+    @property
+    def token_versions(self) -> list[int] | None:
+        """The policy version of each response token (None without `segments`)."""
+        if self.segments is None:
+            return None
+        return [version for version, tokens in self.segments for _ in range(tokens)]
 
     @property
     def action_count(self) -> int:
@@ -92,17 +109,27 @@ class SampledTokenLogprobs:
     """A logits processor that records each sampled token's log-prob under the distribution it was
     drawn from: put last, after temperature, top-k and top-p, it sees the scores `generate` samples from
     (vLLM's `processed_logprobs`). A step's token is known only at the next call (or from the output, for
-    the last one), so one step's log-softmax is kept at a time: memory stays one `[batch, vocab]`."""
+    the last one), so one step's log-softmax is kept at a time: memory stays one `[batch, vocab]`. Each
+    step's entropy of that distribution is kept too (`entropies`, `[batch, steps]`)."""
 
     def __init__(self) -> None:
         self.pending: torch.Tensor | None = None
         self.steps: list[torch.Tensor] = []
+        self.entropy_steps: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.pending is not None:
             self.steps.append(self.pending.gather(-1, input_ids[:, -1:]).squeeze(-1))
         self.pending = torch.log_softmax(scores.float(), dim=-1)
+        # Tokens that top-k/top-p removed have log-prob -inf and probability 0: they add nothing.
+        plogp = self.pending.exp() * self.pending
+        self.entropy_steps.append(-torch.where(torch.isfinite(self.pending), plogp, 0.0).sum(-1))
         return scores
+
+    def entropies(self, generated: torch.Tensor) -> torch.Tensor:
+        """`[batch, generated]` entropies of the distributions `generated`'s tokens were drawn from."""
+        steps = self.entropy_steps[: generated.shape[1]]
+        return torch.stack(steps, dim=1) if steps else generated.new_zeros((generated.shape[0], 0), dtype=torch.float32)
 
     def per_token(self, generated: torch.Tensor) -> torch.Tensor:
         """`[batch, generated]` log-probs of `generated` (the new tokens `generate` returned)."""
@@ -110,6 +137,18 @@ class SampledTokenLogprobs:
         if self.pending is not None and generated.shape[1] > len(steps):
             steps.append(self.pending.gather(-1, generated[:, len(steps) : len(steps) + 1]).squeeze(-1))
         return torch.stack(steps, dim=1) if steps else generated.new_zeros((generated.shape[0], 0), dtype=torch.float32)
+
+
+@contextmanager
+def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Draws from a generator seeded with `seed` inside, leaving the process's own RNG as it was (in one
+    process the trainer shares it); with None, draws from the running one."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
 
 
 def _warpers(params: SamplingParams) -> list[Any]:
@@ -157,7 +196,7 @@ class TransformersRollout:
         was_training = self.model.training
         self.model.eval()
         try:
-            with self.autocast():
+            with self.autocast(), seeded(params.seed, self.device):
                 for start in range(0, len(expanded), self.batch_size):
                     chunk = expanded[start : start + self.batch_size]
                     samples.extend(self._generate_chunk(chunk, params))
@@ -192,17 +231,26 @@ class TransformersRollout:
         )
         new_tokens = output[:, input_ids.shape[1] :]
         logprobs = recorder.per_token(new_tokens).tolist() if recorder is not None else [None] * len(chunk)
+        entropies = recorder.entropies(new_tokens).tolist() if recorder is not None else [None] * len(chunk)
         return [
-            self._to_sample(prompt_index, tokens, row_logprobs, params)
-            for (prompt_index, _), tokens, row_logprobs in zip(chunk, new_tokens.tolist(), logprobs)
+            self._to_sample(prompt_index, tokens, row_logprobs, params, row_entropies)
+            for (prompt_index, _), tokens, row_logprobs, row_entropies in zip(
+                chunk, new_tokens.tolist(), logprobs, entropies
+            )
         ]
 
     def _to_sample(
-        self, prompt_index: int, tokens: list[int], logprobs: list[float] | None, params: SamplingParams
+        self,
+        prompt_index: int,
+        tokens: list[int],
+        logprobs: list[float] | None,
+        params: SamplingParams,
+        entropies: list[float] | None = None,
     ) -> Sample:
         def sample(length: int, reason: FinishReason) -> Sample:
             kept = None if logprobs is None else tuple(logprobs[:length])
-            return Sample(prompt_index, tokens[:length], reason, kept)
+            entropy = None if entropies is None else tuple(entropies[:length])
+            return Sample(prompt_index, tokens[:length], reason, kept, entropies=entropy)
 
         for position, token in enumerate(tokens):
             if token in self.eos_ids:

@@ -102,6 +102,9 @@ class Experience:
     rollout_logprobs: torch.Tensor | None = None
     # [B, T]: the rollout correction's per-token weights on the policy loss (None = no correction).
     correction_weights: torch.Tensor | None = None
+    # [B, T]: the behaviour policy's log-probs, for a loss that weighs by pi_proximal / pi_behaviour itself
+    # (decoupled PPO) when no correction gives that weight.
+    behaviour_logprobs: torch.Tensor | None = None
 
     def select(self, index: torch.Tensor) -> Experience:
         return self._map(self.batch.select(index), lambda t: t[index])
@@ -121,6 +124,7 @@ class Experience:
             apply(self.returns),
             apply(self.rollout_logprobs),
             apply(self.correction_weights),
+            apply(self.behaviour_logprobs),
         )
 
 
@@ -452,10 +456,13 @@ class TorchTrainer:
             norm,
             name=alg.policy_loss,
             weights=exp.correction_weights,
+            behaviour_logprobs=exp.behaviour_logprobs,
         )
         out = {
             "policy/loss": loss.detach(),
             "policy/clip_ratio": stats["clip_ratio"],
+            "policy/clip_ratio_high": stats["clip_ratio_high"],
+            "policy/clip_ratio_low": stats["clip_ratio_low"],
             "policy/approx_kl": stats["approx_kl"],
             "policy/ratio_max": stats["ratio_max"],
         }

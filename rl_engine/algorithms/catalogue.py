@@ -81,6 +81,9 @@ class PolicyLossSpec:
     dual_clip: bool  # whether `algorithm.dual_clip` applies
     help: str
     paper: str
+    # The loss weighs each token by the behaviour importance ratio pi_proximal / pi_behaviour itself
+    # (decoupled PPO): the rollout correction's weights become that ratio instead of multiplying on top.
+    behaviour_weighted: bool = False
 
     def __post_init__(self) -> None:
         if self.loss_agg not in AGGREGATION_MODES:

@@ -11,7 +11,7 @@ short one), so it is an explicit argument everywhere rather than a hidden defaul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -91,6 +91,9 @@ class LossInputs:
     log_ratio: Tensor  # [B, T] logprobs - old_logprobs, clamped to +-LOG_RATIO_CLAMP
     advantages: Tensor  # [B, T] detached
     mask: Tensor  # [B, T] bool, real tokens
+    # [B, T] detached, 0 on padding: pi_proximal / pi_behaviour per token, for the losses that weigh by it
+    # (`PolicyLossSpec.behaviour_weighted`); None where the behaviour policy is unknown (weight 1).
+    behaviour_weights: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ def policy_loss(
     *,
     name: str = "ppo_clip",
     weights: Tensor | None = None,
+    behaviour_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The policy loss registered as ``name`` (``policy_losses/<name>.py``), weighted and aggregated.
 
@@ -131,6 +135,9 @@ def policy_loss(
     rollout correction's (``rl_engine.algorithms.corrections``): each token's loss is multiplied by its
     weight before aggregation, so a weight of 0 drops the token but keeps it in the denominators, as
     TRL applies its importance-sampling correction. The KL and entropy terms are not weighted.
+    A behaviour-weighted loss (decoupled PPO) takes the behaviour importance ratio in its inputs
+    instead: the correction's ``weights`` when given (the ratio truncated or masked), else
+    ``exp(old_logprobs - behaviour_logprobs)`` from the rollout engine's ``behaviour_logprobs``.
     The log-ratio is clamped to ``+-LOG_RATIO_CLAMP`` before any loss sees it. Returns
     ``(loss, stats)``; the stats are detached scalars:
 
@@ -166,11 +173,18 @@ def policy_loss(
         advantages=torch.where(bool_mask, advantages.detach(), torch.zeros_like(advantages)).to(logprobs.dtype),
         mask=bool_mask,
     )
-    terms = loss_fn(inputs, ClipRange(clip_low, clip_high, dual_clip))
     if weights is not None:
         # Padding's weight is 0 whatever it holds: a sequence loss spreads over padded slots too, and a NaN
         # weight there would reach the real tokens' gradient through the product.
         weights = torch.where(bool_mask, weights.detach().to(logprobs.dtype), zeros)
+    if catalogue.POLICY_LOSSES[name].behaviour_weighted:
+        if weights is None and behaviour_logprobs is not None:
+            check_same_shape(mask, behaviour_logprobs=behaviour_logprobs)
+            log_weight = (inputs.old_logprobs - behaviour_logprobs.detach()).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+            weights = torch.where(bool_mask, torch.exp(log_weight).to(logprobs.dtype), zeros)
+        inputs = replace(inputs, behaviour_weights=weights)
+        weights = None  # the loss weighed by them itself
+    terms = loss_fn(inputs, ClipRange(clip_low, clip_high, dual_clip))
     per_token = terms.per_token if weights is None else terms.per_token * weights
     loss = aggregate(per_token, mask, agg, norm_constant)
 

@@ -158,6 +158,22 @@ def unsupported_errors(cfg: RunConfig) -> list[dict[str, str]]:
             be.async_rollout and (cfg.environment is not None or cfg.agent is not None),
             "async rollout runs single-turn generation only; environments and agents run synchronously",
         ),
+        (
+            "backends.max_staleness",
+            be.max_staleness > 1 and not be.async_rollout,
+            "generation runs ahead of training only in async mode: set backends.async_rollout, or leave this at 1",
+        ),
+        (
+            "backends.partial_rollout",
+            be.partial_rollout and not be.async_rollout,
+            "partial rollout interrupts generation that runs during training: it needs backends.async_rollout",
+        ),
+        # vLLM generates a batch in one call that a weight load cannot enter (nor a staged one wait for).
+        (
+            "backends.partial_rollout",
+            be.partial_rollout and be.rollout == "vllm",
+            "partial rollout runs with the transformers rollout backend; with vLLM a sync lands between batches",
+        ),
     ]
     return [{"loc": loc, "msg": msg} for loc, refused, msg in checks if refused]
 

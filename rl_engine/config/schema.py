@@ -485,7 +485,22 @@ class BackendConfig(_Section):
     offload: bool = Field(default=False, description="Offload optimizer state to CPU memory (DeepSpeed ZeRO).")
     vllm_kv_cache_gb: float = Field(default=1.0, gt=0, description="KV cache size per vLLM engine, in GB.")
     async_rollout: bool = Field(
-        default=False, description="Generate the next batch while training (one step off-policy)."
+        default=False, description="Generate the next batches while training (up to max_staleness updates behind)."
+    )
+    max_staleness: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Async rollout: batches generated ahead of training, so a sample's policy is at most this "
+        "many updates behind the trainer (1 = one batch ahead).",
+    )
+    partial_rollout: bool = Field(
+        default=False,
+        description="Async rollout: a weight sync interrupts the responses being generated, which continue "
+        "under the new weights (each segment records its policy version); transformers rollout only.",
+    )
+    partial_rollout_tokens: int = Field(
+        default=16, ge=1, description="Partial rollout: tokens generated between two chances to take new weights."
     )
 
 
@@ -533,6 +548,12 @@ class LoggingConfig(_Section):
     )
     samples: Literal["all", "none"] = Field(
         default="all", description="Record rollout samples as events (all) or not (none)."
+    )
+    token_view_every: int = Field(
+        default=1,
+        ge=0,
+        description="Record the per-token view (log-probs, entropy, advantage per token: ~11 bytes a token "
+        "plus its text) with the samples of every N-th step (0 = never).",
     )
     heartbeat_s: float = Field(default=10, gt=0, description="Seconds between heartbeat events.")
 

@@ -7,7 +7,7 @@ import math
 import os
 import time
 from contextlib import nullcontext, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,9 @@ from rl_engine.distributed.placement import PlacementUnavailable, plan_placement
 from rl_engine.distributed.roles import ReferenceWorker, RewardWorker, RolloutWorker, TrainerWorker
 from rl_engine.rollout import Sample, SamplingParams
 from rl_engine.trainer import Experience, TokenBatch, combine_metric
+
+# The rollout engines' concurrency group for staging weights while a batch generates.
+_STAGING = "staging"
 
 
 class RoleDied(RuntimeError):
@@ -54,6 +57,7 @@ class RayRoles:
                 configure_logging=False,
             )
             self._started_ray = not os.environ.get("RAY_ADDRESS")
+        self._loading: list[tuple[dict[str, Any], str]] = []  # async weight loads in flight, and their file
         self.plan = plan_placement(cfg)
         self.group = placement_group(self.plan.bundles, strategy="PACK")
         self._remove_group = remove_placement_group
@@ -81,7 +85,10 @@ class RayRoles:
                         self.group, placement_group_bundle_index=slot.bundle
                     ),
                 )
-                self.actors[role] = _Actor(role, ray.remote(cls).options(**options).remote(*args, slot.gpus))
+                # A rollout engine stages weights in a group of its own while a batch generates (partial rollout).
+                groups = {"concurrency_groups": {_STAGING: 1}} if cls is RolloutWorker else {}
+                actor_class = ray.remote(**groups)(cls) if groups else ray.remote(cls)
+                self.actors[role] = _Actor(role, actor_class.options(**options).remote(*args, slot.gpus))
 
             weights = str(weights_from) if weights_from else None
             from rl_engine.backends.deepspeed_trainer import free_port
@@ -171,6 +178,51 @@ class RayRoles:
             os.unlink(path)
         return time.perf_counter() - started
 
+    def queue_weights(self, version: int) -> float:
+        """Async mode's weight sync, which the driver does not wait for: the trainer ranks write the policy
+        (`version`: updates in it), then each engine takes it after the batches submitted before (its calls
+        run in order), or, with partial rollout, stages it to apply at its next segment boundary. A GPU
+        transfer (ipc / nccl) cannot be queued: it waits for the engines' batches ahead, then the version
+        follows. Seconds the driver spent."""
+        started = time.perf_counter()
+        engines = [a.role for a in self.engines]
+        if self.transfer != "file":
+            self.call([a.role for a in self.ranks], "send_weights")
+            self.call(engines, "set_policy_version", version)
+            return time.perf_counter() - started
+        path = self.call([a.role for a in self.ranks], "write_weights_file")[self.ranks[0].role]
+        if self.cfg.backends.partial_rollout:
+            staged = {
+                role: self.actors[role].handle.stage_weights.options(concurrency_group=_STAGING) for role in engines
+            }
+            try:
+                self._get({role: method.remote(path, version) for role, method in staged.items()})
+            finally:
+                os.unlink(path)
+        else:
+            self._loading.append(
+                ({role: self.submit(role, "load_weights_file", path, version) for role in engines}, path)
+            )
+        self._settle_loads(wait=False)
+        return time.perf_counter() - started
+
+    def _settle_loads(self, wait: bool) -> None:
+        """Removes the files of the queued weight loads that finished (all of them with `wait`); a load that
+        failed fails the run here."""
+        import ray
+
+        pending = []
+        for refs, path in self._loading:
+            done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=None if wait else 0)
+            if len(done) < len(refs):
+                pending.append((refs, path))
+                continue
+            try:
+                self._get(refs)
+            finally:
+                os.unlink(path)
+        self._loading = pending
+
     def peak_memory_gb(self) -> dict[str, float]:
         """Each role's `memory/<role>_peak_gb`, and `memory/<role>_gpu_peak_gb` for those on a GPU."""
         refs = {role: a.handle.memory_metrics.remote(role) for role, a in self.actors.items()}
@@ -188,6 +240,9 @@ class RayRoles:
     def close(self) -> None:
         import ray
 
+        for _, path in self._loading:
+            Path(path).unlink(missing_ok=True)
+        self._loading = []
         for actor in self.actors.values():
             if actor.role.startswith(("rollout_", "reward")):
                 # vLLM's engine core and the reward sandboxes are child processes: stop them first; a dead
@@ -227,7 +282,7 @@ class RayRollout:
         for role, start, _ in pending:
             shard, took = results[role]
             seconds = max(seconds, took)
-            samples.extend(Sample(s.prompt_index + start, s.response_ids, s.finish_reason, s.logprobs) for s in shard)
+            samples.extend(replace(s, prompt_index=s.prompt_index + start) for s in shard)
         return samples, seconds
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
@@ -235,6 +290,12 @@ class RayRollout:
 
     def sync_weights(self, model: Any = None) -> float:
         return self.roles.sync_weights()
+
+    def queue_weights(self, version: int) -> float:
+        return self.roles.queue_weights(version)
+
+    def set_policy_version(self, version: int) -> None:
+        self.roles.call([a.role for a in self.roles.engines], "set_policy_version", version)
 
     def sleep(self) -> None:
         """Colocated engines on a GPU give its memory to their bundle's trainer rank until the sync."""

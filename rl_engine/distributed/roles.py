@@ -5,7 +5,9 @@ decide (`rl_engine.devices.resolve_device`: Ray makes the GPUs it gave the actor
 from __future__ import annotations
 
 import os
+import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import torch
 from rl_engine.config import RunConfig
 from rl_engine.devices import gpu_memory_metrics, precision_for, resolve_device, use_device
 from rl_engine.distributed.process_stats import peak_rss_gb
+from rl_engine.partial_rollout import generate_in_segments
 from rl_engine.rollout import Sample, SamplingParams
 from rl_engine.trainer import Experience, TokenBatch
 
@@ -51,19 +54,63 @@ class RolloutWorker(_Role):
         else:
             self.backend = TransformersRollout(load_policy(path, cfg, device).eval(), tokenizer)
 
+        # The policy version the engine samples under (updates applied to its weights), recorded on every
+        # sample; async mode keeps it (`set_policy_version` on resume, then each weight load's).
+        self.policy_version = 0
+        be = cfg.backends
+        self.segment_tokens = be.partial_rollout_tokens if be.async_rollout and be.partial_rollout else None
+        self._staged: tuple[dict[str, torch.Tensor], int] | None = None
+        self._staging = threading.Lock()
+
     def pad_id(self) -> int:
         return self.backend.pad_id
 
+    def set_policy_version(self, version: int) -> None:
+        self.policy_version = version
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> tuple[list[Sample], float]:
+        """The samples, each with its segments' policy versions, and the seconds it took. With partial
+        rollout the batch is generated in segments, weights staged meanwhile taking effect between two."""
         started = time.perf_counter()
-        samples = self.backend.generate(prompts, params)
+        if self.segment_tokens is None:
+            samples = [
+                replace(s, segments=((self.policy_version, len(s.response_ids)),))
+                for s in self.backend.generate(prompts, params)
+            ]
+        else:
+            samples = generate_in_segments(self.backend, prompts, params, self.segment_tokens, self._apply_staged)
         return samples, time.perf_counter() - started
 
     def sleep(self) -> None:
         self.backend.sleep()
 
-    def load_weights_file(self, path: str) -> float:
-        return self.backend.load_weights_file(path)
+    def load_weights_file(self, path: str, version: int | None = None) -> float:
+        """Takes the weights now (between two calls: after the batches submitted before this one)."""
+        took = self.backend.load_weights_file(path)
+        if version is not None:
+            self.policy_version = version
+        return took
+
+    def stage_weights(self, path: str, version: int) -> float:
+        """Partial rollout: reads the weights a trainer wrote, to be applied by the generating thread at
+        its next segment boundary (or its next batch). Called in a concurrency group of its own, so it
+        runs while a batch generates; newer weights staged before the boundary replace older ones."""
+        from safetensors.torch import load_file
+
+        started = time.perf_counter()
+        weights = load_file(path)
+        with self._staging:
+            self._staged = (weights, version)
+        return time.perf_counter() - started
+
+    def _apply_staged(self) -> int:
+        with self._staging:
+            staged, self._staged = self._staged, None
+        if staged is not None:
+            weights, version = staged
+            self.backend.model.load_state_dict(weights, strict=True)
+            self.policy_version = version
+        return self.policy_version
 
     def receive_weights(self, step: str, payload: Any = None) -> None:
         """A step of a GPU weight transfer that trainer rank 0 drives (`vllm_rollout.WeightSender`)."""

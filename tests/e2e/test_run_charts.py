@@ -12,6 +12,7 @@ import pytest
 from posttrain.runs import services
 from posttrain.runs.models import RunState
 from tests.e2e.conftest import screenshot
+from tests.e2e.test_run_samples import open_run_page
 from tests.unit.platform.helpers import make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -58,3 +59,38 @@ def test_panels_come_from_the_catalogue_one_unit_each(web_server, page, experime
     assert not any("custom" in panel or "eval/size" in panel for panel in drawn), drawn
     assert page.locator('#extra-metric option[value="custom/thing"]').count() == 1
     screenshot(page, "run-charts-by-unit")
+
+
+STABILITY_STEP = {
+    "rollout_corr/k3_kl": 0.002,
+    "rollout_corr/weight_p05": 0.8,
+    "rollout_corr/weight_p95": 1.3,
+    "rollout_corr/masked_fraction": 0.01,
+    "policy/entropy": 1.2,
+    "policy/clip_ratio": 0.05,
+    "policy/grad_norm": 0.7,
+    "staleness/mean": 1.5,
+    "staleness/share_0": 0.25,
+    "staleness/share_4": 0.75,
+}
+
+
+def test_the_stability_view_groups_mismatch_weights_entropy_clipping_grad_norm_and_staleness(
+    web_server, page, experiment
+):
+    run = make_run(experiment, RunState.RUNNING)
+    services.events_ingest(
+        run.pk,
+        [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": time.time(), "data": STABILITY_STEP}],
+    )
+    open_run_page(page, web_server, run)
+    page.wait_for_function(f"() => ({TRACES})('chart-staleness_share') !== null")
+
+    group = "#panel-group-stability .chart"
+    drawn = page.evaluate(f"() => [...document.querySelectorAll('{group}')].map((d) => d.dataset.panel)")
+    for panel in ("rollout_corr", "rollout_corr_weights", "rollout_corr_dropped", "entropy", "clip", "grad_norm"):
+        assert panel in drawn, (panel, drawn)
+    # The staleness distribution: one bar series per lag.
+    assert set(page.evaluate(TRACES, "chart-staleness_share")) >= {"staleness/share_0", "staleness/share_4"}
+    assert "staleness/mean" in page.evaluate(TRACES, "chart-staleness")
+    screenshot(page, "run-stability-view")

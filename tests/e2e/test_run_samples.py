@@ -25,6 +25,16 @@ TURNS = [
 ]
 
 
+def open_run_page(page, web_server: str, run) -> None:
+    """Signs in as the fixtures' researcher and opens the run's page, ready."""
+    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", "a-long-passphrase")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{web_server}/runs/{run.id}/")
+    page.wait_for_selector("body[data-ready=true]")
+
+
 def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
     run = make_run(experiment, RunState.STARTING)
     now = time.time()
@@ -52,12 +62,7 @@ def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
         ],
     )
 
-    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", "a-long-passphrase")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/runs/{run.id}/")
-    page.wait_for_selector("body[data-ready=true]")
+    open_run_page(page, web_server, run)
 
     # The table tags the multi-turn sample with its number of model turns; the single-turn one has none.
     expect(page.locator('#samples-table tr[data-sample="1:0"] .turns-tag')).to_have_text("2 turns")
@@ -85,3 +90,60 @@ def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
     page.locator('#samples-table tr[data-sample="1:1"]').click()
     expect(dialog).to_contain_text("Response")
     expect(dialog.locator("li.turn")).to_have_count(0)
+
+
+def test_the_per_token_view_shades_where_the_policies_disagree_and_slides_across_steps(web_server, page, experiment):
+    from rl_engine.token_view import token_view
+
+    run = make_run(experiment, RunState.STARTING)
+    now = time.time()
+
+    def response(step: int, trainer_second: float) -> dict:
+        view = token_view(
+            ["4", "2", "<eos>"],
+            {
+                "rollout_logprob": [-0.5, -2.0, -0.25],
+                "trainer_logprob": [-0.5, trainer_second, -0.25],
+                "entropy": [1.0, 2.5, 0.1],
+                "advantage": [0.5, 0.5, 0.5],
+            },
+        )
+        return sample_record(0, prompt="40+2=", response="42", length=3, tokens=view, versions=[[step - 1, 3]])
+
+    services.events_ingest(
+        run.pk,
+        [
+            {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
+            # Step 1: the trainer agrees everywhere; step 2: the second token's log-prob is 1.5 apart.
+            *(
+                {
+                    "run": str(run.id),
+                    "seq": 1 + step,
+                    "type": "samples",
+                    "step": step,
+                    "time": now,
+                    "data": {"samples": [response(step, trainer)]},
+                }
+                for step, trainer in ((1, -2.0), (2, -0.5))
+            ),
+        ],
+    )
+
+    open_run_page(page, web_server, run)
+    page.locator('#samples-table tr[data-sample="2:0"]').click()
+
+    tokens = page.locator("#sample-tokens pre.token-text .tok")
+    expect(tokens).to_have_count(3)
+    expect(page.locator("#sample-tokens .tok.disagree")).to_have_count(1)
+    disagreeing = page.locator('#sample-tokens .tok[data-token="1"]')
+    expect(disagreeing).to_have_class("tok disagree")
+    title = disagreeing.get_attribute("title")
+    assert "rollout log-prob -2" in title and "trainer log-prob -0.5" in title and "difference 1.5" in title
+    assert "entropy 2.5" in title and "advantage 0.5" in title and "policy version 1" in title
+    expect(page.locator("#sample-tokens .token-position")).to_contain_text("step 2 · sample 0 (2 of 2")
+    screenshot(page, "run-sample-tokens")
+
+    # The slider goes back to the same prompt's response at step 1, where the two policies agree.
+    page.locator("#token-step-slider").fill("0")
+    expect(page.locator("#sample-tokens .token-position")).to_contain_text("step 1 · sample 0 (1 of 2")
+    expect(page.locator("#sample-tokens .tok.disagree")).to_have_count(0)

@@ -12,6 +12,7 @@ const EXACT = new Map(CATALOGUE.metrics.filter((m) => m.exact).map((m) => [m.nam
 const PATTERNS = CATALOGUE.metrics.filter((m) => !m.exact).map((m) => ({ ...m, regex: new RegExp(m.match) }));
 
 export const PANELS = CATALOGUE.panels;
+export const GROUPS = CATALOGUE.groups || {}; // group id -> title (panels of a group are drawn together)
 export const HEADLINE_METRICS = CATALOGUE.metrics.filter((m) => m.headline).map((m) => m.name);
 
 // An exact entry first, else the first pattern that matches, in catalogue order.

@@ -2,7 +2,8 @@
 // RL diagnostics, the rollout browser, checkpoints, logs and the run's actions.
 import { api, el, formatNumber, pageData } from "./api.js";
 import { openRunStream } from "./browser_stream_client.js";
-import { HEADLINE_METRICS, metricInfo, PANELS } from "./metric_catalogue.js";
+import { GROUPS, HEADLINE_METRICS, metricInfo, PANELS } from "./metric_catalogue.js";
+import { tokenViewSection } from "./token_view.js";
 
 const run = pageData("run-data");
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
@@ -12,7 +13,7 @@ const SAMPLES_PAGE = 25;
 
 // Panels and which metric goes on which come from the metric catalogue; a metric it puts on no panel
 // is drawn only on demand ("Add a chart"), in a panel of its own.
-const panels = new Map(PANELS.map((p) => [p.id, { id: p.id, title: p.title, bars: p.stacked_bars }]));
+const panels = new Map(PANELS.map((p) => [p.id, { id: p.id, title: p.title, bars: p.stacked_bars, group: p.group }]));
 const extraPanels = new Map(); // metric name -> its own panel
 
 const charts = new Map(); // panel id -> {panel, div, traces: [metric names], lastStep: Map(name -> step)}
@@ -54,11 +55,27 @@ function ensureChart(panel) {
   let chart = charts.get(panel.id);
   if (chart) return chart;
   const div = el("div", { class: "chart", id: `chart-${panel.id.replace(/[^\w-]/g, "_")}`, "data-panel": panel.id });
-  document.getElementById("charts").append(div);
+  (panel.group ? ensureGroup(panel.group) : document.getElementById("charts")).append(div);
   chart = { panel, div, traces: [], lastStep: new Map() };
   charts.set(panel.id, chart);
   Plotly.newPlot(div, [], chartLayout(panel), { responsive: true, displaylogo: false });
   return chart;
+}
+
+// The panels of one catalogue group (the stability view) side by side under the group's title, in a
+// block of their own at the top of the charts.
+function ensureGroup(group) {
+  const id = `panel-group-${group}`;
+  let block = document.getElementById(id);
+  if (block) return block.querySelector(".panel-group-charts");
+  block = el(
+    "section",
+    { class: "panel-group", id, "data-group": group },
+    el("h3", {}, GROUPS[group] || group),
+    el("div", { class: "panel-group-charts" }),
+  );
+  document.getElementById("charts").before(block);
+  return block.querySelector(".panel-group-charts");
 }
 
 function newTrace(panel, name, xs, ys) {
@@ -380,6 +397,7 @@ function trajectory(sample, showSpecial) {
 function openSample(sample) {
   openedSample = sample;
   renderSample();
+  tokenViewSection(document.getElementById("sample-tokens"), run.id, sample.step, sample.index);
   document.getElementById("sample-dialog").showModal();
 }
 

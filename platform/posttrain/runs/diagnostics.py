@@ -66,6 +66,10 @@ TRUNCATION_METRIC = "response/truncated_rate"
 TRUNCATION_LEVEL = 0.2
 TRUNCATION_RISE = 0.1
 
+MISMATCH_KL_METRIC = "rollout_corr/k3_kl"
+MISMATCH_KL_FACTOR = 5.0
+MISMATCH_KL_FLOOR = 1e-3
+
 REWARD_METRIC = "reward/mean"
 SATURATION_WINDOW = 10
 SATURATION_NEAR_BEST = 0.1
@@ -75,7 +79,15 @@ SATURATION_EDGE_POINTS = 3
 METRICS_USED: tuple[str, ...] = tuple(
     require(name)
     for name in dict.fromkeys(
-        [*NONFINITE_METRICS, *KL_METRICS, ENTROPY_METRIC, LENGTH_METRIC, TRUNCATION_METRIC, REWARD_METRIC]
+        [
+            *NONFINITE_METRICS,
+            *KL_METRICS,
+            ENTROPY_METRIC,
+            LENGTH_METRIC,
+            TRUNCATION_METRIC,
+            MISMATCH_KL_METRIC,
+            REWARD_METRIC,
+        ]
     )
 )
 """Every metric a rule reads: callers fetch just these series. Each is one the metric catalogue
@@ -297,6 +309,28 @@ LEVEL_RULES: tuple[LevelRule, ...] = (
             f"{c.metric} is {c.value} at step {c.step} (early level {c.early}), at least "
             f"{c.limit} for {PERSIST_POINTS}+ steps: responses run into max_new_tokens; raise the limit or "
             "check samples for rambling."
+        ),
+    ),
+    # Rollout/trainer mismatch leaving its early range: the k3 KL between the policy that sampled
+    # (the rollout engine, possibly several updates behind in async mode) and the trainer's above both
+    # MISMATCH_KL_FACTOR (5x) its early level and MISMATCH_KL_FLOOR (1e-3 nat/token) (warning). A run's
+    # mismatch is set early by its numerics (bf16 engine vs fp32 trainer) and its staleness, and stays
+    # there while training is stable; prime-rl and Yao et al. 2025 watch its rise as the early-warning
+    # sign of off-policy collapse, which follows within tens of steps unless the importance weights are
+    # truncated or masked. The floor keeps a run that starts at ~0 (same weights, same numerics) from
+    # alerting on a harmless rise to 1e-4.
+    LevelRule(
+        "mismatch_kl_rising",
+        "warning",
+        MISMATCH_KL_METRIC,
+        limit=lambda early: max(MISMATCH_KL_FACTOR * early, MISMATCH_KL_FLOOR),
+        past=operator.gt,
+        message=lambda c: (
+            f"{c.metric} (rollout vs trainer) reached {c.value} at step {c.step} and stayed above {c.limit} "
+            f"(the larger of {MISMATCH_KL_FACTOR:g}× its early level {c.early} and {_fmt(MISMATCH_KL_FLOOR)}) "
+            f"for {PERSIST_POINTS}+ steps: the samples' policy is drifting from the trainer's, the early sign "
+            "of off-policy collapse; lower backends.max_staleness or the learning rate, or truncate/mask "
+            "the importance weights (algorithm.rollout_correction)."
         ),
     ),
 )

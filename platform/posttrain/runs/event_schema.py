@@ -8,6 +8,7 @@ needs to never fail later: a batch that passes here inserts without a database e
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from posttrain.core.errors import InvalidInput
@@ -164,9 +165,38 @@ def _check_samples(event: dict, data: dict, loc: str, event_loc: str, errors: _E
         if not isinstance(s.get("kept", True), bool):
             errors.add(f"{sloc}.kept", "must be true or false")
         _check_turns(s.get("turns", []), f"{sloc}.turns", errors)
+        _check_token_view(s.get("tokens", {}), s.get("versions", []), sloc, errors)
         env = s.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(k, str) and _is_numberish(v) for k, v in env.items()):
             errors.add(f"{sloc}.env", "must be an object of name to number")
+
+
+TOKEN_VIEW_ARRAYS = ("rollout_logprob", "trainer_logprob", "entropy", "advantage")
+_BASE64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
+
+
+def _check_token_view(view: Any, versions: Any, sloc: str, errors: _Errors) -> None:
+    """A sample's per-token view (rl_engine/token_view.py): token pieces, base64 float16 arrays of as
+    many values; and its segments' policy versions, [[version, tokens]]."""
+    if not isinstance(view, dict):
+        errors.add(f"{sloc}.tokens", "must be an object")
+        return
+    pieces = view.get("text", [])
+    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+        errors.add(f"{sloc}.tokens.text", "must be a list of strings")
+        return
+    for name in set(view) - {"text", *TOKEN_VIEW_ARRAYS}:
+        errors.add(f"{sloc}.tokens.{name}"[:200], f"unknown field (known: text, {', '.join(TOKEN_VIEW_ARRAYS)})")
+    for name in TOKEN_VIEW_ARRAYS:
+        packed = view.get(name)
+        if packed is None:
+            continue
+        if not isinstance(packed, str) or not _BASE64.match(packed) or len(packed) != 4 * -(-2 * len(pieces) // 3):
+            errors.add(f"{sloc}.tokens.{name}", f"must be base64 float16, one value per token ({len(pieces)})")
+    if not isinstance(versions, list) or not all(
+        isinstance(v, list) and len(v) == 2 and all(_is_int(x) and 0 <= x <= MAX_INT32 for x in v) for v in versions
+    ):
+        errors.add(f"{sloc}.versions", "must be a list of [policy version, tokens]")
 
 
 def _check_turns(turns: Any, loc: str, errors: _Errors) -> None:

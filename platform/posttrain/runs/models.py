@@ -202,6 +202,12 @@ class Sample(models.Model):
         help_text="Multi-turn trajectories: [{role: assistant|environment, text, reward}] in order.",
     )
     env = models.JSONField(default=dict, blank=True, help_text="Per-episode environment logs (turns, calls, ...).")
+    tokens = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Per-token view: {text: [piece], rollout_logprob|trainer_logprob|entropy|advantage: base64 "
+        "float16, versions: [[policy version, tokens]]} (rl_engine/token_view.py).",
+    )
 
     class Meta:
         ordering = ["step", "index"]

@@ -14,7 +14,7 @@ from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
-from posttrain.core.errors import DispatchError
+from posttrain.core.errors import DispatchError, NotFound
 from posttrain.runs.models import Checkpoint, Experiment, MetricRow, Run, RunLog, RunTransition, Sample
 
 RAY_HTTP_TIMEOUT_S = 5.0
@@ -78,6 +78,10 @@ def run_metric_series(
     return dict(sorted(series.items()))
 
 
+# The step slider's responses to one prompt: every step of a long run, capped.
+MAX_SAME_PROMPT = 2000
+
+
 def run_samples(
     run: Run,
     *,
@@ -99,6 +103,21 @@ def run_samples(
     if q:
         samples = samples.filter(Q(prompt__icontains=q) | Q(response__icontains=q) | Q(label__icontains=q))
     return samples.order_by("step", "index")
+
+
+def sample_token_view(run: Run, *, step: int, index: int) -> dict[str, Any]:
+    """One sample's per-token view (`Sample.tokens`) and the responses to the same prompt at every step
+    (the dialog's step slider: `[{step, index}]` in order). NotFound names the sample when it is not there."""
+    sample = Sample.objects.filter(run=run, step=step, index=index).only("prompt", "tokens").first()
+    if sample is None:
+        raise NotFound(f"run {run.id} has no sample {index} at step {step}")
+    same_prompt = Sample.objects.filter(run=run, prompt=sample.prompt).order_by("step", "index")
+    return {
+        "step": step,
+        "index": index,
+        "tokens": sample.tokens,
+        "same_prompt": list(same_prompt.values("step", "index")[:MAX_SAME_PROMPT]),
+    }
 
 
 def run_log_entries(run: Run, *, upto_seq: int, limit: int = 500) -> list[dict[str, Any]]:

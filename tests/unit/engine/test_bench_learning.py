@@ -71,3 +71,26 @@ def test_search_candidates_are_valid_run_configs(loss, tmp_path):
     for overrides in learning.search_candidates([loss], [2e-4], [16, 32]).values():
         cfg = validate_config(demo_run_config(tmp_path, **overrides).model_dump(mode="json"))
         assert cfg.algorithm.policy_loss == loss and cfg.train.lr == 2e-4
+
+
+def test_a_step_budget_evaluates_by_steps_and_at_the_last():
+    evaluations = learning.Evaluations(0.0, 5, 0.0, steps=12)
+    assert evaluations.reached(clock=999.0, step=0) == [0.0]  # the clock does not count
+    assert evaluations.reached(clock=0.0, step=4) == []
+    assert evaluations.reached(clock=0.0, step=10) == [5.0, 10.0]
+    assert evaluations.reached(clock=0.0, step=12) == [12.0] and evaluations.done
+
+
+def test_at_equal_samples_each_system_reports_its_median_accuracy_and_training_time():
+    def run(*points: tuple[int, float, float]) -> dict:
+        curve = [{"samples": n, "train_s": t, "accuracy": a, "due_s": n} for n, t, a in points]
+        return {"curve": curve, "peak_rss_mib": 1.0}
+
+    results = {
+        "async4_tis": [run((0, 0.0, 0.1), (256, 10.0, 0.5)), run((0, 0.0, 0.1), (256, 14.0, 0.7))],
+        "default": [run((0, 0.0, 0.1), (256, 20.0, 0.6)), run((0, 0.0, 0.1))],  # a seed that ended early
+    }
+    summary = learning.summarize_by_samples(results)
+    assert summary["async4_tis"]["accuracy_at_256_samples"] == 0.6
+    assert summary["async4_tis"]["train_s_at_256_samples"] == 12.0
+    assert "accuracy_at_256_samples" not in summary["default"]  # not every seed got there

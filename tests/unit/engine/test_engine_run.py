@@ -16,6 +16,7 @@ from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
 from rl_engine.loop import train
 from rl_engine.metric_catalogue import lookup
+from rl_engine.token_view import unpack_f16
 from tests.unit.engine.helpers import stop_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -104,6 +105,13 @@ def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint
         assert sample["components"]["exact_match"] == (1.0 if answer_ok else 0.0)
         assert sample["reward"] == pytest.approx(sample["components"]["exact_match"] + 0.5 * expected_format)
         assert sample["finish_reason"] in ("stop", "length")
+        # The per-token view: a piece and the rollout's values per token; GRPO's advantage is the
+        # sequence's on every token. No old-policy pass ran (one update per batch): no trainer log-probs.
+        view = sample["tokens"]
+        assert len(view["text"]) == sample["length"] and "trainer_logprob" not in view
+        assert all(lp <= 0 for lp in unpack_f16(view["rollout_logprob"]))
+        assert all(h >= 0 for h in unpack_f16(view["entropy"]))
+        assert unpack_f16(view["advantage"]) == pytest.approx([sample["advantage"]] * sample["length"], abs=2e-3)
 
     checkpoints = by_type(events, "checkpoint")
     assert len(checkpoints) == 1 and checkpoints[0]["step"] == 2
@@ -295,3 +303,24 @@ def test_bad_input_ends_with_one_clear_line_and_exit_code_2(tiny_demo, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith("error: ") and expected in err[-1]
+
+
+def test_the_per_token_view_is_recorded_every_nth_step_with_the_trainers_log_probs(tiny_demo):
+    from rl_engine.loop import build_engine, run_step
+
+    cfg = validate_config(
+        tiny_config(tiny_demo, algorithm={"rollout_correction": {"method": "metrics"}}, logging={"token_view_every": 2})
+    )
+    engine = build_engine(cfg)
+    try:
+        _, first = run_step(engine, 1)
+        _, second = run_step(engine, 2)
+    finally:
+        engine.close()
+    assert all("tokens" not in record for record in first)
+    for record in second:
+        view = record["tokens"]
+        # Same weights, fp32: the trainer's log-probs are the rollout's, to float16 precision.
+        rollout, trainer = unpack_f16(view["rollout_logprob"]), unpack_f16(view["trainer_logprob"])
+        assert len(rollout) == len(trainer) == record["length"]
+        assert trainer == pytest.approx(rollout, abs=1e-2)

@@ -135,6 +135,7 @@ MATRIX: dict[str, Access] = {
     "POST /api/runs/{pk}/register-checkpoint/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/metrics/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/samples/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/sample-tokens/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/checkpoints/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/transitions/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/logs/": Access(RESEARCH, pk=a_run),

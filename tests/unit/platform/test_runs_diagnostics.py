@@ -88,6 +88,23 @@ def test_non_finite_kl_points_are_skipped_by_the_blowup_rule():
     assert codes(d.diagnose({"kl/mean": kl})) == [("nonfinite", "kl/mean", 6), ("kl_blowup", "kl/mean", 7)]
 
 
+# --- rollout / trainer mismatch ------------------------------------------------------------------
+
+
+def test_mismatch_kl_leaving_its_early_range_is_the_off_policy_warning():
+    # early level = median(.002, .003, .002, .004, .003) = .003; limit = max(5 × .003, 1e-3) = .015;
+    # a one-step spike at 6 is noise; above it from step 8 (.02, .03, .05) -> step 8.
+    kl = series(0.002, 0.003, 0.002, 0.004, 0.003, 0.02, 0.004, 0.02, 0.03, 0.05)
+    alerts = d.diagnose({"rollout_corr/k3_kl": kl})
+    assert codes(alerts) == [("mismatch_kl_rising", "rollout_corr/k3_kl", 8)]
+    assert alerts[0].severity == "warning" and "max_staleness" in alerts[0].message
+
+
+def test_a_mismatch_that_starts_at_zero_rises_past_the_floor_before_it_alerts():
+    # early level 0 -> limit = the floor, 1e-3: 5e-4 for many steps is harmless.
+    assert d.diagnose({"rollout_corr/k3_kl": series(0.0, 0.0, 0.0, 0.0, 0.0, *[5e-4] * 6)}) == []
+
+
 # --- entropy -----------------------------------------------------------------------------------
 
 
@@ -253,6 +270,7 @@ def test_every_metric_a_rule_reads_is_listed_for_the_callers():
         "policy/entropy",
         "response/length_mean",
         "response/truncated_rate",
+        "rollout_corr/k3_kl",
         "reward/mean",
     }
 

@@ -224,6 +224,21 @@ class SampleSerializer(serializers.ModelSerializer):
         ]
 
 
+class SampleRefSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    index = serializers.IntegerField()
+
+
+class SampleTokensSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    index = serializers.IntegerField()
+    tokens = serializers.JSONField(
+        help_text="{text: [piece], rollout_logprob, trainer_logprob, entropy, advantage: base64 little-endian "
+        "float16 (one per token; a field the step did not produce is absent), versions: [[version, tokens]]}"
+    )
+    same_prompt = SampleRefSerializer(many=True, help_text="The responses to the same prompt, by step.")
+
+
 class CheckpointSerializer(serializers.ModelSerializer):
     available = serializers.SerializerMethodField(
         help_text="False once the engine pruned the folder (checkpoint.keep_last): it can no longer be "

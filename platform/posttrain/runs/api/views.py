@@ -292,6 +292,26 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(s.SampleSerializer(page, many=True).data)
 
+    @extend_schema(
+        summary="One sample's per-token view and the same prompt's responses across steps",
+        parameters=[
+            OpenApiParameter("step", OpenApiTypes.INT, required=True),
+            OpenApiParameter("index", OpenApiTypes.INT, required=True),
+        ],
+        responses={200: s.SampleTokensSerializer, 400: ERRORS_RESPONSE, 404: ERRORS_RESPONSE},
+    )
+    @action(detail=True, methods=["get"], url_path="sample-tokens", pagination_class=None, filter_backends=[])
+    def sample_tokens(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        step, index = int_param(request, "step"), int_param(request, "index")
+        missing = [
+            {"loc": name, "msg": "required"} for name, value in (("step", step), ("index", index)) if value is None
+        ]
+        if missing or step is None or index is None:
+            raise InvalidInput(missing)
+        view = selectors.sample_token_view(run, step=step, index=index)
+        return Response(s.SampleTokensSerializer(view).data)
+
     @extend_schema(summary="Checkpoints of a run", responses=s.CheckpointSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def checkpoints(self, request: Request, pk: str | None = None) -> Response:

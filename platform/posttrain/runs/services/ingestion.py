@@ -125,7 +125,16 @@ def _sample_row(run: Run, seq: int, step: int, r: dict[str, Any]) -> Sample:
             for t in r.get("turns") or []
         ],
         env={k: finite_or_none(v) for k, v in (r.get("env") or {}).items()},
+        tokens=_token_view(r),
     )
+
+
+def _token_view(record: dict[str, Any]) -> dict[str, Any]:
+    """The sample's per-token view as the engine packed it, with its segments' policy versions (async)."""
+    view = dict(record.get("tokens") or {})
+    if record.get("versions"):
+        view["versions"] = record["versions"]
+    return view
 
 
 def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:

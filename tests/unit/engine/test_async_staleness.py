@@ -1,0 +1,121 @@
+"""Async mode's pieces, one by one: the staleness distribution from the samples' policy versions, partial
+rollout's segments (continuing a response is what one long generation draws), per-batch seeds, and the
+config's field-named refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_engine.config import ConfigError, check_runnable, validate_config
+from rl_engine.partial_rollout import generate_in_segments, mixed_seed
+from rl_engine.rollout import Sample, SamplingParams, TransformersRollout
+from rl_engine.staleness import staleness_metrics
+from tests.unit.engine.test_config import with_changes
+from tests.unit.engine.test_rollout import _random_policy
+
+
+def _sample(*segments: tuple[int, int]) -> Sample:
+    tokens = sum(count for _, count in segments)
+    return Sample(0, list(range(tokens)), "stop", segments=tuple(segments))
+
+
+def test_staleness_is_the_token_weighted_lag_behind_the_trainer():
+    # Trainer at version 5: 3 tokens from version 4 (lag 1), then 1 from 5 (lag 0); 4 tokens from 2 (lag 3).
+    samples = [_sample((4, 3), (5, 1)), _sample((2, 4))]
+    metrics = staleness_metrics(samples, trainer_version=5, max_staleness=4)
+    assert metrics["staleness/mean"] == pytest.approx((3 * 1 + 1 * 0 + 4 * 3) / 8)
+    assert metrics["staleness/max"] == 3.0
+    shares = [metrics[f"staleness/share_{lag}"] for lag in range(5)]
+    assert shares == pytest.approx([1 / 8, 3 / 8, 0.0, 4 / 8, 0.0])
+    assert metrics["staleness/interrupted_fraction"] == 0.5
+
+
+def test_samples_without_versions_give_no_staleness():
+    assert staleness_metrics([Sample(0, [1, 2], "stop")], trainer_version=3, max_staleness=2) == {}
+
+
+def test_token_versions_follow_the_segments():
+    assert _sample((1, 2), (3, 1)).token_versions == [1, 1, 3]
+    assert Sample(0, [1], "stop").token_versions is None
+
+
+@pytest.fixture(scope="module")
+def rollout(tiny_demo):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_demo / "model")
+    return TransformersRollout(_random_policy(tokenizer), tokenizer)
+
+
+PROMPTS = [[5, 6, 7], [8, 9]]
+
+
+def test_a_response_continued_in_segments_is_the_one_generated_whole(rollout):
+    params = SamplingParams(n=2, max_new_tokens=9, greedy=True)
+    whole = rollout.generate(PROMPTS, params)
+    segmented = generate_in_segments(rollout, PROMPTS, params, segment_tokens=4, at_boundary=lambda: 0)
+    assert [s.response_ids for s in segmented] == [s.response_ids for s in whole]
+    assert [s.finish_reason for s in segmented] == [s.finish_reason for s in whole]
+    assert [s.prompt_index for s in segmented] == [0, 0, 1, 1]
+
+
+def test_each_segment_records_the_version_it_was_sampled_under(rollout):
+    versions = iter([7, 8, 8, 9])
+    samples = generate_in_segments(
+        rollout,
+        PROMPTS,
+        SamplingParams(n=2, max_new_tokens=9, seed=3),
+        segment_tokens=4,
+        at_boundary=lambda: next(versions),
+    )
+    for sample in samples:
+        assert sum(tokens for _, tokens in sample.segments) == len(sample.response_ids)
+        assert len(sample.logprobs) == len(sample.response_ids)
+        if sample.finish_reason == "length":  # 9 tokens: segments of 4, 4 and 1 under versions 7, 8, 8
+            assert sample.segments == ((7, 4), (8, 5))  # no sync between the last two: one segment
+
+
+def test_a_seeded_generation_repeats_and_leaves_the_process_rng_alone(rollout):
+    params = SamplingParams(n=4, max_new_tokens=6, seed=mixed_seed(0, 3))
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    first = rollout.generate(PROMPTS, params)
+    assert torch.equal(torch.get_rng_state(), before)
+    second = rollout.generate(PROMPTS, params)
+    other = rollout.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=6, seed=mixed_seed(0, 4)))
+    assert [s.response_ids for s in first] == [s.response_ids for s in second]
+    assert [s.response_ids for s in first] != [s.response_ids for s in other]
+
+
+@pytest.mark.parametrize(
+    ("changes", "loc", "message"),
+    [
+        pytest.param({"backends.max_staleness": 4}, "backends.max_staleness", "async_rollout", id="staleness-sync"),
+        pytest.param(
+            {"backends.partial_rollout": True}, "backends.partial_rollout", "async_rollout", id="partial-sync"
+        ),
+        pytest.param(
+            {
+                "placement.mode": "separate",
+                "backends.async_rollout": True,
+                "backends.rollout": "vllm",
+                "backends.partial_rollout": True,
+            },
+            "backends.partial_rollout",
+            "transformers",
+            id="partial-vllm",
+        ),
+    ],
+)
+def test_async_options_outside_async_mode_are_refused_naming_the_field(changes, loc, message):
+    with pytest.raises(ConfigError) as refused:
+        check_runnable(validate_config(with_changes(changes)))
+    assert [e["loc"] for e in refused.value.errors] == [loc]
+    assert message in refused.value.errors[0]["msg"]
+
+
+def test_a_staleness_beyond_the_bound_is_refused_by_the_schema():
+    with pytest.raises(ConfigError) as refused:
+        validate_config(with_changes({"backends.max_staleness": 0}))
+    assert [e["loc"] for e in refused.value.errors] == ["backends.max_staleness"]
