@@ -207,6 +207,9 @@ ENGINE_PYTHON = os.environ.get("POSTTRAIN_ENGINE_PYTHON", sys.executable)
 # How long a launched run may wait for Ray to accept its job (head starting, cluster busy) before it fails.
 RUN_SUBMIT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_SUBMIT_TIMEOUT_S", "600"))
 RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S", "120"))
+# A run still queued this long after launch lost its submit task (its worker died holding it): the reconcile
+# submits it again (idempotent: submission id = run id), so another worker takes over.
+RUN_QUEUED_GRACE_S = float(os.environ.get("POSTTRAIN_RUN_QUEUED_GRACE_S", "60"))
 # User code (python rewards, environments, agent commands) runs in a bubblewrap sandbox and is refused
 # where none can be made; an admin may allow it unsandboxed on a single-user machine (shown on /api/health/).
 # The engine and the workers read the same variable (rl_engine.sandbox); runs' jobs get it passed on.
