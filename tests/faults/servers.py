@@ -10,6 +10,10 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Self
+from typing import Self
+
+import pytest
 
 from tests.conftest import free_port
 
@@ -55,3 +59,40 @@ class PrivateRedis:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.process = None
+
+
+class SmallFilesystem:
+    """A size-limited tmpfs mounted over `folder` (root only): a disk that fills up. `fill()` takes what is
+    left, as another tenant's files would."""
+
+    def __init__(self, folder: Path, size_mb: int):
+        self.folder = folder
+        self.size_mb = size_mb
+
+    def __enter__(self) -> Self:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        mount = shutil.which("mount")
+        command = [mount or "mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m", "tmpfs", str(self.folder)]
+        result = subprocess.run(command, check=False, capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a size-limited filesystem here (needs root): {result.stderr.strip()}")
+        return self
+
+    def fill(self) -> None:
+        with (self.folder / "filler").open("wb") as filler:
+            block = b"\0" * (1 << 20)
+            try:
+                while True:
+                    filler.write(block)
+                    filler.flush()
+            except OSError:  # ENOSPC: full; the file keeps what fitted
+                pass
+        with (self.folder / "filler-tail").open("wb", buffering=0) as tail:
+            try:
+                while True:
+                    tail.write(b"\0" * 4096)
+            except OSError:
+                pass
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["umount", "-l", str(self.folder)], check=False)

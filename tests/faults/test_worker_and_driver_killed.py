@@ -3,6 +3,7 @@ the Ray job's driver, the engine process, SIGKILLed mid-run."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -29,8 +30,9 @@ def wait_for_line(log: Path, *parts: str, timeout_s: float = 60) -> None:
 
 
 def replace_worker(stack: PlatformStack, log: Path) -> None:
-    """SIGKILL the worker (and its beat) as an OOM killer would, and start another on the same queue."""
-    stack.worker.send_signal(signal.SIGKILL)
+    """SIGKILL the worker and its beat process (its process group, as a container's OOM kill would: the
+    embedded beat is a child that would otherwise live on) and start another on the same queue."""
+    os.killpg(stack.worker.pid, signal.SIGKILL)
     stack.worker.wait()
     stack.worker = start_celery_worker(stack.worker_env, log, log.with_suffix(".schedule"))
     stack.worker_log = log
@@ -45,7 +47,7 @@ def test_a_worker_killed_while_submitting_and_while_runs_run_is_replaced_and_eve
     wait_for_line(stack.worker_log, "workers.run_submit[", "received")
     replace_worker(stack, tmp_path / "worker-2.log")
 
-    running = launch(api, experiment, seed=2)
+    running = launch(api, create_experiment(api, registry, "worker killed mid-run", run_config(150)), seed=2)
     api.wait_for(running["id"], lambda r: r["state"] == "running" and (r["last_step"] or 0) >= 1, what="a step")
     replace_worker(stack, tmp_path / "worker-3.log")
 

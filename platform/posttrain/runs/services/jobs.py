@@ -37,6 +37,7 @@ class JobsClient(Protocol):
 
 
 JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+_NO_SPACE = "No space left on device"  # strerror(ENOSPC), as a Python traceback prints it
 
 
 def _default_jobs() -> JobsClient:
@@ -158,8 +159,8 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         if run.state == S.CANCELLING:
             run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
         else:
-            headline = _job_failure_headline(jobs.exit_code(run))
             tail = _log_tail(jobs.logs(run))
+            headline = _job_failure_headline(jobs.exit_code(run), tail)
             run_transition(
                 run.pk,
                 [S.STARTING, S.RUNNING],
@@ -172,8 +173,11 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         _fail_if_lost(run, jobs, now or timezone.now())
 
 
-def _job_failure_headline(exit_code: int | None) -> str:
-    """A failed job whose engine reported no final status: its driver (the engine process) died, and how."""
+def _job_failure_headline(exit_code: int | None, log_tail: str) -> str:
+    """A failed job whose engine reported no final status: its driver (the engine process) died, and how.
+    A full disk is named first: the engine cannot report it (its event log is on that disk)."""
+    if _NO_SPACE in log_tail:
+        return f"no space left on device: the run folder's disk ({settings.STORAGE_ROOT}) is full"
     if exit_code is None:
         return "the Ray job failed"
     if exit_code < 0:
