@@ -65,6 +65,18 @@ def test_a_driver_that_exited_without_a_final_status_fails_the_run_with_its_exit
     assert run.state_reason == "driver died: the engine process exited with code 3 without reporting why (no logs)"
 
 
+def test_a_driver_that_died_of_a_full_disk_fails_the_run_saying_no_space_left(experiment, jobs, settings):
+    settings.STORAGE_ROOT = "/srv/posttrain"
+    run = make_run(experiment, S.RUNNING, last_event_at=timezone.now())
+    jobs.job_logs[str(run.id)] = "step 3/10\nOSError: [Errno 28] No space left on device: 'events.jsonl'\n"
+    jobs.exit_codes[str(run.id)] = 1
+    run = reconciled(run, jobs, "FAILED")
+    assert run.state_reason.startswith(
+        "no space left on device: the run folder's disk (/srv/posttrain) is full; its last log lines:\n"
+    )
+    assert run.state_reason.endswith("No space left on device: 'events.jsonl'")
+
+
 def test_a_stopped_job_ends_a_cancelling_run_cancelled(experiment, jobs):
     run = reconciled(make_run(experiment, S.CANCELLING), jobs, "STOPPED")
     assert (run.state, run.state_reason) == (S.CANCELLED, "cancelled")
