@@ -11,7 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Self
-from typing import Self
 
 import pytest
 
