@@ -251,11 +251,13 @@ print("BENCH_TOKEN " + token_get_or_create(user_create("bench", "a-long-bench-pa
 """
 
 
-def start_ours_for_a_researcher(pg: Postgres, workdir: Path) -> tuple[subprocess.Popen, str, str]:
+def start_ours_for_a_researcher(
+    pg: Postgres, workdir: Path, redis_url: str | None = None
+) -> tuple[subprocess.Popen, str, str]:
     """Ours on a fresh, migrated OURS_DB with one researcher: (process, URL, the researcher's API token),
     for benches that drive the platform as a user (the SDK) rather than as the engine."""
     pg.recreate(OURS_DB)
-    env = ours_env(pg, workdir, secrets.token_urlsafe(40), None)
+    env = ours_env(pg, workdir, secrets.token_urlsafe(40), redis_url)
     py = str(OURS_BIN / "python")
     subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, env=env, check=True)
     made = subprocess.run(
