@@ -218,7 +218,7 @@ def load_mlflow(args, pg: ingest.Postgres, workdir: Path) -> dict[str, Any]:
         run_ids = [ingest.mlflow_new_run(url, experiment["experiment_id"], f"load {i}") for i in range(args.runs)]
         path = "/api/2.0/mlflow/runs/log-batch"
         loads = [RunLoad(path, {"Content-Type": "application/json"}) for _ in run_ids]
-        steps = int(args.seconds * args.rate)
+        steps = int((args.mlflow_seconds or args.seconds) * args.rate)
         ingest.log(f"mlflow: {args.runs} runs x {steps} steps at {args.rate}/s ({url})")
         wall = drive(
             url, loads, lambda i, step: mlflow_body(run_ids[i], step, args.metrics), steps, args.rate, args.metrics
@@ -236,6 +236,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=20.0, help="how long each run logs at --rate")
     ap.add_argument("--rate", type=float, default=10.0, help="steps per second per run")
+    ap.add_argument("--mlflow-seconds", type=float, default=None, help="a shorter load for MLflow (default: --seconds)")
     ap.add_argument("--metrics", type=int, default=50, help="metrics per step")
     ap.add_argument("--samples", type=int, default=8, help="rollout samples per step (ours only; 0: none)")
     ap.add_argument("--mlflow-venv", type=Path, default=ingest.BENCH_VENV, help="a venv with mlflow (bench/README.md)")
@@ -250,6 +251,7 @@ def main() -> int:
     out: dict[str, Any] = {
         "bench": "ingest_load",
         "load": {"runs": args.runs, "seconds": args.seconds, "rate": args.rate, "metrics": args.metrics},
+        "mlflow_seconds": args.mlflow_seconds or args.seconds,
         "offered_points_per_s": round(args.runs * args.rate * args.metrics),
         "machine": {"cpus": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in load_at_start]},
     }
