@@ -82,6 +82,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "posttrain.core.middleware.DatabaseUnavailableMiddleware",  # 503, not 500, while the database is down
 ]
 
 ROOT_URLCONF = "posttrain.urls"

@@ -83,12 +83,14 @@ class PrivatePostgres:
             return conn.execute(sql, params).fetchall()
 
 
+SEEDED_PASSPHRASE = "a-long-test-passphrase"  # the seeded researcher `ada`'s, to sign in to pages
+
 _SEED = """
 import json, sys
 from posttrain.accounts.services import token_get_or_create, user_create
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 assets = json.loads(sys.stdin.read())
-token = token_get_or_create(user_create("ada", "a-long-test-passphrase", "researcher")).key
+token = token_get_or_create(user_create("ada", assets["passphrase"], "researcher")).key
 model = ModelAsset.objects.create(name="tiny demo", path=assets["model"])
 dataset = Dataset.objects.create(name="sums", sha256="0" * 64, format="jsonl", path=assets["train"],
     size_bytes=assets["train_bytes"], row_count=5000, prompt_field="prompt", label_field="label",
@@ -106,6 +108,7 @@ def migrate_and_seed(database_url: str, demo_assets: Path) -> dict[str, Any]:
     subprocess.run([*manage, "migrate", "--noinput", "-v0"], cwd=REPO_ROOT, env=env, check=True)
     train = demo_assets / "data" / "train.jsonl"
     assets = {"model": str(demo_assets / "model"), "train": str(train), "train_bytes": train.stat().st_size}
+    assets["passphrase"] = SEEDED_PASSPHRASE
     seeded = subprocess.run(
         [*manage, "shell", "-c", _SEED],
         cwd=REPO_ROOT,

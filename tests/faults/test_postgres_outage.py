@@ -13,11 +13,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import requests
 
 from tests.conftest import PlatformStack, platform_stack
 from tests.faults.conftest import FAULT_STACK_ENV
 from tests.faults.invariants import assert_nothing_left_running
-from tests.faults.private_postgres import PrivatePostgres, migrate_and_seed
+from tests.faults.private_postgres import SEEDED_PASSPHRASE, PrivatePostgres, migrate_and_seed
 from tests.faults.servers import PrivateRedis
 from tests.faults.test_web_restarts import start_simulated_run
 from tests.integration.test_run_lifecycle import Api, create_experiment, launch, run_config
@@ -54,13 +55,29 @@ def outage(ray_head, demo_assets, private_redis: PrivateRedis, tmp_path_factory)
         postgres.remove()
 
 
-def answers_while_down(api: Api, run_id: str, seconds: float) -> list[tuple[int, str | None]]:
-    """What a person's page gets meanwhile: (status, Retry-After) of a run read every half second."""
-    answers = []
+def signed_in(base: str) -> requests.Session:
+    """A browser session of the seeded researcher (pages read the session, so the database, on each request)."""
+    browser = requests.Session()
+    browser.get(f"{base}/login/", timeout=30)
+    form = {"username": "ada", "password": SEEDED_PASSPHRASE, "csrfmiddlewaretoken": browser.cookies["csrftoken"]}
+    response = browser.post(f"{base}/login/", data=form, headers={"Referer": f"{base}/login/"}, timeout=30)
+    assert response.ok and "sessionid" in browser.cookies, response.text[:500]
+    return browser
+
+
+def answers_while_down(api: Api, browser: requests.Session, run_id: str, seconds: float) -> set[tuple[str, int, str]]:
+    """What people get meanwhile, every half second: (what, status, Retry-After) of the run over the API,
+    its page and its live stream."""
+    answers = set()
     until = time.monotonic() + seconds
     while time.monotonic() < until:
-        response = api.session.get(f"{api.base}/api/runs/{run_id}/", timeout=30)
-        answers.append((response.status_code, response.headers.get("Retry-After")))
+        for what, session, path in (
+            ("api", api.session, f"/api/runs/{run_id}/"),
+            ("page", browser, f"/runs/{run_id}/"),
+            ("stream", api.session, f"/api/runs/{run_id}/stream/"),
+        ):
+            with session.get(f"{api.base}{path}", timeout=30, stream=True, allow_redirects=False) as response:
+                answers.add((what, response.status_code, response.headers.get("Retry-After", "")))
         time.sleep(0.5)
     return answers
 
@@ -88,13 +105,14 @@ def test_postgres_stopped_for_10_s_answers_503_loses_no_event_and_the_worker_rec
     sdk = start_simulated_run(api, tmp_path, "sdk during the outage", steps=300, rate=20.0)
     sdk_run_id = json.loads(sdk.stdout.readline())["run"]
 
+    browser = signed_in(api.base)
     postgres.stop()
     down_from = time.time()
-    answers = answers_while_down(api, run["id"], OUTAGE_S)
+    answers = answers_while_down(api, browser, run["id"], OUTAGE_S)
     down_until = time.time()
     postgres.start()
 
-    assert answers and set(answers) == {(503, "5")}, answers
+    assert answers == {("api", 503, "5"), ("page", 503, "5"), ("stream", 503, "5")}, answers
     assert sdk.wait(timeout=180) == 0, sdk.stdout.read()
     run = api.wait_until_finished(run["id"])
     assert (run["state"], run["state_reason"]) == ("succeeded", SUCCEEDED), run["state_reason"]

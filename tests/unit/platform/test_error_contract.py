@@ -86,6 +86,39 @@ def test_a_database_outage_is_a_503_that_says_when_to_retry_not_a_500(exc):
     assert response["Retry-After"] == "5"
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/api/runs/1/stream/",
+            b'{"errors": [{"loc": "", "msg": "the database cannot be reached just now; retry in 5 s"}]}',
+        ),
+        ("/runs/", b"the database cannot be reached just now; retry in 5 s"),
+    ],
+)
+def test_pages_and_streams_answer_a_database_outage_with_a_503_too(path, body):
+    from django.test import RequestFactory
+
+    from posttrain.core.middleware import DatabaseUnavailableMiddleware
+
+    middleware = DatabaseUnavailableMiddleware(lambda request: None)
+    response = middleware.process_exception(RequestFactory().get(path), OperationalError("connection refused"))
+    assert (response.status_code, response.content, response["Retry-After"]) == (503, body, "5")
+    assert middleware.process_exception(RequestFactory().get(path), KeyError("x")) is None
+
+
+def test_the_outage_middleware_stays_async_for_async_views():
+    from asgiref.sync import iscoroutinefunction
+
+    from posttrain.core.middleware import DatabaseUnavailableMiddleware
+
+    async def view(request):
+        return None
+
+    assert iscoroutinefunction(DatabaseUnavailableMiddleware(view))
+    assert not iscoroutinefunction(DatabaseUnavailableMiddleware(lambda request: None))
+
+
 def test_anything_else_is_a_bug_and_left_to_become_a_500():
     assert api_exception_handler(KeyError("x"), {}) is None
 
