@@ -221,8 +221,9 @@ def prepare_ours(env: dict[str, str], n_runs: int) -> list[tuple[str, str]]:
     return [tuple(pair) for pair in json.loads(line.split(" ", 1)[1])]
 
 
-def start_ours(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+def start_ours(env: dict[str, str], workdir: Path, port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """uvicorn on `port` (default: a free one; the same port again is a restart as clients see it)."""
+    port = port or free_port()
     process = subprocess.Popen(
         [
             str(OURS_BIN / "uvicorn"),
@@ -238,7 +239,7 @@ def start_ours(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, st
         ],
         cwd=REPO,
         env=env,
-        stdout=(workdir / "ours.log").open("w"),
+        stdout=(workdir / "ours.log").open("a"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
@@ -251,17 +252,24 @@ print("BENCH_TOKEN " + token_get_or_create(user_create("bench", "a-long-bench-pa
 """
 
 
-def start_ours_for_a_researcher(pg: Postgres, workdir: Path) -> tuple[subprocess.Popen, str, str]:
-    """Ours on a fresh, migrated OURS_DB with one researcher: (process, URL, the researcher's API token),
-    for benches that drive the platform as a user (the SDK) rather than as the engine."""
+def prepare_for_a_researcher(pg: Postgres, workdir: Path, redis_url: str | None = None) -> tuple[dict[str, str], str]:
+    """A fresh, migrated OURS_DB with one researcher: (the server's environment, the researcher's API token)."""
     pg.recreate(OURS_DB)
-    env = ours_env(pg, workdir, secrets.token_urlsafe(40), None)
+    env = ours_env(pg, workdir, secrets.token_urlsafe(40), redis_url)
     py = str(OURS_BIN / "python")
     subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, env=env, check=True)
     made = subprocess.run(
         [py, "manage.py", "shell", "-c", _CREATE_USER], cwd=REPO, env=env, capture_output=True, text=True, check=True
     )
-    token = next(x for x in made.stdout.splitlines() if x.startswith("BENCH_TOKEN ")).split()[1]
+    return env, next(x for x in made.stdout.splitlines() if x.startswith("BENCH_TOKEN ")).split()[1]
+
+
+def start_ours_for_a_researcher(
+    pg: Postgres, workdir: Path, redis_url: str | None = None
+) -> tuple[subprocess.Popen, str, str]:
+    """Ours on a fresh, migrated OURS_DB with one researcher: (process, URL, the researcher's API token),
+    for benches that drive the platform as a user (the SDK) rather than as the engine."""
+    env, token = prepare_for_a_researcher(pg, workdir, redis_url)
     process, url = start_ours(env, workdir)
     wait_for_http(f"{url}/login/", 120, process)
     return process, url, token

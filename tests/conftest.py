@@ -71,43 +71,82 @@ def stop_process_group(process: subprocess.Popen, timeout_s: float = 20) -> None
         process.wait()
 
 
+def tiny_demo_assets(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """The demo task at its smallest (tiny model, short warm start): what a test run trains on."""
+    from rl_engine.demo.build import build_demo
+
+    out = tmp_path_factory.mktemp(name)
+    build_demo(out, seed=0, model_size="tiny", sft_steps=10, progress=False)
+    return out
+
+
+class RayHead:
+    """A real local Ray head on fixed ports: `kill()` then `start()` is a crash of the head and a restart on
+    the same address (a fresh cluster: Ray keeps no jobs across it)."""
+
+    def __init__(self, log: Path):
+        self.gcs_port, self.dashboard_port, self.agent_port = free_port(), free_port(), free_port()
+        self.temp_dir = Path(f"/tmp/pt-ray-test-{os.getpid()}")
+        self.log = log
+        self.address = f"http://127.0.0.1:{self.dashboard_port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 120) -> None:
+        self.process = subprocess.Popen(
+            [
+                str(VENV_BIN / "ray"),
+                "start",
+                "--head",
+                "--block",
+                "--port",
+                str(self.gcs_port),
+                "--dashboard-host",
+                "127.0.0.1",
+                "--dashboard-port",
+                str(self.dashboard_port),
+                # its own job-agent port: a second head (the demo stack test) must not collide on Ray's 52365
+                "--dashboard-agent-listen-port",
+                str(self.agent_port),
+                "--num-cpus",
+                "2",
+                "--temp-dir",
+                str(self.temp_dir),
+                "--disable-usage-stats",
+            ],
+            stdout=self.log.open("a"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for_http(f"{self.address}/api/version", timeout_s=timeout_s, process=self.process)
+
+    def kill(self) -> None:
+        """SIGKILL the head's whole process group (GCS, raylet, dashboard and the jobs they run)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, 9)
+            self.process.wait()
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process_group(self.process)
+            self.process = None
+
+
 @pytest.fixture(scope="session")
-def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real local Ray head for the session; yields its dashboard (Jobs API) address."""
-    gcs_port, dashboard_port = free_port(), free_port()
-    temp_dir = Path(f"/tmp/pt-ray-test-{os.getpid()}")
-    log = tmp_path_factory.mktemp("ray") / "ray-head.log"
-    process = subprocess.Popen(
-        [
-            str(VENV_BIN / "ray"),
-            "start",
-            "--head",
-            "--block",
-            "--port",
-            str(gcs_port),
-            "--dashboard-host",
-            "127.0.0.1",
-            "--dashboard-port",
-            str(dashboard_port),
-            # its own job-agent port: a second head (the demo stack test) must not collide on Ray's 52365
-            "--dashboard-agent-listen-port",
-            str(free_port()),
-            "--num-cpus",
-            "2",
-            "--temp-dir",
-            str(temp_dir),
-            "--disable-usage-stats",
-        ],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    address = f"http://127.0.0.1:{dashboard_port}"
+def ray_head_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+    """The session's Ray head, for a test that crashes and restarts it; most tests want `ray_head`."""
+    head = RayHead(tmp_path_factory.mktemp("ray") / "ray-head.log")
+    head.start()
     try:
-        wait_for_http(f"{address}/api/version", timeout_s=120, process=process)
-        yield address
+        yield head
     finally:
-        stop_process_group(process)
+        head.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_head(ray_head_server: RayHead) -> str:
+    """A real local Ray head for the session; its dashboard (Jobs API) address."""
+    return ray_head_server.address
 
 
 def postgres_url(settings_dict: dict) -> str:
@@ -174,6 +213,45 @@ class PlatformStack:
     worker_log: Path
     ray: str
     storage: Path
+    worker_env: dict[str, str]
+
+
+def start_celery_worker(
+    env: dict[str, str], log_path: Path, schedule: Path, *, purge: bool = False, timeout_s: float = 90
+) -> subprocess.Popen:
+    """A Celery worker with beat (-B: the periodic reconcile runs as in production), once it says `ready.`;
+    `purge` empties the queue first (a fresh stack), a replacement worker keeps what is queued."""
+    log_path.write_text("")
+    worker = subprocess.Popen(
+        [
+            str(VENV_BIN / "celery"),
+            "-A",
+            "workers.celery_app",
+            "worker",
+            "-B",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            *(["--purge"] if purge else []),
+            "--schedule",
+            str(schedule),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log_path.open("a"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while "ready." not in log_path.read_text():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            stop_process_group(worker)
+            pytest.fail(f"the Celery worker did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.3)
+    return worker
 
 
 @contextmanager
@@ -204,39 +282,20 @@ def platform_stack(
     web.start()
     worker_env = {**env, "POSTTRAIN_PUBLIC_URL": web.url, "POSTTRAIN_RUN_RECONCILE_INTERVAL_S": "2"}
     worker_log = home / "worker.log"
-    # -B: the periodic reconcile runs as in production (every 2 s here instead of 15 s).
-    worker = subprocess.Popen(
-        [
-            str(VENV_BIN / "celery"),
-            "-A",
-            "workers.celery_app",
-            "worker",
-            "-B",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--purge",
-            "--schedule",
-            str(home / "celerybeat-schedule"),
-        ],
-        cwd=REPO_ROOT,
-        env=worker_env,
-        stdout=worker_log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
     try:
-        deadline = time.monotonic() + 90
-        while "ready." not in worker_log.read_text():
-            if worker.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the Celery worker did not start:\n{worker_log.read_text()[-3000:]}")
-            time.sleep(0.3)
-        yield PlatformStack(web=web, worker=worker, worker_log=worker_log, ray=ray_address, storage=home / "storage")
+        worker = start_celery_worker(worker_env, worker_log, home / "celerybeat-schedule", purge=True)
+        try:
+            yield PlatformStack(
+                web=web,
+                worker=worker,
+                worker_log=worker_log,
+                ray=ray_address,
+                storage=home / "storage",
+                worker_env=worker_env,
+            )
+        finally:
+            stop_process_group(worker)
     finally:
-        stop_process_group(worker)
         web.stop()
 
 

@@ -175,6 +175,18 @@ def status(run: Run) -> str | None:
         raise
 
 
+def exit_code(run: Run) -> int | None:
+    """The driver's exit code once its job ended (negative: killed by that signal); None when Ray has none
+    (no such job, or the job failed before or around its driver, e.g. its supervisor died)."""
+    try:
+        code = client().get_job_info(str(run.id)).driver_exit_code
+    except RuntimeError as exc:
+        if _not_found(exc):
+            return None
+        raise
+    return None if code is None else int(code)
+
+
 def logs(run: Run) -> str:
     try:
         return client().get_job_logs(str(run.id))

@@ -82,6 +82,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "posttrain.core.middleware.DatabaseUnavailableMiddleware",  # 503, not 500, while the database is down
 ]
 
 ROOT_URLCONF = "posttrain.urls"
@@ -210,6 +211,9 @@ RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_
 # The worker's Ray Jobs client (posttrain.runs.services.jobs.JobsClient), named here so the platform never
 # imports the workers package that imports it.
 RUNS_JOBS_CLIENT = "workers.ray_jobs"
+# A run still queued this long after launch lost its submit task (its worker died holding it): the reconcile
+# submits it again (idempotent: submission id = run id), so another worker takes over.
+RUN_QUEUED_GRACE_S = float(os.environ.get("POSTTRAIN_RUN_QUEUED_GRACE_S", "60"))
 # User code (python rewards, environments, agent commands) runs in a bubblewrap sandbox and is refused
 # where none can be made; an admin may allow it unsandboxed on a single-user machine (shown on /api/health/).
 # The engine and the workers read the same variable (rl_engine.sandbox); runs' jobs get it passed on.

@@ -197,9 +197,13 @@ def ray_job_status(stack: PlatformStack, run_id: str, timeout_s: float = 30) -> 
 
 def assert_store_matches_the_run_folder(run: dict) -> None:
     """No gap, no duplicate: what the platform stored is exactly the run folder's events.jsonl."""
+    assert_store_matches_events(run, run_folder_events(run))
+
+
+def assert_store_matches_events(run: dict, events: list[dict]) -> None:
+    """What the platform stored of `run` is exactly `events` (its events.jsonl), each seq once."""
     from posttrain.runs.models import MetricRow, RunLog, Sample
 
-    events = run_folder_events(run)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert run["last_seq"] == len(events)
     by_type = lambda kind: [e for e in events if e["type"] == kind]  # noqa: E731
@@ -209,9 +213,9 @@ def assert_store_matches_the_run_folder(run: dict) -> None:
     assert list(RunLog.objects.filter(run_id=run["id"]).order_by("seq").values_list("seq", flat=True)) == [
         e["seq"] for e in by_type("log")
     ]
-    stored = set(Sample.objects.filter(run_id=run["id"]).values_list("step", "index"))
+    stored = list(Sample.objects.filter(run_id=run["id"]).values_list("step", "index"))
     expected = {(e["step"], s["index"]) for e in by_type("samples") for s in e["data"]["samples"]}
-    assert stored == expected
+    assert set(stored) == expected and len(stored) == len(expected)
 
 
 # --- (a) -------------------------------------------------------------------------------------

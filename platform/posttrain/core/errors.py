@@ -22,6 +22,7 @@ recover: `state` (the object's state now) or `expected_seq` (the event seq inges
     Unavailable         503  a service the request needs cannot be reached
       DispatchError     503  Ray's Jobs API (job logs)
       WorkerUnavailable 503  user code no Celery worker ran in time, or a worker with no sandbox for it
+      DatabaseUnavailable 503  Postgres down or restarting (+ Retry-After): the client retries
 
 Django's and DRF's own errors (ValidationError, 404, 403, 405, parse errors, throttling) are answered
 in the same shape by posttrain.core.api.errors. JobsUnavailable is no answer: the Celery task retries on it.
@@ -149,6 +150,16 @@ class DispatchError(Unavailable):
 class WorkerUnavailable(Unavailable):
     """User code the request needs run (a reward's "Try it", a new reward's import check) did not run: no
     worker took it in time, or the worker cannot sandbox it (the message says what to install)."""
+
+
+class DatabaseUnavailable(Unavailable):
+    """The database refused or dropped the connection (Postgres stopped, restarting, out of connections):
+    the client sends the request again once it is back (event ingestion is idempotent by seq)."""
+
+    retry_after_s = 5
+
+    def __init__(self) -> None:
+        super().__init__(f"the database cannot be reached just now; retry in {self.retry_after_s} s")
 
 
 class JobsUnavailable(Exception):

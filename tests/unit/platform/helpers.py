@@ -141,6 +141,7 @@ class FakeJobs:
     def __init__(self) -> None:
         self.statuses: dict[str, str] = {}
         self.job_logs: dict[str, str] = {}
+        self.exit_codes: dict[str, int] = {}
         self.submitted: list[str] = []
         self.stopped: list[str] = []
         self.fail_submit: Exception | None = None
@@ -166,6 +167,9 @@ class FakeJobs:
 
     def logs(self, run: Run) -> str:
         return self.job_logs.get(str(run.id), "")
+
+    def exit_code(self, run: Run) -> int | None:
+        return self.exit_codes.get(str(run.id))
 
 
 def unknown_run_id() -> str:

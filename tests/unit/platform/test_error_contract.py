@@ -7,6 +7,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from django.test import AsyncClient
 from rest_framework import exceptions
 from rest_framework.test import APIClient
@@ -75,6 +76,47 @@ def test_invalid_input_keeps_every_error_and_reads_as_one_line():
     exc = InvalidInput([{"loc": "x", "msg": "bad"}, {"msg": "worse"}])
     assert str(exc) == "x: bad; worse"
     assert handled(exc)[1] == {"errors": [{"loc": "x", "msg": "bad"}, {"loc": "", "msg": "worse"}]}
+
+
+@pytest.mark.parametrize("exc", [OperationalError("connection refused"), InterfaceError("connection already closed")])
+def test_a_database_outage_is_a_503_that_says_when_to_retry_not_a_500(exc):
+    status, body, response = handled(exc)
+    assert status == 503
+    assert body == {"errors": [{"loc": "", "msg": "the database cannot be reached just now; retry in 5 s"}]}
+    assert response["Retry-After"] == "5"
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/api/runs/1/stream/",
+            b'{"errors": [{"loc": "", "msg": "the database cannot be reached just now; retry in 5 s"}]}',
+        ),
+        ("/runs/", b"the database cannot be reached just now; retry in 5 s"),
+    ],
+)
+def test_pages_and_streams_answer_a_database_outage_with_a_503_too(path, body):
+    from django.test import RequestFactory
+
+    from posttrain.core.middleware import DatabaseUnavailableMiddleware
+
+    middleware = DatabaseUnavailableMiddleware(lambda request: None)
+    response = middleware.process_exception(RequestFactory().get(path), OperationalError("connection refused"))
+    assert (response.status_code, response.content, response["Retry-After"]) == (503, body, "5")
+    assert middleware.process_exception(RequestFactory().get(path), KeyError("x")) is None
+
+
+def test_the_outage_middleware_stays_async_for_async_views():
+    from asgiref.sync import iscoroutinefunction
+
+    from posttrain.core.middleware import DatabaseUnavailableMiddleware
+
+    async def view(request):
+        return None
+
+    assert iscoroutinefunction(DatabaseUnavailableMiddleware(view))
+    assert not iscoroutinefunction(DatabaseUnavailableMiddleware(lambda request: None))
 
 
 def test_anything_else_is_a_bug_and_left_to_become_a_500():

@@ -37,9 +37,36 @@ def test_a_failed_job_fails_the_run_with_the_tail_of_its_logs(experiment, jobs):
     jobs.job_logs[str(run.id)] = "\n".join(f"line {i}" for i in range(100)) + "\nerror: model.path: /m does not exist\n"
     run = reconciled(run, jobs, "FAILED")
     assert run.state == S.FAILED
-    assert run.state_reason.startswith("the Ray job failed:")
+    assert run.state_reason.startswith("the Ray job failed; its last log lines:\n")
     assert run.state_reason.endswith("error: model.path: /m does not exist")
     assert "line 10\n" not in run.state_reason  # only the tail
+
+
+def test_a_driver_killed_by_a_signal_fails_the_run_as_driver_died_naming_the_signal(experiment, jobs):
+    run = make_run(experiment, S.RUNNING, last_event_at=timezone.now())
+    jobs.job_logs[str(run.id)] = "step 3/10\n"
+    jobs.exit_codes[str(run.id)] = -9
+    run = reconciled(run, jobs, "FAILED")
+    assert run.state_reason == "driver died: the engine process was killed by SIGKILL; its last log lines:\nstep 3/10"
+
+
+def test_a_driver_that_exited_without_a_final_status_fails_the_run_with_its_exit_code(experiment, jobs):
+    run = make_run(experiment, S.RUNNING, last_event_at=timezone.now())
+    jobs.exit_codes[str(run.id)] = 3
+    run = reconciled(run, jobs, "FAILED")
+    assert run.state_reason == "driver died: the engine process exited with code 3 without reporting why (no logs)"
+
+
+def test_a_driver_that_died_of_a_full_disk_fails_the_run_saying_no_space_left(experiment, jobs, settings):
+    settings.STORAGE_ROOT = "/srv/posttrain"
+    run = make_run(experiment, S.RUNNING, last_event_at=timezone.now())
+    jobs.job_logs[str(run.id)] = "step 3/10\nOSError: [Errno 28] No space left on device: 'events.jsonl'\n"
+    jobs.exit_codes[str(run.id)] = 1
+    run = reconciled(run, jobs, "FAILED")
+    assert run.state_reason.startswith(
+        "no space left on device: the run folder's disk (/srv/posttrain) is full; its last log lines:\n"
+    )
+    assert run.state_reason.endswith("No space left on device: 'events.jsonl'")
 
 
 def test_a_stopped_job_ends_a_cancelling_run_cancelled(experiment, jobs):

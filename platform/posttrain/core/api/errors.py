@@ -1,7 +1,8 @@
 """The error contract in DRF: one exception handler for every API view and one OpenAPI component.
 
 `api_exception_handler` (settings.REST_FRAMEWORK["EXCEPTION_HANDLER"]) answers the platform's
-ServiceErrors, Django's and DRF's ValidationError, 404, 403, 401, 405, parse errors and throttling alike:
+ServiceErrors, Django's and DRF's ValidationError, 404, 403, 401, 405, parse errors and throttling alike,
+and a database outage as 503 with Retry-After (a client retries, as the engine's event sender does):
 
     {"errors": [{"loc": "rewards[1].weight", "msg": "..."}], ...the error's context (state, expected_seq)}
 
@@ -16,12 +17,13 @@ from typing import Any
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
-from posttrain.core.errors import FieldError, ServiceError
+from posttrain.core.errors import DatabaseUnavailable, FieldError, ServiceError
 
 
 def field_errors(detail: Any, prefix: str = "") -> list[FieldError]:
@@ -55,6 +57,10 @@ def django_field_errors(exc: DjangoValidationError) -> list[FieldError]:
 
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     """Every error an API view raises, in the contract's shape; None (a 500) for anything else: a bug."""
+    if isinstance(exc, (OperationalError, InterfaceError)):  # the database, not the request, is at fault
+        unavailable = DatabaseUnavailable()
+        headers = {"Retry-After": str(unavailable.retry_after_s)}
+        return Response(unavailable.payload(), status=unavailable.status_code, headers=headers)
     if isinstance(exc, ServiceError):
         set_rollback()
         return Response(exc.payload(), status=exc.status_code)

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from posttrain.core.errors import IllegalTransition, InvalidInput
@@ -54,11 +54,21 @@ def _clean_config(config: Any) -> dict[str, Any]:
     return config
 
 
+def _lock_project_name(name: str) -> None:
+    """Clients that start runs of a new project at once must find one project, not make one each (or see
+    each other's half-made one as an experiment of Posttrain runs): a transaction lock per name, held
+    until the run is created. SQLite has one writer at a time already."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"posttrain-project:{name}"])
+
+
 def _project(name: Any, user) -> Experiment:
     """The experiment without a model that groups a project's external runs (made on first use)."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidInput.one("project", "required")
     name = name.strip()[:200]
+    _lock_project_name(name)
     existing = Experiment.objects.filter(name=name, model__isnull=True).order_by("pk").first()
     if existing is not None:
         return existing

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import time
 import uuid
 from datetime import timedelta
@@ -35,9 +36,11 @@ class JobsClient(Protocol):
     def stop(self, run: Run) -> bool: ...
     def status(self, run: Run) -> str | None: ...  # PENDING RUNNING STOPPED SUCCEEDED FAILED, None = no job
     def logs(self, run: Run) -> str: ...
+    def exit_code(self, run: Run) -> int | None: ...  # the driver's, once the job ended; negative: a signal
 
 
 JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+_NO_SPACE = "No space left on device"  # strerror(ENOSPC), as a Python traceback prints it
 
 
 def _default_jobs() -> JobsClient:
@@ -159,16 +162,33 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
             run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
         else:
             tail = _log_tail(jobs.logs(run))
+            headline = _job_failure_headline(jobs.exit_code(run), tail)
             run_transition(
                 run.pk,
                 [S.STARTING, S.RUNNING],
                 S.FAILED,
-                f"the Ray job failed:\n{tail}" if tail else "the Ray job failed (no logs)",
+                f"{headline}; its last log lines:\n{tail}" if tail else f"{headline} (no logs)",
             )
     elif run.state == S.CANCELLING:
         jobs.stop(run)  # the cancel task may have died before Ray stopped it; ask again
     elif status == "RUNNING":
         _fail_if_lost(run, jobs, now or timezone.now())
+
+
+def _job_failure_headline(exit_code: int | None, log_tail: str) -> str:
+    """A failed job whose engine reported no final status: its driver (the engine process) died, and how.
+    A full disk is named first: the engine cannot report it (its event log is on that disk)."""
+    if _NO_SPACE in log_tail:
+        return f"no space left on device: the run folder's disk ({settings.STORAGE_ROOT}) is full"
+    if exit_code is None:
+        return "the Ray job failed"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return f"driver died: the engine process was killed by {name}"
+    return f"driver died: the engine process exited with code {exit_code} without reporting why"
 
 
 def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
@@ -183,11 +203,13 @@ def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
         jobs.stop(run)
 
 
-def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float = 60.0) -> int:
+def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float | None = None) -> int:
     """The periodic check (Celery beat): every active native run against its Ray job; runs queued
-    for longer than `queued_grace_s` (their submit task was lost) are submitted again (idempotent);
-    external runs whose client went silent fail as lost."""
+    for longer than `queued_grace_s` (default RUN_QUEUED_GRACE_S: their submit task was lost) are
+    submitted again (idempotent); external runs whose client went silent fail as lost."""
     jobs = jobs or _default_jobs()
+    if queued_grace_s is None:
+        queued_grace_s = settings.RUN_QUEUED_GRACE_S
     checked = external_runs_fail_lost()
     for run in Run.objects.filter(state__in=ACTIVE_STATES, kind=RunKind.NATIVE).order_by("created_at"):
         try:
