@@ -7,7 +7,7 @@ from pathlib import Path
 from rest_framework import serializers
 
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
-from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunTransition, Sample
+from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunPriority, RunTransition, Sample
 
 # --- experiments -----------------------------------------------------------------------------
 
@@ -89,6 +89,14 @@ class RunSerializer(serializers.ModelSerializer):
     summary = serializers.JSONField(
         read_only=True, help_text='Per metric {"last", "step", "min", "max", "count"} over the whole run.'
     )
+    resources = serializers.JSONField(
+        read_only=True,
+        allow_null=True,
+        help_text='What the run holds on the cluster: {"driver", "bundles", "total"} in CPUs and GPUs (null: external).',
+    )
+    queue_position = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="1 = the next run to start; null when the run is not waiting."
+    )
 
     class Meta:
         model = Run
@@ -119,6 +127,11 @@ class RunSerializer(serializers.ModelSerializer):
             "model_name",
             "dataset_name",
             "summary",
+            "resources",
+            "priority",
+            "preemptible",
+            "queue_position",
+            "queue_reason",
         ]
         read_only_fields = fields
 
@@ -162,6 +175,15 @@ class RunLaunchSerializer(serializers.Serializer):
     )
     tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False, default=list)
     note = serializers.CharField(required=False, allow_blank=True, default="")
+    priority = serializers.ChoiceField(
+        choices=RunPriority.choices, required=False, default=None, help_text="Default normal; urgent: admins only."
+    )
+    preemptible = serializers.BooleanField(
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="Default true; false (never preempted) needs the runs.launch_unpreemptible permission.",
+    )
 
 
 class RunCloneSerializer(serializers.Serializer):
@@ -176,6 +198,9 @@ class RunCloneSerializer(serializers.Serializer):
         help_text="Default: the source run's tags.",
     )
     note = serializers.CharField(required=False, allow_blank=True, default="")
+    priority = serializers.ChoiceField(
+        choices=RunPriority.choices, required=False, default=None, help_text="Default normal; urgent: admins only."
+    )
 
 
 class RunResumeSerializer(serializers.Serializer):
