@@ -69,6 +69,40 @@ def describe(resources: Mapping[str, float]) -> str:
 
 
 @dataclass(frozen=True)
+class ClusterNode:
+    node_id: str
+    address: str
+    total: Resources
+    free: Resources
+    head: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The Ray cluster as its own report shows it (workers/ray_cluster.py)."""
+
+    nodes: list[ClusterNode]
+
+    @property
+    def total(self) -> Resources:
+        return {key: sum(n.total.get(key, 0.0) for n in self.nodes) for key in RESOURCE_KEYS}
+
+    @property
+    def free(self) -> Resources:
+        return {key: sum(n.free.get(key, 0.0) for n in self.nodes) for key in RESOURCE_KEYS}
+
+    def as_dict(self) -> dict:
+        return {
+            "nodes": [
+                {"node_id": n.node_id, "address": n.address, "head": n.head, "total": n.total, "free": n.free}
+                for n in self.nodes
+            ],
+            "total": self.total,
+            "free": self.free,
+        }
+
+
+@dataclass(frozen=True)
 class Limits:
     """A user's tightest quota (None: no limit)."""
 

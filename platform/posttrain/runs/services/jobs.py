@@ -131,6 +131,9 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
     if run.state not in ACTIVE_STATES:
         return
     status = jobs.status(run)
+    if status is None and _admitted_moments_ago(run):
+        jobs.submit(run)  # admitted, and the pass that admitted it has not submitted it (yet, or it died)
+        return
     active = [S.STARTING, S.RUNNING, S.CANCELLING]
     if status is None or status in JOB_TERMINAL:
         _recover_from_run_folder(run)
@@ -169,6 +172,11 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         _fail_if_lost(run, jobs, now or timezone.now())
 
 
+def _admitted_moments_ago(run: Run) -> bool:
+    waited = (timezone.now() - run.state_changed_at).total_seconds()
+    return settings.SCHEDULER == "admission" and run.state == S.STARTING and waited < settings.RUN_SUBMIT_TIMEOUT_S
+
+
 def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
     """A job Ray calls running whose engine sent nothing for RUN_HEARTBEAT_TIMEOUT_S is lost: the
     platform can no longer tell what it does, so the run fails and the job is stopped."""
@@ -181,10 +189,11 @@ def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
         jobs.stop(run)
 
 
-def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float = 60.0) -> int:
-    """The periodic check (Celery beat): every active native run against its Ray job; runs queued
-    for longer than `queued_grace_s` (their submit task was lost) are submitted again (idempotent);
-    external runs whose client went silent fail as lost."""
+def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float = 60.0, cluster=None) -> int:
+    """The periodic check (Celery beat): every active native run against its Ray job; external runs
+    whose client went silent fail as lost; then an admission pass (posttrain.runs.services.scheduler).
+    Under `POSTTRAIN_SCHEDULER=all-at-once`, runs queued for longer than `queued_grace_s` (their submit
+    task was lost) are submitted again (idempotent) instead."""
     jobs = jobs or _default_jobs()
     checked = external_runs_fail_lost()
     for run in Run.objects.filter(state__in=ACTIVE_STATES, kind=RunKind.NATIVE).order_by("created_at"):
@@ -193,6 +202,14 @@ def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float = 60
         except Exception:  # one unreachable job must not stop the others from being checked
             logger.warning("reconciling run %s failed", run.pk, exc_info=True)
         checked += 1
+    if settings.SCHEDULER == "admission":
+        from posttrain.runs.services.scheduler import runs_admit
+
+        try:
+            runs_admit(cluster=cluster, jobs=jobs)
+        except JobsUnavailable as exc:
+            logger.info("admission skipped: %s", exc)  # the next check tries again
+        return checked
     stale = timezone.now() - timedelta(seconds=queued_grace_s)
     queued = Run.objects.filter(state=S.QUEUED, state_changed_at__lt=stale, kind=RunKind.NATIVE)
     for run_id in queued.values_list("pk", flat=True):

@@ -69,7 +69,9 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
                 # Open run pages learn of it on the live channel (the SSE stream re-reads the run).
                 change = {"type": "state", "run": str(run_id), "from_state": old, "state": to_state, "reason": reason}
                 transaction.on_commit(lambda: live_channel.publish(run_id, [change]))
-                if old in HOLDING_STATES and to_state not in HOLDING_STATES and _is_native(run_id):
+                # (Not back to queued: Ray could not take the job, and asking again at once would spin.)
+                frees = old in HOLDING_STATES and to_state not in HOLDING_STATES and to_state != S.QUEUED
+                if frees and _is_native(run_id):
                     transaction.on_commit(lambda: _admit_now(run_id))
                 return True
     return False
