@@ -59,3 +59,8 @@ def compare_page(request: HttpRequest) -> HttpResponse:
 @researcher_required
 def launch_page(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/launch.html")
+
+
+@researcher_required
+def queue_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "runs/queue.html")

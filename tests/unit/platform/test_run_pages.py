@@ -12,7 +12,7 @@ from tests.unit.platform.runs_fixtures import event, experiment, make_run, no_di
 
 pytestmark = pytest.mark.django_db
 
-PAGES = ["/runs/", "/compare/", "/launch/", "/registry/"]
+PAGES = ["/runs/", "/compare/", "/launch/", "/queue/", "/registry/"]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -88,4 +88,4 @@ def test_run_page_shows_what_the_run_needs_and_where_it_waits(researcher_client,
     run = make_run(experiment, queue_position=2, queue_reason="needs 1 CPU, 0 free; 1 run ahead")
     html = researcher_client.get(f"/runs/{run.id}/").content.decode()
     assert '<span id="run-resources"' in html and ">1 CPU</span>" in html
-    assert "#2 in the queue: needs 1 CPU, 0 free; 1 run ahead" in html
+    assert '#2 in the <a href="/queue/">queue</a>: needs 1 CPU, 0 free; 1 run ahead' in html

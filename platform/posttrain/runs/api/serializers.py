@@ -303,3 +303,62 @@ class EventBatchSerializer(serializers.Serializer):
 class EventAckSerializer(serializers.Serializer):
     acknowledged_seq = serializers.IntegerField(help_text="Every event up to this seq is stored.")
     stored = serializers.IntegerField(help_text="Events of this batch stored now (repeats are dropped).")
+
+
+# --- the scheduler's queue ------------------------------------------------------------------
+
+
+class RunPrioritySerializer(serializers.Serializer):
+    priority = serializers.ChoiceField(choices=RunPriority.choices, help_text="urgent: admins and staff only.")
+
+
+class ResourcesSerializer(serializers.Serializer):
+    CPU = serializers.FloatField()
+    GPU = serializers.FloatField()
+
+
+class QueuedRunSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    state = serializers.CharField()
+    owner = serializers.CharField(allow_null=True)
+    priority = serializers.CharField()
+    resources = ResourcesSerializer()
+    queue_position = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    waiting_since = serializers.DateTimeField()
+    estimated_start = serializers.DateTimeField(allow_null=True)
+
+
+class GrantedRunSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    state = serializers.CharField()
+    owner = serializers.CharField(allow_null=True)
+    priority = serializers.CharField()
+    preemptible = serializers.BooleanField()
+    grant = ResourcesSerializer()
+    last_step = serializers.IntegerField(allow_null=True)
+    total_steps = serializers.IntegerField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+
+
+class ClusterNodeSerializer(serializers.Serializer):
+    node_id = serializers.CharField()
+    address = serializers.CharField()
+    head = serializers.BooleanField()
+    total = ResourcesSerializer()
+    free = ResourcesSerializer()
+
+
+class ClusterSerializer(serializers.Serializer):
+    nodes = ClusterNodeSerializer(many=True)
+    total = serializers.DictField(child=serializers.FloatField())
+    free = serializers.DictField(child=serializers.FloatField())
+    as_of = serializers.DateTimeField(allow_null=True)
+
+
+class QueueSerializer(serializers.Serializer):
+    waiting = QueuedRunSerializer(many=True)
+    running = GrantedRunSerializer(many=True)
+    cluster = ClusterSerializer()

@@ -30,8 +30,8 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from posttrain.core.errors import JobsUnavailable
-from posttrain.runs.models import ClusterSnapshot, Quota, Run, RunKind, RunTransition
+from posttrain.core.errors import IllegalTransition, JobsUnavailable, PermissionDenied
+from posttrain.runs.models import TERMINAL_STATES, ClusterSnapshot, Quota, Run, RunKind, RunTransition
 from posttrain.runs.scheduling import (
     RESOURCE_KEYS,
     Candidate,
@@ -46,6 +46,8 @@ from posttrain.runs.scheduling import (
     too_large_for_cluster,
     total_of,
 )
+from posttrain.runs.services import launch
+from posttrain.runs.services.run_fields import clean_priority, may_set_urgent
 from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES, S, run_transition
 
 logger = logging.getLogger(__name__)
@@ -191,3 +193,20 @@ def run_start(run_id: uuid.UUID | str, *, jobs=None) -> None:
     except Exception as exc:
         logger.warning("submitting run %s failed", run.pk, exc_info=True)
         run_transition(run.pk, [S.STARTING], S.FAILED, f"submitting the Ray job failed: {type(exc).__name__}: {exc}")
+
+
+def run_set_priority(run: Run, priority, *, user) -> Run:
+    """A new priority for a run that has not ended: its owner may move it within low..high, admins and
+    staff anywhere (urgent included); the queue is ordered again at once."""
+    if run.is_external:
+        raise IllegalTransition("an external run is not scheduled; it has no priority", run.state)
+    if run.created_by_id != getattr(user, "pk", None) and not may_set_urgent(user):
+        raise PermissionDenied("only the run's owner or an admin may change its priority", loc="priority")
+    priority = clean_priority(priority, user)
+    with transaction.atomic():
+        if not Run.objects.filter(pk=run.pk).exclude(state__in=TERMINAL_STATES).update(priority=priority):
+            run.refresh_from_db()
+            raise IllegalTransition(f"the run already ended ({run.state}); its priority no longer matters", run.state)
+        transaction.on_commit(lambda: launch._dispatch("admit_runs", run.pk))
+    run.refresh_from_db()
+    return run
