@@ -20,10 +20,13 @@ def run_resources(run: Run) -> dict:
     """The run's stored resource needs; a run launched before they were stored reads them from its config."""
     if run.resources:
         return run.resources
-    from rl_engine.config import validate_config
+    from rl_engine.config import ConfigError, validate_config
     from rl_engine.distributed.placement import resource_needs
 
-    return resource_needs(validate_config(run.resolved_config))
+    try:
+        return resource_needs(validate_config(run.resolved_config))
+    except ConfigError:  # a config this engine build no longer reads: it holds nothing we can count
+        return {"driver": {"CPU": 0.0, "GPU": 0.0}, "bundles": [], "total": {"CPU": 0.0, "GPU": 0.0}}
 
 
 def total_of(run: Run) -> Resources:

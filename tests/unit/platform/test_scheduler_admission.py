@@ -161,3 +161,27 @@ def test_two_workers_racing_never_over_admit(experiment, researcher):
     flat = [run_id for batch in admitted for run_id in batch]
     assert len(flat) == len(set(flat)) == 3  # a 3-CPU cluster, 1-CPU runs
     assert Run.objects.filter(pk__in=[r.pk for r in runs], state=S.STARTING).count() == 3
+
+
+def test_rays_load_report_gives_each_nodes_total_and_free_cpus_and_gpus():
+    from workers.ray_cluster import parse_load_report
+
+    view = parse_load_report(
+        {
+            "usageByNode": {
+                "b-node": {"CPU": [1.0, 2.0], "node:10.0.0.2": [0.0, 1.0], "memory": [0.0, 1e9]},
+                "a-head": {
+                    "CPU": [0.5, 2.0],
+                    "GPU": [1.0, 1.0],
+                    "node:10.0.0.1": [0.0, 1.0],
+                    "node:InternalHead": [0, 1],
+                },
+            }
+        }
+    )
+    assert [(n.node_id, n.address, n.head) for n in view.nodes] == [
+        ("a-head", "10.0.0.1", True),
+        ("b-node", "10.0.0.2", False),
+    ]
+    assert view.nodes[0].free == {"CPU": 1.5, "GPU": 0.0} and view.nodes[1].total == {"CPU": 2.0, "GPU": 0.0}
+    assert view.total == {"CPU": 4.0, "GPU": 1.0} and view.free == {"CPU": 2.5, "GPU": 0.0}

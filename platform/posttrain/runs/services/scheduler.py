@@ -21,13 +21,15 @@ placement group, is the last word).
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from posttrain.core.errors import IllegalTransition, JobsUnavailable, PermissionDenied
@@ -102,6 +104,15 @@ def _locked_snapshot() -> ClusterSnapshot:
     return ClusterSnapshot.objects.select_for_update().get(pk=1)
 
 
+# SQLite (the embedded default) ignores SELECT ... FOR UPDATE: the demo's one worker process (a thread
+# pool) serializes its passes with this lock instead. Several worker processes need Postgres.
+_SQLITE_PASS = threading.Lock()
+
+
+def _sqlite_guard():
+    return _SQLITE_PASS if connection.vendor == "sqlite" else nullcontext()
+
+
 def _free_now(view: ClusterView, holding: list[Run], now) -> Resources:
     granted = {key: 0.0 for key in RESOURCE_KEYS}
     for run in holding:
@@ -131,7 +142,7 @@ def runs_admit(
         return []  # nothing to admit: Ray is not asked
     view = (cluster or _default_cluster)()  # an HTTP call: before the lock, never while holding it
     now = now or timezone.now()
-    with transaction.atomic():
+    with _sqlite_guard(), transaction.atomic():
         snapshot = _locked_snapshot()
         holding = list(Run.objects.filter(kind=RunKind.NATIVE, state__in=ACTIVE_STATES))
         waiting = list(Run.objects.filter(kind=RunKind.NATIVE, state__in=WAITING_STATES).order_by("created_at"))
