@@ -35,7 +35,11 @@ def launch(api: Api, experiment: dict, priority: str) -> dict:
 def queue_with_the_cli(api: Api) -> dict:
     env = {**os.environ, "POSTTRAIN_URL": api.base, "POSTTRAIN_TOKEN": api.session.headers["Authorization"].split()[1]}
     done = subprocess.run(
-        [sys.executable, "-m", "posttrain_sdk", "queue", "ls", "--json"], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "posttrain_sdk", "queue", "ls", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -55,7 +59,7 @@ def test_runs_that_do_not_fit_wait_with_a_reason_and_start_one_after_another_by_
 
     # Both wait: the high one first, saying what it lacks; the low one behind it.
     waiting = api.wait_for(low["id"], lambda r: r["queue_position"] == 2, what="second in the queue")
-    assert waiting["state"] == "queued" and waiting["queue_reason"] == "1 run ahead"
+    assert waiting["state"] == "queued" and waiting["queue_reason"] == "needs 2 CPUs, 0 free; 1 run ahead"
     assert api.get(f"/api/runs/{high['id']}/")["queue_reason"] == "needs 2 CPUs, 0 free"
     queue = queue_with_the_cli(api)
     assert [r["id"] for r in queue["waiting"]] == [high["id"], low["id"]]
