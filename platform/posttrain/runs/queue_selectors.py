@@ -26,9 +26,10 @@ def remaining_seconds(run: Run, now: datetime) -> float | None:
 def estimated_starts(positions: int, running: list[Run], now: datetime) -> list[datetime | None]:
     """When each of the first `positions` waiting runs may start: the k-th as the k-th running run ends
     (runs of one size replacing each other); unknown past the running runs, or while one has no pace yet."""
-    remaining = sorted(remaining_seconds(run, now) for run in running)
-    if None in remaining:
+    paces = [remaining_seconds(run, now) for run in running]
+    if None in paces:
         return [None] * positions
+    remaining = sorted(paces)
     return [now + timedelta(seconds=remaining[k]) if k < len(remaining) else None for k in range(positions)]
 
 

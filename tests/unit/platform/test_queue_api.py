@@ -63,7 +63,8 @@ def test_a_waiting_run_starts_about_when_a_running_run_of_that_pace_ends():
     now = timezone.now()
     run = RunModel(started_at=now - timedelta(seconds=30), last_step=3, total_steps=10)  # 10 s a step, 7 to go
     assert estimated_starts(2, [run], now) == [now + timedelta(seconds=70), None]
-    assert estimated_starts(1, [RunModel(started_at=now, last_step=None, total_steps=10)], now) == [None]
+    no_pace_yet = RunModel(started_at=now, last_step=None, total_steps=10)
+    assert estimated_starts(1, [run, no_pace_yet], now) == [None]
 
 
 def test_the_owner_raises_priority_within_low_to_high_and_the_queue_is_ordered_again(
