@@ -109,7 +109,7 @@ def engine_env(run: Run) -> dict[str, str]:
         "POSTTRAIN_RUN_ID": str(run.id),
         "POSTTRAIN_EVENTS_URL": f"{settings.PUBLIC_URL}/api/runs/{run.id}/events",
         "POSTTRAIN_INGEST_TOKEN_FILE": str(token_file(run)),
-        "OMP_NUM_THREADS": str(engine_threads(run)),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1") if _unscheduled() else str(engine_threads(run)),
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
@@ -125,8 +125,14 @@ def entrypoint_resources(run: Run) -> dict[str, float]:
     hybrid engine's CPUs and GPU; none for actors, whose placement group holds theirs), exactly what
     admission counted. Ray makes a GPU it reserves the driver's only visible one (CUDA_VISIBLE_DEVICES)."""
     driver = run_resources(run)["driver"]
-    asked = {"entrypoint_num_cpus": driver["CPU"], "entrypoint_num_gpus": driver["GPU"]}
+    asked = {"entrypoint_num_cpus": 0.0 if _unscheduled() else driver["CPU"], "entrypoint_num_gpus": driver["GPU"]}
     return {key: value for key, value in asked.items() if value}
+
+
+def _unscheduled() -> bool:
+    """`POSTTRAIN_SCHEDULER=all-at-once` keeps the behaviour from before the scheduler, for bench/queue.py to
+    compare against: no CPUs reserved for the driver, and the worker's own OMP_NUM_THREADS for the engine."""
+    return settings.SCHEDULER == "all-at-once"
 
 
 def submit(run: Run) -> str:

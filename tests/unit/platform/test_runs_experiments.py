@@ -199,6 +199,16 @@ def test_ray_reserves_for_the_driver_exactly_the_resources_stored_at_launch(expe
     assert with_placement(mode="separate", gpus_per_trainer=1, gpus_per_rollout_engine=1) == {}
 
 
+def test_all_at_once_reserves_no_driver_cpus_and_keeps_the_workers_threads(experiment, settings, monkeypatch):
+    from workers.ray_jobs import engine_env, entrypoint_resources
+
+    run = make_run(experiment)
+    settings.SCHEDULER = "all-at-once"  # the behaviour before the scheduler, for bench/queue.py
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert entrypoint_resources(run) == {}
+    assert engine_env(run)["OMP_NUM_THREADS"] == "3"
+
+
 def test_the_job_gets_where_its_token_is_never_the_token_and_the_file_is_private(experiment, settings):
     from posttrain.runs.tokens import ingest_token
     from workers.ray_jobs import engine_env, write_token_file
