@@ -154,7 +154,9 @@ def verdict(report: dict[str, Any]) -> dict[str, Any]:
 def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> None:
     base_env = stack_env(home)
     log(f"demo assets in {args.assets}")
-    run_checked([str(PYTHON), "-m", "rl_engine", "demo", "build", str(args.assets)], base_env)
+    if not (args.assets / "manifest.json").exists():
+        run_checked([str(PYTHON), "-m", "rl_engine", "demo", "build", str(args.assets)], base_env)
+    report["model_size"] = json.loads((args.assets / "manifest.json").read_text()).get("model_size")
     manage(base_env, "migrate", "--noinput", "-v0")
     manage(base_env, "ensure_admin")
     token = line_value(manage(base_env, "create_user", "queue-bench", "--role", "researcher", "--token"), "API token: ")
@@ -198,7 +200,8 @@ def main() -> None:
         "--assets",
         type=Path,
         default=REPO / ".demo" / "assets",
-        help="the demo build (made by `python -m rl_engine demo build` if missing)",
+        help="a demo build, used as it is (e.g. a tiny one for a quick look); made by `python -m rl_engine demo "
+        "build` if it has no manifest.json",
     )
     parser.add_argument("--keep-home", action="store_true", help="keep the temporary POSTTRAIN_HOME (logs, SQLite)")
     args = parser.parse_args()
