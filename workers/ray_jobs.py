@@ -97,9 +97,10 @@ def entrypoint(run: Run, config_path: Path) -> str:
 
 
 def engine_threads(run: Run) -> int:
-    """torch's and OpenMP's threads in the driver: as many as the CPUs Ray reserves for it (at least
-    one), so a run never spins more threads than its grant and slows its neighbours."""
-    return max(1, int(run_resources(run)["driver"]["CPU"]))
+    """torch's and OpenMP's threads in the driver: the CPUs Ray reserves for it (role actors set their own)."""
+    from rl_engine.distributed.placement import threads_for
+
+    return threads_for(run_resources(run)["driver"]["CPU"])
 
 
 def engine_env(run: Run) -> dict[str, str]:

@@ -100,6 +100,12 @@ def driver_cpus(cfg: RunConfig) -> float:
     return 0.0 if uses_actors(cfg) else max(pl.cpus_per_trainer, pl.cpus_per_rollout_engine)
 
 
+def threads_for(cpus: float) -> int:
+    """torch/OpenMP threads of a process granted `cpus` CPUs: as many as it holds (at least one), so a
+    run never spins more threads than its grant and slows its neighbours."""
+    return max(1, int(cpus))
+
+
 def resource_needs(cfg: RunConfig) -> dict:
     """What the run holds on the cluster while it runs, in Ray's resource names: the driver (the Ray
     job's entrypoint resources), the bundles of its placement group (none for the hybrid engine), and

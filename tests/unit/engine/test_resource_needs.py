@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rl_engine.config import validate_config
-from rl_engine.distributed.placement import resource_needs
+from rl_engine.distributed.placement import resource_needs, threads_for
 
 
 def needs(**placement) -> dict:
@@ -45,3 +45,7 @@ def test_colocated_pairs_sum_one_bundle_per_pair():
     got = needs(rollout_engines=2, trainer_ranks=2, cpus_per_trainer=1, cpus_per_rollout_engine=0.5)
     assert got["bundles"] == [{"CPU": 1}, {"CPU": 1}]
     assert got["total"]["CPU"] == 2.0
+
+
+def test_a_process_runs_as_many_threads_as_whole_cpus_it_holds_and_at_least_one():
+    assert [threads_for(c) for c in (0, 0.5, 1, 2, 2.5)] == [1, 1, 1, 2, 2]
