@@ -379,5 +379,5 @@ def no_dispatch(monkeypatch) -> list[tuple[str, str]]:
     from posttrain.runs import services
 
     sent: list[tuple[str, str]] = []
-    monkeypatch.setattr(services.launch, "_dispatch", lambda name, run_id: sent.append((name, str(run_id))))
+    monkeypatch.setattr(services.dispatch, "run_task", lambda name, run_id: sent.append((name, str(run_id))))
     return sent

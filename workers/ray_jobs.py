@@ -23,6 +23,7 @@ from django.conf import settings
 
 from posttrain.core.errors import JobsUnavailable
 from posttrain.runs.models import Run
+from posttrain.runs.scheduling import run_resources
 from posttrain.runs.tokens import ingest_token
 from rl_engine.sandbox import ALLOW_UNSANDBOXED_ENV
 
@@ -95,6 +96,13 @@ def entrypoint(run: Run, config_path: Path) -> str:
     return "exec " + " ".join(shlex.quote(p) for p in parts)
 
 
+def engine_threads(run: Run) -> int:
+    """torch's and OpenMP's threads in the driver: the CPUs Ray reserves for it (role actors set their own)."""
+    from rl_engine.distributed.placement import threads_for
+
+    return threads_for(run_resources(run)["driver"]["CPU"])
+
+
 def engine_env(run: Run) -> dict[str, str]:
     """The engine's environment: where to post events and where its token is (never the token: Ray shows a
     job's runtime_env to anyone who can list jobs), and the thread/offline settings."""
@@ -102,7 +110,7 @@ def engine_env(run: Run) -> dict[str, str]:
         "POSTTRAIN_RUN_ID": str(run.id),
         "POSTTRAIN_EVENTS_URL": f"{settings.PUBLIC_URL}/api/runs/{run.id}/events",
         "POSTTRAIN_INGEST_TOKEN_FILE": str(token_file(run)),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1") if _unscheduled() else str(engine_threads(run)),
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
@@ -113,20 +121,25 @@ def engine_env(run: Run) -> dict[str, str]:
     return env
 
 
-def entrypoint_gpus(run: Run) -> float:
-    """GPUs Ray reserves for the engine's driver: the hybrid engine's (every role in the driver), else none
-    (the roles' placement group holds them)."""
-    from rl_engine.config import validate_config
-    from rl_engine.distributed.placement import driver_gpus
+def entrypoint_resources(run: Run) -> dict[str, float]:
+    """What Ray reserves for the engine's driver: the driver's share of the run's resource needs (the
+    hybrid engine's CPUs and GPU; none for actors, whose placement group holds theirs), exactly what
+    admission counted. Ray makes a GPU it reserves the driver's only visible one (CUDA_VISIBLE_DEVICES)."""
+    driver = run_resources(run)["driver"]
+    asked = {"entrypoint_num_cpus": 0.0 if _unscheduled() else driver["CPU"], "entrypoint_num_gpus": driver["GPU"]}
+    return {key: value for key, value in asked.items() if value}
 
-    return driver_gpus(validate_config(run.resolved_config))
+
+def _unscheduled() -> bool:
+    """`POSTTRAIN_SCHEDULER=all-at-once` keeps the behaviour from before the scheduler, for bench/queue.py to
+    compare against: no CPUs reserved for the driver, and the worker's own OMP_NUM_THREADS for the engine."""
+    return settings.SCHEDULER == "all-at-once"
 
 
 def submit(run: Run) -> str:
     """Submit the run's job. A job with this submission id already existing is success: a retried
     or re-dispatched task must not start a run twice."""
     config_path = write_config(run)
-    gpus = entrypoint_gpus(run)
     write_token_file(run)
     try:
         client().submit_job(
@@ -134,8 +147,7 @@ def submit(run: Run) -> str:
             submission_id=str(run.id),
             runtime_env={"env_vars": engine_env(run)},
             metadata={"posttrain_run": str(run.id), "experiment": str(run.experiment_id)},
-            # Ray makes the GPU it reserves the driver's only visible one (CUDA_VISIBLE_DEVICES).
-            **({"entrypoint_num_gpus": gpus} if gpus else {}),
+            **entrypoint_resources(run),
         )
     except RuntimeError as exc:
         if "already exists" in str(exc):

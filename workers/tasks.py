@@ -32,6 +32,18 @@ def run_submit(run_id: str) -> None:
     services.run_submit(run_id)
 
 
+@app.task(name="workers.admit_runs")
+def admit_runs(trigger_run_id: str | None = None) -> int:
+    """An admission pass (a run was launched or stopped holding resources: `trigger_run_id`); serialized
+    across workers by a row lock, so any number may run at once."""
+    from posttrain.runs.services.scheduler import runs_admit
+
+    try:
+        return len(runs_admit())
+    except JobsUnavailable:
+        return 0  # Ray unreachable: the periodic reconcile tries again
+
+
 @app.task(name="workers.run_cancel")
 def run_cancel(run_id: str) -> None:
     """Stop a cancelling run's Ray job and settle the run."""

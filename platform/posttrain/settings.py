@@ -211,6 +211,8 @@ RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_
 # The worker's Ray Jobs client (posttrain.runs.services.jobs.JobsClient), named here so the platform never
 # imports the workers package that imports it.
 RUNS_JOBS_CLIENT = "workers.ray_jobs"
+# The worker's reader of the Ray cluster's total and free resources (`cluster_view()`), for admission.
+RUNS_CLUSTER_VIEW = "workers.ray_cluster"
 # A run still queued this long after launch lost its submit task (its worker died holding it): the reconcile
 # submits it again (idempotent: submission id = run id), so another worker takes over.
 RUN_QUEUED_GRACE_S = float(os.environ.get("POSTTRAIN_RUN_QUEUED_GRACE_S", "60"))
@@ -241,6 +243,16 @@ PUBSUB_BACKEND = "redis" if REDIS_URL else "inprocess"
 SSE_KEEPALIVE_S = float(os.environ.get("POSTTRAIN_SSE_KEEPALIVE_S", "15"))
 SSE_MAX_STREAM_S = float(os.environ.get("POSTTRAIN_SSE_MAX_STREAM_S", "300"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
+# The scheduler (docs/ARCHITECTURE.md, "The scheduler"): `admission` submits a queued run only when the
+# cluster holds it now, in priority / fair-share / age order; `all-at-once` submits every run at launch
+# and leaves the waiting to Ray (the old behaviour, kept for bench/queue.py).
+SCHEDULER = os.environ.get("POSTTRAIN_SCHEDULER", "admission")
+if SCHEDULER not in ("admission", "all-at-once"):
+    raise ValueError(f"POSTTRAIN_SCHEDULER must be admission or all-at-once, got {SCHEDULER!r}")
+# Aging: a waiting run gains one priority level per this many seconds of waiting, so nothing starves.
+SCHEDULER_AGING_S = float(os.environ.get("POSTTRAIN_SCHEDULER_AGING_S", "1800"))
+# Preemption: a run that cannot fit may preempt lower-priority runs (0 turns it off).
+SCHEDULER_PREEMPTION = _env_flag("POSTTRAIN_SCHEDULER_PREEMPTION", True)
 HEALTH_CHECK_TIMEOUT_S = float(os.environ.get("POSTTRAIN_HEALTH_TIMEOUT_S", "2"))
 
 LOGGING = {

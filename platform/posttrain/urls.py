@@ -15,6 +15,7 @@ urlpatterns = [
     path("runs/", run_views.runs_page, name="runs"),
     path("runs/<uuid:run_id>/", run_views.run_page, name="run"),
     path("compare/", run_views.compare_page, name="compare"),
+    path("queue/", run_views.queue_page, name="queue"),
     path("launch/", run_views.launch_page, name="launch"),
     path("registry/", registry_views.registry_page, name="registry"),
     path("review/", review_views.campaigns_page, name="review"),

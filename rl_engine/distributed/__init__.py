@@ -35,6 +35,8 @@ _EXPORTS = {
     "plan_placement": "placement",
     "uses_actors": "placement",
     "driver_gpus": "placement",
+    "driver_cpus": "placement",
+    "resource_needs": "placement",
     "peak_rss_gb": "process_stats",
     "RolloutWorker": "roles",
     "TrainerWorker": "roles",

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from rl_engine.config import RunConfig
-from rl_engine.distributed.placement import PlacementUnavailable, plan_placement
+from rl_engine.distributed.placement import PlacementUnavailable, plan_placement, threads_for
 from rl_engine.distributed.roles import ReferenceWorker, RewardWorker, RolloutWorker, TrainerWorker
 from rl_engine.rollout import Sample, SamplingParams
 from rl_engine.trainer import Experience, TokenBatch, combine_metric
@@ -79,6 +79,8 @@ class RayRoles:
                 options = dict(
                     num_cpus=slot.cpus,
                     num_gpus=slot.gpus,
+                    # The job's environment carries the driver's thread count; each actor uses its own grant.
+                    runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads_for(slot.cpus))}},
                     max_restarts=0,
                     max_concurrency=1,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(

@@ -1,5 +1,6 @@
 """The placement plan: which bundle of the run's placement group holds each role, with its CPUs and
-GPUs. Pure (no torch, no ray): the platform reads a run's resource needs from it."""
+GPUs. Pure (no torch, no ray): the platform reads a run's resource needs from it (`resource_needs`),
+admits the run when they fit and hands them to Ray to enforce (docs/ARCHITECTURE.md, "The scheduler")."""
 
 from __future__ import annotations
 
@@ -87,3 +88,29 @@ def _gpu_share(gpus: float, names: list[str], name: str, reward_model: bool) -> 
     it runs a reward model."""
     users = [n for n in names if n != "reward" or reward_model]
     return gpus / len(users) if gpus and name in users else 0.0
+
+
+# --- what a run needs of the cluster (pure) ------------------------------------------------------
+
+
+def driver_cpus(cfg: RunConfig) -> float:
+    """CPUs the driver process itself needs: the one-process (hybrid) engine does all the work there;
+    with actors the driver only coordinates them (their placement group holds the CPUs)."""
+    pl = cfg.placement
+    return 0.0 if uses_actors(cfg) else max(pl.cpus_per_trainer, pl.cpus_per_rollout_engine)
+
+
+def threads_for(cpus: float) -> int:
+    """torch/OpenMP threads of a process granted `cpus` CPUs: as many as it holds (at least one), so a
+    run never spins more threads than its grant and slows its neighbours."""
+    return max(1, int(cpus))
+
+
+def resource_needs(cfg: RunConfig) -> dict:
+    """What the run holds on the cluster while it runs, in Ray's resource names: the driver (the Ray
+    job's entrypoint resources), the bundles of its placement group (none for the hybrid engine), and
+    their sum. The one source for admission and for what Ray is asked to reserve."""
+    driver = {"CPU": driver_cpus(cfg), "GPU": driver_gpus(cfg)}
+    bundles = plan_placement(cfg).bundles if uses_actors(cfg) else []
+    total = {key: driver[key] + sum(b.get(key, 0.0) for b in bundles) for key in ("CPU", "GPU")}
+    return {"driver": driver, "bundles": [dict(b) for b in bundles], "total": total}

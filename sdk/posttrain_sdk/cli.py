@@ -34,6 +34,9 @@ out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 
+PRIORITIES = ("low", "normal", "high", "urgent")
+
+
 def _fail(message: str, code: int) -> None:
     for line in message.splitlines() or [message]:
         err.print(f"error: {line}", markup=False, highlight=False)
@@ -231,14 +234,15 @@ def runs_show(ctx, run_id: str, as_json: bool) -> None:
 @click.option("--seed", type=int)
 @click.option("--tag", "tags", multiple=True)
 @click.option("--note", default="")
+@click.option("--priority", type=click.Choice(PRIORITIES), help="Default normal; urgent: admins only.")
 @click.option("--follow", "then_follow", is_flag=True, help="Follow the run until it ends.")
 @json_option
 @click.pass_context
 @reports_errors
-def runs_launch(ctx, experiment: int, seed, tags, note, then_follow: bool, as_json: bool) -> None:
-    """A new run of an experiment (by id)."""
+def runs_launch(ctx, experiment: int, seed, tags, note, priority, then_follow: bool, as_json: bool) -> None:
+    """A new run of an experiment (by id); it starts when the cluster can hold it."""
     client = _client(ctx)
-    run = client.runs.launch(experiment, seed=seed, tags=list(tags), note=note)
+    run = client.runs.launch(experiment, seed=seed, tags=list(tags), note=note, priority=priority)
     _report_new_run(run, as_json)
     if then_follow:
         _follow(client, run.id, as_json)
@@ -249,6 +253,81 @@ def _report_new_run(run: Run, as_json: bool) -> None:
         _emit_json(run)
     else:
         out.print(f"{run.id}  {run.name}  {run.state}", markup=False)
+
+
+@runs.command("priority")
+@click.argument("run_id")
+@click.argument("priority", type=click.Choice(PRIORITIES))
+@json_option
+@click.pass_context
+@reports_errors
+def runs_priority(ctx, run_id: str, priority: str, as_json: bool) -> None:
+    """Change a run's priority (owners: low..high; admins: urgent too)."""
+    _report_new_run(_client(ctx).runs.set_priority(run_id, priority), as_json)
+
+
+@main.group()
+def queue() -> None:
+    """The scheduler's queue."""
+
+
+def _resources(value: dict[str, Any]) -> str:
+    return ", ".join(f"{value.get(k, 0):g} {k}" for k in ("CPU", "GPU") if value.get(k) or k == "CPU")
+
+
+@queue.command("ls")
+@json_option
+@click.pass_context
+@reports_errors
+def queue_ls(ctx, as_json: bool) -> None:
+    """Waiting runs in the order they start, why each waits, the running runs and the cluster's nodes."""
+    found = _client(ctx).runs.queue()
+    if as_json:
+        _emit_json(found)
+        return
+    waiting = [
+        (
+            r["queue_position"] or "held",
+            r["id"][:8],
+            r["name"],
+            r["owner"] or "—",
+            r["priority"],
+            _resources(r["resources"]),
+            r["reason"],
+            r["estimated_start"] or "—",
+        )
+        for r in found["waiting"]
+    ]
+    out.print(
+        _table(
+            ["#", "run", "name", "owner", "priority", "needs", "why it waits", "estimated start"],
+            waiting,
+            title="Waiting",
+        )
+    )
+    running = [
+        (
+            r["id"][:8],
+            r["name"],
+            r["state"],
+            r["owner"] or "—",
+            r["priority"],
+            _resources(r["grant"]),
+            f"{r['last_step'] or 0}/{r['total_steps'] or '?'}",
+        )
+        for r in found["running"]
+    ]
+    out.print(_table(["run", "name", "state", "owner", "priority", "granted", "steps"], running, title="Running"))
+    nodes = [
+        (
+            n["node_id"][:12],
+            n["address"],
+            f"{n['free']['CPU']:g}/{n['total']['CPU']:g}",
+            f"{n['free']['GPU']:g}/{n['total']['GPU']:g}",
+        )
+        for n in found["cluster"]["nodes"]
+    ]
+    out.print(_table(["node", "address", "CPUs free/total", "GPUs free/total"], nodes, title="Cluster"))
 
 
 @runs.command("cancel")

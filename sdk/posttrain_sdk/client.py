@@ -331,9 +331,25 @@ class Runs(_Section):
     def get(self, run_id: str) -> Run:
         return Run.from_api(self.client.get(f"/api/runs/{run_id}/"))
 
-    def launch(self, experiment: int, *, seed: int | None = None, tags: list[str] | None = None, note: str = "") -> Run:
-        body = {"seed": seed, "tags": tags or [], "note": note}
+    def launch(
+        self,
+        experiment: int,
+        *,
+        seed: int | None = None,
+        tags: list[str] | None = None,
+        note: str = "",
+        priority: str | None = None,
+    ) -> Run:
+        """A new run; `priority` low, normal (the default), high, or urgent (admins)."""
+        body = {"seed": seed, "tags": tags or [], "note": note, **({"priority": priority} if priority else {})}
         return Run.from_api(self.client.post(f"/api/experiments/{int(experiment)}/launch/", body))
+
+    def set_priority(self, run_id: str, priority: str) -> Run:
+        return Run.from_api(self.client.post(f"/api/runs/{run_id}/priority/", {"priority": priority}))
+
+    def queue(self) -> dict[str, Any]:
+        """The scheduler's queue: `waiting` runs in order, `running` runs with grants, the `cluster`."""
+        return self.client.get("/api/queue/")
 
     def cancel(self, run_id: str) -> Run:
         return Run.from_api(self.client.post(f"/api/runs/{run_id}/cancel/", {}))

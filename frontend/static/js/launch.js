@@ -169,6 +169,14 @@ function setYaml(text) {
   if (!state.yamlDirty) $("yaml-text").value = text;
 }
 
+// {"driver", "bundles", "total"} in Ray's names -> "2 CPUs, 1 GPU (driver 0 CPUs; 2 bundles)".
+function resourceText(resources) {
+  const amount = (value, key) => `${value} ${key}${value === 1 ? "" : "s"}`;
+  const text = (r) => [amount(r.CPU || 0, "CPU"), ...(r.GPU ? [amount(r.GPU, "GPU")] : [])].join(", ");
+  const bundles = resources.bundles.length;
+  return `${text(resources.total)}${bundles ? ` (driver ${text(resources.driver)}; ${bundles} bundle${bundles === 1 ? "" : "s"} for the actors)` : ""}`;
+}
+
 async function validate() {
   const sequence = ++state.sequence;
   const body = experimentBody();
@@ -179,6 +187,7 @@ async function validate() {
     showErrors([]);
     setYaml(result.yaml);
     $("full-config").textContent = JSON.stringify(result.config, null, 2);
+    $("resource-needs").textContent = `Needs: ${resourceText(result.resources)}`;
     setStatus("✓ Valid: ready to launch", "valid");
   } catch (error) {
     if (sequence !== state.sequence) return;
@@ -191,6 +200,7 @@ async function validate() {
     if (count) setStatus(`${count} problem${count === 1 ? "" : "s"} to fix`, "error");
     else setStatus(`Still to choose: ${blank.join(", ")} (the config is checked once they are set)`);
     $("full-config").textContent = "Valid configs only.";
+    $("resource-needs").textContent = "Needs: valid configs only.";
     // Keep the YAML in step with the form even while it is invalid.
     try {
       const converted = await api("/api/config/yaml/", { method: "POST", body: { config: body.config } });

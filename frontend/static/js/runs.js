@@ -166,7 +166,8 @@ function runRow(run) {
     })),
     el("td", {}, el("a", { href: `/runs/${id}/`, class: "run-name" }, run.name || id.slice(0, 8)),
       el("div", { class: "muted small" }, run.experiment_name)),
-    el("td", { class: "state-cell" }, stateBadge(run.state)),
+    el("td", { class: "state-cell" }, stateBadge(run.state),
+      run.queue_position ? el("span", { class: "muted small queue-position", title: run.queue_reason }, ` #${run.queue_position}`) : ""),
     el("td", {}, run.kind === "external"
       ? el("span", { class: "badge engine", title: "External run, tracked through the SDK" }, run.engine)
       : run.algorithm || "—"),

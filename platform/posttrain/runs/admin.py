@@ -7,6 +7,7 @@ from posttrain.runs.models import (
     Experiment,
     ExperimentReward,
     MetricRow,
+    Quota,
     Run,
     RunLog,
     RunTransition,
@@ -40,8 +41,8 @@ class RunTransitionInline(admin.TabularInline):
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "experiment", "state", "seed", "last_step", "created_at", "finished_at"]
-    list_filter = ["state"]
+    list_display = ["id", "name", "experiment", "state", "priority", "queue_position", "last_step", "created_at"]
+    list_filter = ["state", "priority"]
     search_fields = ["id", "name", "note", "experiment__name"]
     list_select_related = ["experiment"]
     readonly_fields = [
@@ -61,8 +62,20 @@ class RunAdmin(admin.ModelAdmin):
         "finished_at",
         "created_by",
         "created_at",
+        "resources",
+        "priority",  # changed through the API's priority endpoint (it re-runs admission)
+        "queue_position",
+        "queue_reason",
     ]
     inlines = [RunTransitionInline]
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    """Admins set each user's and group's limits here; the scheduler reads them at every admission."""
+
+    list_display = ["__str__", "max_runs", "max_cpus", "max_gpus"]
+    raw_id_fields = ["user"]
 
 
 @admin.register(Checkpoint)

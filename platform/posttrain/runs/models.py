@@ -58,6 +58,8 @@ class RunState(models.TextChoices):
     STARTING = "starting"
     RUNNING = "running"
     CANCELLING = "cancelling"
+    PREEMPTING = "preempting"  # asked to checkpoint at the next step boundary and exit (the scheduler)
+    PREEMPTED = "preempted"  # back in the queue; resumes from that checkpoint when admitted again
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -69,6 +71,16 @@ TERMINAL_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCE
 class RunKind(models.TextChoices):
     NATIVE = "native"  # our engine, one Ray job dispatched by the platform
     EXTERNAL = "external"  # another engine's run, tracked through the SDK: its client drives the state
+
+
+class RunPriority(models.TextChoices):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    URGENT = "urgent"  # admins and staff only
+
+
+PRIORITY_RANK = {RunPriority.LOW: 0, RunPriority.NORMAL: 1, RunPriority.HIGH: 2, RunPriority.URGENT: 3}
 
 
 class Run(models.Model):
@@ -107,9 +119,21 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The scheduler (posttrain.runs.services.scheduler; docs/ARCHITECTURE.md, "The scheduler").
+    resources = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='What a native run holds on the cluster, from the engine\'s placement plan: {"driver": {"CPU", "GPU"}, '
+        '"bundles": [{"CPU", "GPU"}], "total": {"CPU", "GPU"}}.',
+    )
+    priority = models.CharField(max_length=10, choices=RunPriority.choices, default=RunPriority.NORMAL)
+    preemptible = models.BooleanField(default=True, help_text="False: the scheduler never preempts the run.")
+    queue_position = models.IntegerField(null=True, blank=True, help_text="1 = next to start; null when not waiting.")
+    queue_reason = models.TextField(blank=True, help_text="Why a waiting run waits, as the last admission saw it.")
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [("launch_unpreemptible", "Can launch runs the scheduler never preempts")]
 
     def __str__(self) -> str:
         return self.name or str(self.id)
@@ -126,6 +150,43 @@ class Run(models.Model):
         config = self.resolved_config if isinstance(self.resolved_config, dict) else {}
         steps = (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None
         return steps if isinstance(steps, int) else None
+
+
+class Quota(models.Model):
+    """Limits of one user's or one group's runs that hold cluster resources at once; empty = no limit.
+    A user is held to their own quota and to every quota of their groups (the tightest wins)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="run_quota"
+    )
+    group = models.OneToOneField(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="run_quota"
+    )
+    max_runs = models.PositiveIntegerField(null=True, blank=True, help_text="Concurrent runs.")
+    max_cpus = models.FloatField(null=True, blank=True, help_text="CPUs held at once.")
+    max_gpus = models.FloatField(null=True, blank=True, help_text="GPUs held at once.")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False, group__isnull=True)
+                | models.Q(user__isnull=True, group__isnull=False),
+                name="quota_for_a_user_or_a_group",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"quota of {self.user or self.group}"
+
+
+class ClusterSnapshot(models.Model):
+    """The Ray cluster as the last admission saw it (one row): the queue page reads it, since the web
+    process never asks Ray."""
+
+    nodes = models.JSONField(default=list, help_text='[{"node_id", "address", "total": {...}, "free": {...}}]')
+    total = models.JSONField(default=dict)
+    free = models.JSONField(default=dict)
+    taken_at = models.DateTimeField(null=True, blank=True)
 
 
 class RunTransition(models.Model):

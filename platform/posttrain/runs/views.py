@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, render
 
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
+from posttrain.runs.scheduling import describe, total_of
 from rl_engine.metric_catalogue import catalogue_json
 
 
@@ -45,6 +46,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "page_data": page_data,
             "metric_catalogue": catalogue_json(),
             "algorithm": (config.get("algorithm") or {}).get("name") if not run.is_external else None,
+            "resources_text": "" if run.is_external else describe(total_of(run)),
         },
     )
 
@@ -57,3 +59,8 @@ def compare_page(request: HttpRequest) -> HttpResponse:
 @researcher_required
 def launch_page(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/launch.html")
+
+
+@researcher_required
+def queue_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "runs/queue.html")

@@ -130,6 +130,8 @@ MATRIX: dict[str, Access] = {
     "GET /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
     "PATCH /api/runs/{pk}/": Access(RESEARCH, pk=a_run),
     "POST /api/runs/{pk}/cancel/": Access(RESEARCH, pk=a_run),
+    "POST /api/runs/{pk}/priority/": Access(RESEARCH, pk=a_run),
+    "GET /api/queue/": Access(RESEARCH),
     "POST /api/runs/{pk}/clone/": Access(RESEARCH, pk=a_run),
     "POST /api/runs/{pk}/resume/": Access(RESEARCH, pk=a_run),
     "POST /api/runs/{pk}/register-checkpoint/": Access(RESEARCH, pk=a_run),

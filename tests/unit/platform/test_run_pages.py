@@ -12,7 +12,7 @@ from tests.unit.platform.helpers import event, make_run
 
 pytestmark = pytest.mark.django_db
 
-PAGES = ["/runs/", "/compare/", "/launch/", "/registry/"]
+PAGES = ["/runs/", "/compare/", "/launch/", "/queue/", "/registry/"]
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -82,3 +82,10 @@ def test_run_page_escapes_user_text_in_the_embedded_data(researcher_client, expe
     response = researcher_client.get(f"/runs/{run.pk}/")
     assert "<script>alert(1)</script>" not in response.content.decode()
     assert run_page_data(response)["name"] == "</script><script>alert(1)</script>"
+
+
+def test_run_page_shows_what_the_run_needs_and_where_it_waits(researcher_client, experiment, no_dispatch):
+    run = make_run(experiment, queue_position=2, queue_reason="needs 1 CPU, 0 free; 1 run ahead")
+    html = researcher_client.get(f"/runs/{run.id}/").content.decode()
+    assert '<span id="run-resources"' in html and ">1 CPU</span>" in html
+    assert '#2 in the <a href="/queue/">queue</a>: needs 1 CPU, 0 free; 1 run ahead' in html

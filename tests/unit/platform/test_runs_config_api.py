@@ -66,6 +66,16 @@ def test_validate_answers_the_config_a_launched_run_gets(api, registry, storage)
     # The run folder exists only once there is a run; everything else is already known.
     assert validated.json()["config"] == {**expected, "logging": {**expected["logging"], "run_dir": None}}
     assert validated.json()["config"]["rollout"]["temperature"] == 0.7
+    # The preview's resource needs are those stored on the run and handed to Ray.
+    assert (
+        validated.json()["resources"]
+        == run.resources
+        == {
+            "driver": {"CPU": 1.0, "GPU": 0.0},
+            "bundles": [],
+            "total": {"CPU": 1.0, "GPU": 0.0},
+        }
+    )
     assert validated.json()["config"]["seed"] == 5 == run.seed
 
 

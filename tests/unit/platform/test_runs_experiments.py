@@ -77,14 +77,14 @@ def test_the_same_reward_twice_and_a_non_finite_weight_are_refused(api, registry
     assert infinite.status_code == 400 and "rewards[0].weight" in locs(infinite)
 
 
-def test_launch_commits_a_queued_run_with_its_resolved_config_and_submits_after_commit(
+def test_launch_commits_a_queued_run_with_its_resolved_config_and_asks_for_admission_after_commit(
     api, experiment, registry, storage, no_dispatch, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
         response = post(api, f"/api/experiments/{experiment.pk}/launch/", {"seed": 7, "tags": ["a", "b"], "note": "hi"})
     assert response.status_code == 201, response.json()
     run = Run.objects.get()
-    assert no_dispatch == [("run_submit", str(run.id))]
+    assert no_dispatch == [("admit_runs", str(run.id))]
     assert (run.state, run.seed, run.tags, run.note) == (RunState.QUEUED, 7, ["a", "b"], "hi")
     config = run.resolved_config
     assert config["seed"] == 7
@@ -162,15 +162,39 @@ def test_resume_creates_a_child_run_that_resumes_from_the_checkpoint(api, experi
     assert entrypoint(child, storage / "config.yaml").endswith(f"--resume {folder}")
 
 
-def test_a_run_whose_roles_all_run_in_the_driver_asks_ray_for_the_driver_gpu(experiment):
-    from workers.ray_jobs import entrypoint_gpus
+def test_ray_reserves_for_the_driver_exactly_the_resources_stored_at_launch(experiment):
+    from rl_engine.config import validate_config
+    from rl_engine.distributed.placement import resource_needs
+    from workers.ray_jobs import engine_env, entrypoint_resources
 
     run = make_run(experiment)
-    assert entrypoint_gpus(run) == 0  # the CPU default
-    run.resolved_config["placement"] = {"gpus_per_trainer": 1}
-    assert entrypoint_gpus(run) == 1  # the hybrid engine: every role on the job's own GPU
-    run.resolved_config["placement"] = {"mode": "separate", "gpus_per_trainer": 1, "gpus_per_rollout_engine": 1}
-    assert entrypoint_gpus(run) == 0  # the actors' placement group holds the GPUs
+    assert run.resources["total"] == {"CPU": 1.0, "GPU": 0.0}
+    assert entrypoint_resources(run) == {"entrypoint_num_cpus": 1.0}  # the CPU default
+    assert engine_env(run)["OMP_NUM_THREADS"] == "1"
+
+    def with_placement(**placement):
+        run.resolved_config["placement"] = placement
+        run.resources = resource_needs(validate_config(run.resolved_config))
+        return entrypoint_resources(run)
+
+    # The hybrid engine: every role in the driver, on the job's own CPUs and GPU.
+    assert with_placement(cpus_per_trainer=2, gpus_per_trainer=1) == {
+        "entrypoint_num_cpus": 2,
+        "entrypoint_num_gpus": 1,
+    }
+    assert engine_env(run)["OMP_NUM_THREADS"] == "2"  # the engine's threads are its grant
+    # Actors: their placement group holds the CPUs and GPUs; the driver reserves nothing.
+    assert with_placement(mode="separate", gpus_per_trainer=1, gpus_per_rollout_engine=1) == {}
+
+
+def test_all_at_once_reserves_no_driver_cpus_and_keeps_the_workers_threads(experiment, settings, monkeypatch):
+    from workers.ray_jobs import engine_env, entrypoint_resources
+
+    run = make_run(experiment)
+    settings.SCHEDULER = "all-at-once"  # the behaviour before the scheduler, for bench/queue.py
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert entrypoint_resources(run) == {}
+    assert engine_env(run)["OMP_NUM_THREADS"] == "3"
 
 
 def test_the_job_gets_where_its_token_is_never_the_token_and_the_file_is_private(experiment, settings):

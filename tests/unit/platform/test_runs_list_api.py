@@ -54,6 +54,11 @@ def test_each_listed_run_names_its_algorithm_model_dataset_and_summary(api, expe
         "model_name",
         "dataset_name",
         "summary",
+        "resources",
+        "priority",
+        "preemptible",
+        "queue_position",
+        "queue_reason",
     }
 
 

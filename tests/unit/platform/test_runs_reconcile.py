@@ -149,7 +149,8 @@ def test_a_cancelling_run_whose_job_still_runs_gets_another_stop(experiment, job
     assert run.state == S.CANCELLING and jobs.stopped == [str(run.id)]
 
 
-def test_a_run_queued_longer_than_the_grace_period_is_submitted_again(experiment, jobs):
+def test_under_all_at_once_a_run_queued_longer_than_the_grace_period_is_submitted_again(experiment, jobs, settings):
+    settings.SCHEDULER = "all-at-once"
     stale = make_run(experiment, S.QUEUED, state_changed_at=timezone.now() - timedelta(minutes=5))
     fresh = make_run(experiment, S.QUEUED)
     services.runs_reconcile(jobs=jobs)
@@ -179,6 +180,21 @@ def test_one_unreachable_job_does_not_stop_the_others_from_being_checked(experim
 def test_terminal_runs_are_not_touched(experiment, jobs):
     run = reconciled(make_run(experiment, S.SUCCEEDED), jobs, "FAILED")
     assert run.state == S.SUCCEEDED
+
+
+def test_under_admission_the_reconcile_admits_waiting_runs(experiment, jobs):
+    from posttrain.runs.scheduling import ClusterNode, ClusterView
+
+    run = make_run(experiment, S.QUEUED)
+    view = ClusterView([ClusterNode("n0", "10.0.0.1", {"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0, "GPU": 0.0})])
+    services.runs_reconcile(jobs=jobs, cluster=lambda: view)
+    run.refresh_from_db()
+    assert run.state == S.STARTING and jobs.submitted == [str(run.id)]
+
+
+def test_an_admitted_run_whose_submit_was_lost_is_submitted_again_not_failed(experiment, jobs):
+    run = reconciled(make_run(experiment, S.STARTING), jobs, None)
+    assert run.state == S.STARTING and jobs.submitted == [str(run.id)]
 
 
 def test_celery_beat_runs_the_reconcile_every_15_seconds():

@@ -96,7 +96,7 @@ def test_cancel_of_finished_run_is_refused(api, experiment, state):
     assert run.state == state
 
 
-@pytest.mark.parametrize("state", [S.QUEUED, S.STARTING, S.RUNNING])
+@pytest.mark.parametrize("state", [S.STARTING, S.RUNNING, S.PREEMPTING])
 def test_cancel_of_an_active_run_goes_to_cancelling_and_stops_the_job_after_commit(
     api, experiment, no_dispatch, django_capture_on_commit_callbacks, state
 ):
@@ -110,6 +110,23 @@ def test_cancel_of_an_active_run_goes_to_cancelling_and_stops_the_job_after_comm
     with django_capture_on_commit_callbacks(execute=True):
         assert api.post(f"/api/runs/{run.id}/cancel/").status_code == 200
     assert no_dispatch == [("run_cancel", str(run.id))]
+
+
+@pytest.mark.parametrize("state", [S.QUEUED, S.PREEMPTED])
+def test_cancel_of_a_waiting_run_ends_it_at_once_with_no_job_to_stop(
+    api, experiment, no_dispatch, django_capture_on_commit_callbacks, state
+):
+    run = make_run(experiment, state)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(f"/api/runs/{run.id}/cancel/")
+    assert response.status_code == 200 and response.json()["state"] == S.CANCELLED
+    assert no_dispatch == []  # it held nothing: no job to stop, nothing freed for admission
+
+
+def test_cancel_of_a_queued_run_under_all_at_once_stops_its_job(api, experiment, no_dispatch, settings):
+    settings.SCHEDULER = "all-at-once"  # its job may already be waiting in Ray
+    run = make_run(experiment)
+    assert api.post(f"/api/runs/{run.id}/cancel/").json()["state"] == S.CANCELLING
 
 
 def test_cancel_of_an_unknown_run_is_404(api):
@@ -176,7 +193,8 @@ def test_ray_errors_worth_retrying_are_told_apart_from_permanent_ones(message, t
     assert _transient(RuntimeError(message)) is transient
 
 
-def test_a_run_cancelled_while_it_was_submitted_has_its_job_stopped(experiment):
+def test_a_run_cancelled_while_it_was_submitted_has_its_job_stopped(experiment, settings):
+    settings.SCHEDULER = "all-at-once"
     run = make_run(experiment)
 
     class CancelDuringSubmit(FakeJobs):

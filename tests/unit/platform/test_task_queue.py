@@ -9,7 +9,14 @@ from pathlib import Path
 from posttrain.core.task_queue import TASK_PREFIX, celery_app, task_send
 
 PLATFORM = Path(__file__).resolve().parents[3] / "platform" / "posttrain"
-SENDERS = {"task_send", "_dispatch"}  # runs.services.launch._dispatch(name, run_id) wraps task_send
+SENDERS = {"task_send", "run_task"}  # runs.services.dispatch.run_task(name, run_id) wraps task_send
+
+
+def _called_name(func: ast.expr) -> str | None:
+    """`task_send(...)` or `dispatch.run_task(...)`."""
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else None
 
 
 def _sent_task_names() -> set[str]:
@@ -18,8 +25,7 @@ def _sent_task_names() -> set[str]:
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in SENDERS
+                and _called_name(node.func) in SENDERS
                 and node.args
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)
@@ -33,7 +39,7 @@ def test_every_task_the_platform_sends_is_registered_in_the_worker():
 
     app.loader.import_default_modules()
     sent = _sent_task_names()
-    assert sent >= {"run_submit", "run_cancel", "reward_trial_run"}
+    assert sent >= {"admit_runs", "run_cancel", "reward_trial_run"}
     assert {TASK_PREFIX + name for name in sent} <= set(app.tasks)
 
 

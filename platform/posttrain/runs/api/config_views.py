@@ -112,7 +112,15 @@ class ExperimentValidateView(APIView):
         request=ExperimentCreateSerializer,
         responses={
             200: inline_serializer(
-                "ExperimentValidation", fields={"config": serializers.DictField(), "yaml": serializers.CharField()}
+                "ExperimentValidation",
+                fields={
+                    "config": serializers.DictField(),
+                    "yaml": serializers.CharField(),
+                    "resources": serializers.DictField(
+                        help_text='What a run of it holds on the cluster: {"driver": {"CPU", "GPU"}, "bundles": '
+                        '[{"CPU", "GPU"}], "total": {"CPU", "GPU"}} (the engine\'s placement plan).'
+                    ),
+                },
             ),
             400: ERRORS_RESPONSE,
         },
@@ -128,7 +136,13 @@ class ExperimentValidateView(APIView):
             rewards=[(item["reward"], item["weight"]) for item in data["rewards"]],
             config=data["config"],
         )
-        return Response({"config": checked.engine_config, "yaml": config_to_yaml(data["config"])})
+        from rl_engine.config import validate_config
+        from rl_engine.distributed.placement import resource_needs
+
+        resources = resource_needs(validate_config(checked.engine_config))
+        return Response(
+            {"config": checked.engine_config, "yaml": config_to_yaml(data["config"]), "resources": resources}
+        )
 
 
 class ConfigTextSerializer(serializers.Serializer):

@@ -7,7 +7,7 @@ from pathlib import Path
 from rest_framework import serializers
 
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
-from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunTransition, Sample
+from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunPriority, RunTransition, Sample
 
 # --- experiments -----------------------------------------------------------------------------
 
@@ -89,6 +89,14 @@ class RunSerializer(serializers.ModelSerializer):
     summary = serializers.JSONField(
         read_only=True, help_text='Per metric {"last", "step", "min", "max", "count"} over the whole run.'
     )
+    resources = serializers.JSONField(
+        read_only=True,
+        allow_null=True,
+        help_text='What the run holds on the cluster: {"driver", "bundles", "total"} in CPUs and GPUs (null: external).',
+    )
+    queue_position = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="1 = the next run to start; null when the run is not waiting."
+    )
 
     class Meta:
         model = Run
@@ -119,6 +127,11 @@ class RunSerializer(serializers.ModelSerializer):
             "model_name",
             "dataset_name",
             "summary",
+            "resources",
+            "priority",
+            "preemptible",
+            "queue_position",
+            "queue_reason",
         ]
         read_only_fields = fields
 
@@ -162,6 +175,15 @@ class RunLaunchSerializer(serializers.Serializer):
     )
     tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False, default=list)
     note = serializers.CharField(required=False, allow_blank=True, default="")
+    priority = serializers.ChoiceField(
+        choices=RunPriority.choices, required=False, default=None, help_text="Default normal; urgent: admins only."
+    )
+    preemptible = serializers.BooleanField(
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="Default true; false (never preempted) needs the runs.launch_unpreemptible permission.",
+    )
 
 
 class RunCloneSerializer(serializers.Serializer):
@@ -176,6 +198,9 @@ class RunCloneSerializer(serializers.Serializer):
         help_text="Default: the source run's tags.",
     )
     note = serializers.CharField(required=False, allow_blank=True, default="")
+    priority = serializers.ChoiceField(
+        choices=RunPriority.choices, required=False, default=None, help_text="Default normal; urgent: admins only."
+    )
 
 
 class RunResumeSerializer(serializers.Serializer):
@@ -293,3 +318,62 @@ class EventBatchSerializer(serializers.Serializer):
 class EventAckSerializer(serializers.Serializer):
     acknowledged_seq = serializers.IntegerField(help_text="Every event up to this seq is stored.")
     stored = serializers.IntegerField(help_text="Events of this batch stored now (repeats are dropped).")
+
+
+# --- the scheduler's queue ------------------------------------------------------------------
+
+
+class RunPrioritySerializer(serializers.Serializer):
+    priority = serializers.ChoiceField(choices=RunPriority.choices, help_text="urgent: admins and staff only.")
+
+
+class ResourcesSerializer(serializers.Serializer):
+    CPU = serializers.FloatField()
+    GPU = serializers.FloatField()
+
+
+class QueuedRunSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    state = serializers.CharField()
+    owner = serializers.CharField(allow_null=True)
+    priority = serializers.CharField()
+    resources = ResourcesSerializer()
+    queue_position = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    waiting_since = serializers.DateTimeField()
+    estimated_start = serializers.DateTimeField(allow_null=True)
+
+
+class GrantedRunSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    state = serializers.CharField()
+    owner = serializers.CharField(allow_null=True)
+    priority = serializers.CharField()
+    preemptible = serializers.BooleanField()
+    grant = ResourcesSerializer()
+    last_step = serializers.IntegerField(allow_null=True)
+    total_steps = serializers.IntegerField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+
+
+class ClusterNodeSerializer(serializers.Serializer):
+    node_id = serializers.CharField()
+    address = serializers.CharField()
+    head = serializers.BooleanField()
+    total = ResourcesSerializer()
+    free = ResourcesSerializer()
+
+
+class ClusterSerializer(serializers.Serializer):
+    nodes = ClusterNodeSerializer(many=True)
+    total = serializers.DictField(child=serializers.FloatField())
+    free = serializers.DictField(child=serializers.FloatField())
+    as_of = serializers.DateTimeField(allow_null=True)
+
+
+class QueueSerializer(serializers.Serializer):
+    waiting = QueuedRunSerializer(many=True)
+    running = GrantedRunSerializer(many=True)
+    cluster = ClusterSerializer()

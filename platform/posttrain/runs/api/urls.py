@@ -21,6 +21,7 @@ urlpatterns = [
     path("runs/<uuid:pk>/events/", views.RunEventsView.as_view(), name="run-events"),
     path("runs/<uuid:pk>/stream/", run_stream_view, name="run-stream"),
     path("runs/<uuid:pk>/alerts/", RunAlertsView.as_view(), name="run-alerts"),
+    path("queue/", views.QueueView.as_view(), name="api-queue"),
     path("compare/", compare.CompareView.as_view(), name="api-compare"),
     path("compare/prompts/", compare.ComparePromptsView.as_view(), name="api-compare-prompts"),
     path("compare/samples/", compare.CompareSamplesView.as_view(), name="api-compare-samples"),

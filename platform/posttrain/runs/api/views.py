@@ -37,6 +37,8 @@ from posttrain.runs.api import serializers as s
 from posttrain.runs.api.params import float_param, int_param, text_param
 from posttrain.runs.event_schema import parse_batch
 from posttrain.runs.models import Run, RunKind, RunState
+from posttrain.runs.queue_selectors import queue_overview
+from posttrain.runs.services.scheduler import run_set_priority
 from posttrain.runs.tokens import token_matches
 
 # Researchers and admins only: annotators never see or call any of these endpoints.
@@ -214,6 +216,19 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body.is_valid(raise_exception=True)
         services.run_update(run, **body.validated_data)
         return Response(s.RunDetailSerializer(run).data)
+
+    @extend_schema(
+        summary="Change a run's priority (the queue is ordered again at once)",
+        description="The run's owner may set low, normal or high; admins and staff any, urgent included.",
+        request=s.RunPrioritySerializer,
+        responses={200: s.RunDetailSerializer, 400: ERRORS_RESPONSE, 409: ERRORS_RESPONSE},
+    )
+    @action(detail=True, methods=["post"])
+    def priority(self, request: Request, pk: str | None = None) -> Response:
+        body = s.RunPrioritySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = run_set_priority(self.get_object(), body.validated_data["priority"], user=request.user)
+        return Response(s.RunDetailSerializer(selectors.run_list().get(pk=run.pk)).data)
 
     @extend_schema(summary="Cancel a run", request=None, responses={200: s.RunDetailSerializer, 409: ERRORS_RESPONSE})
     @action(detail=True, methods=["post"])
@@ -403,6 +418,23 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         response = StreamingHttpResponse(lines(run), content_type=content_type)
         response["Content-Disposition"] = f'attachment; filename="{run_series.export_filename(run, kind)}"'
         return response
+
+
+class QueueView(APIView):
+    """`GET /api/queue/`: the scheduler's queue, its running runs and the cluster (the /queue/ page)."""
+
+    permission_classes = RESEARCHER_PERMISSIONS
+
+    @extend_schema(
+        summary="The run queue",
+        description="`waiting`: queued and preempted runs in admission order (`queue_position` 1 starts next; null: "
+        "held, see `reason`), each with owner, priority, resources, why it waits and an estimated start from the "
+        "running runs' pace (null: unknown). `running`: runs holding resources, with their grants. `cluster`: the "
+        "Ray cluster's nodes with total and free CPUs/GPUs, as the last admission pass saw them (`as_of`).",
+        responses={200: s.QueueSerializer},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(s.QueueSerializer(queue_overview()).data)
 
 
 class ExternalRunCreateView(APIView):

@@ -13,9 +13,7 @@ import signal
 import time
 import uuid
 from datetime import timedelta
-from importlib import import_module
 from pathlib import Path
-from typing import Protocol
 
 from django.conf import settings
 from django.utils import timezone
@@ -24,28 +22,15 @@ from posttrain.core.errors import InvalidInput, JobsUnavailable, SeqConflict
 from posttrain.runs.models import Run, RunKind
 from posttrain.runs.services.external import external_runs_fail_lost
 from posttrain.runs.services.ingestion import events_ingest
+from posttrain.runs.services.jobs_client import JobsClient
+from posttrain.runs.services.jobs_client import default_jobs as _default_jobs
 from posttrain.runs.services.state_machine import ACTIVE_STATES, S, run_transition
 
 logger = logging.getLogger(__name__)
 
 
-class JobsClient(Protocol):
-    """What the worker needs of Ray's Jobs API (workers/ray_jobs.py; tests pass a fake)."""
-
-    def submit(self, run: Run) -> str: ...
-    def stop(self, run: Run) -> bool: ...
-    def status(self, run: Run) -> str | None: ...  # PENDING RUNNING STOPPED SUCCEEDED FAILED, None = no job
-    def logs(self, run: Run) -> str: ...
-    def exit_code(self, run: Run) -> int | None: ...  # the driver's, once the job ended; negative: a signal
-
-
 JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 _NO_SPACE = "No space left on device"  # strerror(ENOSPC), as a Python traceback prints it
-
-
-def _default_jobs() -> JobsClient:
-    # A module whose functions are the Protocol's methods.
-    return import_module(settings.RUNS_JOBS_CLIENT)
 
 
 def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None) -> None:
@@ -136,6 +121,9 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
     if run.state not in ACTIVE_STATES:
         return
     status = jobs.status(run)
+    if status is None and _admitted_moments_ago(run):
+        jobs.submit(run)  # admitted, and the pass that admitted it has not submitted it (yet, or it died)
+        return
     active = [S.STARTING, S.RUNNING, S.CANCELLING]
     if status is None or status in JOB_TERMINAL:
         _recover_from_run_folder(run)
@@ -191,6 +179,11 @@ def _job_failure_headline(exit_code: int | None, log_tail: str) -> str:
     return f"driver died: the engine process exited with code {exit_code} without reporting why"
 
 
+def _admitted_moments_ago(run: Run) -> bool:
+    waited = (timezone.now() - run.state_changed_at).total_seconds()
+    return settings.SCHEDULER == "admission" and run.state == S.STARTING and waited < settings.RUN_SUBMIT_TIMEOUT_S
+
+
 def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
     """A job Ray calls running whose engine sent nothing for RUN_HEARTBEAT_TIMEOUT_S is lost: the
     platform can no longer tell what it does, so the run fails and the job is stopped."""
@@ -203,10 +196,11 @@ def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
         jobs.stop(run)
 
 
-def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float | None = None) -> int:
-    """The periodic check (Celery beat): every active native run against its Ray job; runs queued
-    for longer than `queued_grace_s` (default RUN_QUEUED_GRACE_S: their submit task was lost) are
-    submitted again (idempotent); external runs whose client went silent fail as lost."""
+def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float | None = None, cluster=None) -> int:
+    """The periodic check (Celery beat): every active native run against its Ray job; external runs
+    whose client went silent fail as lost; then an admission pass (posttrain.runs.services.scheduler).
+    Under `POSTTRAIN_SCHEDULER=all-at-once`, runs queued for longer than `queued_grace_s` (default
+    RUN_QUEUED_GRACE_S: their submit task was lost) are submitted again (idempotent) instead."""
     jobs = jobs or _default_jobs()
     if queued_grace_s is None:
         queued_grace_s = settings.RUN_QUEUED_GRACE_S
@@ -217,6 +211,14 @@ def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float | No
         except Exception:  # one unreachable job must not stop the others from being checked
             logger.warning("reconciling run %s failed", run.pk, exc_info=True)
         checked += 1
+    if settings.SCHEDULER == "admission":
+        from posttrain.runs.services.scheduler import runs_admit
+
+        try:
+            runs_admit(cluster=cluster, jobs=jobs)
+        except JobsUnavailable as exc:
+            logger.info("admission skipped: %s", exc)  # the next check tries again
+        return checked
     stale = timezone.now() - timedelta(seconds=queued_grace_s)
     queued = Run.objects.filter(state=S.QUEUED, state_changed_at__lt=stale, kind=RunKind.NATIVE)
     for run_id in queued.values_list("pk", flat=True):

@@ -13,7 +13,6 @@ from django.conf import settings
 from django.db import transaction
 
 from posttrain.core.errors import IllegalTransition, InvalidInput
-from posttrain.core.task_queue import task_send
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Checkpoint,
@@ -21,9 +20,16 @@ from posttrain.runs.models import (
     Run,
     RunTransition,
 )
+from posttrain.runs.services import dispatch
 from posttrain.runs.services.experiments import experiment_engine_config, validated_engine_config
 from posttrain.runs.services.external import external_run_cancel, refuse_external
-from posttrain.runs.services.run_fields import clean_note, clean_seed, clean_tags
+from posttrain.runs.services.run_fields import (
+    clean_note,
+    clean_preemptible,
+    clean_priority,
+    clean_seed,
+    clean_tags,
+)
 from posttrain.runs.services.state_machine import S, run_transition
 from posttrain.runs.tokens import ingest_token, token_hash
 
@@ -43,12 +49,18 @@ def _create_queued_run(
     reason: str,
     parent: Run | None = None,
     resume_from: Checkpoint | None = None,
+    priority: str = "normal",
+    preemptible: bool = True,
 ) -> Run:
+    from rl_engine.config import validate_config
+    from rl_engine.distributed.placement import resource_needs
+
     run_id = uuid.uuid4()
     full = copy.deepcopy(config)
     full["seed"] = seed
     full["logging"] = {**(full.get("logging") or {}), "run_dir": str(run_dir_for(run_id))}
     resolved = validated_engine_config(full)
+    resources = resource_needs(validate_config(resolved))
     with transaction.atomic():
         number = Run.objects.filter(experiment=experiment).count() + 1
         run = Run.objects.create(
@@ -65,18 +77,26 @@ def _create_queued_run(
             resume_from=resume_from,
             ingest_token_hash=token_hash(ingest_token(run_id)),
             created_by=user if getattr(user, "is_authenticated", False) else None,
+            resources=resources,
+            priority=priority,
+            preemptible=preemptible,
         )
         RunTransition.objects.create(run=run, from_state=S.DRAFT, to_state=S.QUEUED, reason=reason)
-        transaction.on_commit(lambda: _dispatch("run_submit", run_id))
+        # Admission submits it when the cluster holds it (posttrain.runs.services.scheduler).
+        task = "run_submit" if settings.SCHEDULER == "all-at-once" else "admit_runs"
+        transaction.on_commit(lambda: dispatch.run_task(task, run_id))
     return run
 
 
-def _dispatch(task_name: str, run_id: uuid.UUID | str) -> None:
-    task_send(task_name, str(run_id))
-
-
 def run_launch(
-    experiment: Experiment, *, seed: int | None = None, tags: Any = None, note: Any = None, user=None
+    experiment: Experiment,
+    *,
+    seed: int | None = None,
+    tags: Any = None,
+    note: Any = None,
+    priority: Any = None,
+    preemptible: Any = None,
+    user=None,
 ) -> Run:
     """A new run of the experiment, committed as `queued`; a Celery task submits its Ray job after commit."""
     seed = clean_seed(
@@ -90,10 +110,21 @@ def run_launch(
         note=clean_note(note),
         user=user,
         reason=f"launched by {user_label(user)}",
+        priority=clean_priority(priority, user),
+        preemptible=clean_preemptible(preemptible, user),
     )
 
 
-def run_clone(run: Run, *, seed: int | None = None, tags: Any = None, note: Any = None, user=None) -> Run:
+def run_clone(
+    run: Run,
+    *,
+    seed: int | None = None,
+    tags: Any = None,
+    note: Any = None,
+    priority: Any = None,
+    preemptible: Any = None,
+    user=None,
+) -> Run:
     """A new run with exactly the source run's config (not the experiment's current one); new seed optional."""
     refuse_external(run, "cloned")
     if not run.resolved_config:
@@ -107,6 +138,8 @@ def run_clone(run: Run, *, seed: int | None = None, tags: Any = None, note: Any 
         user=user,
         reason=f"cloned from run {run.id} by {user_label(user)}",
         parent=run,
+        priority=clean_priority(priority, user),
+        preemptible=clean_preemptible(preemptible, user),
     )
 
 
@@ -131,6 +164,8 @@ def run_resume(run: Run, checkpoint: Checkpoint, *, user=None) -> Run:
         reason=f"resumed from run {run.id} step {checkpoint.step} by {user_label(user)}",
         parent=run,
         resume_from=checkpoint,
+        priority=clean_priority(run.priority if run.priority != "urgent" else None, user),
+        preemptible=run.preemptible or clean_preemptible(False, user),
     )
 
 
@@ -165,13 +200,15 @@ def run_cancel(run: Run, *, user=None) -> Run:
             raise IllegalTransition(f"the run already ended ({state}); there is nothing to cancel", state or "missing")
         if state == S.CANCELLING:
             break
-        if state == S.DRAFT:
-            if run_transition(run.pk, [S.DRAFT], S.CANCELLED, reason):
+        if state == S.DRAFT or (state in (S.QUEUED, S.PREEMPTED) and settings.SCHEDULER == "admission"):
+            # Not admitted (or preempted and stopped): no Ray job exists, nothing to stop. Admission
+            # moves queued runs with a compare-and-set too, so exactly one of the two wins.
+            if run_transition(run.pk, [state], S.CANCELLED, reason):
                 break
             continue
         with transaction.atomic():
             if run_transition(run.pk, [state], S.CANCELLING, reason):
-                transaction.on_commit(lambda: _dispatch("run_cancel", run.pk))
+                transaction.on_commit(lambda: dispatch.run_task("run_cancel", run.pk))
                 break
     run.refresh_from_db()
     return run

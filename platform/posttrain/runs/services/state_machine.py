@@ -19,19 +19,27 @@ from posttrain.runs import live_channel
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Run,
+    RunKind,
     RunState,
     RunTransition,
 )
 
 S = RunState
-ACTIVE_STATES = (S.STARTING, S.RUNNING, S.CANCELLING)  # a Ray job exists (or should)
+ACTIVE_STATES = (S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING)  # a Ray job exists (or should)
+WAITING_STATES = (S.QUEUED, S.PREEMPTED)  # in the scheduler's queue
+# A native run leaving these frees cluster resources: admission looks at the queue again at once.
+HOLDING_STATES = frozenset(ACTIVE_STATES)
 # The state machine (docs/ARCHITECTURE.md, "Run states"). Terminal states have no way out.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.DRAFT: frozenset({S.QUEUED, S.CANCELLED}),
     S.QUEUED: frozenset({S.STARTING, S.RUNNING, S.CANCELLING, S.CANCELLED, S.FAILED, S.SUCCEEDED}),
-    S.STARTING: frozenset({S.RUNNING, S.CANCELLING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
-    S.RUNNING: frozenset({S.CANCELLING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    # starting -> queued: Ray could not take the admitted job yet; it waits for the next admission.
+    S.STARTING: frozenset({S.QUEUED, S.RUNNING, S.CANCELLING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.RUNNING: frozenset({S.CANCELLING, S.PREEMPTING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.CANCELLING: frozenset({S.CANCELLED, S.SUCCEEDED, S.FAILED}),
+    # The engine checkpoints at its next step boundary and exits 75; a run that ends first just ends.
+    S.PREEMPTING: frozenset({S.PREEMPTED, S.CANCELLING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.PREEMPTED: frozenset({S.STARTING, S.CANCELLING, S.CANCELLED, S.FAILED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
@@ -62,8 +70,26 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
                 # Open run pages learn of it on the live channel (the SSE stream re-reads the run).
                 change = {"type": "state", "run": str(run_id), "from_state": old, "state": to_state, "reason": reason}
                 transaction.on_commit(partial(live_channel.publish, run_id, [change]))
+                # (Not back to queued: Ray could not take the job, and asking again at once would spin.)
+                frees = old in HOLDING_STATES and to_state not in HOLDING_STATES and to_state != S.QUEUED
+                if frees and _is_native(run_id):
+                    transaction.on_commit(lambda: _admit_now(run_id))
                 return True
     return False
+
+
+def _is_native(run_id: uuid.UUID | str) -> bool:
+    return Run.objects.filter(pk=run_id, kind=RunKind.NATIVE).exists()
+
+
+def _admit_now(run_id: uuid.UUID | str) -> None:
+    """Resources came free: a worker admits waiting runs now, not at the next reconcile."""
+    from django.conf import settings
+
+    from posttrain.runs.services import dispatch
+
+    if settings.SCHEDULER == "admission":
+        dispatch.run_task("admit_runs", run_id)
 
 
 def user_label(user) -> str:

@@ -1,0 +1,73 @@
+"""The queue page in a real browser: waiting runs in order with why they wait, running runs with their
+grants and the cluster's nodes, updated live as admission moves runs (no reload)."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import log_in, screenshot
+from tests.e2e.test_runs_list import a_researcher, a_run, an_experiment
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ONE_CPU = {"driver": {"CPU": 1.0, "GPU": 0.0}, "bundles": [], "total": {"CPU": 1.0, "GPU": 0.0}}
+
+
+def test_the_queue_page_shows_who_waits_and_why_and_follows_admission_live(web_server, page):
+    from posttrain.runs.models import ClusterSnapshot
+    from posttrain.runs.services import run_transition
+
+    owner = a_researcher("grace")
+    experiment = an_experiment("gsm queue")
+    running = a_run(experiment, "holding", "running", resources=ONE_CPU, created_by=owner)
+    first = a_run(
+        experiment,
+        "next",
+        "queued",
+        resources=ONE_CPU,
+        created_by=owner,
+        priority="high",
+        queue_position=1,
+        queue_reason="needs 1 CPU, 0 free",
+    )
+    second = a_run(
+        experiment, "after", "queued", resources=ONE_CPU, created_by=owner, queue_position=2, queue_reason="1 run ahead"
+    )
+    ClusterSnapshot.objects.create(
+        pk=1,
+        nodes=[
+            {
+                "node_id": "head-node-1",
+                "address": "10.0.0.1",
+                "head": True,
+                "total": {"CPU": 1, "GPU": 0},
+                "free": {"CPU": 0, "GPU": 0},
+            }
+        ],
+        total={"CPU": 1, "GPU": 0},
+        free={"CPU": 0, "GPU": 0},
+        taken_at=timezone.now(),
+    )
+    log_in(page, web_server, "grace", next_path="/queue/")
+    waiting = page.locator("#waiting-table tbody tr")
+    expect(waiting).to_have_count(2)
+    expect(waiting.nth(0)).to_contain_text("next")
+    expect(waiting.nth(0).locator(".queue-reason")).to_have_text("needs 1 CPU, 0 free")
+    expect(waiting.nth(1).locator(".queue-reason")).to_have_text("1 run ahead")
+    expect(page.locator(f'#running-table tr[data-run-id="{running.id}"]')).to_contain_text("1 CPU")
+    expect(page.locator("#nodes-table tbody")).to_contain_text("0 / 1")
+    screenshot(page, "queue")
+
+    # The running run ends and admission starts the next one: the page follows without a reload.
+    from posttrain.runs.models import Run
+
+    assert run_transition(running.id, ["running"], "succeeded", "done")
+    assert run_transition(first.id, ["queued"], "starting", "admitted: granted 1 CPU")
+    Run.objects.filter(pk=first.pk).update(queue_position=None, queue_reason="")
+    Run.objects.filter(pk=second.pk).update(queue_position=1, queue_reason="needs 1 CPU, 0 free")
+    expect(waiting).to_have_count(1)
+    expect(waiting.nth(0)).to_contain_text("after")
+    expect(waiting.nth(0).locator(".queue-position")).to_have_text("1")
+    expect(page.locator(f'#running-table tr[data-run-id="{first.id}"]')).to_contain_text("starting")

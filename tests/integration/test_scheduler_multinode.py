@@ -1,0 +1,143 @@
+"""The scheduler on a real two-node Ray cluster: a head and a second node (`ray start --address`), both on
+this machine with one CPU each and the same storage, behind one RAY_ADDRESS. Admission counts both nodes,
+Ray places each admitted run's driver on whichever node has its CPU, and a third run waits until one ends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import VENV_BIN, free_port, platform_stack, postgres_url, stop_process_group, wait_for_http
+from tests.integration.test_run_lifecycle import (  # noqa: F401  (fixtures)
+    Api,
+    _after_each_test,
+    api,
+    create_experiment,
+    demo_assets,
+    registry,
+    run_config,
+)
+from tests.integration.test_scheduler import admitted_at
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+NODE_START_S = 180
+NODE_JOIN_ATTEMPTS = 3
+
+
+def ray_node(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *args],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def second_node(gcs_port: int, log: Path) -> subprocess.Popen:
+    """A node joined to the head's GCS; a second raylet on this host needs ports of its own."""
+    return ray_node(
+        [
+            f"--address=127.0.0.1:{gcs_port}",
+            "--node-manager-port",
+            str(free_port()),
+            "--object-manager-port",
+            str(free_port()),
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--min-worker-port",
+            "20000",
+            "--max-worker-port",
+            "29999",
+        ],
+        log,
+    )
+
+
+def alive_nodes(address: str) -> list:
+    from workers.ray_cluster import cluster_view
+
+    return cluster_view(address).nodes
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory) -> Iterator[str]:
+    """The head (its dashboard is the cluster's RAY_ADDRESS) and a second node joined to its GCS."""
+    logs = tmp_path_factory.mktemp("ray-cluster")
+    gcs_port, dashboard_port = free_port(), free_port()
+    head = ray_node(
+        [
+            "--head",
+            "--port",
+            str(gcs_port),
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            str(dashboard_port),
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--temp-dir",
+            f"/tmp/pt-ray-2n-{os.getpid()}",  # short: Ray's unix sockets live under it
+        ],
+        logs / "head.log",
+    )
+    nodes = [head]
+    address = f"http://127.0.0.1:{dashboard_port}"
+    try:
+        wait_for_http(f"{address}/api/version", timeout_s=NODE_START_S, process=head)
+        deadline = time.monotonic() + NODE_START_S
+        for attempt in range(NODE_JOIN_ATTEMPTS):
+            nodes.append(second_node(gcs_port, logs / f"node-{attempt}.log"))
+            while len(alive_nodes(address)) < 2 and nodes[-1].poll() is None and time.monotonic() < deadline:
+                time.sleep(1)
+            if len(alive_nodes(address)) == 2:
+                break
+            # On a loaded machine the raylet may miss Ray's fixed 30 s registration window and exit: try again.
+        else:
+            pytest.fail(f"the second Ray node did not join:\n{(logs / f'node-{attempt}.log').read_text()[-3000:]}")
+        yield address
+    finally:
+        for node in reversed(nodes):
+            stop_process_group(node)
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker, two_nodes, tmp_path_factory):
+    from django.db import connection
+
+    with platform_stack(
+        two_nodes, tmp_path_factory.mktemp("two-node-stack"), postgres_url(connection.settings_dict)
+    ) as s:
+        yield s
+
+
+def driver_node(ray_address: str, run_id: str) -> str:
+    """The node Ray placed the run's driver on (the Jobs API's job details)."""
+    job = requests.get(f"{ray_address}/api/jobs/{run_id}", timeout=10).json()
+    return job["driver_node_id"]
+
+
+def test_runs_are_placed_on_either_node_and_the_queue_counts_both(api, registry, stack):  # noqa: F811
+    experiment = create_experiment(api, registry, "one cpu each", run_config(8))
+    runs = [api.post(f"/api/experiments/{experiment['id']}/launch/", {"seed": seed}) for seed in (1, 2, 3)]
+
+    # Two fit, one per node; the third waits for a CPU of either.
+    waiting = api.wait_for(runs[2]["id"], lambda r: r["queue_position"] == 1, what="first in the queue")
+    assert waiting["state"] == "queued" and waiting["queue_reason"] == "needs 1 CPU, 0 free"
+    started = [api.wait_for(r["id"], lambda r: r["state"] == "running", what="running") for r in runs[:2]]
+    queue = api.get("/api/queue/")
+    assert sorted(n["total"]["CPU"] for n in queue["cluster"]["nodes"]) == [1.0, 1.0]
+    assert sorted(n["head"] for n in queue["cluster"]["nodes"]) == [False, True]
+    assert {r["id"] for r in queue["running"]} == {r["id"] for r in started}
+    assert driver_node(stack.ray, started[0]["id"]) != driver_node(stack.ray, started[1]["id"])
+
+    finished = [api.wait_until_finished(r["id"], timeout_s=300) for r in runs]
+    assert [r["state"] for r in finished] == ["succeeded"] * 3, [r["state_reason"] for r in finished]
+    assert min(r["finished_at"] for r in finished[:2]) <= admitted_at(api, runs[2]["id"])
+    assert driver_node(stack.ray, runs[2]["id"]) in {n["node_id"] for n in queue["cluster"]["nodes"]}
