@@ -13,7 +13,7 @@ from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs import services
 from posttrain.runs.models import Run
 from tests.e2e.conftest import screenshot
-from tests.unit.platform.helpers import BASE_CONFIG, a_researcher, registry_rows, sample_record
+from tests.unit.platform.helpers import BASE_CONFIG, PASSWORD, a_researcher, registry_rows, sample_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,7 +107,7 @@ def _ingest_history(run: Run, curve: dict, responses: dict[int, str]) -> None:
 def _log_in(page, web_server: str, next_path: str) -> None:
     page.goto(f"{web_server}/login/?next={quote(next_path)}")
     page.fill("#id_username", "ada")
-    page.fill("#id_password", "a-long-passphrase")
+    page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
 
 
@@ -142,7 +142,7 @@ def _cell(page, metric: str, run: Run, column: str) -> str:
 def setup(tmp_path, monkeypatch, settings):
     """A researcher and the registry; runs launch without a Celery worker (they get their events by hand)."""
     settings.STORAGE_ROOT = tmp_path / "storage"
-    monkeypatch.setattr(services.launch, "_dispatch", lambda task_name, run_id: None)
+    monkeypatch.setattr(services.dispatch, "run_task", lambda task_name, run_id: None)
     return a_researcher("ada"), _registry(tmp_path)
 
 

@@ -100,7 +100,7 @@ def people(tmp_path, monkeypatch, settings):
     from posttrain.accounts.services import user_create
 
     settings.STORAGE_ROOT = tmp_path / "storage"
-    monkeypatch.setattr(services.launch, "_dispatch", lambda task_name, run_id: None)
+    monkeypatch.setattr(services.dispatch, "run_task", lambda task_name, run_id: None)
     researcher = user_create("rosalind", PASSWORD, "researcher")
     for name in ANNOTATORS:
         user_create(name, PASSWORD, "annotator")

@@ -13,7 +13,7 @@ from posttrain.runs import services
 from posttrain.runs.models import RunState
 from tests.e2e.conftest import screenshot
 from tests.e2e.test_run_samples import open_run_page
-from tests.unit.platform.helpers import make_run
+from tests.unit.platform.helpers import PASSWORD, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -42,7 +42,7 @@ def test_panels_come_from_the_catalogue_one_unit_each(web_server, page, experime
     )
     page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
     page.fill("#id_username", "ada")
-    page.fill("#id_password", "a-long-passphrase")
+    page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{web_server}/runs/{run.id}/")
     page.wait_for_selector("body[data-ready=true]")

@@ -12,7 +12,7 @@ import pytest
 from posttrain.runs import services
 from posttrain.runs.models import RunState
 from tests.e2e.conftest import screenshot
-from tests.unit.platform.helpers import make_run
+from tests.unit.platform.helpers import PASSWORD, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -56,7 +56,7 @@ def open_run(page, web_server, experiment_run, metrics: dict) -> None:
     )
     page.goto(f"{web_server}/login/?next={quote(f'/runs/{experiment_run.id}/')}")
     page.fill("#id_username", "ada")
-    page.fill("#id_password", "a-long-passphrase")
+    page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{web_server}/runs/{experiment_run.id}/")
     page.wait_for_selector("body[data-ready=true]")

@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 from posttrain.runs import services
 from posttrain.runs.models import RunState
 from tests.e2e.conftest import screenshot
-from tests.unit.platform.helpers import make_run, sample_record
+from tests.unit.platform.helpers import PASSWORD, make_run, sample_record
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -29,7 +29,7 @@ def open_run_page(page, web_server: str, run) -> None:
     """Signs in as the fixtures' researcher and opens the run's page, ready."""
     page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
     page.fill("#id_username", "ada")
-    page.fill("#id_password", "a-long-passphrase")
+    page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{web_server}/runs/{run.id}/")
     page.wait_for_selector("body[data-ready=true]")
