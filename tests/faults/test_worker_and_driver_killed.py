@@ -43,8 +43,9 @@ def test_a_worker_killed_while_submitting_and_while_runs_run_is_replaced_and_eve
 ):
     experiment = create_experiment(api, registry, "worker killed", run_config(6))
     submitted = launch(api, experiment, seed=1)
-    # The worker took the submit task off the queue (acked late: still unacknowledged) and is working on it.
-    wait_for_line(stack.worker_log, "workers.run_submit[", "received")
+    # The worker took the admission task (which submits the run) off the queue (acked late: still
+    # unacknowledged) and is working on it.
+    wait_for_line(stack.worker_log, "workers.admit_runs[", "received")
     replace_worker(stack, tmp_path / "worker-2.log")
 
     running = launch(api, create_experiment(api, registry, "worker killed mid-run", run_config(150)), seed=2)
