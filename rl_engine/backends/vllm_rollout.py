@@ -122,7 +122,7 @@ class WeightSyncExtension:
             from safetensors import safe_open
 
             with safe_open(path, framework="pt") as f:
-                for name in f:
+                for name in f.keys():  # noqa: SIM118 -- a safetensors handle is not iterable
                     loaded += 1
                     yield name, f.get_tensor(name)
 
@@ -339,7 +339,7 @@ class VLLMRollout:
         from safetensors import safe_open
 
         with safe_open(path, framework="pt") as f:
-            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f}
+            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118 -- not iterable
             aliases = set(filter(None, (f.metadata() or {}).get("aliases", "").split(",")))
         # Checked before anything is sent: vLLM 0.32's reload keeps a half-loaded layer's buffered
         # tensors after a failure, so a later sync fails as well and the engine is lost.
@@ -556,7 +556,7 @@ def _checkpoint_layout(folder: Path) -> dict[str, tuple[int, ...]] | None:
     layout: dict[str, tuple[int, ...]] = {}
     for file in files:
         with safe_open(str(file), framework="pt") as f:
-            for name in f:
+            for name in f.keys():  # noqa: SIM118 -- a safetensors handle is not iterable
                 layout[name] = tuple(f.get_slice(name).get_shape())
     return layout
 
