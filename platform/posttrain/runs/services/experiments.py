@@ -80,7 +80,13 @@ def build_engine_config(
 
 def validated_engine_config(full: dict[str, Any]) -> dict[str, Any]:
     """The engine's own validation (rl_engine.config): ConfigError becomes a 400 naming each `loc`."""
+    return validated_engine_config_and_needs(full)[0]
+
+
+def validated_engine_config_and_needs(full: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`validated_engine_config` and the run's resource needs from the same validated config (parsed once)."""
     from rl_engine.config import ConfigError, check_runnable, validate_config
+    from rl_engine.distributed.placement import resource_needs
 
     try:
         config = validate_config(full)
@@ -88,7 +94,7 @@ def validated_engine_config(full: dict[str, Any]) -> dict[str, Any]:
     except ConfigError as exc:
         raise InvalidInput(exc.errors) from None
     _refuse_private_code_paths(config)
-    return config.model_dump(mode="json")
+    return config.model_dump(mode="json"), resource_needs(config)
 
 
 def _refuse_private_code_paths(config: Any) -> None:

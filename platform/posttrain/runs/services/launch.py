@@ -21,7 +21,7 @@ from posttrain.runs.models import (
     RunTransition,
 )
 from posttrain.runs.services import dispatch
-from posttrain.runs.services.experiments import experiment_engine_config, validated_engine_config
+from posttrain.runs.services.experiments import experiment_engine_config, validated_engine_config_and_needs
 from posttrain.runs.services.external import external_run_cancel, refuse_external
 from posttrain.runs.services.run_fields import (
     clean_note,
@@ -52,15 +52,11 @@ def _create_queued_run(
     priority: str = "normal",
     preemptible: bool = True,
 ) -> Run:
-    from rl_engine.config import validate_config
-    from rl_engine.distributed.placement import resource_needs
-
     run_id = uuid.uuid4()
     full = copy.deepcopy(config)
     full["seed"] = seed
     full["logging"] = {**(full.get("logging") or {}), "run_dir": str(run_dir_for(run_id))}
-    resolved = validated_engine_config(full)
-    resources = resource_needs(validate_config(resolved))
+    resolved, resources = validated_engine_config_and_needs(full)
     with transaction.atomic():
         number = Run.objects.filter(experiment=experiment).count() + 1
         run = Run.objects.create(
