@@ -525,14 +525,17 @@ class OutputRelay:
                 break
             now = time.monotonic()
             tokens, last = min(float(self._burst), tokens + (now - last) * self._rate), now
-            # Once dropping, keep dropping until half the burst is back: one note per flood, not per chunk.
-            if len(chunk) > tokens or (dropped and tokens < self._burst / 2):
+            if dropped and tokens >= self._burst / 2:
+                self._write(f"[{self._label}: {dropped} bytes of output dropped]\n".encode())
+                dropped = 0
+            if dropped or len(chunk) > tokens:
+                if not dropped:
+                    # A flood spends what is left of the burst, so it ends only once half the burst has
+                    # refilled: one note per flood, not one per chunk that happens to fit.
+                    tokens = 0.0
                 dropped += len(chunk)
                 self.dropped += len(chunk)
                 continue
-            if dropped:
-                self._write(f"[{self._label}: {dropped} bytes of output dropped]\n".encode())
-                dropped = 0
             self._write(chunk)
             tokens -= len(chunk)
         if dropped:
