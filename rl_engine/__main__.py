@@ -1,7 +1,8 @@
 """`python -m rl_engine train|evaluate|demo|schema` — the engine without the platform.
 
 Bad input (missing file, invalid field, unknown algorithm) ends with one clear line on stderr and
-exit code 2; a run that fails while training exits 1 after recording the reason in its events.
+exit code 2; a run that fails while training exits 1 after recording the reason in its events; a run
+preempted by the scheduler (rl_engine/preemption.py) exits 75 after its checkpoint.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.set)  # before the heavy imports: bad input fails fast
     from rl_engine.checkpoint import latest_checkpoint
     from rl_engine.loop import train
+    from rl_engine.preemption import EXIT_PREEMPTED, Preempted
 
     run_dir = Path(args.run_dir or cfg.logging.run_dir or f"runs/{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     resume = None
@@ -105,7 +107,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not resume.exists():
             raise UsageError(f"--resume {args.resume}: no such checkpoint folder")
     print(f"run folder: {run_dir}" + (f" (resuming from {resume})" if resume else ""), file=sys.stderr)
-    metrics = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
+    try:
+        metrics = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
+    except Preempted as stop:
+        print(f"{stop}: exiting with {EXIT_PREEMPTED}", file=sys.stderr)
+        return EXIT_PREEMPTED
     print(json.dumps({k: v for k, v in metrics.items() if not k.startswith("timing/")}, indent=1, sort_keys=True))
     return 0
 

@@ -74,6 +74,7 @@ from rl_engine.devices import (
 from rl_engine.executors import Rollouts
 from rl_engine.interfaces import AsyncRolloutRole, ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
 from rl_engine.partial_rollout import mixed_seed
+from rl_engine.preemption import Preempted, clear_request, preemption_requested
 from rl_engine.rewards import RewardBatch
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rollout import Sample, SamplingParams
@@ -827,6 +828,8 @@ def train(
             require_sandbox(cfg, sink)
             engine = build_engine(cfg, weights_from=resume)
             return _run(engine, run_dir, sink, heartbeat, resume, progress)
+    except Preempted:
+        raise  # its `preempted` status event is out: not a failure
     except BaseException as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         sink.emit("status", {"state": "failed", "reason": reason[:2000]})
@@ -914,20 +917,39 @@ def _run(
         due_ckpt = (cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0) or (
             step == cfg.train.steps and cfg.checkpoint.save_final
         )
-        if due_ckpt:
-            state = EngineState(
-                step=step,
-                trainer=engine.trainer.state_dict(),
-                sampler=engine.sampler.state_dict(),
-                rng=capture_rng(),
-                metrics_so_far=dict(counters),
-                pending=saved_pending(engine),
-            )
-            path = engine.save_checkpoint(run_dir, step, state)
-            sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
+        path = _checkpoint(engine, run_dir, sink, step, counters) if due_ckpt else None
         last = metrics
+        preempt = preemption_requested(run_dir) if step < cfg.train.steps else None
+        if preempt is not None:
+            # The scheduler needs the room: stop at this boundary with a checkpoint to resume from exactly.
+            path = path or _checkpoint(engine, run_dir, sink, step, counters)
+            clear_request(run_dir)
+            sink.emit(
+                "status",
+                {
+                    "state": "preempted",
+                    "reason": f"checkpointed after step {step} ({preempt})",
+                    "checkpoint": str(path),
+                },
+                step=step,
+            )
+            raise Preempted(step, path)
     sink.emit("status", {"state": "succeeded"}, step=cfg.train.steps)
     return last
+
+
+def _checkpoint(engine: Engine, run_dir: Path, sink: EventLog, step: int, counters: dict[str, float]) -> Path:
+    state = EngineState(
+        step=step,
+        trainer=engine.trainer.state_dict(),
+        sampler=engine.sampler.state_dict(),
+        rng=capture_rng(),
+        metrics_so_far=dict(counters),
+        pending=saved_pending(engine),
+    )
+    path = engine.save_checkpoint(run_dir, step, state)
+    sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
+    return path
 
 
 def _describe(engine: Engine) -> str:

@@ -1,4 +1,5 @@
-"""Ray Jobs API client for the Celery worker: one Ray job per run, submission id = run id.
+"""Ray Jobs API client for the Celery worker: one Ray job per run attempt, submission id = `Run.ray_job_id`
+(the run id; `<run id>-<n>` for the n-th resume after a preemption).
 
 This is the only platform module that imports ray, and only the worker imports it (lazily, from the
 services that dispatch). The web process reads job logs over the Jobs HTTP API with urllib instead
@@ -25,6 +26,7 @@ from posttrain.core.errors import JobsUnavailable
 from posttrain.runs.models import Run
 from posttrain.runs.scheduling import run_resources
 from posttrain.runs.tokens import ingest_token
+from rl_engine.preemption import clear_request, request_preemption
 from rl_engine.sandbox import ALLOW_UNSANDBOXED_ENV
 
 _NOT_FOUND = ("does not exist", "status code 404")
@@ -89,11 +91,25 @@ def entrypoint(run: Run, config_path: Path) -> str:
         str(run_dir(run)),
         "--no-progress",
     ]
-    if run.resume_from_id is not None:
-        parts += ["--resume", run.resume_from.path]
+    resume = resume_path(run)
+    if resume is not None:
+        parts += ["--resume", resume]
     # `exec`: the engine replaces Ray's shell, so the job supervisor is its direct parent and the
     # engine's parent-death signal (rl_engine.__main__) fires if the supervisor dies.
     return "exec " + " ".join(shlex.quote(p) for p in parts)
+
+
+def resume_path(run: Run) -> str | None:
+    """Where the engine starts from: after a preemption, the run's own latest checkpoint (the one it wrote
+    on its way out; read from the run folder, so it does not depend on the checkpoint event having
+    arrived); otherwise the checkpoint the run was launched to resume from, if any."""
+    from rl_engine.checkpoint import latest_checkpoint
+
+    if run.attempt:
+        own = latest_checkpoint(run_dir(run))
+        if own is not None:
+            return str(own)
+    return run.resume_from.path if run.resume_from_id is not None else None
 
 
 def engine_threads(run: Run) -> int:
@@ -141,23 +157,30 @@ def submit(run: Run) -> str:
     or re-dispatched task must not start a run twice."""
     config_path = write_config(run)
     write_token_file(run)
+    clear_request(run_dir(run))  # a preemption asked of an earlier attempt is not this one's
     try:
         client().submit_job(
             entrypoint=entrypoint(run, config_path),
-            submission_id=str(run.id),
+            submission_id=run.ray_job_id,
             runtime_env={"env_vars": engine_env(run)},
-            metadata={"posttrain_run": str(run.id), "experiment": str(run.experiment_id)},
+            metadata={"posttrain_run": str(run.id), "experiment": str(run.experiment_id), "attempt": str(run.attempt)},
             **entrypoint_resources(run),
         )
     except RuntimeError as exc:
         if "already exists" in str(exc):
-            return str(run.id)
+            return run.ray_job_id
         if _transient(exc):
             raise JobsUnavailable(str(exc)) from exc
         raise
     except OSError as exc:  # connection refused/reset, timeouts (requests' errors are OSErrors)
         raise JobsUnavailable(f"{type(exc).__name__}: {exc}") from exc
-    return str(run.id)
+    return run.ray_job_id
+
+
+def preempt(run: Run, reason: str) -> None:
+    """Ask the run's engine to checkpoint at its next step boundary and exit (rl_engine/preemption.py): a
+    request file in the run folder, which this worker writes as it writes the run's config."""
+    request_preemption(run_dir(run), reason)
 
 
 def _transient(exc: RuntimeError) -> bool:
@@ -170,7 +193,7 @@ def _transient(exc: RuntimeError) -> bool:
 def stop(run: Run) -> bool:
     """Ask Ray to stop the job (SIGTERM, then SIGKILL); False when there is no such job."""
     try:
-        return bool(client().stop_job(str(run.id)))
+        return bool(client().stop_job(run.ray_job_id))
     except RuntimeError as exc:
         if _not_found(exc):
             return False
@@ -180,7 +203,7 @@ def stop(run: Run) -> bool:
 def status(run: Run) -> str | None:
     """PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED; None when Ray has no job for the run."""
     try:
-        return str(client().get_job_status(str(run.id)).value)
+        return str(client().get_job_status(run.ray_job_id).value)
     except RuntimeError as exc:
         if _not_found(exc):
             return None
@@ -191,7 +214,7 @@ def exit_code(run: Run) -> int | None:
     """The driver's exit code once its job ended (negative: killed by that signal); None when Ray has none
     (no such job, or the job failed before or around its driver, e.g. its supervisor died)."""
     try:
-        code = client().get_job_info(str(run.id)).driver_exit_code
+        code = client().get_job_info(run.ray_job_id).driver_exit_code
     except RuntimeError as exc:
         if _not_found(exc):
             return None
@@ -201,7 +224,7 @@ def exit_code(run: Run) -> int | None:
 
 def logs(run: Run) -> str:
     try:
-        return client().get_job_logs(str(run.id))
+        return client().get_job_logs(run.ray_job_id)
     except RuntimeError as exc:
         if _not_found(exc):
             return ""

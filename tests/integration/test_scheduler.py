@@ -1,6 +1,7 @@
 """The scheduler on the real stack (uvicorn, a Celery worker with beat, Postgres, Redis and the session's
 Ray head of 2 CPUs): runs that do not fit wait with a reason and start one after another, in
-priority order, each with Ray reserving exactly the CPUs admission counted."""
+priority order, each with Ray reserving exactly the CPUs admission counted; a higher-priority run
+preempts a lower one, which resumes later exactly where it stopped."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ from tests.integration.test_run_lifecycle import (  # noqa: F401  (fixtures)
     Api,
     _after_each_test,
     api,
+    assert_store_matches_the_run_folder,
     create_experiment,
     demo_assets,
+    ray_job_status,
     registry,
     run_config,
+    run_folder_events,
     stack,
 )
 
@@ -52,12 +56,13 @@ def admitted_at(api: Api, run_id: str) -> str:  # noqa: F811  (the lifecycle mod
 
 def test_runs_that_do_not_fit_wait_with_a_reason_and_start_one_after_another_by_priority(api, registry):  # noqa: F811  (the lifecycle module's fixtures, imported above)
     experiment = create_experiment(api, registry, "whole head", run_config(6, **WHOLE_HEAD))
-    first = launch(api, experiment, "normal")
+    # The running run has the highest priority of the three, so nothing here is preempted.
+    first = launch(api, experiment, "high")
     api.wait_for(first["id"], lambda r: r["state"] == "running", what="running")
     low = launch(api, experiment, "low")
-    high = launch(api, experiment, "high")
+    high = launch(api, experiment, "normal")
 
-    # Both wait: the high one first, saying what it lacks; the low one behind it.
+    # Both wait: the normal one first, saying what it lacks; the low one behind it.
     waiting = api.wait_for(low["id"], lambda r: r["queue_position"] == 2, what="second in the queue")
     assert waiting["state"] == "queued" and waiting["queue_reason"] == "needs 2 CPUs, 0 free; 1 run ahead"
     assert api.get(f"/api/runs/{high['id']}/")["queue_reason"] == "needs 2 CPUs, 0 free"
@@ -68,8 +73,54 @@ def test_runs_that_do_not_fit_wait_with_a_reason_and_start_one_after_another_by_
 
     finished = [api.wait_until_finished(run["id"], timeout_s=300) for run in (first, high, low)]
     assert [r["state"] for r in finished] == ["succeeded"] * 3, [r["state_reason"] for r in finished]
-    # Never two at once: each started after the one before it ended, high before low.
+    # Never two at once: each started after the one before it ended, normal before low.
     assert finished[0]["finished_at"] <= admitted_at(api, high["id"])
     assert finished[1]["finished_at"] <= admitted_at(api, low["id"])
     reasons = [t["reason"] for t in api.get(f"/api/runs/{low['id']}/transitions/")]
     assert "admitted: granted 2 CPUs" in reasons
+
+
+def comparable_metrics(run: dict) -> dict[int, dict]:
+    """The run's metrics by step from its run folder, wall-clock ones left out (they differ between runs)."""
+    from tests.unit.engine.test_engine_run import comparable
+
+    return {e["step"]: comparable(e["data"]) for e in run_folder_events(run) if e["type"] == "metrics"}
+
+
+def test_a_high_priority_run_preempts_a_low_one_which_resumes_later_exactly_where_it_stopped(api, registry, stack):  # noqa: F811  (the lifecycle module's fixtures, imported above)
+    steps = 12  # long enough that the low run is still going when the high one arrives
+    experiment = create_experiment(api, registry, "preemptible", run_config(steps, **WHOLE_HEAD))
+    reference = api.wait_until_finished(launch(api, experiment, "normal")["id"], timeout_s=300)
+    assert reference["state"] == "succeeded", reference["state_reason"]
+
+    low = launch(api, experiment, "low")
+    api.wait_for(low["id"], lambda r: (r["last_step"] or 0) >= 1, what="its first step")
+    high = launch(api, experiment, "high")
+    preempted = api.wait_for(low["id"], lambda r: r["state"] in ("preempted", "succeeded"), what="preempted")
+    assert preempted["state"] == "preempted", "the low run ended before the high one could preempt it"
+    finished = [api.wait_until_finished(run["id"], timeout_s=300) for run in (high, low)]
+    assert [r["state"] for r in finished] == ["succeeded", "succeeded"], [r["state_reason"] for r in finished]
+    low = finished[1]
+
+    # The run's history tells the whole story, and the high run ran while the low one waited.
+    moves = api.get(f"/api/runs/{low['id']}/transitions/")
+    assert [m["to_state"] for m in moves] == [
+        "queued",
+        "starting",
+        "running",
+        "preempting",
+        "preempted",
+        "starting",
+        "running",
+        "succeeded",
+    ]
+    assert moves[3]["reason"].startswith("preempted for ") and "high priority" in moves[3]["reason"]
+    assert moves[5]["reason"].endswith("resumes from its preemption checkpoint")
+    assert finished[0]["finished_at"] <= moves[5]["at"]
+    assert (low["attempt"], low["ray_job_id"]) == (1, f"{low['id']}-1")
+    assert ray_job_status(stack, low["id"]) == "FAILED"  # the first job exited 75 for the scheduler
+
+    # Exact resume: every step once, each equal to the uninterrupted run's; the platform stored exactly that.
+    assert comparable_metrics(low) == comparable_metrics(reference)
+    assert sorted(comparable_metrics(low)) == list(range(1, steps + 1))
+    assert_store_matches_the_run_folder(low)

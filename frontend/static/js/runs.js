@@ -2,7 +2,9 @@
 // from each run's summary, state badges that refresh while runs are live, and a selection to compare.
 import { api, el, formatDuration, formatNumber, stateBadge } from "./api.js";
 
-const STATES = ["queued", "starting", "running", "cancelling", "succeeded", "failed", "cancelled", "draft"];
+const STATES = [
+  "queued", "starting", "running", "cancelling", "preempting", "preempted", "succeeded", "failed", "cancelled", "draft",
+];
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const PAGE_SIZE = 25;
 const REFRESH_MS = 3000;

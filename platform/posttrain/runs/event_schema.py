@@ -15,7 +15,7 @@ from posttrain.core.errors import InvalidInput
 from posttrain_sdk.event_log import EVENT_TYPES
 
 MAX_EVENTS_PER_BATCH = 10_000
-ENGINE_STATES = ("running", "succeeded", "failed")
+ENGINE_STATES = ("running", "succeeded", "failed", "preempted")
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _MAX_ERRORS = 20  # per batch: enough to fix a broken sender, short enough to read
 MAX_INT32 = 2**31 - 1  # steps, sample indexes and lengths are 32-bit columns

@@ -84,7 +84,7 @@ PRIORITY_RANK = {RunPriority.LOW: 0, RunPriority.NORMAL: 1, RunPriority.HIGH: 2,
 
 
 class Run(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # also the Ray submission id
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # also its first Ray submission id
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     kind = models.CharField(max_length=20, choices=RunKind.choices, default=RunKind.NATIVE, db_index=True)
     engine = models.CharField(
@@ -130,6 +130,9 @@ class Run(models.Model):
     preemptible = models.BooleanField(default=True, help_text="False: the scheduler never preempts the run.")
     queue_position = models.IntegerField(null=True, blank=True, help_text="1 = next to start; null when not waiting.")
     queue_reason = models.TextField(blank=True, help_text="Why a waiting run waits, as the last admission saw it.")
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="Ray jobs the run took before this one: each resume after a preemption is a new job."
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -137,6 +140,12 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.name or str(self.id)
+
+    @property
+    def ray_job_id(self) -> str:
+        """The Ray submission id of the run's current job: the run id, then `<run id>-<attempt>` for each
+        resume after a preemption (a submission id is unique for the cluster's life)."""
+        return str(self.id) if not self.attempt else f"{self.id}-{self.attempt}"
 
     @property
     def is_external(self) -> bool:

@@ -184,6 +184,7 @@ class Decision:
     run_id: str
     admit: bool
     reason: str  # why it waits, or what it was granted
+    blocking: bool = False  # the first run in order that did not fit: it holds everyone behind it
 
 
 def admission_plan(
@@ -227,7 +228,45 @@ def admission_plan(
         )
         ahead = f"{waiting_ahead} run{'s' if waiting_ahead != 1 else ''} ahead" if waiting_ahead else ""
         decisions.append(
-            Decision(candidate.run_id, False, "; ".join(p for p in (shortage, ahead) if p) or "waits its turn")
+            Decision(
+                candidate.run_id,
+                False,
+                "; ".join(p for p in (shortage, ahead) if p) or "waits its turn",
+                blocking=not waiting_ahead,
+            )
         )
         waiting_ahead += 1
     return decisions
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A running run as preemption sees it."""
+
+    run_id: str
+    priority: str
+    created_at: datetime
+    held: Resources
+    preemptible: bool
+
+
+def preemption_victims(
+    blocked: Candidate, free: Mapping[str, float], running: Iterable[Holder], coming_free: Mapping[str, float]
+) -> list[str]:
+    """Which running runs to preempt so that `blocked` (the run at the head of the queue that does not
+    fit) can start: preemptible runs of a strictly lower priority, the lowest priority first and within it
+    the youngest (the least work stands to wait), only as many as it takes. None when runs already being
+    preempted (`coming_free`) will make room, or when even every eligible run would not."""
+    available = add(free, coming_free)
+    if fits(blocked.need, available):
+        return []
+    rank = PRIORITY_RANK[RunPriority(blocked.priority)]
+    eligible = [h for h in running if h.preemptible and PRIORITY_RANK[RunPriority(h.priority)] < rank]
+    eligible.sort(key=lambda h: (PRIORITY_RANK[RunPriority(h.priority)], -h.created_at.timestamp()))
+    victims: list[str] = []
+    for holder in eligible:
+        victims.append(holder.run_id)
+        available = add(available, holder.held)
+        if fits(blocked.need, available):
+            return victims
+    return []

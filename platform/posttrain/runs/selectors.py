@@ -149,7 +149,7 @@ def run_job_logs(run: Run, tail_chars: int = DEFAULT_LOG_TAIL_CHARS) -> dict[str
     address = settings.RAY_ADDRESS.rstrip("/")
     if not address.startswith(("http://", "https://")):
         raise DispatchError(f"RAY_ADDRESS must be the Ray dashboard URL (http://host:8265), got {address!r}")
-    url = f"{address}/api/jobs/{run.pk}/logs"
+    url = f"{address}/api/jobs/{run.ray_job_id}/logs"
     try:
         with urllib.request.urlopen(url, timeout=RAY_HTTP_TIMEOUT_S) as response:
             logs = json.load(response).get("logs") or ""
@@ -160,4 +160,4 @@ def run_job_logs(run: Run, tail_chars: int = DEFAULT_LOG_TAIL_CHARS) -> dict[str
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise DispatchError(f"cannot read the job's logs from Ray at {address}: {exc}") from None
     truncated = len(logs) > tail_chars
-    return {"logs": logs[-tail_chars:] if truncated else logs, "truncated": truncated, "job": str(run.pk)}
+    return {"logs": logs[-tail_chars:] if truncated else logs, "truncated": truncated, "job": run.ray_job_id}

@@ -136,7 +136,7 @@ def post_events(client, run: Run, events: list[dict], headers: dict | None = Non
 
 
 class FakeJobs:
-    """Ray's Jobs API as the services see it: a dict of job statuses and logs."""
+    """Ray's Jobs API as the services see it: a dict of job statuses and logs, by Ray job id."""
 
     def __init__(self) -> None:
         self.statuses: dict[str, str] = {}
@@ -144,32 +144,36 @@ class FakeJobs:
         self.exit_codes: dict[str, int] = {}
         self.submitted: list[str] = []
         self.stopped: list[str] = []
+        self.preempted: list[str] = []
         self.fail_submit: Exception | None = None
         self.stop_sets: str | None = "STOPPED"
 
     def submit(self, run: Run) -> str:
         if self.fail_submit is not None:
             raise self.fail_submit
-        self.submitted.append(str(run.id))
-        self.statuses.setdefault(str(run.id), "PENDING")
-        return str(run.id)
+        self.submitted.append(run.ray_job_id)
+        self.statuses.setdefault(run.ray_job_id, "PENDING")
+        return run.ray_job_id
 
     def stop(self, run: Run) -> bool:
-        self.stopped.append(str(run.id))
-        if str(run.id) not in self.statuses:
+        self.stopped.append(run.ray_job_id)
+        if run.ray_job_id not in self.statuses:
             return False
         if self.stop_sets:
-            self.statuses[str(run.id)] = self.stop_sets
+            self.statuses[run.ray_job_id] = self.stop_sets
         return True
 
     def status(self, run: Run) -> str | None:
-        return self.statuses.get(str(run.id))
+        return self.statuses.get(run.ray_job_id)
 
     def logs(self, run: Run) -> str:
-        return self.job_logs.get(str(run.id), "")
+        return self.job_logs.get(run.ray_job_id, "")
 
     def exit_code(self, run: Run) -> int | None:
-        return self.exit_codes.get(str(run.id))
+        return self.exit_codes.get(run.ray_job_id)
+
+    def preempt(self, run: Run, reason: str) -> None:
+        self.preempted.append(run.ray_job_id)
 
 
 def unknown_run_id() -> str:

@@ -59,6 +59,8 @@ def test_each_listed_run_names_its_algorithm_model_dataset_and_summary(api, expe
         "preemptible",
         "queue_position",
         "queue_reason",
+        "attempt",
+        "ray_job_id",
     }
 
 

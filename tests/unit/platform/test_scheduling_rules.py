@@ -8,12 +8,14 @@ import pytest
 
 from posttrain.runs.scheduling import (
     Candidate,
+    Holder,
     Limits,
     Usage,
     admission_plan,
     dominant_share,
     effective_priority,
     over_quota_alone,
+    preemption_victims,
     quota_refusal,
     too_large_for_cluster,
 )
@@ -112,3 +114,50 @@ def test_a_piece_larger_than_every_node_can_never_fit_the_cluster():
     assert too_large_for_cluster([{"CPU": 2.0}, {"CPU": 2.0}], nodes) is None  # two bundles, one per node
     reason = too_large_for_cluster([{"CPU": 3.0}], nodes)
     assert reason.startswith("needs 3 CPUs in one place; the cluster's largest node has 2 CPUs")
+
+
+def holder(run_id: str, priority: str = "low", age_s: float = 0, cpus: float = 1, preemptible: bool = True):
+    return Holder(run_id, priority, T0 - timedelta(seconds=age_s), {"CPU": cpus, "GPU": 0.0}, preemptible)
+
+
+NONE_FREE = {"CPU": 0.0, "GPU": 0.0}
+
+
+def test_the_run_that_stops_admission_is_marked_blocking_and_only_that_one():
+    decisions = admission_plan(
+        [cand("a", cpus=3), cand("b", cpus=3, age_s=1)], {"CPU": 4.0, "GPU": 0.0}, {}, {}, CLUSTER, T0, 1800.0
+    )
+    assert [(d.run_id, d.admit, d.blocking) for d in decisions] == [("b", True, False), ("a", False, True)]
+
+
+def test_preemption_takes_the_lowest_priority_then_the_youngest_and_only_as_many_as_needed():
+    running = [
+        holder("old-low", "low", age_s=100),
+        holder("young-low", "low", age_s=10),
+        holder("normal", "normal", age_s=5),
+    ]
+    assert preemption_victims(cand("h", priority="high", cpus=1), NONE_FREE, running, NONE_FREE) == ["young-low"]
+    assert preemption_victims(cand("h", priority="high", cpus=2), NONE_FREE, running, NONE_FREE) == [
+        "young-low",
+        "old-low",
+    ]
+    assert preemption_victims(cand("h", priority="high", cpus=3), NONE_FREE, running, NONE_FREE) == [
+        "young-low",
+        "old-low",
+        "normal",
+    ]
+
+
+def test_preemption_spares_equal_priorities_opted_out_runs_and_pointless_cases():
+    running = [holder("normal", "normal"), holder("pinned", "low", preemptible=False), holder("low", "low")]
+    # Equal priority and the opted-out run are never taken: freeing only "low" is not enough for 2 CPUs.
+    assert preemption_victims(cand("n", priority="high", cpus=2), NONE_FREE, running[1:], NONE_FREE) == []
+    assert preemption_victims(cand("n", priority="normal", cpus=1), NONE_FREE, running, NONE_FREE) == ["low"]
+    assert preemption_victims(cand("n", priority="low", cpus=1), NONE_FREE, running, NONE_FREE) == []
+
+
+def test_runs_already_preempting_count_as_room_on_its_way():
+    running = [holder("low", "low")]
+    coming = {"CPU": 1.0, "GPU": 0.0}
+    assert preemption_victims(cand("h", priority="high", cpus=1), NONE_FREE, running, coming) == []
+    assert preemption_victims(cand("h", priority="high", cpus=2), NONE_FREE, running, coming) == ["low"]

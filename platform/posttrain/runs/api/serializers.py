@@ -66,6 +66,10 @@ class RunSerializer(serializers.ModelSerializer):
     experiment_name = serializers.CharField(source="experiment.name", read_only=True)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
     algorithm = serializers.SerializerMethodField(help_text="The engine config's algorithm.name (grpo, ppo, ...).")
+    ray_job_id = serializers.SerializerMethodField(
+        help_text="The Ray submission id of the run's current job (a native run's id, then <id>-<n> after its "
+        "n-th resume from a preemption); null for an external run."
+    )
     model_name = serializers.CharField(
         source="experiment.model.name",
         read_only=True,
@@ -132,8 +136,13 @@ class RunSerializer(serializers.ModelSerializer):
             "preemptible",
             "queue_position",
             "queue_reason",
+            "attempt",
+            "ray_job_id",
         ]
         read_only_fields = fields
+
+    def get_ray_job_id(self, run: Run) -> str | None:
+        return None if run.is_external else run.ray_job_id
 
     def get_algorithm(self, run: Run) -> str | None:
         config = run.resolved_config if isinstance(run.resolved_config, dict) else {}

@@ -150,10 +150,19 @@ def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
         )
     elif state == "succeeded":
         run_transition(
-            run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.CANCELLING], S.SUCCEEDED, reason or "engine finished every step"
+            run_id,
+            [S.QUEUED, S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING],
+            S.SUCCEEDED,
+            reason or "engine finished every step",
         )
+    elif state == "preempted":
+        # Asked by the scheduler (preempting), or by someone else's request file while running: either
+        # way the engine checkpointed and is leaving, and the run goes back to the queue to resume.
+        run_transition(run_id, [S.RUNNING], S.PREEMPTING, "the engine stopped for a preemption request")
+        if not run_transition(run_id, [S.PREEMPTING], S.PREEMPTED, f"preempted: {reason}" if reason else "preempted"):
+            run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: preempted, {reason})")
     elif state == "failed" and not run_transition(
-        run_id, [S.QUEUED, S.STARTING, S.RUNNING], S.FAILED, reason or "engine reported a failure"
+        run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.PREEMPTING], S.FAILED, reason or "engine reported a failure"
     ):
         # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
         run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled")

@@ -25,6 +25,7 @@ from posttrain.runs.services.ingestion import events_ingest
 from posttrain.runs.services.jobs_client import JobsClient
 from posttrain.runs.services.jobs_client import default_jobs as _default_jobs
 from posttrain.runs.services.state_machine import ACTIVE_STATES, S, run_transition
+from rl_engine.preemption import EXIT_PREEMPTED
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def _recover_from_run_folder(run: Run) -> int:
 
 
 def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None:
-    """Bring one active run (starting, running, cancelling) in line with its Ray job."""
+    """Bring one active run (starting, running, cancelling, preempting) in line with its Ray job."""
     jobs = jobs or _default_jobs()
     run.refresh_from_db()
     if run.state not in ACTIVE_STATES:
@@ -124,7 +125,7 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
     if status is None and _admitted_moments_ago(run):
         jobs.submit(run)  # admitted, and the pass that admitted it has not submitted it (yet, or it died)
         return
-    active = [S.STARTING, S.RUNNING, S.CANCELLING]
+    active = [S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING]
     if status is None or status in JOB_TERMINAL:
         _recover_from_run_folder(run)
         run.refresh_from_db()
@@ -136,9 +137,9 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         else:
             run_transition(
                 run.pk,
-                [S.STARTING, S.RUNNING],
+                [S.STARTING, S.RUNNING, S.PREEMPTING],
                 S.FAILED,
-                f"the Ray job {run.pk} does not exist (was the Ray cluster restarted?)",
+                f"the Ray job {run.ray_job_id} does not exist (was the Ray cluster restarted?)",
             )
     elif status == "SUCCEEDED":
         run_transition(run.pk, active, S.SUCCEEDED, "the Ray job succeeded (the engine's final status never arrived)")
@@ -148,18 +149,24 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
     elif status == "FAILED":
         if run.state == S.CANCELLING:
             run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
+        elif run.state == S.PREEMPTING and jobs.exit_code(run) == EXIT_PREEMPTED:
+            run_transition(
+                run.pk, [S.PREEMPTING], S.PREEMPTED, "preempted: the engine checkpointed and exited for the scheduler"
+            )
         else:
             tail = _log_tail(jobs.logs(run))
             headline = _job_failure_headline(jobs.exit_code(run), tail)
             run_transition(
                 run.pk,
-                [S.STARTING, S.RUNNING],
+                [S.STARTING, S.RUNNING, S.PREEMPTING],
                 S.FAILED,
                 f"{headline}; its last log lines:\n{tail}" if tail else f"{headline} (no logs)",
             )
     elif run.state == S.CANCELLING:
         jobs.stop(run)  # the cancel task may have died before Ray stopped it; ask again
     elif status == "RUNNING":
+        if run.state == S.PREEMPTING:
+            jobs.preempt(run, run.state_reason)  # idempotent: a request lost with a worker is made again
         _fail_if_lost(run, jobs, now or timezone.now())
 
 
@@ -192,7 +199,9 @@ def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
     if last is None or now - last < timedelta(seconds=timeout):
         return
     hint = "" if run.last_event_at else f" (no event ever arrived: can the engine reach {settings.PUBLIC_URL}?)"
-    if run_transition(run.pk, [S.STARTING, S.RUNNING], S.FAILED, f"lost: no event for {timeout:g}s{hint}"):
+    if run_transition(
+        run.pk, [S.STARTING, S.RUNNING, S.PREEMPTING], S.FAILED, f"lost: no event for {timeout:g}s{hint}"
+    ):
         jobs.stop(run)
 
 

@@ -20,6 +20,7 @@ class JobsClient(Protocol):
     def status(self, run: Run) -> str | None: ...  # PENDING RUNNING STOPPED SUCCEEDED FAILED, None = no job
     def logs(self, run: Run) -> str: ...
     def exit_code(self, run: Run) -> int | None: ...  # the driver's, once the job ended; negative: a signal
+    def preempt(self, run: Run, reason: str) -> None: ...  # checkpoint at the next step boundary and exit 75
 
 
 def default_jobs() -> JobsClient:

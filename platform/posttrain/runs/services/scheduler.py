@@ -6,6 +6,12 @@ jobs; every other waiting run gets its queue position and the reason it waits. I
 launched, when a run stops holding resources (it ends, fails, is cancelled or preempted) and on the
 periodic reconcile.
 
+Preemption: when the run at the head of the queue does not fit, running runs of a lower priority may
+be moved `running → preempting` to make room (posttrain.runs.scheduling.preemption_victims). Their
+engines are asked (a request file in the run folder, rl_engine/preemption.py) to checkpoint at the
+next step boundary and exit; each then reports `preempted`, goes back to the queue, and when admitted
+again resumes from that checkpoint as its next Ray job (`Run.attempt`, `Run.ray_job_id`).
+
 Safe under any number of workers: a pass holds a row lock on the ClusterSnapshot row for its whole
 transaction, so passes run one after another, each seeing the grants of the ones before; and the
 move to `starting` is a compare-and-set, so a run cancelled meanwhile is never admitted.
@@ -31,6 +37,7 @@ from importlib import import_module
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from posttrain.core.errors import IllegalTransition, JobsUnavailable, PermissionDenied
@@ -39,12 +46,15 @@ from posttrain.runs.scheduling import (
     RESOURCE_KEYS,
     Candidate,
     ClusterView,
+    Holder,
     Limits,
     Resources,
     Usage,
     add,
     admission_plan,
+    describe,
     over_quota_alone,
+    preemption_victims,
     subtract,
     too_large_for_cluster,
     total_of,
@@ -164,27 +174,87 @@ def runs_admit(
             candidates.append(
                 Candidate(str(run.pk), _owner(run), run.priority, run.state_changed_at, run.created_at, total_of(run))
             )
-        decisions = admission_plan(
-            candidates, _free_now(view, holding, now), usage, limits, view.total, now, settings.SCHEDULER_AGING_S
-        )
+        free_left = _free_now(view, holding, now)
+        decisions = admission_plan(candidates, free_left, usage, limits, view.total, now, settings.SCHEDULER_AGING_S)
+        by_id = {str(run.pk): run for run in waiting}
         admitted: list[str] = []
+        preempted: list[str] = []
         position = 0
         for decision in decisions:
+            run = by_id[decision.run_id]
             if decision.admit:
-                if run_transition(decision.run_id, WAITING_STATES, S.STARTING, f"admitted: {decision.reason}"):
-                    Run.objects.filter(pk=decision.run_id).update(queue_position=None, queue_reason="")
+                free_left = subtract(free_left, total_of(run))
+                if _admit(run, decision.reason):
                     admitted.append(decision.run_id)
                 continue
             position += 1
-            Run.objects.filter(pk=decision.run_id).update(queue_position=position, queue_reason=decision.reason)
+            reason = decision.reason
+            if decision.blocking and settings.SCHEDULER_PREEMPTION:
+                victims = _preempt_for(run, free_left, holding)
+                preempted += victims
+                if victims or any(h.state == S.PREEMPTING for h in holding):
+                    reason += "; preempting lower-priority runs to make room"
+            Run.objects.filter(pk=decision.run_id).update(queue_position=position, queue_reason=reason)
         for run_id, reason in held.items():
             Run.objects.filter(pk=run_id).update(queue_position=None, queue_reason=reason)
         snapshot.nodes = view.as_dict()["nodes"]
         snapshot.total, snapshot.free, snapshot.taken_at = view.total, view.free, now
         snapshot.save()
+    for run_id in preempted:
+        run_request_preemption(run_id, jobs=jobs)
     for run_id in admitted:
         run_start(run_id, jobs=jobs)
     return admitted
+
+
+def _admit(run: Run, grant: str) -> bool:
+    """waiting → starting by compare-and-set; a preempted run's next Ray job is its next attempt."""
+    resumes = run.state == S.PREEMPTED
+    note = f"admitted: {grant}" + ("; resumes from its preemption checkpoint" if resumes else "")
+    if not run_transition(run.pk, [run.state], S.STARTING, note):
+        return False  # cancelled meanwhile
+    fields: dict = {"queue_position": None, "queue_reason": ""}
+    if resumes:
+        fields["attempt"] = F("attempt") + 1
+    Run.objects.filter(pk=run.pk).update(**fields)
+    return True
+
+
+def _preempt_for(blocked: Run, free: Resources, holding: list[Run]) -> list[str]:
+    """Move the running runs that must make room for `blocked` to `preempting` (compare-and-set); their
+    engines are asked after commit. Runs already preempting count as room on its way."""
+    coming_free = {key: 0.0 for key in RESOURCE_KEYS}
+    for run in holding:
+        if run.state == S.PREEMPTING:
+            coming_free = add(coming_free, total_of(run))
+    running = [
+        Holder(str(r.pk), r.priority, r.created_at, total_of(r), r.preemptible) for r in holding if r.state == S.RUNNING
+    ]
+    candidate = Candidate(
+        str(blocked.pk),
+        _owner(blocked),
+        blocked.priority,
+        blocked.state_changed_at,
+        blocked.created_at,
+        total_of(blocked),
+    )
+    victims = preemption_victims(candidate, free, running, coming_free)
+    label = blocked.name or str(blocked.pk)
+    reason = f"preempted for {label} ({blocked.priority} priority, needs {describe(total_of(blocked))})"
+    return [run_id for run_id in victims if run_transition(run_id, [S.RUNNING], S.PREEMPTING, reason)]
+
+
+def run_request_preemption(run_id: uuid.UUID | str, *, jobs=None) -> None:
+    """Ask a preempting run's engine to checkpoint at its next step boundary and exit (it then reports
+    `preempted`, or the reconcile reads its exit code 75)."""
+    run = Run.objects.filter(pk=run_id, state=S.PREEMPTING).first()
+    if run is None:
+        return  # it ended or was cancelled meanwhile
+    jobs = jobs or default_jobs()
+    try:
+        jobs.preempt(run, run.state_reason)
+    except OSError as exc:  # the run folder is unreachable: the run keeps going and the next pass asks again
+        logger.warning("cannot ask run %s to stop for preemption: %s", run.pk, exc)
 
 
 def run_start(run_id: uuid.UUID | str, *, jobs=None) -> None:
