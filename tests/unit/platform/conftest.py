@@ -16,6 +16,14 @@ from tests.unit.platform.helpers import PASSWORD
 
 
 @pytest.fixture(autouse=True)
+def fast_password_hashing(settings) -> None:
+    """Django's PBKDF2 takes ~0.4 s a password on this machine, paid for every user a test makes; these
+    tests never leave this process, where a cheap hasher checks what it made (Django's own advice for
+    test suites). The integration and e2e servers keep the real one."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def storage(storage: Path) -> Path:
     """Every platform test writes artifacts (datasets, rewards, model copies) under its own folder."""
     return storage

@@ -55,11 +55,10 @@ def keep_the_test_database_connection():
 
 
 @pytest.fixture
-def credentials(make_user, settings) -> dict[str, dict[str, str]]:
+def credentials(make_user) -> dict[str, dict[str, str]]:
     """Authorization headers per role (DRF token authentication); anonymous sends none."""
     from rest_framework.authtoken.models import Token
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # users are made per operation
     headers = {"anonymous": {}}
     for role in ROLES[1:]:
         token = Token.objects.create(user=make_user(role, username=f"fuzz-{role}"))

@@ -55,3 +55,14 @@ def test_a_bad_override_is_a_command_error_and_creates_nothing(assets, override,
     with pytest.raises(CommandError, match=message.replace(".", r"\.")):
         call_command("demo_launch", str(assets), "--set", override)
     assert not Experiment.objects.exists() and not Run.objects.exists()
+
+
+def test_the_demo_experiment_holds_two_cpus_unless_the_overrides_place_it(assets, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    call_command("demo_launch", str(assets))
+    run = Run.objects.get(experiment__name=DEMO)
+    assert run.resources["driver"] == {"CPU": 2.0, "GPU": 0.0}, "two threads, and a neighbour waits its turn"
+
+    call_command("demo_launch", str(assets), "--set", "placement.cpus_per_trainer=1")
+    placed = Run.objects.get(experiment__name=f"{DEMO}+placement.cpus_per_trainer=1")
+    assert placed.resources["driver"]["CPU"] == 1.0

@@ -136,12 +136,8 @@ class ExperimentValidateView(APIView):
             rewards=[(item["reward"], item["weight"]) for item in data["rewards"]],
             config=data["config"],
         )
-        from rl_engine.config import validate_config
-        from rl_engine.distributed.placement import resource_needs
-
-        resources = resource_needs(validate_config(checked.engine_config))
         return Response(
-            {"config": checked.engine_config, "yaml": config_to_yaml(data["config"]), "resources": resources}
+            {"config": checked.engine_config, "yaml": config_to_yaml(data["config"]), "resources": checked.resources}
         )
 
 

@@ -78,13 +78,9 @@ def build_engine_config(
     return full
 
 
-def validated_engine_config(full: dict[str, Any]) -> dict[str, Any]:
-    """The engine's own validation (rl_engine.config): ConfigError becomes a 400 naming each `loc`."""
-    return validated_engine_config_and_needs(full)[0]
-
-
 def validated_engine_config_and_needs(full: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`validated_engine_config` and the run's resource needs from the same validated config (parsed once)."""
+    """The engine's own validation (rl_engine.config; a ConfigError becomes a 400 naming each `loc`) and the
+    run's resource needs, from the one validated config."""
     from rl_engine.config import ConfigError, check_runnable, validate_config
     from rl_engine.distributed.placement import resource_needs
 
@@ -161,6 +157,8 @@ class CheckedExperiment:
     rewards: list[tuple[RewardFunction, float]]
     # Validated, defaults filled in: what a run of the experiment gets, before its seed and run_dir.
     engine_config: dict[str, Any]
+    # What a run of it holds on the cluster (rl_engine.distributed.placement.resource_needs).
+    resources: dict[str, Any]
 
 
 def experiment_check(
@@ -186,9 +184,10 @@ def experiment_check(
     _check_platform_fields(config)
     if "seed" in config:  # the launch defaults to it, so a seed the launch refuses is refused here already
         clean_seed(config["seed"], 0)
-    return CheckedExperiment(
-        rewards, validated_engine_config(build_engine_config(config, model, dataset, rewards, name=name))
+    engine_config, resources = validated_engine_config_and_needs(
+        build_engine_config(config, model, dataset, rewards, name=name)
     )
+    return CheckedExperiment(rewards, engine_config, resources)
 
 
 def experiment_create(

@@ -3,7 +3,8 @@
 Idempotent: assets and the experiment are reused by name, and a new run starts only when the
 experiment has none in flight. `--set KEY=VALUE` launches a variant of the demo experiment instead
 (e.g. `--set backends.rollout=vllm`, as bench/stack_memory.py does): its own experiment, named after
-the overrides, so the plain demo experiment is never reused with, or changed by, them.
+the overrides, so the plain demo experiment is never reused with, or changed by, them. The demo
+experiment reserves two CPUs per run (`demo_placement`) unless the overrides set `placement.*`.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class Command(BaseCommand):
             for section, keys in _FROM_REGISTRY.items():
                 config[section] = {k: v for k, v in config[section].items() if k not in keys}
             config["data"]["eval_path"] = str(assets / "data" / "test.jsonl")
+            if not any(item.startswith("placement.") for item in overrides):
+                config["placement"] = {**config.get("placement", {}), **demo_placement()}
             if overrides:
                 config = _with_overrides(config, overrides)
             try:
@@ -103,6 +106,14 @@ class Command(BaseCommand):
         self.stdout.write(f"demo run {verb}: {run.pk} (experiment {experiment.pk}, state {run.state})")
         port = os.environ.get("POSTTRAIN_PORT", "8000")
         self.stdout.write(f"live curves and rollouts: http://127.0.0.1:{port}/runs/{run.pk}/")
+
+
+def demo_placement() -> dict[str, float]:
+    """The demo experiment holds two CPUs (the whole of a 2-core machine; one on a 1-core one): its runs get
+    two torch threads each, and runs launched beside it wait their turn in the queue instead of sharing
+    the cores and slowing each other (docs/SCHEDULER.md)."""
+    cpus = float(min(2, os.cpu_count() or 1))
+    return {"cpus_per_trainer": cpus, "cpus_per_rollout_engine": cpus}
 
 
 def _with_overrides(config: dict, overrides: list[str]) -> dict:
