@@ -2,7 +2,7 @@
 // Submitting claims the next item in the same request, so the next item shows at once. The page shows
 // only what the API's annotator view of an item holds: in a blind campaign no reward, run or step.
 
-import { api, ApiError, el, errorText, pageData } from "./api.js";
+import { $, api, ApiError, el, errorText, pageData } from "./api.js";
 
 const WAIT_RETRY_MS = 10000;
 const MAX_SECONDS = 24 * 3600;
@@ -14,7 +14,6 @@ const PAIRWISE_CHOICES = [
 ];
 const MAX_TAG_KEYS = 9;
 
-const $ = (id) => document.getElementById(id);
 const campaign = pageData("campaign-data");
 
 const state = {

@@ -1,8 +1,6 @@
 // The annotator's queue: their active campaigns with their progress. Keyboard first: the first
 // campaign with work left has focus, J/K move between campaigns, Enter opens the work page.
-import { api, el } from "./api.js";
-
-const $ = (id) => document.getElementById(id);
+import { $, api, el } from "./api.js";
 
 function progressText(progress) {
   const total = progress.judged + progress.remaining;

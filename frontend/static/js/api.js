@@ -104,3 +104,23 @@ export function pageData(id) {
   const node = document.getElementById(id);
   return node ? JSON.parse(node.textContent) : null;
 }
+
+// --- small page helpers every page would otherwise write again ---------------------------------------
+
+export const $ = (id) => document.getElementById(id);
+
+// A run in one of these states never changes again (runs/models.py TERMINAL_STATES).
+export const TERMINAL_STATES = new Set(["succeeded", "failed", "cancelled"]);
+
+export function debounce(fn, ms) {
+  let timer = null;
+  return (...args) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => fn(...args), ms);
+  };
+}
+
+// "a, b,,c" -> ["a", "b", "c"]: a comma-separated field as a list.
+export function splitList(text) {
+  return (text || "").split(",").map((part) => part.trim()).filter(Boolean);
+}

@@ -2,7 +2,7 @@
 // tokens or wall time, optional grouping by a config field with mean and spread bands), their
 // summaries, the config fields that differ, and the same prompt's rollouts side by side.
 // Every setting lives in the query string, so a view can be shared or reloaded as it is.
-import { api, el, formatNumber, stateBadge } from "./api.js";
+import { $, api, debounce, el, formatNumber, splitList, stateBadge, TERMINAL_STATES } from "./api.js";
 import { HEADLINE_METRICS, metricInfo } from "./metric_catalogue.js";
 
 // =============================================================================================
@@ -179,10 +179,6 @@ export function assignColors(ids, palette = PALETTE) {
 export const X_AXES = { step: "step", samples: "samples", tokens: "tokens", time: "wall time (s since start)" };
 export const DEFAULT_METRICS = HEADLINE_METRICS;
 
-function splitList(text) {
-  return (text || "").split(",").map((s) => s.trim()).filter(Boolean);
-}
-
 // The page's settings from a query string, with defaults; `metrics` is null when not chosen yet.
 export function readSettings(search) {
   const q = new URLSearchParams(search);
@@ -226,7 +222,6 @@ let settings; // readSettings(location.search) when the page starts
 let compared = null; // the last /api/compare/ answer
 let colors = new Map();
 let compareRequest = 0; // only the newest answer is drawn when requests overlap
-const $ = (id) => document.getElementById(id);
 
 function saveSettings() {
   const query = settingsQuery(settings);
@@ -240,14 +235,6 @@ function showError(where, error) {
 
 function clearError(where) {
   $(where).replaceChildren();
-}
-
-function debounce(fn, ms) {
-  let timer;
-  return (...args) => {
-    clearTimeout(timer);
-    timer = setTimeout(() => fn(...args), ms);
-  };
 }
 
 function swatch(color) {
@@ -740,7 +727,6 @@ function wire() {
 // streams; here one request serves all runs). Not while a control has focus, so a redraw never
 // steals a select or input from the user; the charts keep their zoom (uirevision).
 const LIVE_REFRESH_MS = 10_000;
-const TERMINAL_STATES = new Set(["succeeded", "failed", "cancelled"]);
 
 function refreshWhileLive() {
   setInterval(() => {

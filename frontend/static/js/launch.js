@@ -2,7 +2,7 @@
 // engine's schema, validated by the server as you type (the same checks as creating it), a YAML
 // pane to copy or edit, and Launch. `?from_run=<id>` and `?experiment=<id>` pre-fill everything.
 
-import { api, ApiError, el } from "./api.js";
+import { $, api, ApiError, el } from "./api.js";
 import { datasetLabel, listAll, modelLabel, rewardSummary } from "./assets.js";
 import { clearFieldErrors, errorsOf, placeFieldErrors, showErrorSummary, showIn } from "./form_errors.js";
 import { SchemaForm } from "./schema_form.js";
@@ -12,8 +12,6 @@ const VALIDATE_DELAY_MS = 400;
 const NOT_IN_FORM = ["schema_version", "name", "description"];
 const OPEN_SECTIONS = ["general", "algorithm", "rollout", "train"];
 const EXPERIMENT_FIELDS = ["name", "description", "model", "dataset", "tags", "note"];
-
-const $ = (id) => document.getElementById(id);
 
 const state = {
   platformFields: [],

@@ -1,9 +1,8 @@
 // The /queue/ page: GET /api/queue/ refreshed every few seconds while the tab is visible (the runs
 // list's live mechanism). docs/ARCHITECTURE.md, "The scheduler".
-import { api, el, stateBadge } from "./api.js";
+import { $, api, el, stateBadge } from "./api.js";
 
 const REFRESH_MS = 2000;
-const $ = (id) => document.getElementById(id);
 let timer = null;
 
 const amount = (value, key) => `${value} ${key}${value === 1 ? "" : "s"}`;

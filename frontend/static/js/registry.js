@@ -2,7 +2,7 @@
 // model folder registration, reward creation with its spec fields generated from the engine's
 // schema) and a preview of a dataset's first rows.
 
-import { api, el, formatNumber } from "./api.js";
+import { $, api, el, formatNumber } from "./api.js";
 import { formatBytes, formatParameters, formatWhen, listAll, rewardSummary } from "./assets.js";
 import { clearFieldErrors, errorsOf, placeFieldErrors, showErrorSummary } from "./form_errors.js";
 import { SchemaForm } from "./schema_form.js";
@@ -11,8 +11,6 @@ const BUILTIN_TYPES = ["exact_match", "boxed_math", "regex", "length_penalty"];
 // The registry sets these itself: the component name (from the reward's name) and the weight (per experiment).
 const SPEC_NOT_IN_FORM = ["type", "name", "weight"];
 const PREVIEW_CELL_CHARS = 300;
-
-const $ = (id) => document.getElementById(id);
 
 const state = { models: [], datasets: [], rewards: [], schema: null, specForm: null, fresh: new Set() };
 

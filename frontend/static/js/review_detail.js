@@ -2,7 +2,7 @@
 // the judgements next to the rewards (sortable, disagreements only), and export / register as dataset.
 // While the campaign is active the figures refresh themselves.
 
-import { api, ApiError, el, formatDuration, formatNumber, pageData } from "./api.js";
+import { $, api, ApiError, el, formatDuration, formatNumber, pageData } from "./api.js";
 
 const RESULTS_PAGE = 25;
 const REFRESH_MS = 5000;
@@ -13,7 +13,6 @@ const EXPORT_NAMES = {
   ratings_jsonl: "Ratings (JSONL)", ratings_csv: "Ratings (CSV)",
 };
 
-const $ = (id) => document.getElementById(id);
 const base = pageData("campaign-data");
 const url = `/api/review/campaigns/${base.id}/`;
 

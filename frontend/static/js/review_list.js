@@ -1,8 +1,7 @@
 // The researcher's list of review campaigns: state, items and how far the annotators got.
-import { api, el, stateBadge } from "./api.js";
+import { $, api, el, stateBadge } from "./api.js";
 
 const PAGE_SIZE = 50;
-const $ = (id) => document.getElementById(id);
 
 let offset = 0;
 

@@ -2,7 +2,7 @@
 // (a small builder per kind), and the annotators. The server validates everything in one request;
 // each error it names comes back next to its field. `?runs=<id>,<id>` pre-selects runs.
 
-import { api, ApiError, el } from "./api.js";
+import { $, api, ApiError, el, splitList } from "./api.js";
 import { clearFieldErrors, placeFieldErrors, showErrorSummary } from "./form_errors.js";
 
 const SEARCH_DELAY_MS = 250;
@@ -19,8 +19,6 @@ const RULE_HELP = {
   component_disagreement: "Samples whose reward components (two or more, chosen below) disagree most.",
   reward_vs_component: "Samples whose reward differs most from one component (e.g. the verifier).",
 };
-
-const $ = (id) => document.getElementById(id);
 
 const state = {
   runs: new Map(), // id -> run (as the runs API lists it), in the order chosen
@@ -68,10 +66,6 @@ function refreshKeys() {
     const input = document.querySelector(`.q-editor[data-index="${i}"] input[data-field="key"]`);
     if (input) input.value = key;
   });
-}
-
-function splitList(text) {
-  return text.split(",").map((part) => part.trim()).filter(Boolean);
 }
 
 function integerOrText(text) {

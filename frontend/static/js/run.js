@@ -1,12 +1,11 @@
 // The run page: curves that grow as the engine's events arrive (SSE, traces extended in place),
 // RL diagnostics, the rollout browser, checkpoints, logs and the run's actions.
-import { api, el, formatNumber, pageData } from "./api.js";
+import { api, el, formatNumber, pageData, TERMINAL_STATES } from "./api.js";
 import { openRunStream } from "./browser_stream_client.js";
 import { GROUPS, HEADLINE_METRICS, metricInfo, PANELS } from "./metric_catalogue.js";
 import { tokenViewSection } from "./token_view.js";
 
 const run = pageData("run-data");
-const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const SAMPLES_PAGE = 25;
 
 // --- charts ---------------------------------------------------------------------------------
@@ -483,7 +482,7 @@ function showState(state, reason) {
   badge.dataset.state = state;
   badge.textContent = state;
   if (reason !== undefined) document.getElementById("run-reason").textContent = reason || "";
-  document.getElementById("cancel-run").hidden = TERMINAL.has(state) || state === "cancelling";
+  document.getElementById("cancel-run").hidden = TERMINAL_STATES.has(state) || state === "cancelling";
 }
 
 async function cancelRun() {

@@ -1,16 +1,13 @@
 // The runs list: filters kept in the URL (a filtered view can be shared or reloaded), key metrics
 // from each run's summary, state badges that refresh while runs are live, and a selection to compare.
-import { api, el, formatDuration, formatNumber, stateBadge } from "./api.js";
+import { $, api, debounce, el, formatDuration, formatNumber, stateBadge, TERMINAL_STATES } from "./api.js";
 
 const STATES = [
   "queued", "starting", "running", "cancelling", "preempting", "preempted", "succeeded", "failed", "cancelled", "draft",
 ];
-const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const PAGE_SIZE = 25;
 const REFRESH_MS = 3000;
 const TYPING_DELAY_MS = 300;
-
-const $ = (id) => document.getElementById(id);
 
 let filters = readFilters();
 const selected = new Set(); // run ids, kept across pages and filters (compare runs from anywhere)
@@ -68,11 +65,6 @@ function filtersChanged() {
   filters.offset = 0;
   writeUrl();
   load();
-}
-
-function debounce(fn, ms) {
-  let timer = null;
-  return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), ms); };
 }
 
 function wireFilters() {
@@ -270,7 +262,7 @@ function update(page) {
 function scheduleRefresh() {
   clearTimeout(refreshTimer);
   refreshTimer = null;
-  if (shown.results.some((run) => !TERMINAL.has(run.state))) {
+  if (shown.results.some((run) => !TERMINAL_STATES.has(run.state))) {
     refreshTimer = setTimeout(() => load({ refresh: true }), REFRESH_MS);
   }
 }

@@ -15,11 +15,11 @@ Every error names its field (`questions[2].max`, `answers.quality`).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from posttrain.core.errors import InvalidInput
+from posttrain.core.json_values import json_integer
 
 QUESTION_KINDS: tuple[str, ...] = ("rating", "pass_fail", "pairwise", "tags", "comment")
 PAIRWISE_CHOICES: tuple[str, ...] = ("A", "B", "tie", "both_bad")
@@ -33,17 +33,6 @@ MAX_TAG_CHARS = 100
 MAX_COMMENT_CHARS = 10_000
 _COMMON_FIELDS = {"key", "kind", "label", "required", "help"}
 _KIND_FIELDS = {"rating": {"min", "max", "labels"}, "tags": {"options"}}
-
-
-def _integer(value: Any) -> int | None:
-    """An int from JSON (2 or 2.0), None for anything else (booleans included)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return None
 
 
 def _text(value: Any, loc: str, errors: list[dict[str, str]], *, limit: int, required: bool) -> str:
@@ -128,7 +117,7 @@ def _question(raw: dict[str, Any], loc: str, campaign_kind: str, errors: list[di
 
 
 def _rating_scale(raw: dict[str, Any], loc: str, errors: list[dict[str, str]]) -> dict[str, Any]:
-    low, high = _integer(raw.get("min")), _integer(raw.get("max"))
+    low, high = json_integer(raw.get("min")), json_integer(raw.get("max"))
     if low is None:
         errors.append({"loc": f"{loc}.min", "msg": "required: the lowest rating, an integer"})
     if high is None:
@@ -209,7 +198,7 @@ def _answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[st
         return None
     kind = question["kind"]
     if kind == "rating":
-        rating = _integer(value)
+        rating = json_integer(value)
         if rating is None or not question["min"] <= rating <= question["max"]:
             errors.append({"loc": loc, "msg": f"must be an integer from {question['min']} to {question['max']}"})
             return None

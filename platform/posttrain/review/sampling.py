@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.core.errors import InvalidInput
+from posttrain.core.json_values import json_integer
 
 RULES: tuple[str, ...] = ("random", "lowest_reward", "highest_reward", "component_disagreement", "reward_vs_component")
 PAIR_STEPS: tuple[str, ...] = ("same", "latest")
@@ -77,16 +78,6 @@ class Pick:
 # --- the source spec ---------------------------------------------------------------------------
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return None
-
-
 def validate_source(raw: Any, campaign_kind: str) -> dict[str, Any]:
     """The source spec, normalised; InvalidInput naming each bad field (`source.k`)."""
     if not isinstance(raw, dict):
@@ -100,10 +91,10 @@ def validate_source(raw: Any, campaign_kind: str) -> dict[str, Any]:
     rule = raw.get("rule", "random")
     if rule not in RULES:
         errors.append({"loc": "source.rule", "msg": f"must be one of {', '.join(RULES)}, got {rule!r}"[:300]})
-    k = _int(raw.get("k", 1))
+    k = json_integer(raw.get("k", 1))
     if k is None or not 1 <= k <= MAX_K:
         errors.append({"loc": "source.k", "msg": f"must be an integer from 1 to {MAX_K} (items per step)"})
-    seed = _int(raw.get("seed", 0))
+    seed = json_integer(raw.get("seed", 0))
     if seed is None or not 0 <= seed <= MAX_SEED:
         errors.append({"loc": "source.seed", "msg": f"must be an integer from 0 to {MAX_SEED}"})
     steps, step_range = _steps(raw, errors)
@@ -168,14 +159,16 @@ def _steps(raw: dict[str, Any], errors: list[dict[str, str]]) -> tuple[list[int]
         if not isinstance(steps, list) or not steps or len(steps) > MAX_STEPS_LISTED:
             errors.append({"loc": "source.steps", "msg": f"must be a list of 1 to {MAX_STEPS_LISTED} steps"})
             return None, None
-        parsed = [_int(s) for s in steps]
+        parsed = [json_integer(s) for s in steps]
         bad = next((i for i, s in enumerate(parsed) if s is None or s < 0), None)
         if bad is not None:
             errors.append({"loc": f"source.steps[{bad}]", "msg": "must be a step number (an integer ≥ 0)"})
             return None, None
         return sorted(set(parsed)), None
     if step_range is not None:
-        bounds = [_int(s) for s in step_range] if isinstance(step_range, list) and len(step_range) == 2 else [None]
+        bounds = (
+            [json_integer(s) for s in step_range] if isinstance(step_range, list) and len(step_range) == 2 else [None]
+        )
         if None in bounds or bounds[0] < 0 or bounds[1] < bounds[0]:
             errors.append({"loc": "source.step_range", "msg": "must be [first, last], steps ≥ 0, first ≤ last"})
             return None, None

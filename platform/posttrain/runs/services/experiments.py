@@ -15,6 +15,7 @@ from django.db import transaction
 from posttrain.core.errors import InvalidInput
 from posttrain.core.private_paths import private_path_problem
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
+from posttrain.registry.reward_specs import component_name
 from posttrain.runs.models import (
     Experiment,
     ExperimentReward,
@@ -33,17 +34,12 @@ _PLATFORM_FIELDS = {
 }
 PLATFORM_FIELDS: tuple[str, ...] = tuple(_PLATFORM_FIELDS)  # the launch form leaves these out
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\- ]+")
-_REWARD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
 def _run_config_name(name: str) -> str:
     """The engine's run name from an experiment name (letters, digits, spaces and - _ . only)."""
     cleaned = _NAME_CHARS.sub("-", name).strip(" -")[:100]
     return cleaned or "experiment"
-
-
-def _reward_name(reward: RewardFunction) -> str:
-    return _REWARD_NAME_CHARS.sub("_", reward.name).strip("_")[:100] or reward.kind
 
 
 def build_engine_config(
@@ -71,7 +67,7 @@ def build_engine_config(
     specs = []
     for reward, weight in rewards:
         spec = dict(reward.spec) if isinstance(reward.spec, dict) else {}
-        spec.setdefault("name", _reward_name(reward))  # metrics read reward/<registry name>
+        spec.setdefault("name", component_name(reward.name, reward.kind)[:100])  # metrics read reward/<name>
         spec["weight"] = weight
         specs.append(spec)
     full["rewards"] = specs
