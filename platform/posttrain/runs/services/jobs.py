@@ -147,15 +147,16 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         reason = "cancelled" if run.state == S.CANCELLING else "the Ray job was stopped outside Posttrain"
         run_transition(run.pk, active, S.CANCELLED, reason)
     elif status == "FAILED":
+        code = None if run.state == S.CANCELLING else jobs.exit_code(run)
         if run.state == S.CANCELLING:
             run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
-        elif run.state == S.PREEMPTING and jobs.exit_code(run) == EXIT_PREEMPTED:
+        elif run.state == S.PREEMPTING and code == EXIT_PREEMPTED:
             run_transition(
                 run.pk, [S.PREEMPTING], S.PREEMPTED, "preempted: the engine checkpointed and exited for the scheduler"
             )
         else:
             tail = _log_tail(jobs.logs(run))
-            headline = _job_failure_headline(jobs.exit_code(run), tail)
+            headline = _job_failure_headline(code, tail)
             run_transition(
                 run.pk,
                 [S.STARTING, S.RUNNING, S.PREEMPTING],

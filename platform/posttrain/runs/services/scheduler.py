@@ -177,6 +177,7 @@ def runs_admit(
         free_left = _free_now(view, holding, now)
         decisions = admission_plan(candidates, free_left, usage, limits, view.total, now, settings.SCHEDULER_AGING_S)
         by_id = {str(run.pk): run for run in waiting}
+        candidate_of = {c.run_id: c for c in candidates}
         admitted: list[str] = []
         preempted: list[str] = []
         position = 0
@@ -190,7 +191,7 @@ def runs_admit(
             position += 1
             reason = decision.reason
             if decision.blocking and settings.SCHEDULER_PREEMPTION:
-                victims = _preempt_for(run, free_left, holding)
+                victims = _preempt_for(candidate_of[decision.run_id], run.name, free_left, holding)
                 preempted += victims
                 if victims or any(h.state == S.PREEMPTING for h in holding):
                     reason += "; preempting lower-priority runs to make room"
@@ -220,7 +221,7 @@ def _admit(run: Run, grant: str) -> bool:
     return True
 
 
-def _preempt_for(blocked: Run, free: Resources, holding: list[Run]) -> list[str]:
+def _preempt_for(blocked: Candidate, name: str, free: Resources, holding: list[Run]) -> list[str]:
     """Move the running runs that must make room for `blocked` to `preempting` (compare-and-set); their
     engines are asked after commit. Runs already preempting count as room on its way."""
     coming_free = {key: 0.0 for key in RESOURCE_KEYS}
@@ -230,17 +231,8 @@ def _preempt_for(blocked: Run, free: Resources, holding: list[Run]) -> list[str]
     running = [
         Holder(str(r.pk), r.priority, r.created_at, total_of(r), r.preemptible) for r in holding if r.state == S.RUNNING
     ]
-    candidate = Candidate(
-        str(blocked.pk),
-        _owner(blocked),
-        blocked.priority,
-        blocked.state_changed_at,
-        blocked.created_at,
-        total_of(blocked),
-    )
-    victims = preemption_victims(candidate, free, running, coming_free)
-    label = blocked.name or str(blocked.pk)
-    reason = f"preempted for {label} ({blocked.priority} priority, needs {describe(total_of(blocked))})"
+    victims = preemption_victims(blocked, free, running, coming_free)
+    reason = f"preempted for {name or blocked.run_id} ({blocked.priority} priority, needs {describe(blocked.need)})"
     return [run_id for run_id in victims if run_transition(run_id, [S.RUNNING], S.PREEMPTING, reason)]
 
 
@@ -253,7 +245,7 @@ def run_request_preemption(run_id: uuid.UUID | str, *, jobs=None) -> None:
     jobs = jobs or default_jobs()
     try:
         jobs.preempt(run, run.state_reason)
-    except OSError as exc:  # the run folder is unreachable: the run keeps going and the next pass asks again
+    except OSError as exc:  # the run folder is unreachable: the run keeps going and the reconcile asks again
         logger.warning("cannot ask run %s to stop for preemption: %s", run.pk, exc)
 
 
