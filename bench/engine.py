@@ -5,10 +5,12 @@ memory for placement colocate/separate and sync/async rollout.
 
     HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 .venv/bin/python bench/engine.py [--shape tiny|medium|both] [--steps N]
         [--configs colocate-sync separate-sync separate-async] [--backends transformers vllm]
-        [--dtype float32 bfloat16] [--skip-trl] [--cache-dir .demo] [--retries 1] [--quiet-s 60] [--timeout-s 1800]
+        [--dtype float32 bfloat16] [--skip-trl] [--cache-dir .demo] [--demo-dir DIR] [--retries 1] [--quiet-s 60]
+        [--timeout-s 1800]
 
 Shapes: `tiny` is the demo task's policy (~1M parameters, warm-started) with the demo run config's batch
-(32 prompts x 8 samples x 6 new tokens, one micro-batch); `medium` is the same architecture at ~49M parameters,
+(32 prompts x 8 samples x 6 new tokens, one micro-batch; `--demo-dir` uses another demo build as it is, e.g. a tiny
+one for a smoke run, whose heads are too narrow for vLLM's CPU attention: `--backends transformers`); `medium` is the same architecture at ~49M parameters,
 randomly initialised, 32 prompts x 4 samples x 128 new tokens, micro-batches of 32, bf16 by default.
 
 Each of our configurations is one `python -m rl_engine train` process; TRL runs in its own process too (this
@@ -39,8 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
+
+from bench import _servers
+from bench._machine import MachineLoad
+from bench._servers import REPO
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -102,16 +108,17 @@ def log(message: str) -> None:
 # --- assets ------------------------------------------------------------------------------------------------------
 
 
-def prepare(shape: Shape, cache: Path, steps: int) -> tuple[Path, dict]:
-    """Builds (or reuses) the shape's model and data; writes our run config next to them. Returns the config's path
-    and the build manifest."""
-    from _models import build_policy
-
+def prepare(shape: Shape, cache: Path, steps: int, work: Path, demo_dir: Path | None = None) -> tuple[Path, dict]:
+    """Builds (or reuses) the shape's model and data; writes our run config (absolute paths) into `work`. Returns
+    the config's path and the build manifest. `demo_dir`: the tiny shape's demo build, used as it is."""
+    from bench._models import build_policy
     from rl_engine.config import dump_config
     from rl_engine.demo.run_config import build_demo_assets, demo_run_config
 
     folder = cache / shape.folder
-    if shape.size == "demo":
+    if shape.size == "demo" and demo_dir is not None:
+        folder = demo_dir
+    elif shape.size == "demo":
         build_demo_assets(folder)  # the demo task exactly as `python -m rl_engine demo build` makes it
     else:
         # Random weights: the warm start would teach "answer then eos" and cut responses to ~4 tokens; a random
@@ -122,13 +129,15 @@ def prepare(shape: Shape, cache: Path, steps: int) -> tuple[Path, dict]:
     train = {"steps": steps} | ({"micro_batch_size": shape.micro_batch_size} if shape.micro_batch_size else {})
     cfg = demo_run_config(
         folder,
+        model={"path": str(folder / "model")},
+        data={"path": str(folder / "data" / "train.jsonl"), "eval_path": str(folder / "data" / "test.jsonl")},
         rollout=shape.rollout,
         train=train,
         # No evaluation, no sample events (TRL logs no completions either), no checkpoints.
         logging={"eval_every": 0, "samples": "none"},
         checkpoint={"every_steps": 0, "save_final": False},
     )
-    path = folder / RUN_CONFIG
+    path = work / f"{shape.folder}-{RUN_CONFIG}"
     path.write_text(dump_config(cfg))
     return path, manifest
 
@@ -200,7 +209,7 @@ def run_process(command: list[str], log_path: Path, timeout_s: float, quiet_s: f
     load_before = os.getloadavg()[0]
     started, machine_started = time.monotonic(), machine_busy_s()
     with log_path.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        process = _servers.child(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     seen: dict[int, float] = {}
     timed_out = False
     try:
@@ -223,6 +232,8 @@ def run_process(command: list[str], log_path: Path, timeout_s: float, quiet_s: f
     other = max(0.0, machine_busy_s() - machine_started - own)
     lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     tail = f"timed out after {timeout_s:.0f} s" if timed_out else (lines[-1] if lines else "")
+    if timed_out or os.waitstatus_to_exitcode(status) != 0:
+        log(f"{' '.join(command[1:4])} failed; the end of its output ({log_path}):\n{_servers.log_tail(log_path)}")
     return Finished(
         os.waitstatus_to_exitcode(status),
         wall,
@@ -484,7 +495,7 @@ def worker_trl(cfg_path: Path, dtype: str, out: Path) -> None:
 def bench_shape(name: str, dtype: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     shape = SHAPES[name]
     steps = args.steps or shape.steps
-    config, manifest = prepare(shape, args.cache_dir, steps)
+    config, manifest = prepare(shape, args.cache_dir, steps, work, args.demo_dir)
     from rl_engine.config import load_config
 
     cfg = load_config(config)
@@ -513,10 +524,10 @@ def bench_shape(name: str, dtype: str, args: argparse.Namespace, work: Path) -> 
         "steps": steps,
         "note": NOTES[name],
         "model": {
-            "size": shape.size,
+            "size": manifest.get("model_size", shape.size),
             "parameters": manifest["model"]["parameters"],
             "warm_start_steps": manifest["sft"]["steps"],
-            "path": str(config.parent / "model"),
+            "path": cfg.model.path,
         },
         "batch": {
             "prompts": cfg.rollout.prompts_per_step,
@@ -577,6 +588,9 @@ def main() -> None:
     )
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--cache-dir", type=Path, default=REPO / ".demo", help="where the built models are kept")
+    parser.add_argument(
+        "--demo-dir", type=Path, help="the tiny shape's demo build, used as it is (default: --cache-dir's assets)"
+    )
     parser.add_argument("--timeout-s", type=float, default=1800, help="per process")
     parser.add_argument(
         "--quiet-s", type=float, default=60, help="before each process, wait up to this long for the CPUs to go idle"
@@ -596,7 +610,9 @@ def main() -> None:
         worker_trl(args.worker_config, args.worker_dtype, args.worker_out)
         return
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_process, which kills the run
+    if args.demo_dir is not None:
+        args.demo_dir = args.demo_dir.resolve()
+    machine = MachineLoad()
     # stdout carries the JSON only; whatever the imports print goes to stderr.
     json_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -620,9 +636,10 @@ def main() -> None:
         # Runs that shared the CPUs with other work even after --retries: their times are not comparable.
         "contended_runs": contended(results),
         "results": results,
+        "machine": machine.report(),
     }
     print(json.dumps(report, indent=1), file=json_out, flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    _servers.run_bench(main)

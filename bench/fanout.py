@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -26,9 +27,10 @@ from typing import Any
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
 
-from bench import ingest  # the servers and databases of the ingestion benches
+from bench import _servers, ingest  # the servers and databases of the ingestion benches
+from bench._machine import MachineLoad
 from bench.ingest_load import quantile
 
 
@@ -80,8 +82,10 @@ def main() -> int:
     args = ap.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-fanout-"))
+    machine = MachineLoad()
     pg = ingest.Postgres(args.pg_url)
-    process, base, token = ingest.start_ours_for_a_researcher(pg, workdir, redis_url=args.redis_url)
+    server, token = ingest.start_ours_for_a_researcher(pg, workdir, redis_url=args.redis_url)
+    base = server.url
     steps = int(args.seconds * args.rate)
     try:
         api = requests.Session()
@@ -127,14 +131,18 @@ def main() -> int:
             "event_to_client_p95_s": round(quantile(latencies, 0.95), 4),
             "event_to_client_max_s": round(max(latencies, default=float("nan")), 4),
             "goal_p95_le_0_2_s": quantile(latencies, 0.95) <= 0.2,
-            "machine": {"cpus": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()]},
+            "machine": machine.report(),
         }
         print(json.dumps(out, indent=2))
         return 0 if out["messages_missed"] == 0 else 1
+    except Exception:
+        ingest.log_server_tails([server])
+        raise
     finally:
-        ingest.stop_process_group(process)
+        server.stop()
         pg.drop(ingest.OURS_DB)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _servers.run_bench(main)

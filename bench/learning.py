@@ -5,11 +5,13 @@ samples per step (32 prompts x 8 samples = 256 completions, unless a recipe chan
 judge (greedy decoding on the held-out set, `rl_engine.demo.evaluate.evaluate_greedy`). The clock counts
 training steps only: it is paused while a system is evaluated. Each (system, seed) runs in its own
 process, one at a time, so two never share the 2 cores, and its peak resident memory is read from the
-kernel (wait4).
+kernel (wait4); each run records the machine's load average at its start and end (a figure taken above one
+runnable process per core is to be taken again on a quieter machine), and a run that fails ends the bench with
+the tail of its stderr (all of it in OUT/logs/).
 
-    python bench/learning.py [--minutes 10] [--seeds 0 1] [--systems ours trl tool]
+    .venv/bin/python bench/learning.py [--minutes 10] [--seeds 0 1] [--systems ours trl tool]
         [--recipes default gspo cispo gmpo] [--recipe-file RECIPE.yaml ...] [--out DIR] [--demo-dir .demo/assets]
-    python bench/learning.py --search [--screen-minutes 3] [--top 2] [--search-losses ...] [--search-lr ...]
+    .venv/bin/python bench/learning.py --search [--screen-minutes 3] [--top 2] [--search-losses ...] [--search-lr ...]
         [--search-prompts ...] [--minutes 10] [--seeds 0 1] [--out DIR]
 
 Recipes. `ours` runs each of `--recipes` (named in RECIPES: the demo run config, and each policy loss
@@ -50,8 +52,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
+
+from bench import _servers
+from bench._machine import MachineLoad, load_average
+from bench._servers import REPO
+
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -60,21 +66,48 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 #: GRPO, PPO clip 0.2 / 0.28, lr 1e-4, 32 x 8 samples). A policy loss other than PPO's takes its own clip
 #: range and aggregation (the catalogue's defaults), not PPO's.
 OWN_CLIPS = {"clip_low": None, "clip_high": None}
-#: Async mode: generation up to 4 updates ahead on a rollout actor of its own (placement separate), with
-#: decoupled PPO and truncated IS (`async4_tis`) or plain PPO and no correction (`async4`); `default` is
-#: the same recipe in sync mode.
-ASYNC4 = {"backends": {"async_rollout": True, "max_staleness": 4}, "placement": {"mode": "separate"}}
+#: Async mode, generation up to N updates ahead on a rollout actor of its own (placement separate), `default`
+#: being the same recipe in sync mode: `asyncN` takes the loss's ratio against the rollout engine's log-probs
+#: (`algorithm.ratio_against: auto`) and logs the mismatch (`rollout_correction: metrics`, the loss unchanged);
+#: `asyncN_tis` weighs PPO's loss by token TIS (the ratio then against the trainer's log-probs);
+#: `asyncN_decoupled` is decoupled PPO with token TIS as its behaviour weight.
+ASYNC_STALENESS = (1, 2, 4)
+
+
+def _async(staleness: int, algorithm: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "backends": {"async_rollout": True, "max_staleness": staleness},
+        "placement": {"mode": "separate"},
+        "algorithm": algorithm,
+    }
+
+
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
     "gspo": {"algorithm": {"policy_loss": "gspo", **OWN_CLIPS}},
     "cispo": {"algorithm": {"policy_loss": "cispo", **OWN_CLIPS}},
     "gmpo": {"algorithm": {"policy_loss": "gmpo", **OWN_CLIPS}},
-    "async4_tis": {
-        **ASYNC4,
-        "algorithm": {"policy_loss": "decoupled_ppo", "rollout_correction": {"method": "token_tis"}},
+    **{f"async{n}": _async(n, {"rollout_correction": {"method": "metrics"}}) for n in ASYNC_STALENESS},
+    **{f"async{n}_tis": _async(n, {"rollout_correction": {"method": "token_tis"}}) for n in ASYNC_STALENESS},
+    **{
+        f"async{n}_decoupled": _async(
+            n, {"policy_loss": "decoupled_ppo", "rollout_correction": {"method": "token_tis"}}
+        )
+        for n in ASYNC_STALENESS
     },
-    "async4": ASYNC4,
 }
+#: The stability view beside each curve: per evaluation, each metric's mean over the steps since the last one
+#: (how far behind the samples were, how far their policy was from the trainer's, what the correction and the
+#: trust region did), where the run logs it.
+STABILITY = (
+    "staleness/mean",
+    "rollout_corr/kl",
+    "rollout_corr/weight_p05",
+    "rollout_corr/weight_p95",
+    "rollout_corr/truncated_fraction",
+    "policy/clip_ratio",
+    "policy/ratio_max",
+)
 
 TOOL_ENVIRONMENT = {
     "path": str(REPO / "rl_engine" / "environments" / "calculator.py"),
@@ -202,6 +235,7 @@ def worker_ours(
     evaluations = Evaluations(budget_s, every_s, minutes, steps)
     samples_per_step = cfg.samples_per_step
     clock, step = 0.0, 0
+    since_eval: dict[str, list[float]] = {}
     while True:
         due = evaluations.reached(clock, step)
         if due:
@@ -216,6 +250,8 @@ def worker_ours(
                 accuracy, extra = result["eval/env/correct"], {"calls_per_episode": result["eval/env/calls"]}
             else:
                 accuracy = evaluate_greedy(policy_for_evaluation(engine), engine.tokenizer, eval_rows)
+            stability = {name: round(statistics.fmean(values), 6) for name, values in since_eval.items() if values}
+            since_eval = {}
             for due_s in due:
                 _emit(
                     due_s=due_s,
@@ -224,13 +260,17 @@ def worker_ours(
                     samples=step * samples_per_step,
                     accuracy=accuracy,
                     **extra,
+                    **({"stability": stability} if stability else {}),
                 )
         if evaluations.done:
             break
         started = time.perf_counter()
         step += 1
-        run_step(engine, step)
+        metrics, _ = run_step(engine, step)
         clock += time.perf_counter() - started
+        for name in STABILITY:
+            if name in metrics:
+                since_eval.setdefault(name, []).append(metrics[name])
     engine.close()
 
 
@@ -343,7 +383,7 @@ def write_recipe(out: Path, label: str, demo: Path, overrides: dict[str, Any], s
     return path
 
 
-def run_worker(system: str, recipe: Path, seed: int, minutes: float, args: argparse.Namespace) -> dict:
+def run_worker(system: str, recipe: Path, seed: int, minutes: float, args: argparse.Namespace, out: Path) -> dict:
     command = [
         sys.executable,
         __file__,
@@ -364,8 +404,11 @@ def run_worker(system: str, recipe: Path, seed: int, minutes: float, args: argpa
         *(["--steps", str(args.steps), "--eval-every-steps", str(args.eval_every_steps)] if args.steps else []),
     ]
     label = recipe.stem
-    started = time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    stderr = out / "logs" / f"{label}-{system}-seed{seed}.log"
+    stderr.parent.mkdir(parents=True, exist_ok=True)
+    started, load_at_start = time.monotonic(), load_average()
+    with stderr.open("w") as errors:
+        process = _servers.child(command, stdout=subprocess.PIPE, stderr=errors, text=True)
     output = ""
     for line in process.stdout:  # echoed as it comes, so a long bench shows progress and leaves a trace
         output += line
@@ -375,13 +418,19 @@ def run_worker(system: str, recipe: Path, seed: int, minutes: float, args: argpa
     process.returncode = os.waitstatus_to_exitcode(status)
     curve = [point for line in output.splitlines() if (point := _curve_point(line)) is not None]
     if process.returncode != 0 or not curve:
-        raise RuntimeError(f"{label} seed {seed} failed (exit {process.returncode}); run the worker alone to see why")
+        raise _servers.ProcessFailed(
+            f"{label} ({system}) seed {seed} failed (exit {process.returncode}"
+            + ("" if curve else ", no evaluation")
+            + f"); the end of its stderr ({stderr}):\n{_servers.log_tail(stderr)}"
+        )
     return {
         "seed": seed,
         "curve": curve,
         "steps": curve[-1]["step"],
         "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
         "process_wall_s": round(time.monotonic() - started, 1),
+        "loadavg_start": load_at_start,
+        "loadavg_end": load_average(),
     }
 
 
@@ -467,12 +516,12 @@ def run_systems(labels: dict[str, Path], args: argparse.Namespace, out: Path, tr
     results: dict[str, list[dict]] = {}
     if "ours" in args.systems:
         for label, recipe in labels.items():
-            results[label] = [run_worker("ours", recipe, seed, args.minutes, args) for seed in args.seeds]
+            results[label] = [run_worker("ours", recipe, seed, args.minutes, args, out) for seed in args.seeds]
     if "tool" in args.systems:
         tool = write_recipe(out, "tool", args.demo_dir, {"environment": TOOL_ENVIRONMENT, "rewards": []}, args.set)
-        results["tool"] = [run_worker("tool", tool, seed, args.minutes, args) for seed in args.seeds]
+        results["tool"] = [run_worker("tool", tool, seed, args.minutes, args, out) for seed in args.seeds]
     if "trl" in args.systems:
-        results["trl"] = [run_worker("trl", trl, seed, args.minutes, args) for seed in args.seeds]
+        results["trl"] = [run_worker("trl", trl, seed, args.minutes, args, out) for seed in args.seeds]
     return results
 
 
@@ -538,6 +587,7 @@ def main() -> None:
     if args.steps and set(args.systems) != {"ours"}:
         parser.error("--steps runs our recipes only (--systems ours): TRL's and the tool's workers run by the clock")
 
+    machine = MachineLoad()
     manifest = ensure_demo(args.demo_dir, args.demo_size)
     out = args.out or REPO / ".bench-results" / time.strftime("learning-%Y%m%d-%H%M%S")
     trl = out / "recipes" / "trl.json"
@@ -553,7 +603,7 @@ def main() -> None:
         screens = {}
         for label, overrides in candidates.items():
             recipe = write_recipe(out, label, args.demo_dir, overrides, args.set)
-            run = run_worker("ours", recipe, args.seeds[0], args.screen_minutes, args)
+            run = run_worker("ours", recipe, args.seeds[0], args.screen_minutes, args, out)
             marks = summary_marks(args.screen_minutes)
             screens[label] = {
                 "final_accuracy": accuracy_at(run["curve"], marks[-1]),
@@ -583,6 +633,7 @@ def main() -> None:
         **document,
         "summary": summarize_by_samples(results) if args.steps else summarize(results, args.minutes),
         "runs": results,
+        "machine": machine.report(),
     }
     text = json.dumps(document, indent=1)
     (out / "results.json").write_text(text)
@@ -590,4 +641,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _servers.run_bench(main)

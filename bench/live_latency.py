@@ -28,18 +28,23 @@ import os
 import secrets
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
+
+from bench import _servers
+from bench._machine import MachineLoad
+from bench._servers import REPO, Server
+from bench.ingest import bench_db, log_server_tails, manage_shell, migrate
+
 OURS_BIN = REPO / ".venv" / "bin"
 RUN_JS = REPO / "frontend" / "static" / "js" / "run.js"
 RENDERED_EVENT = "posttrain:rendered"
-DB = "bench_live_latency"
+DB = bench_db("bench_live_latency")
 USERNAME, PASSWORD = "bench-latency", "a-long-bench-passphrase"
 GOAL_P95_MS = 500.0
 MLFLOW_POLL_S = 10.0
@@ -61,9 +66,6 @@ except ImportError:  # run with another Python: re-run under the project's venv
     if Path(sys.executable) != OURS_BIN / "python" and (OURS_BIN / "python").exists():
         os.execv(str(OURS_BIN / "python"), [str(OURS_BIN / "python"), *sys.argv])
     raise
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest import free_port, stop_process_group, wait_for_http  # noqa: E402  (the ingest bench's helpers)
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -129,39 +131,10 @@ print("BENCH_RUN_JSON " + json.dumps([str(run_id), ingest_token(run_id)]))
 
 def prepare(env: dict[str, str]) -> tuple[str, str]:
     """Migrate the fresh database; create the researcher and a running run: (run id, bearer token)."""
-    py = str(OURS_BIN / "python")
-    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v0"], cwd=REPO, env=env, check=True)
-    code = _CREATE_RUN % {"username": USERNAME, "password": PASSWORD}
-    out = subprocess.run(
-        [py, "manage.py", "shell", "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
-    )
-    line = next(x for x in out.stdout.splitlines() if x.startswith("BENCH_RUN_JSON "))
-    run_id, token = json.loads(line.split(" ", 1)[1])
+    migrate(env)
+    made = manage_shell(env, _CREATE_RUN % {"username": USERNAME, "password": PASSWORD}, "BENCH_RUN_JSON")
+    run_id, token = json.loads(made)
     return run_id, token
-
-
-def start_server(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            str(OURS_BIN / "uvicorn"),
-            "--app-dir",
-            str(REPO / "platform"),
-            "posttrain.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=(workdir / "uvicorn.log").open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return process, f"http://127.0.0.1:{port}"
 
 
 def metrics_event(run_id: str, seq: int) -> dict[str, Any]:
@@ -327,9 +300,9 @@ def main() -> int:
     args = ap.parse_args()
 
     started = time.perf_counter()
-    load_at_start = os.getloadavg()[0]
+    machine = MachineLoad()
     workdir = Path(tempfile.mkdtemp(prefix="bench-live-latency-"))
-    server = None
+    server: Server | None = None
     try:
         check_run_page()
         pg_admin(args.pg_url, f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
@@ -344,8 +317,8 @@ def main() -> int:
             PYTHONUNBUFFERED="1",
         )
         run_id, token = prepare(env)
-        server, base = start_server(env, workdir)
-        wait_for_http(f"{base}/login/", 120, server)
+        server = _servers.start_uvicorn(env, workdir / "uvicorn.log").wait_until_up("/login/")
+        base = server.url
         log(f"server up at {base} after {time.perf_counter() - started:.1f}s; run {run_id}")
         result = measure(base, run_id, token, args)
 
@@ -366,9 +339,6 @@ def main() -> int:
                 "server": "uvicorn posttrain.asgi:application, 1 worker, Postgres, live channel on Redis pub/sub",
                 "browser": f"Chromium {result['browser']} (headless, Playwright), run page /runs/<id>/",
                 "clock": "event `time` (Python time.time at send) vs Date.now() in the page, same machine clock",
-                "cpus": os.cpu_count(),
-                "load_average_1m_at_start": load_at_start,
-                "load_average_1m_at_end": os.getloadavg()[0],
             },
             "ours": {
                 "measured": True,
@@ -383,20 +353,20 @@ def main() -> int:
             "mlflow_ui": mlflow_model(result["fetch_ms"]),
             "goal": {"p95_ms_at_most": GOAL_P95_MS, "met": met},
             "total_s": round(time.perf_counter() - started, 1),
+            "machine": machine.report(),
         }
         print(json.dumps(doc, indent=2))
         return 0 if met else 1
     except BenchError as exc:
         log(f"cannot measure: {exc}")
-        print(json.dumps({"bench": "live_latency", "error": str(exc)}, indent=2))
+        print(json.dumps({"bench": "live_latency", "error": str(exc), "machine": machine.report()}, indent=2))
         return 2
     except Exception:
-        path = workdir / "uvicorn.log"
-        if path.exists():
-            log("--- tail of uvicorn.log ---\n" + "\n".join(path.read_text(errors="replace").splitlines()[-30:]))
+        log_server_tails([server] if server else [])
         raise
     finally:
-        stop_process_group(server)
+        if server is not None:
+            server.stop()
         try:
             pg_admin(args.pg_url, f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
         except Exception as exc:
@@ -405,4 +375,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _servers.run_bench(main)

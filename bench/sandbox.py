@@ -1,14 +1,18 @@
 """Sandbox cost: a python reward in the bubblewrap sandbox against the unsandboxed child (what every
 python reward ran in before), on the demo reward and on a verl-shaped reward.
 
-    python bench/sandbox.py [--starts 30] [--batches 100] [--batch-size 256] [--learning-steps 40] \
+    .venv/bin/python bench/sandbox.py [--starts 30] [--batches 100] [--batch-size 256] [--learning-steps 40] \
         [--demo-dir .demo/assets]
 
 - **Rewards.** `demo`: the demo task's exact match as an OpenRLHF `reward_func` (one call per batch).
   `verl`: a verl `compute_score` that pulls the last number out of the response (gsm8k-style), called
   once per sample, so a batch is 256 round trips through the child's pipes.
-- **Start-up.** Time from constructing the component to the child's "ready" (the sandbox built, the
-  interpreter started, the file imported), then closed; `--starts` times per mode, the modes
+- **Kernel limits.** The sandboxed mode runs as the engine does: in a cgroup of its own (memory, pids,
+  cpu), under the seccomp filter, with a fresh session keyring, all joined by the launcher; after each
+  batch the processes a call left are looked for and killed. `machine.kernel_limits` says which of them
+  were on (and `warnings` which could not be made here); the unsandboxed mode gets the cgroup too.
+- **Start-up.** Time from constructing the component to the child's "ready" (the launcher, the sandbox
+  built, the interpreter started, the file imported), then closed; `--starts` times per mode, the modes
   alternating.
 - **Per batch.** One warm child per mode; `--batches` batches of `--batch-size` samples, the two modes
   taking turns on the same batch; the scores must be identical.
@@ -30,14 +34,17 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
+
+from bench import _servers
+from bench._machine import MachineLoad
+from bench._servers import REPO
+
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -190,7 +197,7 @@ def learning_curves(demo: Path, steps: int, reward_file: Path) -> dict:
     curves = {}
     for reward in ("builtin", "sandboxed", "unsandboxed"):
         _log(f"learning curve: {steps} demo steps with the {reward} reward")
-        proc = subprocess.run(
+        proc = _servers.run_checked(
             [
                 sys.executable,
                 __file__,
@@ -203,26 +210,22 @@ def learning_curves(demo: Path, steps: int, reward_file: Path) -> dict:
                 "--reward-file",
                 str(reward_file),
             ],
-            capture_output=True,
-            text=True,
-            check=False,
+            f"the {reward} demo run",
         )
-        if proc.returncode != 0:
-            raise SystemExit(f"the {reward} demo run failed:\n{proc.stderr[-3000:]}")
         curves[reward] = json.loads(proc.stdout.strip().splitlines()[-1])["reward_mean"]
     same = curves["builtin"] == curves["sandboxed"] == curves["unsandboxed"]
     return {"steps": steps, "same_curve": same, "reward_mean": curves}
 
 
-def machine() -> dict:
+def host() -> dict:
     from rl_engine import sandbox
 
     set_mode(True)
     return {
         "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
         "bubblewrap": sandbox.status().detail,
+        "kernel_limits": sandbox.status().limits,
+        "warnings": list(sandbox.status().warnings),
         "as_root": os.geteuid() == 0,  # the sandbox then maps its user to nobody (one more exec: setpriv)
     }
 
@@ -241,7 +244,8 @@ def main() -> None:
         worker_learning(args.demo_dir, args.learning_steps, args.worker_learning, args.reward_file)
         return
 
-    report: dict = {"bench": "sandbox", "machine": machine(), "batch_size": args.batch_size, "rewards": {}}
+    machine = MachineLoad()
+    report: dict = {"bench": "sandbox", "batch_size": args.batch_size, "rewards": {}}
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as folder:
         files = {"demo": Path(folder) / "demo_reward.py", "verl": Path(folder) / "verl_reward.py"}
         files["demo"].write_text(DEMO_REWARD)
@@ -259,9 +263,9 @@ def main() -> None:
         "added_batch_met": all(r["added_batch_ms"] <= BATCH_GOAL_MS for r in rewards),
         "same_learning_curve": report.get("learning", {}).get("same_curve"),
     }
-    report["machine"]["load_average_after"] = os.getloadavg()
+    report["machine"] = machine.report(**host())
     print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    _servers.run_bench(main)

@@ -16,7 +16,7 @@ of K names, the values differ per point. Each repeat alternates the order; media
 ours/MLflow ratio (goal: at least 3x). At the end the stored points are counted in both databases; the
 process exits 1 if a count is off. Both databases are dropped.
 
-    .venv/bin/python bench/sdk_ingest.py [--steps 4000] [--metrics-per-step 50] [--repeats 3]
+    .venv/bin/python bench/sdk_ingest.py [--steps 4000] [--metrics-per-step 50] [--repeats 3] [--no-mlflow]
                                          [--pg-url postgres://postgres@127.0.0.1:5432]
 
 Prints one JSON document on stdout (progress on stderr).
@@ -27,20 +27,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
 
-import ingest  # noqa: E402 -- bench/ingest.py: the servers, the databases, the bench venv
+from bench import _servers, ingest  # the servers, the databases, the bench venv
+from bench._machine import MachineLoad
+from bench._servers import REPO
 
-ingest.OURS_DB = "bench_sdk_posttrain"
-ingest.MLFLOW_DB = "bench_sdk_mlflow"
+ingest.OURS_DB = ingest.bench_db("bench_sdk_posttrain")
+ingest.MLFLOW_DB = ingest.bench_db("bench_sdk_mlflow")
 
 OURS_CLIENT = """
 import json, sys, time
@@ -84,10 +85,8 @@ print(json.dumps({"seconds": seconds, "run": run.info.run_id}))
 """
 
 
-def client_run(command: list[str]) -> dict[str, Any]:
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if done.returncode != 0:
-        raise RuntimeError(f"{command[0]} failed:\n{done.stderr[-3000:]}")
+def client_run(command: list[str], what: str) -> dict[str, Any]:
+    done = _servers.run_checked(command, what, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -96,42 +95,54 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--metrics-per-step", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-mlflow", action="store_true", help="ours alone (no MLflow peer, no bench venv made)")
     ap.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432"))
     args = ap.parse_args()
     points = args.steps * args.metrics_per_step
-    load_at_start = os.getloadavg()[0]
-    ingest.ensure_bench_venv()
+    machine = MachineLoad()
+    systems = ("ours",) if args.no_mlflow else ("ours", "mlflow")
+    if "mlflow" in systems:
+        ingest.ensure_bench_venv()
     pg = ingest.Postgres(args.pg_url)
     workdir = Path(tempfile.mkdtemp(prefix="bench-sdk-ingest-"))
-    ours_proc = mlflow_proc = None
+    servers: list[_servers.Server] = []
     try:
-        pg.recreate(ingest.MLFLOW_DB)
-        mlflow_proc, mlflow_url = ingest.start_mlflow(pg, workdir)  # migrates its database while ours does
-        ours_proc, ours_url, token = ingest.start_ours_for_a_researcher(pg, workdir)
+        if "mlflow" in systems:
+            pg.recreate(ingest.MLFLOW_DB)
+            servers.append(mlflow := ingest.start_mlflow(pg, workdir))  # migrates its database while ours does
+        ours, token = ingest.start_ours_for_a_researcher(pg, workdir)
+        servers.append(ours)
         py = str(ingest.OURS_BIN / "python")
-        ingest.wait_for_http(f"{mlflow_url}/health", 300, mlflow_proc)
-        experiment = ingest.http_json("POST", f"{mlflow_url}/api/2.0/mlflow/experiments/create", {"name": "bench-sdk"})[
-            "experiment_id"
-        ]
-        ours_cmd = [py, "-c", OURS_CLIENT, ours_url, token]
+        commands = {"ours": [py, "-c", OURS_CLIENT, ours.url, token]}
         ours_tail = [str(REPO / "sdk"), str(workdir / "sdk-runs")]
-        mlflow_cmd = [str(ingest.BENCH_VENV / "bin" / "python"), "-c", MLFLOW_CLIENT, mlflow_url, experiment]
+        if "mlflow" in systems:
+            mlflow.wait_until_up("/health", 300)
+            experiment = ingest.http_json(
+                "POST", f"{mlflow.url}/api/2.0/mlflow/experiments/create", {"name": "bench-sdk"}
+            )["experiment_id"]
+            commands["mlflow"] = [
+                str(ingest.BENCH_VENV / "bin" / "python"),
+                "-c",
+                MLFLOW_CLIENT,
+                mlflow.url,
+                experiment,
+            ]
         shape = [str(args.steps), str(args.metrics_per_step)]
         ingest.log("warm-up")
-        client_run([*ours_cmd, "20", "5", *ours_tail])
-        client_run([*mlflow_cmd, "20", "5"])
-        per_repeat: dict[str, list[dict[str, Any]]] = {"ours": [], "mlflow": []}
+        for system in systems:
+            client_run([*commands[system], "20", "5", *(ours_tail if system == "ours" else [])], f"{system}'s client")
+        per_repeat: dict[str, list[dict[str, Any]]] = {system: [] for system in systems}
         for repeat in range(args.repeats):
-            for system in ("ours", "mlflow") if repeat % 2 == 0 else ("mlflow", "ours"):
-                command = [*ours_cmd, *shape, *ours_tail] if system == "ours" else [*mlflow_cmd, *shape]
-                result = client_run(command)
+            for system in systems if repeat % 2 == 0 else systems[::-1]:
+                command = [*commands[system], *shape, *(ours_tail if system == "ours" else [])]
+                result = client_run(command, f"{system}'s client")
                 if system == "ours" and not result["delivered"]:
                     raise RuntimeError("the SDK did not deliver every event")
                 result["points_per_s"] = points / result["seconds"]
                 per_repeat[system].append(result)
                 ingest.log(f"repeat {repeat} {system}: {result['points_per_s']:,.0f} points/s")
 
-        stored_ours = {
+        stored = {
             r["run"]: pg.scalar(
                 ingest.OURS_DB,
                 "SELECT COALESCE(SUM((SELECT COUNT(*) FROM jsonb_object_keys(m.values))), 0) FROM runs_metricrow m "
@@ -140,37 +151,46 @@ def main() -> int:
             )
             for r in per_repeat["ours"]
         }
-        stored_mlflow = {
-            r["run"]: pg.scalar(ingest.MLFLOW_DB, "SELECT COUNT(*) FROM metrics WHERE run_uuid = %s", (r["run"],))
-            for r in per_repeat["mlflow"]
-        }
-        counts_ok = all(v == points for v in [*stored_ours.values(), *stored_mlflow.values()])
+        if "mlflow" in systems:
+            stored |= {
+                r["run"]: pg.scalar(ingest.MLFLOW_DB, "SELECT COUNT(*) FROM metrics WHERE run_uuid = %s", (r["run"],))
+                for r in per_repeat["mlflow"]
+            }
+        counts_ok = all(v == points for v in stored.values())
         ours_rate = statistics.median(r["points_per_s"] for r in per_repeat["ours"])
-        mlflow_rate = statistics.median(r["points_per_s"] for r in per_repeat["mlflow"])
-        report = {
+        report: dict[str, Any] = {
             "bench": "sdk_ingest",
             "shape": {"steps": args.steps, "metrics_per_step": args.metrics_per_step, "points": points},
             "repeats": args.repeats,
-            "mlflow_version": ingest.mlflow_version(),
-            "load_average_at_start": load_at_start,
             "ours": {
                 "points_per_s_median": ours_rate,
                 "log_calls_s_median": statistics.median(r["log_calls_s"] for r in per_repeat["ours"]),
                 "per_repeat": per_repeat["ours"],
             },
-            "mlflow": {"points_per_s_median": mlflow_rate, "per_repeat": per_repeat["mlflow"]},
-            "ours_over_mlflow": ours_rate / mlflow_rate,
             "goal": ">= 3x",
             "stored_points_ok": counts_ok,
         }
+        if "mlflow" in systems:
+            mlflow_rate = statistics.median(r["points_per_s"] for r in per_repeat["mlflow"])
+            report["mlflow_version"] = ingest.mlflow_version()
+            report["mlflow"] = {"points_per_s_median": mlflow_rate, "per_repeat": per_repeat["mlflow"]}
+            report["ours_over_mlflow"] = ours_rate / mlflow_rate
+        else:
+            report["mlflow"] = "not measured (--no-mlflow)"
+        report["machine"] = machine.report()
         print(json.dumps(report, indent=2))
         return 0 if counts_ok else 1
+    except Exception:
+        ingest.log_server_tails(servers)
+        raise
     finally:
-        ingest.stop_process_group(ours_proc)
-        ingest.stop_process_group(mlflow_proc)
+        for server in reversed(servers):
+            server.stop()
         pg.drop(ingest.OURS_DB)
-        pg.drop(ingest.MLFLOW_DB)
+        if "mlflow" in systems:
+            pg.drop(ingest.MLFLOW_DB)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _servers.run_bench(main)

@@ -11,7 +11,7 @@ callback's on_log. The first `--warmup-steps` steps are left out. Runs with and 
 `--repeats` each; the medians of steps/s are compared.
 
     .venv/bin/python bench/sdk_overhead.py [--steps 30] [--warmup-steps 3] [--repeats 3] [--model-size demo]
-                                           [--pg-url postgres://postgres@127.0.0.1:5432]
+                                           [--demo-dir DIR] [--pg-url postgres://postgres@127.0.0.1:5432]
 
 Prints one JSON document on stdout (progress on stderr). Run it on a quiet machine: a 2% effect is
 below the noise of a busy one.
@@ -22,19 +22,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
 
-import ingest  # noqa: E402 -- bench/ingest.py: our server and its database
+from bench import _servers, ingest  # our server and its database
+from bench._machine import MachineLoad
+from bench._servers import REPO
 
-ingest.OURS_DB = "bench_sdk_overhead"
+ingest.OURS_DB = ingest.bench_db("bench_sdk_overhead")
 
 TRAIN = r"""
 import json, sys, time, warnings
@@ -75,11 +76,11 @@ print(json.dumps({"step_s": [b - a for a, b in zip(Clock.starts, Clock.starts[1:
 """
 
 
-def demo_assets(size: str) -> Path:
-    """The demo task (`make demo` builds it into .demo/assets); the tiny size goes to a temporary folder."""
+def demo_assets(size: str, workdir: Path) -> Path:
+    """The demo task (`make demo` builds it into .demo/assets); the tiny size goes to the bench's work folder."""
     if size == "demo" and (REPO / ".demo" / "assets" / "model").exists():
         return REPO / ".demo" / "assets"
-    target = REPO / ".demo" / "assets" if size == "demo" else Path(tempfile.mkdtemp(prefix="bench-sdk-tiny-"))
+    target = REPO / ".demo" / "assets" if size == "demo" else workdir / "tiny-demo"
     ingest.log(f"building the {size} demo task into {target}")
     py = str(ingest.OURS_BIN / "python")
     sft = ", sft_steps=10" if size == "tiny" else ""  # tiny: a smoke test of the bench, not a policy
@@ -87,7 +88,7 @@ def demo_assets(size: str) -> Path:
         "from pathlib import Path; from rl_engine.demo.build import build_demo; "
         f"build_demo(Path({str(target)!r}), model_size={size!r}, progress=False{sft})"
     )
-    subprocess.run([py, "-c", code], cwd=REPO, check=True)
+    _servers.run_checked([py, "-c", code], f"the {size} demo build", cwd=REPO)
     return target
 
 
@@ -107,9 +108,7 @@ def train(assets: Path, workdir: Path, steps: int, with_sdk: bool, url: str, tok
         str(steps),
         "1" if with_sdk else "0",
     ]
-    done = subprocess.run([*command, url, token], capture_output=True, text=True, env=env, cwd=REPO)
-    if done.returncode != 0:
-        raise RuntimeError(f"the TRL run failed:\n{done.stderr[-3000:]}")
+    done = _servers.run_checked([*command, url, token], "the TRL run", env=env, cwd=REPO)
     return json.loads(done.stdout.strip().splitlines()[-1])["step_s"]
 
 
@@ -119,17 +118,19 @@ def main() -> int:
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model-size", choices=["tiny", "demo"], default="demo")
+    ap.add_argument("--demo-dir", type=Path, help="a demo build to use as it is (instead of --model-size's)")
     ap.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432"))
     args = ap.parse_args()
     if args.steps <= args.warmup_steps:
         ap.error("--steps must be larger than --warmup-steps")
-    load_at_start = os.getloadavg()[0]
-    assets = demo_assets(args.model_size)
+    machine = MachineLoad()
     pg = ingest.Postgres(args.pg_url)
     workdir = Path(tempfile.mkdtemp(prefix="bench-sdk-overhead-"))
     server = None
     try:
-        server, url, token = ingest.start_ours_for_a_researcher(pg, workdir)
+        assets = args.demo_dir.resolve() if args.demo_dir else demo_assets(args.model_size, workdir)
+        server, token = ingest.start_ours_for_a_researcher(pg, workdir)
+        url = server.url
         runs: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
         for repeat in range(args.repeats):
             for variant in ("without", "with") if repeat % 2 == 0 else ("with", "without"):
@@ -141,22 +142,24 @@ def main() -> int:
         with_sdk = statistics.median(r["steps_per_s"] for r in runs["with"])
         report = {
             "bench": "sdk_overhead",
-            "model_size": args.model_size,
+            "model_size": json.loads((assets / "manifest.json").read_text()).get("model_size"),
             "steps": args.steps,
             "warmup_steps": args.warmup_steps,
             "repeats": args.repeats,
-            "load_average_at_start": load_at_start,
             "without_callback": {"steps_per_s_median": without, "per_repeat": runs["without"]},
             "with_callback": {"steps_per_s_median": with_sdk, "per_repeat": runs["with"]},
             "slowdown": 1 - with_sdk / without,
             "goal": "slowdown <= 0.02",
+            "machine": machine.report(),
         }
         print(json.dumps(report, indent=2))
         return 0
     finally:
-        ingest.stop_process_group(server)
+        if server is not None:
+            server.stop()
         pg.drop(ingest.OURS_DB)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _servers.run_bench(main)

@@ -2,7 +2,7 @@
 uses): `steps` steps at `rate` steps/s, each a `metrics` event of `metrics` names and a `samples` event of
 `samples` rollouts. Prints `{"run": id, "dir": …}` once registered and a summary line at the end.
 
-    python -m bench.simulated_run --url http://127.0.0.1:8000 --token T --steps 100 --rate 10
+    .venv/bin/python bench/simulated_run.py --url http://127.0.0.1:8000 --token T --dir DIR --steps 100 --rate 10
 
 The load of bench/ingest_load.py and of the web-restart fault test (tests/faults/).
 """
@@ -14,6 +14,10 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
+
+# This checkout's SDK first (an editable install may point at another checkout of the project).
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "sdk")]
 
 
 def step_metrics(step: int, names: int) -> dict[str, float]:

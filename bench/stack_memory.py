@@ -2,7 +2,7 @@
 run trains with the vLLM rollout backend, against the issue's goal: under 8 GiB on the 24 GiB machine.
 
     HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 .venv/bin/python bench/stack_memory.py [--steps 30] [--timeout-s 900]
-        [--interval-s 1] [--assets .demo/assets] [--keep-home]
+        [--interval-s 1] [--assets .demo/assets] [--rollout vllm|transformers] [--keep-home]
 
 The stack is started as `make demo` starts it (migrate, ensure_admin, `scripts/demo.sh start`, `manage.py
 demo_launch --set backends.rollout=vllm`), but in a temporary POSTTRAIN_HOME on free ports, with a Ray temp dir of
@@ -16,13 +16,14 @@ process-group leaders in $POSTTRAIN_HOME/pids; the tree is built from the parent
 (/proc/<pid>/task/<tid>/children needs a kernel built with CONFIG_PROC_CHILDREN). A process belongs to
 `engine` when its environment holds the run's POSTTRAIN_RUN_ID (the Ray job's runtime env: the job's supervisor
 actor, the driver `python -m rl_engine train`, vLLM's EngineCore and Worker, any actor of the run) or its parent
-does; else to the component of the pid file it descends from (`web`, `worker`, `ray`). Processes carrying the run
+does; else to the component of the pid file it descends from (`web`, `worker`, `user_code`, `ray`). Processes carrying the run
 id outside those trees are counted in `engine` too and listed in `engine_outside_tree`: while the run trains there
 are none (the driver is a child of Ray's JobSupervisor, vLLM's EngineCore a child of the driver); after the cancel,
 vLLM's processes outlive the driver for a moment, reparented to pid 1.
 
 The window runs from just before the stack starts until the run has logged --steps training steps (the demo
-evaluates at step 20), then the run is cancelled through the REST API as a user would, and ends when it is
+evaluates at step 20; `--rollout transformers` measures the plain demo, e.g. a smoke run on a tiny build, whose
+heads are too narrow for vLLM's CPU attention), then the run is cancelled through the REST API as a user would, and ends when it is
 cancelled. Prints one JSON document on stdout (progress on stderr); exits 1 when the run failed or timed out.
 """
 
@@ -34,24 +35,29 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
+
+from bench import _servers
+from bench._machine import MachineLoad
+from bench._servers import REPO, free_port
+
 PYTHON = REPO / ".venv" / "bin" / "python"
 GiB = 2**30
 KiB = 1024
 GOAL_GIB = 8
-COMPONENTS = ("web", "worker", "ray", "engine")
-OVERRIDES = ["backends.rollout=vllm"]
+COMPONENTS = ("web", "worker", "user_code", "ray", "engine")
+ROLLOUTS = ("vllm", "transformers")
 # Settings that would point the bench's stack at someone else's servers or folders.
 FOREIGN_ENV = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "RAY_ADDRESS")
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -171,7 +177,7 @@ class Sampler(threading.Thread):
 
     def roots(self) -> dict[int, str]:
         roots = {}
-        for name in ("web", "worker", "ray"):
+        for name in ("web", "worker", "user_code", "ray"):
             text = _read(str(self.pids_dir / f"{name}.pid"))
             if text and text.strip().isdigit():
                 roots[int(text)] = name
@@ -267,12 +273,6 @@ class Sampler(threading.Thread):
 # --- the stack ---------------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def stack_env(home: Path) -> dict[str, str]:
     """`make demo`'s environment on embedded defaults, in `home`, on free ports."""
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV and not k.startswith("POSTTRAIN_")}
@@ -305,9 +305,19 @@ def manage(env: dict[str, str], *args: str) -> str:
     return run_checked([str(PYTHON), "manage.py", *args], env)
 
 
+DEMO_SH = REPO / "scripts" / "demo.sh"
+
+
 def demo_sh(env: dict[str, str], action: str) -> int:
     """`scripts/demo.sh start|stop`; its report goes to stderr."""
-    return subprocess.run([str(REPO / "scripts" / "demo.sh"), action], cwd=REPO, env=env, stdout=sys.stderr).returncode
+    return subprocess.run([str(DEMO_SH), action], cwd=REPO, env=env, stdout=sys.stderr).returncode
+
+
+def ensure_demo_build(assets: Path, env: dict[str, str]) -> None:
+    """The demo build in `assets`, used as it is when there is one (e.g. a tiny build for a quick look); else
+    built as `make demo` builds it."""
+    if not (assets / "manifest.json").exists():
+        run_checked([str(PYTHON), "-m", "rl_engine", "demo", "build", str(assets)], env)
 
 
 def line_value(text: str, prefix: str) -> str:
@@ -386,6 +396,7 @@ def stop_stack(env: dict[str, str], sampler: Sampler, grace_s: float = 30) -> li
 
 def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> None:
     env = stack_env(home)
+    env["POSTTRAIN_IMPORT_ROOTS"] = str(args.assets)  # the platform registers server files from there only
     report["ports"] = {
         k: int(env[k])
         for k in (
@@ -396,24 +407,26 @@ def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> Non
         )
     }
     log(f"demo assets in {args.assets}")
-    run_checked([str(PYTHON), "-m", "rl_engine", "demo", "build", str(args.assets)], env)
+    ensure_demo_build(args.assets, env)
     manage(env, "migrate", "--noinput", "-v0")
     manage(env, "ensure_admin")
     token = line_value(manage(env, "create_user", "stack-bench", "--role", "researcher", "--token"), "API token: ")
+    overrides = [f"backends.rollout={args.rollout}"]
 
     sampler = Sampler(home / "pids", args.interval_s)
     marks: dict[str, float] = {}
     sampler.start()
+    stack_stopped = _servers.on_stop_run([str(DEMO_SH), "stop"], env=env)
     try:
         log(f"starting the stack in {home} (web port {env['POSTTRAIN_PORT']})")
         if demo_sh(env, "start") != 0:
             raise BenchError(f"scripts/demo.sh start failed; see {home / 'logs'} (--keep-home keeps it)")
         marks["stack_up_s"] = time.monotonic() - sampler.started
         sampler.phase = "run_start"
-        launched = manage(env, "demo_launch", str(args.assets), *[a for o in OVERRIDES for a in ("--set", o)])
+        launched = manage(env, "demo_launch", str(args.assets), *[a for o in overrides for a in ("--set", o)])
         run_id = sampler.run_id = line_value(launched, "demo run launched: ")
-        report["run"] = {"id": run_id, "overrides": OVERRIDES}
-        log(f"run {run_id} launched with {' '.join(OVERRIDES)}")
+        report["run"] = {"id": run_id, "overrides": overrides}
+        log(f"run {run_id} launched with {' '.join(overrides)}")
         api = Api(f"http://127.0.0.1:{env['POSTTRAIN_PORT']}", token)
         deadline = sampler.started + args.timeout_s
         try:
@@ -437,19 +450,15 @@ def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> Non
         try:
             sampler.stop()
             report.update(sampler.report())
+            report["under_goal"] = report["peak_total_pss_gib"] < GOAL_GIB
             report["timeline_s"] = {k: round(v, 1) for k, v in marks.items()}
         finally:  # whatever went wrong above, the stack goes
             log("stopping the stack")
             report["leftovers_killed"] = stop_stack(env, sampler)
-            if not args.keep_home:
-                shutil.rmtree(env["POSTTRAIN_RAY_TMP"], ignore_errors=True)
+            stack_stopped()
 
 
-def interrupted(*_: Any) -> None:
-    raise KeyboardInterrupt
-
-
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description="Peak memory of the whole demo stack with the vLLM rollout backend.")
     parser.add_argument("--steps", type=int, default=30, help="training steps to measure (the demo evaluates at 20)")
     parser.add_argument("--timeout-s", type=float, default=900, help="from the stack's start to --steps")
@@ -458,7 +467,10 @@ def main() -> None:
         "--assets",
         type=Path,
         default=REPO / ".demo" / "assets",
-        help="the demo build (made by `python -m rl_engine demo build` if missing)",
+        help="a demo build, used as it is; made by `python -m rl_engine demo build` if it has no manifest.json",
+    )
+    parser.add_argument(
+        "--rollout", choices=ROLLOUTS, default="vllm", help="the run's rollout backend (transformers: the plain demo)"
     )
     parser.add_argument("--keep-home", action="store_true", help="keep the temporary POSTTRAIN_HOME (logs, SQLite)")
     args = parser.parse_args()
@@ -466,39 +478,53 @@ def main() -> None:
         parser.error("--steps must be at least 1")
     args.assets = args.assets.resolve()
 
-    signal.signal(signal.SIGTERM, interrupted)  # unwinds through measure(), which stops the stack
-    # stdout carries the JSON only; whatever the commands print goes to stderr.
-    json_out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    started = time.monotonic()
-    home = Path(tempfile.mkdtemp(prefix="pt-stack-mem-"))
     report: dict[str, Any] = {
         "bench": "stack_memory",
         "goal_gib": GOAL_GIB,
+        "under_goal": False,
         "steps": args.steps,
+        "rollout": args.rollout,
         "cpus": os.cpu_count(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "mem_total_gib": round(kib_field(_read("/proc/meminfo"), "MemTotal:") * KiB / GiB, 1),
         "interval_s": args.interval_s,
-        "error": None,
     }
+    return measure_in_a_home(measure, args, report, "pt-stack-mem-")
+
+
+def measure_in_a_home(
+    measure: Callable[[argparse.Namespace, Path, dict[str, Any]], None],
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    prefix: str,
+) -> int:
+    """`measure(args, home, report)` in a temporary POSTTRAIN_HOME (kept with --keep-home), stdout kept for the JSON
+    (whatever the commands print goes to stderr); then the document, with `error` (a bench error, or the stop that
+    interrupted it), the wall time and the machine's load. Returns the exit status."""
+    json_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    started = time.monotonic()
+    machine = MachineLoad()
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    report["error"] = None
     try:
         measure(args, home, report)
     except (BenchError, OSError) as exc:  # OSError: the platform's API did not answer
         report["error"] = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
         log(f"error: {report['error']}")
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, after measure() stopped the stack
-        report["error"] = "interrupted"
+    except KeyboardInterrupt as stopped:  # Ctrl-C, SIGTERM or SIGHUP, after measure() stopped the stack
+        report["error"] = f"interrupted ({stopped})"
     finally:
         if args.keep_home:
             report["home"] = str(home)
         else:
+            shutil.rmtree(stack_env(home)["POSTTRAIN_RAY_TMP"], ignore_errors=True)
             shutil.rmtree(home, ignore_errors=True)
-    report["under_goal"] = report.get("peak_total_pss_gib", GOAL_GIB) < GOAL_GIB
     report["wall_s"] = round(time.monotonic() - started, 1)
+    report["machine"] = machine.report()
     print(json.dumps(report, indent=1), file=json_out, flush=True)
-    sys.exit(1 if report["error"] else 0)
+    return 1 if report["error"] else 0
 
 
 if __name__ == "__main__":
-    main()
+    _servers.run_bench(main)

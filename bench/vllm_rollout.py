@@ -29,7 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
+
 import torch
+
+from bench import _servers
+from bench._machine import MachineLoad
 
 
 def log(message: str) -> None:
@@ -104,15 +109,17 @@ def main() -> None:
     json_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    machine = MachineLoad()
     with tempfile.TemporaryDirectory(prefix="bench-vllm-") as folder:
         report = run(Path(folder), args)
+    report["machine"] = machine.report()
     print(json.dumps(report, indent=2), file=json_out, flush=True)
 
 
 def run(work: Path, args: argparse.Namespace) -> dict:
-    from _models import build_policy
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from bench._models import build_policy
     from rl_engine.backends.vllm_rollout import VLLMRollout
     from rl_engine.devices import DTYPES
     from rl_engine.rollout import SamplingParams, TransformersRollout
@@ -182,4 +189,4 @@ def run(work: Path, args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    _servers.run_bench(main)

@@ -25,7 +25,10 @@ class UsageError(Exception):
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """`key.path=value` overrides (values read as YAML scalars) applied to a config dict in place, which is
-    returned; shared by `train --set`, `manage.py demo_launch --set` and the benchmarks."""
+    returned; shared by `train --set`, `manage.py demo_launch --set` and the benchmarks.
+
+    A field of an optional section the config leaves out (`agent: null`, or no key at all) creates the
+    section: the config's validation then fills in the section's other fields with their defaults."""
     import yaml
 
     for item in overrides:
@@ -35,7 +38,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         target = data
         parts = key.split(".")
         for part in parts[:-1]:
-            target = target.setdefault(part, {})
+            if target.get(part) is None:
+                target[part] = {}
+            target = target[part]
             if not isinstance(target, dict):
                 raise UsageError(f"--set {key}: {part!r} is not a section")
         target[parts[-1]] = yaml.safe_load(raw)
@@ -96,7 +101,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.set)  # before the heavy imports: bad input fails fast
     from rl_engine.checkpoint import latest_checkpoint
     from rl_engine.loop import train
-    from rl_engine.preemption import EXIT_PREEMPTED, Preempted
+    from rl_engine.preemption import Preempted
 
     run_dir = Path(args.run_dir or cfg.logging.run_dir or f"runs/{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     resume = None
@@ -109,9 +114,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"run folder: {run_dir}" + (f" (resuming from {resume})" if resume else ""), file=sys.stderr)
     try:
         metrics = train(cfg, run_dir, resume=resume, progress=not args.no_progress)
-    except Preempted as stop:
-        print(f"{stop}: exiting with {EXIT_PREEMPTED}", file=sys.stderr)
-        return EXIT_PREEMPTED
+    except Preempted as stop:  # for the scheduler, or at the run's time limit
+        print(f"{stop}: exiting with {stop.exit_code}", file=sys.stderr)
+        return stop.exit_code
     print(json.dumps({k: v for k, v in metrics.items() if not k.startswith("timing/")}, indent=1, sort_keys=True))
     return 0
 
@@ -152,6 +157,12 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rl_engine.replay import main as replay_main
+
+    return replay_main([args.run_dir, "--step", str(args.step)])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m rl_engine", description="Posttrain's RL engine.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -179,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--force", action="store_true", help="rebuild even if a complete build exists")
     demo.set_defaults(func=cmd_demo)
+
+    replay = sub.add_parser(
+        "replay", help="rebuild a step's update from its rollout file and the checkpoint before it (no generation)"
+    )
+    replay.add_argument("run_dir")
+    replay.add_argument("--step", type=int, required=True)
+    replay.set_defaults(func=cmd_replay)
 
     schema = sub.add_parser("schema", help="print the run config's JSON schema")
     schema.set_defaults(func=cmd_schema)

@@ -4,7 +4,11 @@ becomes one training trajectory with the reward the agent reports.
 
 The protocol (all JSON; `http://HOST:PORT` is logged at the start of the run; `agent.command` runs in
 the sandbox of rl_engine/sandbox.py, without network, and gets POSTTRAIN_AGENT_URL=http://127.0.0.1:PORT,
-which socat serves there from a Unix socket the endpoint also listens on):
+which socat serves there from a Unix socket the endpoint also listens on). Every request carries the run's
+own secret, `Authorization: Bearer <token>` (OpenAI clients send their api_key so): the command gets it as
+POSTTRAIN_AGENT_TOKEN and OPENAI_API_KEY; an agent the engine does not start reads it from the run folder's
+`agent_token` file (0600), or sets it for the engine in POSTTRAIN_AGENT_TOKEN. Anything else on the
+machine, another run's reward or agent included, gets a 401 and no task.
 
     POST /sessions                          -> {"session_id", "base_url", "model", "prompt", "label", "metadata"}
         Takes the next task of the current step (a dataset row; each row is handed out
@@ -33,14 +37,17 @@ training loop's thread, while the loop waits for the step's sessions to finish.
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import queue
 import re
+import secrets
 import shlex
 import shutil
 import socketserver
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -55,9 +62,15 @@ from rl_engine.config import AgentConfig, RunConfig
 from rl_engine.data import Prompt
 from rl_engine.executors import Rollouts, Trajectory
 from rl_engine.rollout import FinishReason, Sample, SamplingParams
-from rl_engine.sandbox import Limits, OutputRelay, Sandbox, SandboxUnavailable, python_runtime
+from rl_engine.sandbox import Limits, Sandbox, SandboxUnavailable, python_runtime
+from rl_engine.user_output import MarkedOutput
 
 TASK_WAIT_S = 30.0
+# Connections waiting to be accepted: an agent opens many at once (socketserver's default of 5 is for a toy
+# server; past it connections wait or are refused while the endpoint is busy generating).
+ENDPOINT_BACKLOG = 128
+TOKEN_ENV = "POSTTRAIN_AGENT_TOKEN"
+TOKEN_FILE = "agent_token"
 _SESSION_PATH = re.compile(r"^/sessions/([0-9a-f]{32})(/.*)$")
 
 
@@ -116,18 +129,20 @@ class AgentExecutor:
         self._sessions: dict[str, _Session] = {}
         self._requests: queue.Queue[_Generation] = queue.Queue()
         self._over = False
+        # The run's own secret: every request must carry it (a session is a task of this run's training).
+        self.token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)
+        self.token_file: Path | None = None
         executor = self
 
         class Handler(_Handler):
             owner = executor
 
-        self.server = ThreadingHTTPServer((self.agent.host, self.agent.port), Handler)
-        self.server.daemon_threads = True
+        self.server = _TCPHTTPServer((self.agent.host, self.agent.port), Handler)
         self.port = self.server.server_address[1]
         self.url = f"http://{self.agent.host}:{self.port}"
         self._servers: list[socketserver.BaseServer] = [self.server]
         self.process: subprocess.Popen | None = None
-        self._output: OutputRelay | None = None
+        self._output: MarkedOutput | None = None
         self._socket_dir: str | None = None
         if self.agent.command:
             # The agent runs in a sandbox without network: the endpoint also listens on a Unix socket that
@@ -141,14 +156,37 @@ class AgentExecutor:
             threading.Thread(target=server.serve_forever, name="agent-endpoint", daemon=True).start()
         if self.agent.command:
             try:
-                self.process = start_agent(self.agent, self.port, socket_path, self.url)
+                self.process = start_agent(self.agent, self.port, socket_path, self.url, self.token)
             except BaseException:
                 self.close()
                 raise
-            self._output = OutputRelay(self.process.stdout, label="agent")
+            self._output = MarkedOutput(self.process.stdout, label="agent")
+        elif not os.environ.get(TOKEN_ENV):
+            self._hand_out_token(cfg.logging.run_dir)
+
+    def _hand_out_token(self, run_dir: str | None) -> None:
+        """An agent the engine does not start needs the secret: in the run folder (0600), never in the log,
+        which the run's viewers read; a run started by hand without a folder prints it to its own terminal."""
+        if run_dir:
+            self.token_file = Path(run_dir) / TOKEN_FILE
+            self.token_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(self.token)
+        elif not os.environ.get("POSTTRAIN_RUN_ID"):
+            print(f"agent endpoint token ({TOKEN_ENV}): {self.token}", file=sys.stderr)
+
+    def authorized(self, header: str | None) -> bool:
+        expected = f"Bearer {self.token}".encode()
+        return hmac.compare_digest((header or "").encode(), expected)
 
     def describe(self) -> str:
-        return f"agent endpoint {self.url}" + (f" (agent: {self.agent.command})" if self.agent.command else "")
+        text = f"agent endpoint {self.url}"
+        if self.agent.command:
+            return text + f" (agent: {self.agent.command})"
+        if self.token_file is not None:
+            text += f" (its token is in {self.token_file})"
+        return text
 
     # --- the loop's side -------------------------------------------------------------------------
 
@@ -248,6 +286,8 @@ class AgentExecutor:
                 self.process.wait()
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
+        if self.token_file is not None:
+            self.token_file.unlink(missing_ok=True)
 
     # --- the server's side (handler threads) -----------------------------------------------------
 
@@ -417,11 +457,13 @@ exec /bin/sh -c "$1"
 """
 
 
-def start_agent(agent: AgentConfig, port: int, socket_path: str, url: str) -> subprocess.Popen:
-    """`agent.command` in the sandbox (rl_engine/sandbox.py): the endpoint at POSTTRAIN_AGENT_URL, the files
-    of `agent.files` read-only at their own paths, the engine's working folder as its own (read-only: it
+def start_agent(agent: AgentConfig, port: int, socket_path: str, url: str, token: str) -> subprocess.Popen:
+    """`agent.command` in the sandbox (rl_engine/sandbox.py): the endpoint at POSTTRAIN_AGENT_URL with its
+    secret in POSTTRAIN_AGENT_TOKEN (and OPENAI_API_KEY, which OpenAI clients send), the files of
+    `agent.files` read-only at their own paths, the engine's working folder as its own (read-only: it
     writes in /tmp). Without a sandbox (allowed by the admin) it runs as a plain child with the same
     cleared environment, on the endpoint's TCP port."""
+    secret = {TOKEN_ENV: token, "OPENAI_API_KEY": token}
     box = Sandbox.create(Limits(memory_mb=agent.memory_mb))
     cwd = os.getcwd()
     for name in agent.files:
@@ -431,13 +473,13 @@ def start_agent(agent: AgentConfig, port: int, socket_path: str, url: str) -> su
         box.add_file(path, same_path=True)
     _refuse_unlisted_files(agent, cwd)
     if not box.sandboxed:
-        return box.popen(["/bin/sh", "-c", agent.command], env={"POSTTRAIN_AGENT_URL": url})
+        return box.popen(["/bin/sh", "-c", agent.command], env={"POSTTRAIN_AGENT_URL": url, **secret})
     if shutil.which("socat", path="/usr/bin:/bin") is None:
         raise SandboxUnavailable("agent.command: socat is missing (apt-get install socat; `make install` does it)")
     box.cwd = cwd
     inside = box.add_socket(socket_path, "agent.sock")
     launcher = ["/bin/sh", "-c", _AGENT_LAUNCHER, "agent", str(port), inside, agent.command]
-    return box.popen(launcher, env={"POSTTRAIN_AGENT_URL": f"http://127.0.0.1:{port}"})
+    return box.popen(launcher, env={"POSTTRAIN_AGENT_URL": f"http://127.0.0.1:{port}", **secret})
 
 
 def _refuse_unlisted_files(agent: AgentConfig, cwd: str) -> None:
@@ -457,8 +499,20 @@ def _refuse_unlisted_files(agent: AgentConfig, cwd: str) -> None:
             )
 
 
-class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
+class _EndpointServer:
+    """What both of the endpoint's servers share: request threads that never hold the engine's exit, and a
+    backlog sized for an agent's many connections."""
+
     daemon_threads = True
+    request_queue_size = ENDPOINT_BACKLOG
+
+
+class _UnixHTTPServer(_EndpointServer, socketserver.ThreadingUnixStreamServer):
+    pass
+
+
+class _TCPHTTPServer(_EndpointServer, ThreadingHTTPServer):
+    pass
 
 
 def _check_request(body: dict[str, Any], model_name: str) -> None:
@@ -563,6 +617,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         try:
             owner = self.owner
+            if not owner.authorized(self.headers.get("Authorization")):
+                # Before anything else, the body included: no task, no session, no model name for a stranger.
+                self.close_connection = True
+                raise AgentError(401, f"a bearer token is required: the run's own ({TOKEN_ENV})")
             path = self.path.split("?", 1)[0]
             matched = _SESSION_PATH.match(path)
             session_id, rest = (matched.group(1), matched.group(2)) if matched else (None, path)
@@ -592,9 +650,9 @@ class _Handler(BaseHTTPRequestHandler):
                 {
                     "error": {
                         "message": str(exc),
-                        "type": "invalid_request_error" if exc.status == 400 else "posttrain_error",
+                        "type": "invalid_request_error" if exc.status in (400, 401) else "posttrain_error",
                         "param": exc.param,
-                        "code": None,
+                        "code": "invalid_api_key" if exc.status == 401 else None,
                     }
                 },
             )

@@ -68,9 +68,11 @@ class Trajectory:
         self.mask.extend([0] * len(token_ids))
         self.logprobs.extend([0.0] * len(token_ids))
 
-    def act(self, sample: Sample) -> None:
+    def act(self, sample: Sample, trained: bool = True) -> None:
+        """The engine's turn; `trained` False: a turn it played for another seat (self-play), kept in the context
+        and masked out of the loss like an observation."""
         self.tokens.extend(sample.response_ids)
-        self.mask.extend([1] * len(sample.response_ids))
+        self.mask.extend([int(trained)] * len(sample.response_ids))
         self.logprobs_known = self.logprobs_known and sample.logprobs is not None
         self.logprobs.extend(sample.logprobs or [0.0] * len(sample.response_ids))
 
@@ -97,6 +99,7 @@ class _Episode:
     done: bool = False
     finish_reason: FinishReason = "stop"
     last_action: str = ""
+    next_trained: bool = True  # the environment's say on the next turn: the learner's (trained) or another seat's
 
     def fail(self, reason: str) -> None:
         self.errors.append(f"environment: {reason}")
@@ -144,9 +147,11 @@ class EnvironmentExecutor:
         for key, (ok, value) in first.items():
             if not ok:
                 by_key[key].fail(value)
-            elif value:
-                by_key[key].trajectory.observe(self._tokens(value))
-                by_key[key].turns.append({"role": "environment", "text": value, "reward": None})
+                continue
+            by_key[key].next_trained = value["next_turn_trained"]
+            if value["observation"]:
+                by_key[key].trajectory.observe(self._tokens(value["observation"]))
+                by_key[key].turns.append({"role": "environment", "text": value["observation"], "reward": None})
         one = replace(params, n=1)
         for turn in range(1, self.cfg.max_turns + 1):
             active = [e for e in episodes if not e.done]
@@ -155,10 +160,12 @@ class EnvironmentExecutor:
             samples = self.rollout.generate([e.prompt_ids + e.trajectory.tokens for e in active], one)
             texts = self.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
             for episode, sample, text in zip(active, samples, texts):
-                episode.trajectory.act(sample)
+                episode.trajectory.act(sample, trained=episode.next_trained)
                 episode.finish_reason = sample.finish_reason
-                episode.last_action = text
-                episode.turns.append({"role": "assistant", "text": text, "reward": None})
+                if episode.next_trained:  # the reward functions score the learner's last turn
+                    episode.last_action = text
+                action = {"role": "assistant", "text": text, "reward": None}
+                episode.turns.append(action if episode.next_trained else {**action, "trained": False})
             replies = self.pool.call("step", [(e.key, text) for e, text in zip(active, texts)])
             for episode in active:
                 ok, value = replies[episode.key]
@@ -167,6 +174,7 @@ class EnvironmentExecutor:
                     continue
                 episode.reward += value["reward"]
                 episode.logs.update(value["logs"])
+                episode.next_trained = value["next_turn_trained"]
                 episode.turns.append(
                     {"role": "environment", "text": value["observation"] or "", "reward": value["reward"]}
                 )

@@ -21,7 +21,6 @@ docs/ARCHITECTURE.md, "Async mode".
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import statistics
@@ -74,12 +73,15 @@ from rl_engine.devices import (
 from rl_engine.executors import Rollouts
 from rl_engine.interfaces import AsyncRolloutRole, ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
 from rl_engine.partial_rollout import mixed_seed
-from rl_engine.preemption import Preempted, clear_request, preemption_requested
+from rl_engine.preemption import Preempted, TimeLimitReached, clear_request, preemption_requested, time_limit_reason
+from rl_engine.response_stats import step_response_metrics
 from rl_engine.rewards import RewardBatch
 from rl_engine.rewards.base import RewardResult
+from rl_engine.rewards.loud import check_error_rates
 from rl_engine.rollout import Sample, SamplingParams
+from rl_engine.rollout_filters import apply_filters
+from rl_engine.rollout_store import RolloutWriter, StepRollouts
 from rl_engine.staleness import staleness_metrics
-from rl_engine.token_view import MAX_VIEW_TOKENS, token_view
 from rl_engine.trainer import Experience, TokenBatch, ValueModel, rollout_logprob_gap
 
 if TYPE_CHECKING:
@@ -289,6 +291,7 @@ class Scored:
     task_scores: torch.Tensor  # [N] the reward components' weighted sum
     scores: torch.Tensor  # [N] what the advantages see: task scores plus shaping (overlong penalty)
     keep: torch.Tensor  # [N] bool: the rows that train (dynamic sampling drops whole groups)
+    metrics: dict[str, float] = field(default_factory=dict)  # what the filters dropped, the responses' statistics
 
 
 @dataclass
@@ -309,10 +312,11 @@ class TrainingBatch:
         return self.tokens.response_mask
 
 
-def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def run_step(engine: Engine, step: int) -> tuple[dict[str, float], StepRollouts]:
     """One RL step as flat stages, each timed (`timing/<stage>`): collect → score → reference/values →
-    advantages → correction → update → sync → record. Returns its metrics and every rollout sample (for
-    the `samples` event). A step whose groups dynamic sampling dropped entirely stops after score."""
+    advantages → correction → update → sync → record. Returns its metrics and every rollout sample with
+    what its update read (for the step's rollout file, `rl_engine.rollout_store`). A step whose groups
+    dynamic sampling dropped entirely stops after score."""
     timer = StepTimer()
     started = time.perf_counter()
     metrics: dict[str, float] = {}
@@ -321,8 +325,16 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         metrics.update(staleness_metrics(collected.samples, step - 1, engine.cfg.backends.max_staleness))
     with timer.phase("reward"):
         scored = score(engine, collected)
+    metrics.update(scored.metrics)
     advantages_per_sample = torch.zeros(len(collected.samples))
-    per_token: dict[int, dict[str, list[float] | None]] = {}
+    every = engine.cfg.logging.token_view_every
+    rollouts = StepRollouts(
+        step,
+        [],
+        collected.samples,
+        [collected.prompts[s.prompt_index].token_ids for s in collected.samples],
+        token_view=bool(every and step % every == 0),
+    )
     if scored.keep.any():
         batch = forward_passes(engine, collected, scored, timer, metrics)
         with timer.phase("advantages"):
@@ -335,7 +347,11 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         sync(engine, step, timer)
         mask = batch.mask
         advantages_per_sample[batch.rows] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
-        per_token = trainer_token_values(batch, advantages)
+        rollouts.rows, rollouts.response_attention = (
+            batch.rows,
+            batch.tokens.attention_mask[:, batch.tokens.prompt_width :],
+        )
+        rollouts.batch_tensors = update_tensors(batch, advantages, returns, correction)
         if "kl/loss_term" in metrics:
             metrics["kl/mean"] = metrics.pop("kl/loss_term")
         metrics["advantages/mean"] = float(masked_mean(advantages, mask))
@@ -344,13 +360,10 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], list[dict[str
         metrics["throughput/train_tokens_per_s"] = train_tokens / max(timer.timings["train"], 1e-9)
     with timer.phase("record"):
         metrics.update(step_metrics(engine.cfg, collected, scored, timer))
-        records = sample_records(collected, scored, advantages_per_sample)
-        every = engine.cfg.logging.token_view_every
-        if every and step % every == 0:
-            add_token_views(records, collected, per_token, engine.tokenizer)
+        rollouts.records = sample_records(collected, scored, advantages_per_sample)
     metrics.update(timing_metrics(timer))
     metrics["timing/step"] = time.perf_counter() - started
-    return metrics, records
+    return metrics, rollouts
 
 
 # --- the stages ------------------------------------------------------------------------------------
@@ -366,9 +379,11 @@ def collect(engine: Engine, step: int, timer: StepTimer) -> Collected:
 
 
 def score(engine: Engine, collected: Collected) -> Scored:
-    """Rewards, reward shaping, and which rows train."""
+    """Rewards, reward shaping, and which rows train (dynamic sampling, then `rollout.filters`), with the
+    responses' statistics (`rl_engine.response_stats`)."""
     alg, ro = engine.cfg.algorithm, engine.cfg.rollout
     reward = _score(engine, collected.prompts, collected.rollouts, collected.texts)
+    check_error_rates(reward, {spec.name: spec.max_error_rate for spec in engine.cfg.rewards})  # loud, not silent
     task_scores = torch.tensor(reward.total, dtype=torch.float32)
     scores = task_scores.clone()
     if alg.overlong.enabled:
@@ -378,7 +393,16 @@ def score(engine: Engine, collected: Collected) -> Scored:
     keep = torch.ones(len(scores), dtype=torch.bool)
     if alg.dynamic_sampling:
         keep = dynamic_sampling_keep(scores, ro.samples_per_prompt).repeat_interleave(ro.samples_per_prompt)
-    return Scored(reward, task_scores, scores, keep)
+    samples, vocab = collected.samples, len(engine.tokenizer)
+    filtered = apply_filters(engine.cfg, collected.texts, samples, scores, keep, vocab)
+    stats = step_response_metrics(
+        collected.texts,
+        [s.response_ids for s in samples],
+        [s.prompt_index for s in samples],
+        [s.logprobs for s in samples],
+        vocab,
+    )
+    return Scored(reward, task_scores, scores, filtered.keep, {**filtered.metrics, **stats})
 
 
 def needs_old_logprobs(cfg: RunConfig, batch_size: int) -> bool:
@@ -415,6 +439,11 @@ def forward_passes(
         raise RuntimeError(
             "algorithm.rollout_correction: the rollout reported no log-probs of its samples, so there is "
             "nothing to correct against; set the method to 'none'"
+        )
+    if batch.rollout_logprobs is None and engine.cfg.ratio_against_behaviour:
+        raise RuntimeError(
+            "algorithm.ratio_against: the rollout reported no log-probs of its samples, so the ratio cannot be "
+            "taken against them; set it to 'proximal'"
         )
     if trainer.ref_model is not None:
         with timer.phase("forward_reference"):
@@ -486,12 +515,24 @@ def update(
     returns: torch.Tensor | None,
     correction: CorrectionResult,
 ) -> dict[str, float]:
-    """The trainer's update over the batch (the policy loss by name inside it)."""
-    alg = engine.cfg.algorithm
-    experience = Experience(
+    """The trainer's update over the batch (the policy loss by name inside it), its ratio taken against
+    `ratio_denominator`."""
+    return engine.trainer.update(experience_for(engine.cfg, batch, advantages, returns, correction))
+
+
+def experience_for(
+    cfg: RunConfig,
+    batch: TrainingBatch,
+    advantages: torch.Tensor,
+    returns: torch.Tensor | None,
+    correction: CorrectionResult,
+) -> Experience:
+    """What the update reads (`rl_engine.replay` rebuilds it from a step's rollout file the same way)."""
+    alg = cfg.algorithm
+    return Experience(
         batch.tokens,
         advantages,
-        batch.old_logprobs,
+        ratio_denominator(cfg, batch),
         batch.ref_logprobs if alg.kl.placement == "loss" else None,
         batch.values,
         returns,
@@ -500,7 +541,17 @@ def update(
         correction.weights,
         batch.rollout_logprobs if alg.loss.behaviour_weighted else None,
     )
-    return engine.trainer.update(experience)
+
+
+def ratio_denominator(cfg: RunConfig, batch: TrainingBatch) -> torch.Tensor | None:
+    """The log-probs the policy loss's ratio is taken against (`algorithm.ratio_against`). Behaviour: the
+    rollout engine's, so that PPO's clip keeps the update within a trust region of the policy that sampled
+    the batch; a batch generated updates ago (async mode) has tokens the trainer already moved past the clip,
+    and they get no further push. Proximal: the trainer's before this update; with one update per batch the
+    ratio starts at exactly 1 and the clip never engages, so stale samples would be trained as if they were
+    on-policy. None: no forward pass computed them (one on-policy update: the training forward's own,
+    detached, are the old policy)."""
+    return batch.rollout_logprobs if cfg.ratio_against_behaviour else batch.old_logprobs
 
 
 def sync(engine: Engine, step: int, timer: StepTimer) -> None:
@@ -524,11 +575,28 @@ def step_metrics(cfg: RunConfig, collected: Collected, scored: Scored, timer: St
         cfg.rollout.samples_per_prompt,
     )
     metrics["batch/kept_fraction"] = float(scored.keep.float().mean())
+    metrics.update(environment_metrics(collected.prompts, collected.samples, scored.scores.tolist()))
     metrics.update(collected.rollouts.metrics())
     generate_s = timer.timings["generate"] if timer.overlapped_generate is None else timer.overlapped_generate
     metrics["throughput/tokens_per_s"] = float(collected.lengths.sum()) / max(generate_s, 1e-9)
     if timer.overlapped_generate is not None:
         metrics["rollout/overlapped_generate_s"] = timer.overlapped_generate
+    return metrics
+
+
+def environment_metrics(prompts: list[Prompt], samples: list[Sample], scores: list[float]) -> dict[str, float]:
+    """`env/<name>/reward/mean` (and its samples and spread) for each environment of a mixed run: the rows' `env`
+    field names it (the platform sets it when it mixes environments' datasets)."""
+    by_env: dict[str, list[float]] = {}
+    for sample, score in zip(samples, scores, strict=True):
+        name = prompts[sample.prompt_index].metadata.get("env")
+        if isinstance(name, str) and name and "/" not in name:
+            by_env.setdefault(name, []).append(score)
+    metrics: dict[str, float] = {}
+    for name, values in sorted(by_env.items()):
+        metrics[f"env/{name}/reward/mean"] = statistics.fmean(values)
+        metrics[f"env/{name}/reward/std"] = statistics.pstdev(values)
+        metrics[f"env/{name}/samples"] = float(len(values))
     return metrics
 
 
@@ -562,43 +630,19 @@ def sample_records(collected: Collected, scored: Scored, advantages: torch.Tenso
     return records
 
 
-def trainer_token_values(batch: TrainingBatch, advantages: torch.Tensor) -> dict[int, dict[str, list[float] | None]]:
-    """Per kept sample (by its index in the step): the trainer's log-prob of each response token before
-    the update (None when the step did not compute it) and each token's advantage, for the per-token view."""
-    values: dict[int, dict[str, list[float] | None]] = {}
-    for row, sample_index in enumerate(batch.rows.tolist()):
-        length = int(batch.tokens.attention_mask[row, batch.tokens.prompt_width :].sum())
-        trainer = None if batch.old_logprobs is None else batch.old_logprobs[row, :length].tolist()
-        values[sample_index] = {"trainer_logprob": trainer, "advantage": advantages[row, :length].tolist()}
-    return values
-
-
-def add_token_views(
-    records: list[dict[str, Any]],
-    collected: Collected,
-    per_token: dict[int, dict[str, list[float] | None]],
-    tokenizer: Any,
-) -> None:
-    """Each record's `tokens`: its per-token view (`rl_engine.token_view`) from the rollout engine's
-    log-probs and entropies and, for samples that trained, the trainer's values."""
-    for record, sample in zip(records, collected.samples):
-        ids = sample.response_ids[:MAX_VIEW_TOKENS]
-        pieces = tokenizer.batch_decode([[token] for token in ids])
-        trained = per_token.get(record["index"], {})
-        arrays = {
-            "rollout_logprob": sample.logprobs,
-            "entropy": sample.entropies,
-            "trainer_logprob": _padded(trained.get("trainer_logprob"), len(ids)),
-            "advantage": _padded(trained.get("advantage"), len(ids)),
-        }
-        record["tokens"] = token_view(pieces, arrays)
-
-
-def _padded(values: list[float] | None, length: int) -> list[float] | None:
-    """`values` cut or padded with NaN to `length` (an observation token after the last action has none)."""
-    if values is None:
-        return None
-    return (values + [math.nan] * length)[:length]
+def update_tensors(
+    batch: TrainingBatch, advantages: torch.Tensor, returns: torch.Tensor | None, correction: CorrectionResult
+) -> dict[str, torch.Tensor | None]:
+    """The `[B, T]` tensors of the update, by rollout-file column: what the per-token view shows and what
+    `rl_engine.replay` needs to rebuild the update without generating."""
+    return {
+        "trainer_logprob": batch.old_logprobs,
+        "ref_logprob": batch.ref_logprobs,
+        "token_advantage": advantages,
+        "is_weight": correction.weights,
+        "value": batch.values,
+        "return": returns,
+    }
 
 
 # Stages always reported (0 when they did not run this step), then the ones reported only when they ran.
@@ -822,12 +866,18 @@ def train(
     sink = EventLog(run_dir, run_id or os.environ.get("POSTTRAIN_RUN_ID") or run_dir.name)
     sender = sender_from_env(sink)  # the platform's run: POSTTRAIN_EVENTS_URL set, events POSTed in batches
     engine: Engine | None = None
+    writer: RolloutWriter | None = None
     try:
         with Heartbeat(sink, cfg.logging.heartbeat_s) as heartbeat:
             sink.emit("status", {"state": "running", "resumed_from": str(resume) if resume else None})
             require_sandbox(cfg, sink)
             engine = build_engine(cfg, weights_from=resume)
-            return _run(engine, run_dir, sink, heartbeat, resume, progress)
+            writer = rollout_writer(engine, run_dir, sink)
+            try:
+                return _run(engine, run_dir, sink, heartbeat, resume, progress, writer)
+            finally:
+                if writer is not None:
+                    writer.close()  # every step's file written and announced before the final status
     except Preempted:
         raise  # its `preempted` status event is out: not a failure
     except BaseException as exc:
@@ -844,10 +894,26 @@ def train(
                 sender.finish()  # bounded wait until the platform acknowledged every event
 
 
+def rollout_writer(engine: Engine, run_dir: Path, sink: EventLog) -> RolloutWriter | None:
+    """The writer of the run's rollout files (`logging.rollouts_dir`, default `<run dir>/rollouts`), or
+    None when the run records no rollouts (`logging.samples: none`)."""
+    logging_cfg = engine.cfg.logging
+    if logging_cfg.samples != "all":
+        return None
+    return RolloutWriter(
+        sink,
+        logging_cfg.rollouts_dir or str(run_dir / "rollouts"),
+        logging_cfg.rollouts_keep,
+        tokenizer=engine.tokenizer,
+        metadata={"run": sink.run_id, "pad_token_id": str(engine.rollout.pad_id)},
+    )
+
+
 def runs_user_code(cfg: RunConfig) -> bool:
-    """Python rewards, an environment or an agent command: code that runs in the sandbox."""
+    """Python rewards, an installed package's scoring, an environment or an agent command: code that runs in
+    the sandbox."""
     return (
-        any(spec.type == "python" for spec in cfg.rewards)
+        any(spec.type in ("python", "reasoning_gym", "verifiers") for spec in cfg.rewards)
         or cfg.environment is not None
         or bool(cfg.agent is not None and cfg.agent.command)
     )
@@ -868,7 +934,13 @@ def require_sandbox(cfg: RunConfig, sink: EventLog) -> None:
 
 
 def _run(
-    engine: Engine, run_dir: Path, sink: EventLog, heartbeat: Heartbeat, resume: Path | None, progress: bool
+    engine: Engine,
+    run_dir: Path,
+    sink: EventLog,
+    heartbeat: Heartbeat,
+    resume: Path | None,
+    progress: bool,
+    writer: RolloutWriter | None = None,
 ) -> dict[str, float]:
     cfg = engine.cfg
     counters = {"progress/samples": 0.0, "progress/tokens": 0.0, "progress/train_time_s": 0.0}
@@ -895,9 +967,9 @@ def _run(
     bar = _progress_bar(steps, progress, cfg.train.steps, first_step)
     for step in bar:
         heartbeat.step = step
-        metrics, records = run_step(engine, step)
-        counters["progress/samples"] += len(records)
-        counters["progress/tokens"] += sum(r["length"] for r in records)
+        metrics, rollouts = run_step(engine, step)
+        counters["progress/samples"] += len(rollouts.records)
+        counters["progress/tokens"] += sum(r["length"] for r in rollouts.records)
         counters["progress/train_time_s"] += metrics["timing/step"]
         metrics.update(counters)
         metrics.update(engine.peak_memory())
@@ -907,8 +979,8 @@ def _run(
             metrics.update(evaluate(engine, eval_prompts, eval_tokens))
             metrics["timing/eval"] = time.perf_counter() - started
         sink.emit("metrics", metrics, step=step)
-        if cfg.logging.samples == "all":
-            sink.emit("samples", {"samples": records}, step=step)
+        if writer is not None:
+            writer.submit(rollouts)
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(
                 reward=f"{metrics['reward/mean']:.3f}",
@@ -917,12 +989,12 @@ def _run(
         due_ckpt = (cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0) or (
             step == cfg.train.steps and cfg.checkpoint.save_final
         )
-        path = _checkpoint(engine, run_dir, sink, step, counters) if due_ckpt else None
+        path = _checkpoint(engine, run_dir, sink, step, counters, writer) if due_ckpt else None
         last = metrics
         preempt = preemption_requested(run_dir) if step < cfg.train.steps else None
         if preempt is not None:
             # The scheduler needs the room: stop at this boundary with a checkpoint to resume from exactly.
-            path = path or _checkpoint(engine, run_dir, sink, step, counters)
+            path = path or _checkpoint(engine, run_dir, sink, step, counters, writer)
             clear_request(run_dir)
             sink.emit(
                 "status",
@@ -934,11 +1006,25 @@ def _run(
                 step=step,
             )
             raise Preempted(step, path)
+        over = time_limit_reason(counters["progress/train_time_s"], cfg.train.max_wall_s, step)
+        if over is not None and step < cfg.train.steps:
+            path = path or _checkpoint(engine, run_dir, sink, step, counters, writer)
+            sink.emit("status", {"state": "failed", "reason": over, "checkpoint": str(path)}, step=step)
+            raise TimeLimitReached(step, path)
+    if writer is not None:
+        writer.flush()  # the last steps' files are announced before the final status, never after it
     sink.emit("status", {"state": "succeeded"}, step=cfg.train.steps)
     return last
 
 
-def _checkpoint(engine: Engine, run_dir: Path, sink: EventLog, step: int, counters: dict[str, float]) -> Path:
+def _checkpoint(
+    engine: Engine,
+    run_dir: Path,
+    sink: EventLog,
+    step: int,
+    counters: dict[str, float],
+    writer: RolloutWriter | None = None,
+) -> Path:
     state = EngineState(
         step=step,
         trainer=engine.trainer.state_dict(),
@@ -948,6 +1034,10 @@ def _checkpoint(engine: Engine, run_dir: Path, sink: EventLog, step: int, counte
         pending=saved_pending(engine),
     )
     path = engine.save_checkpoint(run_dir, step, state)
+    if writer is not None:
+        # The rollout files of every step up to here are announced before the checkpoint: a run resumed
+        # from it leaves no step without its file (the writer ran while the checkpoint was saved).
+        writer.flush()
     sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
     return path
 

@@ -77,6 +77,18 @@ PANELS: tuple[Panel, ...] = (
         ),
     ),
     Panel(
+        "environments",
+        "Reward per environment (a run that mixes environments)",
+        "reward",
+        (
+            Metric(
+                "env/<env>/reward/mean",
+                "Mean total reward of the step's samples from one environment (the rows' `env` field)",
+                True,
+            ),
+        ),
+    ),
+    Panel(
         "kl",
         "KL to the reference policy",
         "nats/token",
@@ -157,6 +169,51 @@ PANELS: tuple[Panel, ...] = (
             Metric("response/length_mean", "Mean response length", False, headline=True),
             Metric("response/length_max", "Longest response of the step", False),
             Metric("eval/response/length_mean", "Mean response length on the held-out prompts (greedy)", False),
+        ),
+    ),
+    Panel(
+        "response_quality",
+        "Response degeneration and gaming (fraction)",
+        "fraction",
+        (
+            Metric(
+                "response/repetition_rate",
+                "Mean share of a response's token 4-grams that repeat an earlier one (loops)",
+                False,
+            ),
+            Metric(
+                "response/nonprintable_share",
+                "Mean share of a response's characters that are not text (controls, broken bytes)",
+                False,
+            ),
+            Metric(
+                "response/normalized_surprisal",
+                "Mean -log-prob of the sampled tokens over a uniform draw's (1 = writing noise)",
+                None,
+            ),
+            Metric(
+                "response/top_answer_group_share",
+                "Share of the step's prompts that got its most common answer (one answer for every prompt: a "
+                "format-only pattern)",
+                False,
+            ),
+            Metric(
+                "reward/group_all_equal_rate",
+                "Share of prompts whose samples all scored the same (no learning signal in GRPO)",
+                False,
+            ),
+        ),
+    ),
+    Panel(
+        "filters",
+        "Filtered out before training (samples per step)",
+        "samples",
+        (
+            Metric(
+                "filter/<name>/dropped",
+                "Samples a rollout filter (gibberish, repetition, zero_advantage) kept out of the update",
+                None,
+            ),
         ),
     ),
     Panel(
@@ -291,10 +348,10 @@ ON_DEMAND: tuple[Metric, ...] = (
     Metric("reward/std", "Standard deviation of the step's rewards", None, unit="reward"),
     Metric("reward/errors", "Samples whose reward failed (scored 0, the reason recorded)", False, unit="samples"),
     Metric(
-        "reward/group_all_equal_rate",
-        "Share of prompts whose samples all scored the same (no learning signal in GRPO)",
-        False,
-        unit="fraction",
+        "response/compression_ratio",
+        "Mean raw over DEFLATE-compressed bytes of responses of 64 bytes or more (a loop compresses well)",
+        None,
+        unit="ratio",
     ),
     Metric("reward/<component>/<log>", "An extra log a reward function returned", None, unit="as logged"),
     Metric("policy/ratio_max", "Largest probability ratio new/old policy in the update", False, unit="ratio"),
@@ -317,6 +374,8 @@ ON_DEMAND: tuple[Metric, ...] = (
     Metric(
         "env/<log>", "A log of the run's environment (turns, tool calls, ...), mean per episode", None, unit="as logged"
     ),
+    Metric("env/<env>/samples", "The step's samples from one environment (a mixed run)", None, unit="samples"),
+    Metric("env/<env>/reward/std", "Standard deviation of one environment's rewards in the step", None, unit="reward"),
     Metric("eval/size", "Held-out prompts evaluated", None, unit="prompts"),
     Metric("eval/env/<log>", "An environment log on the held-out prompts", None, unit="as logged"),
 )
@@ -342,6 +401,11 @@ def catalogue(panels: tuple[Panel, ...], on_demand: tuple[Metric, ...]) -> tuple
 METRICS: tuple[Metric, ...] = catalogue(PANELS, ON_DEMAND)
 _EXACT = {metric.name: metric for metric in METRICS if not metric.is_pattern}
 _PATTERNS = [metric for metric in METRICS if metric.is_pattern]
+# A reward component's curve is `reward/<name>`: a component named like one of the engine's own reward curves
+# (mean, std, errors, ...) would overwrite it, and the diagnostics read those. The run config refuses them.
+RESERVED_REWARD_NAMES: frozenset[str] = frozenset(
+    name.split("/", 1)[1] for name in _EXACT if name.startswith("reward/") and name.count("/") == 1
+)
 
 
 def lookup(name: str) -> Metric | None:

@@ -14,15 +14,36 @@ from pathlib import Path
 
 PREEMPT_REQUEST = "preempt.request"
 EXIT_PREEMPTED = 75
+EXIT_TIME_LIMIT = 124  # as timeout(1) exits: the run reached `train.max_wall_s`
 
 
 class Preempted(Exception):
     """The run stopped at a step boundary for the scheduler; `checkpoint` resumes it."""
 
+    exit_code = EXIT_PREEMPTED
+
     def __init__(self, step: int, checkpoint: Path):
         super().__init__(f"preempted after step {step}; resume from {checkpoint}")
         self.step = step
         self.checkpoint = checkpoint
+
+
+class TimeLimitReached(Preempted):
+    """The run stopped at a step boundary at its declared limit (`train.max_wall_s`); a stop by the clock
+    rather than by the scheduler, with a checkpoint to resume from all the same. Its `failed` status event
+    is out."""
+
+    exit_code = EXIT_TIME_LIMIT
+
+
+def time_limit_reason(train_time_s: float, max_wall_s: float | None, step: int) -> str | None:
+    """Why the run stops now: its steps took `max_wall_s` or more (None: no limit, or not reached)."""
+    if max_wall_s is None or train_time_s < max_wall_s:
+        return None
+    return (
+        f"time limit: its training took {train_time_s:.0f} s, train.max_wall_s is {max_wall_s:g} s; "
+        f"stopped after step {step} with a checkpoint (resume the run to go on)"
+    )
 
 
 def request_path(run_dir: Path) -> Path:

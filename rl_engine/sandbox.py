@@ -3,35 +3,51 @@
 Bubblewrap (Debian's `bubblewrap`, the sandbox Flatpak uses; `make install` installs it) starts the command
 in new user, PID, network, IPC and UTS namespaces with a root filesystem of our choosing:
 
+- a private `/tmp` and `/dev/shm` (tmpfs, `Limits.tmp_mb` each), a private `/proc` and a minimal `/dev`,
+  mounted first, so that what is bound below comes on top of them (a runtime under /tmp stays visible);
 - read-only: `/usr` (with the `/bin`, `/lib*` links of a merged-/usr system), `/etc/ld.so.cache` and the
   time zone, the Python runtime (`sys.base_prefix`, `sys.prefix` and every site-packages folder, symlinks
   resolved, so a venv outside the repository works and `import torch` does too), and the files the caller
   hands in (the user's file, copied in through a file descriptor);
-- a private `/tmp` and `/dev/shm` (tmpfs, `Limits.tmp_mb` each), a private `/proc` and a minimal `/dev`;
 - nothing else: no POSTTRAIN_HOME, storage, run folders, home directory or repository, no other
   process (`/proc` shows the sandbox's own), no network but its own loopback.
 
 The environment is cleared (only PATH, HOME=/tmp, locale and thread-count settings, plus what the caller
-adds). Limits apply to every process inside (`prlimit` before the command): processes and threads
-(RLIMIT_NPROC, counted per sandbox since each has its own user namespace), address space, CPU seconds,
-open files, file size, no core dumps. The sandbox is killed with its parent (`--die-with-parent`: note
-that Linux sends this when the *thread* that started the sandbox exits).
+adds). Limits:
+
+- the kernel's, on the sandbox as a whole (`rl_engine/sandbox_cgroup.py`): a cgroup of its own with a memory
+  cap that counts tmpfs, /dev/shm and memfd pages (`Limits.memory_mb`), a process count (`pids.max`) and a CPU
+  quota (`Limits.cpus`), on cgroup v2 or v1; where no cgroup can be made the sandbox runs without them and
+  `status()` warns (shown on `/api/health/`);
+- per process (`prlimit` before the command): processes and threads (RLIMIT_NPROC, counted per sandbox
+  since each has its own user namespace), address space, CPU seconds, open files, file size, no core dumps;
+- a seccomp filter (`rl_engine/sandbox_seccomp.py`, given to `bwrap --seccomp`): no new user namespaces, no
+  mounts, no keyrings, no ptrace, bpf or perf_event_open;
+- a fresh, empty session keyring: the sandbox never holds the platform's keys.
+
+A small launcher (`_LAUNCHER`, the platform's own Python) starts each sandbox: it joins the sandbox's cgroups
+and a fresh session keyring, then becomes bubblewrap, so nothing of the sandbox runs outside either. The
+caller gets a `SandboxProcess`: `kill_strays()` ends every process a call left behind (all but the command
+itself), `kill()` and `wait()` end all of them and remove the cgroups. The sandbox is killed with its parent
+(`--die-with-parent`: note that Linux sends this when the *thread* that started the sandbox exits).
 
 Running as root. Inside a user namespace that maps the sandbox user to root outside, the kernel would not
 enforce RLIMIT_NPROC (root is exempt). So when we are root, bwrap waits (`--userns-block-fd`) while we map
 the namespace's uid 0 to root (bwrap needs it to build the filesystem) and uid 65534 to `nobody`, and the
-command starts through `setpriv` as `nobody` with no capabilities left; then every limit holds.
+command starts through `setpriv` as `nobody` with no capabilities left; then every limit holds. bwrap refuses
+`--disable-userns` on this path, so the seccomp filter is what keeps nested user namespaces out.
 
 When no sandbox can be made (bwrap missing, user namespaces disabled), user code is refused with
 `SandboxUnavailable` saying what to install, unless POSTTRAIN_ALLOW_UNSANDBOXED_CODE=1 (for a single-user
-machine): then the command runs as a plain child process with the same cleared environment and the
-limits that do not need a namespace.
+machine): then the command runs as a plain child process with the same cleared environment, the limits that
+do not need a namespace and the cgroup.
 
-Standard library only; no Django.
+Standard library only (and `pyseccomp` for the filter); no Django.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -41,9 +57,13 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from rl_engine import sandbox_cgroup, sandbox_seccomp
 
 ALLOW_UNSANDBOXED_ENV = "POSTTRAIN_ALLOW_UNSANDBOXED_CODE"
 BWRAP_ENV = "POSTTRAIN_BWRAP"  # the bwrap binary (default: `bwrap` on PATH)
@@ -65,14 +85,23 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-process limits inside a sandbox (`processes` counts every process and thread of the sandbox)."""
+    """A sandbox's limits (`processes` counts every process and thread of the sandbox)."""
 
-    memory_mb: float = 1024.0  # address space (RLIMIT_AS): a runaway allocation raises MemoryError
+    # The sandbox's memory as a whole (its cgroup: processes, tmpfs, /dev/shm and memfd pages together; past it
+    # the kernel's OOM killer ends a process), and each process's address space (RLIMIT_AS: a runaway
+    # allocation raises MemoryError first).
+    memory_mb: float = 1024.0
     processes: int = 64
     cpu_s: int = 600  # CPU seconds of one process (RLIMIT_CPU); a long-lived child asks to be replaced at half
+    cpus: float = 1.0  # the sandbox's CPU quota, in cores (its cgroup)
     open_files: int = 1024
     file_mb: int = 64  # the largest file it may write (RLIMIT_FSIZE)
     tmp_mb: int = 64  # size of the private /tmp and of /dev/shm
+
+    @property
+    def quota(self) -> sandbox_cgroup.Quota:
+        # bubblewrap's own two processes (outside the sandbox, and its init inside) sit in the cgroup too
+        return sandbox_cgroup.Quota(int(self.memory_mb * 1024 * 1024), self.processes + 2, self.cpus)
 
     def prlimit_args(self, with_processes: bool) -> list[str]:
         memory = int(self.memory_mb * 1024 * 1024)
@@ -93,6 +122,8 @@ class SandboxStatus:
     available: bool
     detail: str  # the bwrap version, or why no sandbox can be made
     unsandboxed_allowed: bool
+    limits: str = ""  # the kernel's limits a sandbox gets here (cgroups, seccomp, keyring)
+    warnings: tuple[str, ...] = ()  # the limits that cannot be enforced here, each with why
 
 
 def unsandboxed_allowed() -> bool:
@@ -104,8 +135,40 @@ def _bwrap() -> str | None:
 
 
 def status() -> SandboxStatus:
-    """Whether a sandbox can be made here (probed at most once a minute: it starts `true` in one)."""
-    return SandboxStatus(*_probe(_bwrap()), unsandboxed_allowed())
+    """Whether a sandbox can be made here (probed at most once a minute: it starts `true` in one), and which
+    of the kernel's limits it gets."""
+    limits, warnings = kernel_limits()
+    return SandboxStatus(*_probe(_bwrap()), unsandboxed_allowed(), limits, warnings)
+
+
+def kernel_limits() -> tuple[str, tuple[str, ...]]:
+    """(what a sandbox gets here, what it does not get and why)."""
+    layout = _cgroup_plan()
+    seccomp = sandbox_seccomp.seccomp_filter()
+    warnings = []
+    if layout.missing:
+        warnings.append(
+            f"sandboxes run without a cgroup limit on {', '.join(layout.missing)}: "
+            f"{'; '.join(layout.problems) or 'no cgroup controller for it here'}"
+        )
+    if seccomp.program is None:
+        warnings.append(f"sandboxes run without a seccomp filter: {seccomp.detail}")
+    keyring = "a fresh session keyring" if sandbox_seccomp.keyctl_number() is not None else "no keyring change"
+    return f"{layout.detail}; {seccomp.detail}; {keyring}", tuple(warnings)
+
+
+_plan_lock = threading.Lock()
+_plans: dict[str, tuple[float, sandbox_cgroup.Plan]] = {}
+
+
+def _cgroup_plan() -> sandbox_cgroup.Plan:
+    """Where sandboxes' cgroups go (looked at again at most once a minute, and when the delegated folder changes)."""
+    key = os.environ.get(sandbox_cgroup.CGROUP_ENV, "")
+    with _plan_lock:
+        found = _plans.get(key)
+        if found is None or time.monotonic() - found[0] > PROBE_TTL_S:
+            found = _plans[key] = (time.monotonic(), sandbox_cgroup.plan())
+        return found[1]
 
 
 def require() -> bool:
@@ -207,24 +270,176 @@ class Sandbox:
         command: Sequence[str],
         env: Mapping[str, str] | None = None,
         pass_fds: Iterable[int] = (),
-    ) -> subprocess.Popen:
+    ) -> SandboxProcess:
         """Starts the command; its stdout and stderr come back merged on `proc.stdout` (a pipe of bytes):
         relay them with `OutputRelay`."""
         environment = sandbox_env(env or {})
         if not self.sandboxed:
-            return subprocess.Popen(
-                ["prlimit", *self.limits.prlimit_args(with_processes=False), "--", *command],
-                env=environment,
-                pass_fds=tuple(pass_fds),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            cgroup = _new_cgroup(self.limits)
+            prlimit = shutil.which("prlimit", path="/usr/bin:/bin") or "/usr/bin/prlimit"
+            try:
+                proc = SandboxProcess(
+                    [*_launcher(cgroup), prlimit, *self.limits.prlimit_args(with_processes=False), "--", *command],
+                    env=environment,
+                    pass_fds=tuple(pass_fds),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except BaseException:
+                if cgroup is not None:
+                    cgroup.remove()
+                raise
+            return proc.adopt(cgroup, sandboxed=False)
         bwrap = _bwrap()
         if bwrap is None:
             raise SandboxUnavailable(f"bubblewrap is not installed; {_INSTALL_HINT}")
         return _popen(bwrap, command, self.limits, environment, self.files, self.sockets, tuple(pass_fds), self.cwd)
+
+
+# The first program of every sandbox, run by the platform's own Python outside it: joins the sandbox's cgroups
+# (so none of its processes ever runs outside them) and a fresh, empty session keyring (so it never holds the
+# platform's keys), then becomes the sandbox (bwrap; prlimit without one). Arguments: the keyctl system call's
+# number ("-": unknown here), the cgroup.procs files, "--", the command. A refused keyctl means keyrings are out
+# of reach here anyway (a container's own seccomp profile): the launcher goes on.
+_LAUNCHER = """
+import ctypes, errno, os, sys
+keyctl, *rest = sys.argv[1:]
+split = rest.index("--")
+try:
+    for procs in rest[:split]:
+        with open(procs, "w") as handle:
+            handle.write("0")
+except OSError as exc:
+    sys.exit(f"sandbox launcher: cannot join the sandbox's cgroup {procs}: {exc.strerror}")
+if keyctl != "-":
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(ctypes.c_long(int(keyctl)), ctypes.c_long(1), None) < 0:
+        code = ctypes.get_errno()
+        if code not in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+            sys.exit(f"sandbox launcher: cannot join a fresh session keyring: {os.strerror(code)}")
+os.execv(rest[split + 1], rest[split + 1:])
+"""
+
+
+def _launcher(cgroup: sandbox_cgroup.SandboxCgroup | None) -> list[str]:
+    keyctl = sandbox_seccomp.keyctl_number()
+    procs = cgroup.procs_files if cgroup is not None else []
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, "-" if keyctl is None else str(keyctl), *procs, "--"]
+
+
+def _new_cgroup(limits: Limits) -> sandbox_cgroup.SandboxCgroup | None:
+    """The sandbox's cgroups, or None where this host has none to give (status() warns about it). Raises
+    SandboxUnavailable when the host has them but this one cannot be made: the limits are not dropped quietly."""
+    layout = _cgroup_plan()
+    if not layout.hierarchies:
+        return None
+    try:
+        return sandbox_cgroup.SandboxCgroup.create(layout, limits.quota)
+    except OSError as exc:
+        raise SandboxUnavailable(f"cannot make the sandbox's cgroup: {exc}") from None
+
+
+class SandboxProcess(subprocess.Popen):
+    """A started sandbox: the Popen of its first process (the launcher, which becomes bubblewrap), which knows
+    every process of the sandbox. `kill()` and `wait()` end all of them and remove the cgroups;
+    `kill_strays()` ends all but the command itself (what a call forked and left running)."""
+
+    cgroup: sandbox_cgroup.SandboxCgroup | None = None
+    sandboxed: bool = True
+
+    def adopt(self, cgroup: sandbox_cgroup.SandboxCgroup | None, sandboxed: bool) -> SandboxProcess:
+        self.cgroup, self.sandboxed = cgroup, sandboxed
+        self._finalizer = weakref.finalize(self, _release, cgroup)
+        return self
+
+    def members(self) -> set[int]:
+        """The pids of every living process of the sandbox (this one included while it runs)."""
+        if self.cgroup is not None and self.cgroup.folders:
+            found = self.cgroup.pids()
+        elif self.sandboxed:  # every process of its PID namespace descends from bubblewrap (orphans included)
+            found = _descendants(self.pid)
+        else:
+            found = _session(self.pid)  # without a namespace or a cgroup: what kept the session started here
+        return {pid for pid in found if not sandbox_cgroup.dead(pid)}
+
+    def _kept(self, pid: int) -> bool:
+        """The command (and bubblewrap's two processes: this one, and the namespace's init, pid 1 inside;
+        the command is pid 2 inside, whatever it exec'd)."""
+        if pid == self.pid:
+            return True
+        if not self.sandboxed:
+            return False
+        inside = _namespace_pids(pid)
+        return len(inside) == 2 and inside[1] in (1, 2)
+
+    def kill_strays(self, timeout_s: float = 1.0) -> bool:
+        """SIGKILLs every process of the sandbox but the command; False if some still lived after `timeout_s`
+        (a command that keeps forking): then kill the whole sandbox."""
+        if self.poll() is not None:
+            return True
+        return sandbox_cgroup.kill_until_gone(self.members, lambda pid: not self._kept(pid), timeout_s)
+
+    def kill(self) -> None:
+        super().kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            super().wait(timeout=5)  # reaped first: its cgroup cannot be removed while it is a zombie
+        self.release()
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = super().wait(timeout)
+        self.release()
+        return code
+
+    def release(self) -> None:
+        """Ends every process of the sandbox and removes its cgroups."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+        if self.cgroup is None and not self.sandboxed:
+            # No namespace, no cgroup: what the command left in its session (bubblewrap's end ends its namespace).
+            sandbox_cgroup.kill_until_gone(lambda: _session(self.pid), lambda pid: pid != self.pid, 2.0)
+
+
+def _release(cgroup: sandbox_cgroup.SandboxCgroup | None) -> None:
+    if cgroup is not None:
+        cgroup.remove()
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.add(current)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with contextlib.suppress(OSError):
+                    todo += [int(child) for child in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+    return found
+
+
+def _session(sid: int) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat[stat.rindex(")") + 2 :].split()[3]) == sid:
+                    found.add(int(entry))
+    return found
+
+
+def _namespace_pids(pid: int) -> list[int]:
+    """The pid as each PID namespace from ours down sees it (NSpid)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return [int(n) for n in line.split()[1:]]
+    return []
 
 
 def sandbox_env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -254,15 +469,21 @@ def _popen(
     sockets: Mapping[str, Path],
     pass_fds: tuple[int, ...],
     cwd: str = "/tmp",
-) -> subprocess.Popen:
+) -> SandboxProcess:
     as_root = os.geteuid() == 0
     opened: list[int] = []
+    cgroup = _new_cgroup(limits)
     try:
-        args = [bwrap, *_namespace_args(as_root), *_filesystem_args(limits, files, sockets, opened, cwd)]
+        args = [
+            bwrap,
+            *_namespace_args(as_root),
+            *_seccomp_args(opened),
+            *_filesystem_args(limits, files, sockets, opened, cwd),
+        ]
         inner = ["/usr/bin/prlimit", *limits.prlimit_args(with_processes=True), "--", *command]
         if not as_root:
-            return subprocess.Popen(
-                [*args, "--", *inner],
+            proc = SandboxProcess(
+                [*_launcher(cgroup), *args, "--", *inner],
                 env=dict(env),
                 pass_fds=(*pass_fds, *opened),
                 stdin=subprocess.DEVNULL,
@@ -270,10 +491,22 @@ def _popen(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return _popen_as_root(args, inner, env, (*pass_fds, *opened))
+            return proc.adopt(cgroup, sandboxed=True)
+        return _popen_as_root(_launcher(cgroup), args, inner, env, (*pass_fds, *opened), cgroup)
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        raise
     finally:
         for fd in opened:
             os.close(fd)
+
+
+def _seccomp_args(opened: list[int]) -> list[str]:
+    program = sandbox_seccomp.seccomp_filter().program
+    if program is None:
+        return []  # status() warns
+    return ["--seccomp", str(_memfd(program, opened))]
 
 
 def _namespace_args(as_root: bool) -> list[str]:
@@ -288,6 +521,13 @@ def _filesystem_args(
     limits: Limits, files: Mapping[str, Path], sockets: Mapping[str, Path], opened: list[int], cwd: str
 ) -> list[str]:
     plan = _MountPlan()
+    # The sandbox's own /proc, /dev, /tmp and /dev/shm first: a bind below /tmp (the runtime of a project
+    # installed there) must come on top of the private /tmp, not under it.
+    plan.args += ["--proc", "/proc", "--dev", "/dev"]
+    tmp_bytes = str(limits.tmp_mb * 1024 * 1024)
+    for folder in ("/tmp", "/dev/shm"):
+        plan.args += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", folder]
+    plan.made("/proc", "/dev", "/tmp", "/dev/shm")
     plan.bind("/usr")
     for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         host = Path("/") / top
@@ -305,10 +545,6 @@ def _filesystem_args(
         plan.bind(real)
         if link:
             plan.symlink(real, link)
-    plan.args += ["--proc", "/proc", "--dev", "/dev"]
-    tmp_bytes = str(limits.tmp_mb * 1024 * 1024)
-    for folder in ("/tmp", "/dev/shm"):
-        plan.args += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", folder]
     for inside, host in files.items():
         fd = os.open(host, os.O_RDONLY | os.O_CLOEXEC)
         opened.append(fd)
@@ -328,6 +564,10 @@ class _MountPlan:
     def __init__(self) -> None:
         self.args: list[str] = []
         self._made = {"/"}
+
+    def made(self, *folders: str) -> None:
+        """Folders mounted already (their parents and themselves are not made again)."""
+        self._made.update(folders)
 
     def _parents(self, path: str) -> None:
         for parent in reversed(Path(path).parents):
@@ -409,8 +649,13 @@ def _refuse_exposing(folder: str) -> None:
 
 
 def _popen_as_root(
-    args: list[str], inner: list[str], env: Mapping[str, str], pass_fds: tuple[int, ...]
-) -> subprocess.Popen:
+    launcher: list[str],
+    args: list[str],
+    inner: list[str],
+    env: Mapping[str, str],
+    pass_fds: tuple[int, ...],
+    cgroup: sandbox_cgroup.SandboxCgroup | None,
+) -> SandboxProcess:
     info_read, info_write = os.pipe()
     block_read, block_write = os.pipe()
     drop = [
@@ -423,8 +668,9 @@ def _popen_as_root(
         "--",
     ]
     try:
-        proc = subprocess.Popen(
+        proc = SandboxProcess(
             [
+                *launcher,
                 *args[:1],
                 "--info-fd",
                 str(info_write),
@@ -448,6 +694,7 @@ def _popen_as_root(
         raise
     os.close(info_write)
     os.close(block_read)
+    proc.adopt(cgroup, sandboxed=True)
     try:
         child = _read_child_pid(info_read, proc)
         mapping = f"0 0 1\n{SANDBOX_UID} {SANDBOX_UID} 1\n"
@@ -505,11 +752,15 @@ class OutputRelay:
     """Copies what sandboxed code prints to our stderr: at most `burst` bytes at once, then `rate` bytes/s;
     the rest is dropped and counted, so endless output cannot fill the job log or stall the code."""
 
+    TAIL_BYTES = 2048
+
     def __init__(self, source, sink_fd: int = 2, burst: int = 1 << 20, rate: float = 64 << 10, label: str = "sandbox"):
         self._source = source
         self._sink = sink_fd
         self._burst, self._rate, self._label = burst, rate, label
         self.dropped = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
         self._thread = threading.Thread(target=self._run, name=f"{label}-output", daemon=True)
         self._thread.start()
 
@@ -523,6 +774,7 @@ class OutputRelay:
                 break
             if not chunk:
                 break
+            self._keep(chunk)
             now = time.monotonic()
             tokens, last = min(float(self._burst), tokens + (now - last) * self._rate), now
             if dropped and tokens >= self._burst / 2:
@@ -541,6 +793,18 @@ class OutputRelay:
         if dropped:
             self._write(f"[{self._label}: {dropped} bytes of output dropped]\n".encode())
         self._source.close()
+
+    def _keep(self, chunk: bytes) -> None:
+        self._tail.append(chunk[-self.TAIL_BYTES :])
+        self._tail_size += len(self._tail[-1])
+        while self._tail_size - len(self._tail[0]) >= self.TAIL_BYTES:
+            self._tail_size -= len(self._tail.popleft())
+
+    def tail(self, lines: int = 3, chars: int = 500) -> str:
+        """The last lines the command printed (at most `chars` characters), for a reason it failed."""
+        text = b"".join(self._tail).decode(errors="replace")
+        kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+        return " | ".join(kept)[-chars:]
 
     def _write(self, data: bytes) -> None:
         try:

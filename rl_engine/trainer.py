@@ -93,7 +93,9 @@ class Experience:
 
     batch: TokenBatch
     advantages: torch.Tensor  # [B, T]
-    old_logprobs: torch.Tensor | None  # [B, T]; None = on-policy single update (ratio is 1)
+    # [B, T] the ratio's denominator: the trainer's before the update (proximal) or the rollout engine's
+    # (behaviour; `algorithm.ratio_against`); None = on-policy single update (ratio is 1)
+    old_logprobs: torch.Tensor | None
     ref_logprobs: torch.Tensor | None  # [B, T] when the KL is a loss term
     old_values: torch.Tensor | None = None  # [B, T] (PPO)
     returns: torch.Tensor | None = None  # [B, T] (PPO)

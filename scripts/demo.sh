@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Starts / stops the demo stack on embedded defaults: a local Ray head, a Celery worker (with beat) and
-# the ASGI web server. Each runs in its own process group (setsid) whose id is kept in
+# Starts / stops the demo stack on embedded defaults: a local Ray head, two Celery workers (runs, with beat;
+# user code) and the ASGI web server. Each runs in its own process group (setsid) whose id is kept in
 # $DEMO_HOME/pids, so `stop` ends exactly what `start` began and nothing else.
 set -euo pipefail
 
@@ -22,6 +22,11 @@ export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 # Where the engine of a run posts its events: this web server.
 export POSTTRAIN_PUBLIC_URL="${POSTTRAIN_PUBLIC_URL:-http://127.0.0.1:$WEB_PORT}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+# The machine's CPUs (its affinity mask), for the Ray head: GNU nproc prints OMP_NUM_THREADS instead when that is
+# set, as it is here (2, the engine's torch threads), which gave the head 2 CPUs on any machine and 1 where
+# OMP_NUM_THREADS=1, where the demo experiment (2 CPUs) then waited in the queue for ever.
+cpus() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 
 alive() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
 
@@ -47,10 +52,15 @@ start() {
   echo "Starting the Posttrain demo stack (state in $POSTTRAIN_HOME)"
   if [[ "$RAY_ADDRESS" == "http://127.0.0.1:$RAY_DASHBOARD_PORT" ]]; then
     launch ray "$BIN/ray" start --head --block --port "$RAY_GCS_PORT" --dashboard-host 127.0.0.1 \
-      --dashboard-port "$RAY_DASHBOARD_PORT" --dashboard-agent-listen-port "$RAY_AGENT_PORT" --num-cpus "$(nproc)" --temp-dir "$RAY_TMP" --disable-usage-stats
+      --dashboard-port "$RAY_DASHBOARD_PORT" --dashboard-agent-listen-port "$RAY_AGENT_PORT" --num-cpus "$(cpus)" --temp-dir "$RAY_TMP" --disable-usage-stats
   fi
-  launch worker "$BIN/celery" --workdir "$ROOT" -A workers.celery_app worker -B --pool threads --concurrency 4 \
-    --schedule "$POSTTRAIN_HOME/celerybeat-schedule" --loglevel INFO
+  # Two workers: runs (submit, admission, cancel, the periodic reconcile) on the default queue, and user code
+  # (import checks, "Try it") on a queue of its own, in prefork children Celery's time limits can kill, so
+  # uploads can never hold the workers that start and stop runs.
+  launch worker "$BIN/celery" --workdir "$ROOT" -A workers.celery_app worker -n "runs@%h" -Q celery -B \
+    --pool threads --concurrency 4 --schedule "$POSTTRAIN_HOME/celerybeat-schedule" --loglevel INFO
+  launch user_code "$BIN/celery" --workdir "$ROOT" -A workers.celery_app worker -n "user_code@%h" -Q user_code \
+    --pool prefork --concurrency 2 --max-tasks-per-child 50 --loglevel INFO
   launch web "$BIN/uvicorn" --app-dir "$ROOT/platform" posttrain.asgi:application --host 127.0.0.1 --port "$WEB_PORT"
   wait_http "http://127.0.0.1:$WEB_PORT/login/" "the web server" 60
   wait_http "$RAY_ADDRESS/api/version" "the Ray head" 90
@@ -73,7 +83,7 @@ stop() {
 }
 
 status() {
-  for name in ray worker web; do
+  for name in ray worker user_code web; do
     if alive "$name"; then echo "  $name: running (pid $(cat "$PIDS/$name.pid"))"; else echo "  $name: not running"; fi
   done
 }

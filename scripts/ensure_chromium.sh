@@ -4,7 +4,6 @@
 set -euo pipefail
 if ! command -v chromium >/dev/null 2>&1; then
   echo "chromium: missing, installing from Debian"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+  "$(dirname "$0")/apt_install.sh" chromium  # waits for apt's lock when another install holds it
 fi
 chromium --version

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -25,6 +26,47 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+# Each pytest-xdist worker (`make test` runs two) gets a Redis database of its own: the stacks of two
+# workers would otherwise share the `celery` queue, and one worker's Celery process would run the other's
+# tasks against a test database it cannot see. Set before any stack copies the environment.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...; "" without xdist
+
+
+def redis_database(url: str, number: int | None = None, *, offset: int = 0) -> str | None:
+    """`redis://host:port/N` on database `number` (default: N + `offset`); None for a URL that is not Redis."""
+    match = re.fullmatch(r"(redis://[^/]+)(?:/(\d+))?", url)
+    if not match:
+        return None
+    return f"{match.group(1)}/{number if number is not None else int(match.group(2) or 0) + offset}"
+
+
+def redis_url_for_worker(url: str, worker: str) -> str:
+    """`redis://host:port/N` becomes database N + 1 + the worker's number (gw0 on N + 1, gw1 on N + 2)."""
+    moved = redis_database(url, offset=1 + int(worker[2:])) if worker.startswith("gw") else None
+    return moved or url
+
+
+for _name in ("REDIS_URL", "CELERY_BROKER_URL"):
+    if XDIST_WORKER and os.environ.get(_name):
+        os.environ[_name] = redis_url_for_worker(os.environ[_name], XDIST_WORKER)
+
+# What a one-process DeepSpeed trainer sets in its own process (rl_engine.backends.deepspeed_trainer): a world
+# of one whose port the test process then holds: a subprocess a test starts must not inherit it.
+DISTRIBUTED_LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def import_roots_for_tests(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tests register server files (models, datasets, reward files) from their own temporary folders: the
+    session's base temp folder is the import root of this process and of every stack a test starts (the
+    tests of the roots themselves, tests/security, set their own)."""
+    from django.conf import settings
+
+    root = tmp_path_factory.getbasetemp().resolve()
+    os.environ["POSTTRAIN_IMPORT_ROOTS"] = str(root)
+    settings.IMPORT_ROOTS = [root]
+    return root
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -205,8 +247,9 @@ class UvicornServer:
 
 @dataclass
 class PlatformStack:
-    """The whole product on real servers: uvicorn (pages, API, the engine's event endpoint) and a Celery
-    worker with beat, on the test database, the Redis broker and pub/sub, and a real Ray head."""
+    """The whole product on real servers: uvicorn (pages, API, the engine's event endpoint), a Celery worker
+    with beat for runs and one for user code (its own queue, as `make demo` starts them), on the test
+    database, the Redis broker and pub/sub, and a real Ray head."""
 
     web: UvicornServer
     worker: subprocess.Popen
@@ -214,30 +257,44 @@ class PlatformStack:
     ray: str
     storage: Path
     worker_env: dict[str, str]
+    user_code_worker: subprocess.Popen
+    user_code_log: Path
+
+
+USER_CODE_QUEUE = "user_code"
 
 
 def start_celery_worker(
-    env: dict[str, str], log_path: Path, schedule: Path, *, purge: bool = False, timeout_s: float = 90
+    env: dict[str, str],
+    log_path: Path,
+    schedule: Path,
+    *,
+    purge: bool = False,
+    timeout_s: float = 90,
+    queue: str = "celery",
 ) -> subprocess.Popen:
-    """A Celery worker with beat (-B: the periodic reconcile runs as in production), once it says `ready.`;
-    `purge` empties the queue first (a fresh stack), a replacement worker keeps what is queued."""
+    """A Celery worker once it says `ready.`: for the default queue with beat (-B: the periodic reconcile runs
+    as in production), or for `user_code` in a prefork child (Celery's time limits kill those). `purge` empties
+    its queue first (a fresh stack), a replacement worker keeps what is queued."""
     log_path.write_text("")
+    if queue == USER_CODE_QUEUE:
+        pool = ["--pool", "prefork", "--concurrency", "1", "-n", f"user_code-{os.getpid()}@%h"]
+    else:
+        pool = ["-B", "--pool", "solo", "--schedule", str(schedule), "-n", f"runs-{os.getpid()}@%h"]
     worker = subprocess.Popen(
         [
             str(VENV_BIN / "celery"),
             "-A",
             "workers.celery_app",
             "worker",
-            "-B",
-            "--pool",
-            "solo",
+            "-Q",
+            queue,
+            *pool,
             "--loglevel",
             "INFO",
             "--without-gossip",
             "--without-mingle",
             *(["--purge"] if purge else []),
-            "--schedule",
-            str(schedule),
         ],
         cwd=REPO_ROOT,
         env=env,
@@ -282,17 +339,26 @@ def platform_stack(
     web.start()
     worker_env = {**env, "POSTTRAIN_PUBLIC_URL": web.url, "POSTTRAIN_RUN_RECONCILE_INTERVAL_S": "2"}
     worker_log = home / "worker.log"
+    user_code_log = home / "user-code-worker.log"
     try:
         worker = start_celery_worker(worker_env, worker_log, home / "celerybeat-schedule", purge=True)
         try:
-            yield PlatformStack(
-                web=web,
-                worker=worker,
-                worker_log=worker_log,
-                ray=ray_address,
-                storage=home / "storage",
-                worker_env=worker_env,
+            user_code = start_celery_worker(
+                worker_env, user_code_log, home / "celerybeat-schedule", purge=True, queue=USER_CODE_QUEUE
             )
+            try:
+                yield PlatformStack(
+                    web=web,
+                    worker=worker,
+                    worker_log=worker_log,
+                    ray=ray_address,
+                    storage=home / "storage",
+                    worker_env=worker_env,
+                    user_code_worker=user_code,
+                    user_code_log=user_code_log,
+                )
+            finally:
+                stop_process_group(user_code)
         finally:
             stop_process_group(worker)
     finally:
@@ -340,6 +406,7 @@ def researcher(db):
 def storage(settings, tmp_path: Path) -> Path:
     """The test's own artifact root (settings.STORAGE_ROOT): run folders, datasets, rewards, model copies."""
     settings.STORAGE_ROOT = tmp_path / "storage"
+    settings.ROLLOUT_STORE = str(settings.STORAGE_ROOT)  # rollout files (posttrain.runs.rollouts) too
     return settings.STORAGE_ROOT
 
 

@@ -4,14 +4,17 @@ on a real Celery worker (tests/integration/test_try_it_sandbox.py).
 
 A program is the body of `attack()`, which returns a number: 1.0 means the attack worked (it read the
 secret, reached the server, ...). A program is contained when its sample fails with a reason matching
-`fails` (the attack raised inside the sandbox), or when it scores `scores` without an error (the attack
-ran and found nothing); some programs may end either way (a signal to PID 1 is refused when the platform
-runs as root and ignored otherwise). Whatever it does, the host's own checks (`HostWorld.assert_untouched`) must hold:
-no marker file written outside, no secret in any output, the stand-in servers alive and never connected to.
+`fails` (the attack raised inside the sandbox, or the sandbox was ended), or when it scores `scores` without
+an error (the attack ran and found nothing); some programs may end either way (a signal to PID 1 is refused
+when the platform runs as root and ignored otherwise). Each is called twice in the same sandbox, and both
+calls must be contained (a process the first call forked must be gone at the second). Whatever it does, the
+host's own checks (`HostWorld.assert_untouched`) must hold: no marker file written outside, no secret in any
+output, the stand-in servers alive and never connected to.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import secrets
@@ -27,7 +30,33 @@ from typing import Self
 from urllib.parse import urlparse
 
 PREAMBLE = """
-import ctypes, os, signal, socket, subprocess, sys, time
+import ctypes, json, os, signal, socket, struct, subprocess, sys, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {
+    "x86_64": {"clone": 56, "keyctl": 250, "add_key": 248, "bpf": 321, "perf_event_open": 298,
+               "userfaultfd": 323, "fsopen": 430},
+    "aarch64": {"clone": 220, "keyctl": 219, "add_key": 217, "bpf": 280, "perf_event_open": 241,
+                "userfaultfd": 282, "fsopen": 430},
+}[os.uname().machine]
+CLONE_NEWUSER = 0x10000000
+
+
+def refused():
+    code = ctypes.get_errno()
+    raise OSError(code, os.strerror(code))
+
+
+def running(pid):
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def reply_fd():
+    return int(sys.argv[-1])  # the child's end of the reply pipe (its last argument)
 """
 
 
@@ -41,6 +70,14 @@ class HostileProgram:
 
     def __post_init__(self) -> None:
         assert self.fails is not None or self.scores is not None, self.name
+
+    @property
+    def timeout_s(self) -> float:
+        return 60.0 if self.heavy else 2.0
+
+    @property
+    def memory_mb(self) -> float:
+        return 2048.0 if self.heavy else 256.0
 
     def contained(self, score: float, error: str | None) -> bool:
         if error:
@@ -153,7 +190,7 @@ PROGRAMS: list[HostileProgram] = [
         "libc = ctypes.CDLL(None, use_errno=True)\n"
         "if libc.ptrace(16, {web_pid}, 0, 0) == 0:\n    return 1.0\n"
         "raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))",
-        fails="No such process",
+        fails="Operation not permitted|No such process",  # the seccomp filter, or a PID namespace without it
     ),
     HostileProgram("become root", "os.setuid(0); return 1.0", fails="PermissionError|Invalid argument"),
     HostileProgram(
@@ -201,6 +238,142 @@ PROGRAMS: list[HostileProgram] = [
         "x = []\nfor _ in range(100000):\n    x = [x]\nreturn x",
         fails="Recursion|must be a number",
     ),
+    # --- the kernel: what the seccomp filter denies ---
+    HostileProgram(
+        "unshare a user namespace and mount a tmpfs past tmp_mb",
+        "if libc.unshare(CLONE_NEWUSER) != 0:\n    refused()\n"
+        "if libc.mount(b'none', b'/tmp', b'tmpfs', 0, b'size=8g') != 0:\n    refused()\n"
+        "open('/tmp/big', 'wb').write(bytes(512 << 20))\nreturn 1.0",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    HostileProgram(
+        "clone a process into a new user namespace",
+        "pid = libc.syscall(NR['clone'], CLONE_NEWUSER | signal.SIGCHLD, 0, 0, 0, 0)\n"
+        "if pid == 0:\n    os._exit(0)\n"
+        "if pid > 0:\n    os.waitpid(pid, 0)\n    return 1.0\nrefused()",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    HostileProgram(
+        "ptrace its own child",
+        "pid = os.fork()\nif pid == 0:\n    time.sleep(30)\n    os._exit(0)\n"
+        "if libc.ptrace(16, pid, 0, 0) == 0:\n    return 1.0\nrefused()",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    HostileProgram(
+        "load a BPF program",
+        "if libc.syscall(NR['bpf'], 5, 0, 0) >= 0:\n    return 1.0\nrefused()",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    HostileProgram(
+        "open a perf event",
+        "attr = ctypes.create_string_buffer(128)\n"
+        "if libc.syscall(NR['perf_event_open'], attr, 0, -1, -1, 0) >= 0:\n    return 1.0\nrefused()",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    HostileProgram(
+        "open a userfaultfd",
+        "if libc.syscall(NR['userfaultfd'], 0) >= 0:\n    return 1.0\nrefused()",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    HostileProgram(
+        "mount with the new mount API (fsopen)",
+        "if libc.syscall(NR['fsopen'], b'tmpfs', 0) >= 0:\n    return 1.0\nrefused()",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    # --- the kernel keyrings ---
+    HostileProgram(
+        "read the session keyring",
+        "buffer = ctypes.create_string_buffer(4096)\n"
+        "if libc.syscall(NR['keyctl'], 11, -3, buffer, 4096) >= 0:\n    return 1.0\nrefused()",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    HostileProgram(
+        "add a key to the user keyring",
+        "if libc.syscall(NR['add_key'], b'user', b'posttrain-planted', b'x', 1, -4) >= 0:\n    return 1.0\nrefused()",
+        fails="PermissionError.*Operation not permitted",
+    ),
+    HostileProgram(
+        "list the engine's keys (/proc/keys)",
+        "return float('{key_description}' in open('/proc/keys').read())",
+        scores=0.0,
+        fails="FileNotFoundError",  # a kernel without /proc/keys
+    ),
+    # --- memory the address-space limit does not count: the sandbox's cgroup does ---
+    HostileProgram(
+        "hold 640 MB in memfds",
+        "held = []\nfor _ in range(40):\n"
+        "    fd = os.memfd_create('hog')\n    os.write(fd, bytes(16 << 20))\n    held.append(fd)\nreturn 1.0",
+        # The cgroup's OOM killer ends it (its cap is 256 MB); on a crowded machine reclaim may take the call past
+        # its time limit first, which ends the sandbox (and frees the memfds) too. Without the cgroup it returns.
+        fails="out of memory|Cannot allocate memory|MemoryError|timeout|within",
+    ),
+    HostileProgram(
+        "fill /dev/shm past its size",
+        "with open('/dev/shm/big', 'wb') as f:\n    for _ in range(1024):\n        f.write(bytes(1 << 20))\nreturn 1.0",
+        fails="No space left|OSError",
+    ),
+    HostileProgram(
+        "hold 800 MB across four forked processes",
+        "kids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+        "        block = bytearray(200 << 20)\n        for i in range(0, len(block), 4096):\n"
+        "            block[i] = 1\n        time.sleep(30)\n        os._exit(0)\n    kids.append(pid)\n"
+        "time.sleep(1.5)\nreturn float(all(running(pid) for pid in kids))",
+        scores=0.0,
+        fails="out of memory",  # the OOM killer may pick the reward's own process
+    ),
+    # --- processes ---
+    HostileProgram(
+        "leave a forked process running after the call",
+        "marker = '/tmp/lingering-pid'\nif os.path.exists(marker):\n"
+        "    return float(running(int(open(marker).read())))\n"
+        "pid = os.fork()\nif pid == 0:\n    os.setsid()\n    while True:\n        pass\n"
+        "open(marker, 'w').write(str(pid))\nreturn 0.0",
+        scores=0.0,
+    ),
+    HostileProgram(
+        "fork bomb (every child forks)",
+        "me = os.getpid()\nfor _ in range(12):\n    try:\n        os.fork()\n    except OSError:\n        break\n"
+        "if os.getpid() != me:\n    time.sleep(30)\n    os._exit(0)\n"
+        "return float(sum(1 for p in os.listdir('/proc') if p.isdigit()) > 100)",
+        scores=0.0,
+    ),
+    HostileProgram(
+        "start 1,000 threads",
+        "for _ in range(1000):\n    threading.Thread(target=time.sleep, args=(3,), daemon=True).start()\nreturn 1.0",
+        fails="can't start new thread",
+    ),
+    HostileProgram(
+        "burn four CPUs",
+        "start, kids = time.monotonic(), []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+        "        end = time.monotonic() + 1.2\n        while time.monotonic() < end:\n            pass\n"
+        "        os._exit(0)\n    kids.append(pid)\n"
+        "used = sum(os.wait4(pid, 0)[2].ru_utime for pid in kids)\n"
+        "return float(used / (time.monotonic() - start) > 1.3)",
+        scores=0.0,
+    ),
+    # --- the pipe to the engine ---
+    HostileProgram(
+        "send half a reply frame and hang",
+        "signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "os.write(reply_fd(), struct.pack('>I', 1000) + b'{{\"op\": \"res')\ntime.sleep(60)\nreturn 1.0",
+        fails="timeout|within",
+    ),
+    HostileProgram(
+        "send a forged 60 MB reply frame",
+        "os.write(reply_fd(), struct.pack('>I', 60 << 20))\nos.write(reply_fd(), b' ' * (60 << 20))\nreturn 1.0",
+        fails="larger than",
+    ),
+    HostileProgram(
+        "send a reply of 60,000 values",
+        "frame = json.dumps({{'op': 'result', 'value': [0] * 60000, 'restart': False}}).encode()\n"
+        "os.write(reply_fd(), struct.pack('>I', len(frame)) + frame)\nreturn 1.0",
+        fails="more than \\d+ values",
+    ),
+    HostileProgram(
+        "stop itself (SIGSTOP)",
+        "signal.signal(signal.SIGALRM, signal.SIG_IGN)\nos.kill(os.getpid(), signal.SIGSTOP)\nreturn 1.0",
+        fails="timeout|within",
+    ),
     HostileProgram(
         "import torch (allowed)",
         "import torch\nreturn float(torch.ones(3).sum().item() == 3.0)",
@@ -236,6 +409,7 @@ class HostWorld:
         self.unix_socket = str(self.root / "host.sock")
         self.abstract_socket = f"posttrain-hostile-{secrets.token_hex(6)}"
         self.shm_name = f"posttrain-hostile-{secrets.token_hex(6)}"
+        self.key_description = f"posttrain-hostile-key-{secrets.token_hex(6)}"
         self.home = str(Path.home())
         self.engine_pid = os.getpid()
         self.postgres_port = _port(os.environ.get("DATABASE_URL"), 5432)
@@ -266,6 +440,7 @@ class HostWorld:
         Path(self.database).write_text(f"SQLite format 3 {self.secret}")
         (Path(self.other_run) / "events.jsonl").write_text(f'{{"token": "{self.secret}"}}\n')
         Path(f"/dev/shm/{self.shm_name}").write_text(self.secret)
+        _plant_session_key(self.key_description, self.secret)
         for name, value in self.secret_env.items():
             self._saved_env[name] = os.environ.get(name)
             os.environ[name] = value
@@ -362,6 +537,20 @@ class HostWorld:
         assert Path(self.secret_key).read_text() == self.secret
         for text in outputs:
             assert self.secret not in text, f"{program.name}: the secret leaked into {text[:200]!r}"
+
+
+def _plant_session_key(description: str, secret: str) -> None:
+    """Gives this process (the engine, in these tests) a session keyring of its own holding a key, as an
+    engine's keyring may hold credentials: a sandbox it starts must not see it."""
+    import pyseccomp
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    keyctl, add_key = (pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) for name in ("keyctl", "add_key"))
+    join_session_keyring, session_keyring = 1, -3
+    assert libc.syscall(keyctl, join_session_keyring, b"posttrain-hostile-engine") >= 0, ctypes.get_errno()
+    value = secret.encode()
+    assert libc.syscall(add_key, b"user", description.encode(), value, len(value), session_keyring) >= 0
 
 
 def wait_until(predicate, timeout_s: float) -> bool:

@@ -16,6 +16,7 @@ a path the cluster shares (the run folder is written here and read there).
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 from functools import lru_cache
 from pathlib import Path
@@ -23,14 +24,15 @@ from pathlib import Path
 from django.conf import settings
 
 from posttrain.core.errors import JobsUnavailable
+from posttrain.core.outbound import engine_outbound_env
+from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.runs.models import Run
 from posttrain.runs.scheduling import run_resources
-from posttrain.runs.tokens import ingest_token
+from posttrain.runs.tokens import TOKEN_FILE_PREFIX, ingest_token
 from rl_engine.preemption import clear_request, request_preemption
 from rl_engine.sandbox import ALLOW_UNSANDBOXED_ENV
 
 _NOT_FOUND = ("does not exist", "status code 404")
-INGEST_TOKEN_FILE = "ingest_token"
 
 
 @lru_cache(maxsize=4)
@@ -63,19 +65,14 @@ def write_config(run: Run) -> Path:
     return path
 
 
-def token_file(run: Run) -> Path:
-    return run_dir(run) / INGEST_TOKEN_FILE
-
-
 def write_token_file(run: Run) -> Path:
-    """The run's ingestion token in a file only this OS user can read, in the run folder (which sandboxed
-    user code never sees); the engine reads it once at start and deletes it. Rewritten on every submit,
-    so a retried submit hands over the same (derived) token."""
-    path = token_file(run)
+    """The run's ingestion token in a file of this submission's own that only this OS user can read, in the
+    run folder (which sandboxed user code never sees); the engine reads it once at start and deletes it. A
+    file per submission: one whose job turns out to exist already is removed without touching another's."""
+    path = run_dir(run) / f"{TOKEN_FILE_PREFIX}.{secrets.token_hex(8)}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
-        os.fchmod(handle.fileno(), 0o600)  # an older file may have had other bits
         handle.write(ingest_token(run.id))
     return path
 
@@ -109,7 +106,10 @@ def resume_path(run: Run) -> str | None:
         own = latest_checkpoint(run_dir(run))
         if own is not None:
             return str(own)
-    return run.resume_from.path if run.resume_from_id is not None else None
+    if run.resume_from_id is None:
+        return None
+    checkpoint = run.resume_from
+    return str(resolve_run_checkpoint("checkpoint", checkpoint.path, checkpoint.run_id))
 
 
 def engine_threads(run: Run) -> int:
@@ -119,13 +119,15 @@ def engine_threads(run: Run) -> int:
     return threads_for(run_resources(run)["driver"]["CPU"])
 
 
-def engine_env(run: Run) -> dict[str, str]:
+def engine_env(run: Run, token_path: Path) -> dict[str, str]:
     """The engine's environment: where to post events and where its token is (never the token: Ray shows a
-    job's runtime_env to anyone who can list jobs), and the thread/offline settings."""
+    job's runtime_env to anyone who can list jobs), the outbound policy (rl_engine/outbound.py) and the
+    thread/offline settings."""
     env = {
         "POSTTRAIN_RUN_ID": str(run.id),
         "POSTTRAIN_EVENTS_URL": f"{settings.PUBLIC_URL}/api/runs/{run.id}/events",
-        "POSTTRAIN_INGEST_TOKEN_FILE": str(token_file(run)),
+        "POSTTRAIN_INGEST_TOKEN_FILE": str(token_path),
+        **engine_outbound_env(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1") if _unscheduled() else str(engine_threads(run)),
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -147,33 +149,45 @@ def entrypoint_resources(run: Run) -> dict[str, float]:
 
 
 def _unscheduled() -> bool:
-    """`POSTTRAIN_SCHEDULER=all-at-once` keeps the behaviour from before the scheduler, for bench/queue.py to
+    """`POSTTRAIN_SCHEDULER=all-at-once` keeps the behaviour from before the scheduler, for bench/queue_admission.py to
     compare against: no CPUs reserved for the driver, and the worker's own OMP_NUM_THREADS for the engine."""
     return settings.SCHEDULER == "all-at-once"
 
 
 def submit(run: Run) -> str:
     """Submit the run's job. A job with this submission id already existing is success: a retried
-    or re-dispatched task must not start a run twice."""
+    or re-dispatched task must not start a run twice (and writes no token file for it)."""
+    try:
+        if status(run) is not None:
+            return run.ray_job_id
+    except RuntimeError as exc:
+        raise JobsUnavailable(str(exc)) from exc
+    except OSError as exc:
+        raise JobsUnavailable(f"{type(exc).__name__}: {exc}") from exc
     config_path = write_config(run)
-    write_token_file(run)
     clear_request(run_dir(run))  # a preemption asked of an earlier attempt is not this one's
+    token_path = write_token_file(run)
     try:
         client().submit_job(
             entrypoint=entrypoint(run, config_path),
             submission_id=run.ray_job_id,
-            runtime_env={"env_vars": engine_env(run)},
+            runtime_env={"env_vars": engine_env(run, token_path)},
             metadata={"posttrain_run": str(run.id), "experiment": str(run.experiment_id), "attempt": str(run.attempt)},
             **entrypoint_resources(run),
         )
     except RuntimeError as exc:
+        token_path.unlink(missing_ok=True)  # this submission's job will never read it
         if "already exists" in str(exc):
             return run.ray_job_id
         if _transient(exc):
             raise JobsUnavailable(str(exc)) from exc
         raise
     except OSError as exc:  # connection refused/reset, timeouts (requests' errors are OSErrors)
+        token_path.unlink(missing_ok=True)
         raise JobsUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        token_path.unlink(missing_ok=True)
+        raise
     return run.ray_job_id
 
 

@@ -7,6 +7,8 @@ that need it, in the worker only.
 
 import platform
 
+from django.conf import settings
+
 from posttrain.core.errors import JobsUnavailable
 from workers.celery_app import app
 
@@ -60,9 +62,93 @@ def runs_reconcile() -> int:
     return services.runs_reconcile()
 
 
-@app.task(name="workers.reward_trial_run")
+@app.task(
+    name="workers.reward_trial_run",
+    # On the user_code queue (settings.CELERY_TASK_ROUTES), under Celery's time limits: the soft one ends the
+    # trial as a result, the hard one kills the worker's child (the prefork pool replaces it).
+    soft_time_limit=settings.USER_CODE_SOFT_TIME_LIMIT_S,
+    time_limit=settings.USER_CODE_TIME_LIMIT_S,
+)
 def reward_trial_run(trial_id: str) -> None:
     """A reward's "Try it" or a new python reward's import check, in the engine's sandbox, on this worker."""
     from posttrain.registry import services
 
     services.reward_trial_run(trial_id)
+
+
+@app.task(
+    name="workers.reward_probe_run",
+    # On the user_code queue (settings.CELERY_TASK_ROUTES), under the same time limits as a "Try it".
+    soft_time_limit=settings.USER_CODE_SOFT_TIME_LIMIT_S,
+    time_limit=settings.USER_CODE_TIME_LIMIT_S,
+)
+def reward_probe_run(probe_id: str) -> None:
+    """A reward probed on a dataset's adversarial answers, in the engine's sandbox, on this worker."""
+    from posttrain.registry import services
+
+    services.reward_probe_run(probe_id)
+
+
+@app.task(
+    name="workers.review_judge_run",
+    soft_time_limit=settings.USER_CODE_LONG_SOFT_TIME_LIMIT_S,
+    time_limit=settings.USER_CODE_LONG_TIME_LIMIT_S,
+)
+def review_judge_run(judge_id: str) -> None:
+    """A judge (a registered reward) scoring a review campaign's rollouts or a pool of runs' rollouts; user
+    code, so routed to the user_code queue (settings.CELERY_TASK_ROUTES)."""
+    from posttrain.review.judging import judge_run_execute
+
+    judge_run_execute(judge_id)
+
+
+@app.task(name="workers.run_alerts_notify")
+def run_alerts_notify(run_id: str) -> int:
+    """New critical alerts of a run, each recorded once and sent to its experiment's webhook."""
+    from posttrain.runs import services
+
+    return services.alerts_notify(run_id)
+
+
+@app.task(name="workers.alert_deliver", bind=True, max_retries=None)
+def alert_deliver(self, delivery_id: str) -> str:
+    """POST one alert to its webhook; retried with backoff until sent or failed (the service counts attempts
+    and decides when to give up, so Celery's own retry limit stays out of it)."""
+    from posttrain.runs import services
+
+    outcome, wait_s = services.alert_deliver(delivery_id)
+    if outcome == "retry":
+        raise self.retry(countdown=wait_s)
+    return outcome
+
+
+@app.task(name="workers.reward_trials_expire", expires=60)
+def reward_trials_expire() -> int:
+    """Periodic: fail the trials and probes a killed or absent user-code worker left unfinished."""
+    from posttrain.registry import services
+
+    return services.reward_trials_expire() + services.reward_probes_expire()
+
+
+@app.task(
+    name="workers.environment_generate",
+    soft_time_limit=settings.USER_CODE_LONG_SOFT_TIME_LIMIT_S,
+    time_limit=settings.USER_CODE_LONG_TIME_LIMIT_S,
+)
+def environment_generate(environment_id: str) -> None:
+    """An installed environment's rows, generated in the engine's sandbox on this worker, stored as a dataset."""
+    from posttrain.registry import services
+
+    services.environment_generate(environment_id)
+
+
+@app.task(
+    name="workers.environment_trial_run",
+    soft_time_limit=settings.USER_CODE_SOFT_TIME_LIMIT_S,
+    time_limit=settings.USER_CODE_TIME_LIMIT_S,
+)
+def environment_trial_run(trial_id: str) -> None:
+    """An environment's "Try it": one episode with typed moves, in the engine's sandbox on this worker."""
+    from posttrain.registry import services
+
+    services.environment_trial_run(trial_id)

@@ -11,6 +11,8 @@ transport), in-process pub/sub, and a local Ray head. Real servers are used when
     POSTTRAIN_DEBUG    1 to turn DEBUG on                  (default: off)
     POSTTRAIN_SECRET_KEY                                   (default: a random key kept in POSTTRAIN_HOME)
     POSTTRAIN_ALLOWED_HOSTS  comma-separated              (default: localhost,127.0.0.1)
+    POSTTRAIN_IMPORT_ROOTS   server folders users may name  (default: <storage>/imports; docs/SECURITY.md)
+    POSTTRAIN_HTTP_ALLOW     hosts/CIDRs rewards may reach although private or the cluster's (default: none)
 """
 
 from __future__ import annotations
@@ -200,6 +202,24 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Artifacts (docs/ARCHITECTURE.md, "Artifacts"): runs/<run-id>/, datasets/<sha256>/, models/<name>/ ---
 STORAGE_ROOT = Path(os.environ.get("POSTTRAIN_STORAGE", STATE_DIR / "storage")).resolve()
+# The server folders a user may name a path in (a dataset, a model folder, a reward file, a run's eval data,
+# tokenizer, environment or agent files), os.pathsep-separated; symlinks are resolved first
+# (posttrain.core.server_paths, docs/SECURITY.md). The platform's own state is never readable through them.
+IMPORT_ROOTS = [
+    Path(root).expanduser().resolve()
+    for root in os.environ.get("POSTTRAIN_IMPORT_ROOTS", str(STORAGE_ROOT / "imports")).split(os.pathsep)
+    if root.strip()
+]
+# Hosts and networks (CIDR) a reward's outbound request may reach although they are loopback, link-local,
+# private or the cluster's own (comma- or space-separated); everything else of that kind is refused
+# (rl_engine/outbound.py). Runs get the same list.
+HTTP_ALLOW = [item for item in os.environ.get("POSTTRAIN_HTTP_ALLOW", "").replace(",", " ").split() if item]
+# Where each run's rollout files go (docs/ROLLOUTS.md): `<store>/runs/<run id>/rollouts/step_<n>.parquet`. A folder
+# (default: the storage root, which the Ray cluster shares) or an fsspec URL such as s3://bucket/prefix (the
+# `bucket` extra installs s3fs; credentials from the usual AWS_* variables, for web, workers and engine alike).
+ROLLOUT_STORE = os.environ.get("POSTTRAIN_ROLLOUT_STORE") or str(STORAGE_ROOT)
+# The largest rollout file an external run may upload (one step's rollouts, compressed).
+ROLLOUT_UPLOAD_MAX_BYTES = int(os.environ.get("POSTTRAIN_ROLLOUT_UPLOAD_MAX_BYTES", str(512 * 1024 * 1024)))
 DATASET_MAX_BYTES = int(os.environ.get("POSTTRAIN_DATASET_MAX_BYTES", str(200 * 1024 * 1024)))
 # Where a run's engine posts its events: this server as the Ray job's machine can reach it.
 PUBLIC_URL = os.environ.get("POSTTRAIN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
@@ -224,6 +244,30 @@ ALLOW_UNSANDBOXED_CODE = _env_flag("POSTTRAIN_ALLOW_UNSANDBOXED_CODE")
 # long for the outcome (a try then answers 202 with the trial to poll; a check answers 503).
 REWARD_TRY_WAIT_S = float(os.environ.get("POSTTRAIN_REWARD_TRY_WAIT_S", "60"))
 REWARD_CHECK_QUEUE_S = float(os.environ.get("POSTTRAIN_REWARD_CHECK_QUEUE_S", "30"))
+# A reward probe nobody waits for: a probe no user-code worker took within this long is failed (beat).
+REWARD_PROBE_QUEUE_S = float(os.environ.get("POSTTRAIN_REWARD_PROBE_QUEUE_S", "600"))
+# User code a web request asks for (an import check, a "Try it") runs on a Celery queue of its own, served by
+# a worker of its own (`-Q user_code`, prefork pool), so it never delays run submission or admission. Celery
+# raises SoftTimeLimitExceeded in the task at the soft limit and kills the worker's child at the hard one; a
+# trial still unfinished then is failed by the periodic check.
+USER_CODE_QUEUE = "user_code"
+USER_CODE_SOFT_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_SOFT_TIME_LIMIT_S", "120"))
+USER_CODE_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_TIME_LIMIT_S", "150"))
+# User-code jobs over many items (a review judge scoring a campaign, an installed environment generating its
+# dataset; each sandboxed call under its own deadline) have a limit of their own, sized for hundreds of items.
+USER_CODE_LONG_SOFT_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_LONG_SOFT_TIME_LIMIT_S", "1800"))
+USER_CODE_LONG_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_LONG_TIME_LIMIT_S", "1830"))
+# Routed by name: the web process sends tasks by name too.
+CELERY_TASK_ROUTES = {
+    name: {"queue": USER_CODE_QUEUE}
+    for name in (
+        "workers.reward_trial_run",
+        "workers.reward_probe_run",
+        "workers.review_judge_run",
+        "workers.environment_generate",
+        "workers.environment_trial_run",
+    )
+}
 # Largest event batch the ingestion endpoint reads (a step's samples can be several MB).
 INGEST_MAX_BODY_BYTES = int(os.environ.get("POSTTRAIN_INGEST_MAX_BODY_BYTES", str(64 * 1024 * 1024)))
 # Run states against Ray job states (lost heartbeats, jobs that ended without a final event).
@@ -233,6 +277,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "workers.runs_reconcile",
         "schedule": RUN_RECONCILE_INTERVAL_S,
         "options": {"expires": RUN_RECONCILE_INTERVAL_S},  # a backlog of checks is pointless
+    },
+    "reward-trials-expire": {
+        "task": "workers.reward_trials_expire",
+        "schedule": 30.0,
+        "options": {"expires": 30.0},
     },
 }
 
@@ -245,7 +294,7 @@ SSE_MAX_STREAM_S = float(os.environ.get("POSTTRAIN_SSE_MAX_STREAM_S", "300"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
 # The scheduler (docs/ARCHITECTURE.md, "The scheduler"): `admission` submits a queued run only when the
 # cluster holds it now, in priority / fair-share / age order; `all-at-once` submits every run at launch
-# and leaves the waiting to Ray (the old behaviour, kept for bench/queue.py).
+# and leaves the waiting to Ray (the old behaviour, kept for bench/queue_admission.py).
 SCHEDULER = os.environ.get("POSTTRAIN_SCHEDULER", "admission")
 if SCHEDULER not in ("admission", "all-at-once"):
     raise ValueError(f"POSTTRAIN_SCHEDULER must be admission or all-at-once, got {SCHEDULER!r}")
@@ -253,6 +302,16 @@ if SCHEDULER not in ("admission", "all-at-once"):
 SCHEDULER_AGING_S = float(os.environ.get("POSTTRAIN_SCHEDULER_AGING_S", "1800"))
 # Preemption: a run that cannot fit may preempt lower-priority runs (0 turns it off).
 SCHEDULER_PREEMPTION = _env_flag("POSTTRAIN_SCHEDULER_PREEMPTION", True)
+# Backfill (docs/SCHEDULER.md): a run starts ahead of waiting runs when it ends before it could delay them
+# (0: the first run in order that does not start holds everyone behind it).
+SCHEDULER_BACKFILL = _env_flag("POSTTRAIN_SCHEDULER_BACKFILL", True)
+# The preemption deadline: a preempting run still going after this many seconds has its job stopped, and
+# resumes from its last checkpoint (the steps after it are lost, counted and shown).
+SCHEDULER_PREEMPT_GRACE_S = float(os.environ.get("POSTTRAIN_SCHEDULER_PREEMPT_GRACE_S", "300"))
+# Fair share over time: usage counts with this half-life (Slurm's PriorityDecayHalfLife; 7 days there).
+SCHEDULER_USAGE_HALF_LIFE_S = float(os.environ.get("POSTTRAIN_SCHEDULER_USAGE_HALF_LIFE_S", str(7 * 86400)))
+# Cluster samples (utilisation over time) older than this are deleted.
+SCHEDULER_SAMPLES_KEEP_S = float(os.environ.get("POSTTRAIN_SCHEDULER_SAMPLES_KEEP_S", str(30 * 86400)))
 HEALTH_CHECK_TIMEOUT_S = float(os.environ.get("POSTTRAIN_HEALTH_TIMEOUT_S", "2"))
 
 LOGGING = {

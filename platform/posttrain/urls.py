@@ -23,6 +23,8 @@ urlpatterns = [
     path("review/campaigns/<int:campaign_id>/", review_views.campaign_page, name="review-campaign-page"),
     path("annotate/", review_views.queue_page, name="annotate"),
     path("annotate/<int:campaign_id>/", review_views.work_page, name="annotate-campaign"),
+    path("adjudicate/", review_views.adjudicate_queue_page, name="adjudicate"),
+    path("adjudicate/<int:campaign_id>/", review_views.adjudicate_page, name="adjudicate-campaign"),
     path("admin/", admin.site.urls),
     path("api/", include("posttrain.core.api.urls")),
     path("api/", include("posttrain.registry.api.urls")),

@@ -27,6 +27,7 @@ _EXPORTS = {
     "CorrectionInputs": "corrections",
     "CorrectionResult": "corrections",
     "rollout_correction": "corrections",
+    "drop_flagged": "filters",
     "dynamic_sampling_keep": "filters",
     "overlong_penalty": "filters",
     "K3_LOG_RATIO_CLAMP": "kl",

@@ -65,6 +65,9 @@ class EstimatorSpec:
     help: str
     paper: str
     needs: frozenset[RolloutData] = frozenset()
+    # A group whose samples all scored the same gets exactly zero advantage on every token (a group-mean
+    # baseline, no whitening over the batch): its rows add no policy gradient (the zero-advantage filter).
+    zero_advantage_on_ties: bool = False
 
     @property
     def needs_critic(self) -> bool:
@@ -117,6 +120,7 @@ _ESTIMATORS = (
         help="GRPO: reward minus its group's mean, divided by the group's std.",
         paper="Shao et al. 2024, DeepSeekMath, arXiv:2402.03300",
         needs=frozenset({"groups"}),
+        zero_advantage_on_ties=True,
     ),
     EstimatorSpec(
         name="ppo",
@@ -135,6 +139,7 @@ _ESTIMATORS = (
         help="Dr. GRPO: reward minus its group's mean, not divided by the std (no difficulty bias).",
         paper="Liu et al. 2025, Understanding R1-Zero-Like Training, arXiv:2503.20783",
         needs=frozenset({"groups"}),
+        zero_advantage_on_ties=True,
     ),
     EstimatorSpec(
         name="rloo",
@@ -144,6 +149,7 @@ _ESTIMATORS = (
         help="RLOO: reward minus the mean of the other samples of its prompt.",
         paper="Ahmadian et al. 2024, Back to Basics, arXiv:2402.14740",
         needs=frozenset({"groups"}),
+        zero_advantage_on_ties=True,
     ),
     EstimatorSpec(
         name="reinforce_pp",

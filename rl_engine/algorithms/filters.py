@@ -1,4 +1,4 @@
-"""Batch filters and reward shaping from DAPO.
+"""Batch filters and reward shaping from DAPO, and the drop of flagged samples the rollout filters use.
 
 Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale" (2025,
 arXiv:2503.14476).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["dynamic_sampling_keep", "overlong_penalty"]
+__all__ = ["drop_flagged", "dynamic_sampling_keep", "overlong_penalty"]
 
 
 def dynamic_sampling_keep(rewards: Tensor, group_size: int, atol: float = 1e-6) -> Tensor:
@@ -28,6 +28,24 @@ def dynamic_sampling_keep(rewards: Tensor, group_size: int, atol: float = 1e-6) 
     grouped = rewards.detach().view(-1, group_size)
     spread = grouped.max(dim=1).values - grouped.min(dim=1).values
     return spread > atol
+
+
+def drop_flagged(keep: Tensor, flagged: Tensor, group_size: int | None) -> Tensor:
+    """``keep [B]`` with the flagged rows dropped, each with its whole group when ``group_size`` is given.
+
+    A group estimator's baseline is its group's mean: a sample cannot leave its group without changing
+    the others' advantages, and the estimators take whole groups, so under one (``group_size``) a flagged
+    sample drops its group; otherwise (ppo, reinforce_pp: baselines over the batch) only its own row.
+    Samples of one prompt are contiguous rows.
+    """
+    if keep.shape != flagged.shape or keep.dim() != 1:
+        raise ValueError(f"keep and flagged must both be [batch], got {tuple(keep.shape)} and {tuple(flagged.shape)}")
+    flagged = flagged.bool()
+    if group_size is not None:
+        if group_size < 1 or flagged.shape[0] % group_size != 0:
+            raise ValueError(f"batch size {flagged.shape[0]} is not a positive multiple of group_size {group_size}")
+        flagged = flagged.view(-1, group_size).any(dim=1).repeat_interleave(group_size)
+    return keep.bool() & ~flagged
 
 
 def overlong_penalty(

@@ -21,6 +21,8 @@ copy (its CPU Adam op is not built: 131 s to compile here).
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import logging
 import os
 import socket
@@ -91,8 +93,12 @@ def _fused_adam_builder() -> Any | None:
         return None
 
 
+def _op_library(name: str) -> Path:
+    return ops_dir() / name / f"{name}.so"
+
+
 def _built(name: str) -> bool:
-    return (ops_dir() / name / f"{name}.so").exists()
+    return _op_library(name).exists()
 
 
 def build_ops() -> dict[str, float | str]:
@@ -121,9 +127,35 @@ def missing_ops() -> list[str]:
     return [b.NAME for b in _jit_op_builders() if not _built(b.NAME)]
 
 
+def fused_adam_problem() -> str | None:
+    """Why DeepSpeed's fused Adam cannot be used here, or None when it can: it needs a CUDA accelerator with nvcc,
+    the set-up step's build (a run never compiles it), and that build must load (a library built for another GPU
+    architecture or CUDA, or against another torch, exists but does not)."""
+    if _fused_adam_builder() is None:
+        return "no CUDA accelerator with nvcc for DeepSpeed's op builder"
+    library = _op_library("fused_adam")
+    if not library.exists():
+        return f"not built in {ops_dir()} (run `{SETUP_COMMAND}`)"
+    return _load_problem(library)
+
+
+@functools.cache
+def _load_problem(library: Path) -> str | None:
+    """Imports the op's extension module as torch's JIT loader does (importlib, from the build folder), so a later
+    load by DeepSpeed finds it initialised; what went wrong, or None."""
+    spec = importlib.util.spec_from_file_location(library.stem, library)
+    if spec is None or spec.loader is None:
+        return f"{library} is no loadable extension module"
+    try:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    except (ImportError, OSError) as exc:
+        return f"{library} does not load: {type(exc).__name__}: {exc}"[:500]
+    return None
+
+
 def fused_adam_ready() -> bool:
-    """Whether DeepSpeed's fused Adam was built here by the set-up step (a run never compiles it)."""
-    return _fused_adam_builder() is not None and _built("fused_adam")
+    """Whether DeepSpeed's fused Adam was built here by the set-up step and loads (see `fused_adam_problem`)."""
+    return fused_adam_problem() is None
 
 
 def prepare(device: torch.device | None = None) -> None:

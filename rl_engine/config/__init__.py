@@ -34,6 +34,7 @@ from rl_engine.config.schema import (
     OverlongConfig,
     PlacementConfig,
     PythonReward,
+    ReasoningGymReward,
     RegexReward,
     RewardModelReward,
     RewardSpec,
@@ -41,6 +42,7 @@ from rl_engine.config.schema import (
     RolloutCorrectionConfig,
     RunConfig,
     TrainConfig,
+    VerifiersReward,
 )
 from rl_engine.config.yaml_io import config_json_schema, dump_config, load_config, parse_text, validate_config
 
@@ -67,6 +69,7 @@ __all__ = [
     "OverlongConfig",
     "PlacementConfig",
     "PythonReward",
+    "ReasoningGymReward",
     "RegexReward",
     "RewardModelReward",
     "RewardSpec",
@@ -74,6 +77,7 @@ __all__ = [
     "RolloutCorrectionConfig",
     "RunConfig",
     "TrainConfig",
+    "VerifiersReward",
     "check_runnable",
     "config_json_schema",
     "dump_config",

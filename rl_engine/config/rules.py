@@ -53,6 +53,14 @@ def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
         errors.append(
             ("algorithm.dynamic_sampling", "dynamic sampling filters prompt groups; it needs samples_per_prompt > 1")
         )
+    if ro.filters.zero_advantage and not alg.estimator.zero_advantage_on_ties:
+        tied = ", ".join(sorted(name for name, spec in ESTIMATORS.items() if spec.zero_advantage_on_ties))
+        errors.append(
+            (
+                "rollout.filters.zero_advantage",
+                f"{alg.name!r} gives no group exactly zero advantage (only {tied} do); leave it empty or false",
+            )
+        )
     if alg.kl.placement not in alg.estimator.kl_placements:
         token_level = ", ".join(sorted(TOKEN_RETURN_ESTIMATORS))
         errors.append(
@@ -68,6 +76,24 @@ def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
                 f"policy loss {alg.policy_loss!r} has no dual clip (only {', '.join(DUAL_CLIP_LOSSES)}); leave it empty",
             )
         )
+    if alg.ratio_against == "behaviour":
+        if alg.loss.behaviour_weighted:
+            errors.append(
+                (
+                    "algorithm.ratio_against",
+                    f"policy loss {alg.policy_loss!r} takes the ratio against the trainer's log-probs and weighs by "
+                    "proximal / behaviour itself; use 'proximal' (or 'auto')",
+                )
+            )
+        elif alg.rollout_correction.spec.changes_loss:
+            errors.append(
+                (
+                    "algorithm.ratio_against",
+                    f"a ratio against the rollout engine's log-probs already holds the importance weight that "
+                    f"rollout correction {alg.rollout_correction.method!r} applies: it would count twice; use "
+                    "'proximal', or set algorithm.rollout_correction.method to 'metrics' or 'none'",
+                )
+            )
     if alg.needs_critic and alg.value_coef <= 0:
         errors.append(("algorithm.value_coef", "ppo trains a critic; value_coef must be > 0"))
     if alg.overlong.enabled and alg.overlong.buffer_tokens >= ro.max_new_tokens:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rl_engine.algorithms import catalogue
 from rl_engine.config.errors import FieldErrors
 from rl_engine.config.rules import cross_field_errors
+from rl_engine.metric_catalogue import RESERVED_REWARD_NAMES
 
 SCHEMA_VERSION = 1
 
@@ -123,12 +124,24 @@ class _RewardBase(_Section):
         description="Component name, used in metrics as reward/<name>. Empty = the reward type.",
     )
     weight: float = Field(default=1.0, description="Weight of this component in the summed reward.")
+    max_error_rate: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="The run fails, with the first error, when this component fails on more than this share of "
+        "a step's samples (0 = on any error, 1 = never).",
+    )
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, v: str) -> str:
         if v and not _REWARD_NAME_RE.match(v):
             raise ValueError("may contain only letters, digits and - _ . (no spaces or slashes)")
+        if v in RESERVED_REWARD_NAMES:
+            raise ValueError(
+                f"{v!r} is reserved: reward/{v} is one of the engine's own curves "
+                f"({', '.join(sorted(RESERVED_REWARD_NAMES))}); give the component another name"
+            )
         return v
 
     @model_validator(mode="after")
@@ -139,7 +152,7 @@ class _RewardBase(_Section):
 
     def to_component_kwargs(self) -> dict[str, Any]:
         """`type` plus the constructor kwargs (name included) for `rewards.registry.build_component`."""
-        return self.model_dump(exclude={"weight"})
+        return self.model_dump(exclude={"weight", "max_error_rate"})
 
 
 class ExactMatchReward(_RewardBase):
@@ -196,7 +209,9 @@ class PythonReward(_RewardBase):
     path: str = Field(min_length=1, description="Python file defining the reward function.")
     function: str | None = Field(default=None, description="Function name; empty = find reward_func or compute_score.")
     timeout_s: float = Field(default=30.0, gt=0, description="Seconds one call may take before it is killed.")
-    memory_mb: int = Field(default=1024, ge=64, description="Memory limit of the sandbox process, in MB.")
+    memory_mb: int = Field(
+        default=1024, ge=64, description="Memory cap of the sandbox, in MB (its processes and /tmp together)."
+    )
     batch: bool | None = Field(
         default=None,
         description="Call once per batch (OpenRLHF shape) or per sample (verl shape); empty = decide from the function.",
@@ -235,6 +250,35 @@ class RewardModelReward(_RewardBase):
     dtype: Dtype = Field(default="float32", description="Dtype of the reward model.")
 
 
+class ReasoningGymReward(_RewardBase):
+    """A reasoning-gym task's own scorer (`score_answer`) on rows generated from the package."""
+
+    type: Literal["reasoning_gym"] = Field(
+        default="reasoning_gym", description="reasoning-gym's score_answer on its generated rows."
+    )
+    answer: Literal["tag", "whole"] = Field(
+        default="tag",
+        description="Where the answer is: the last <answer>...</answer> (reasoning-gym's own evaluation), "
+        "or the whole response.",
+    )
+    timeout_s: float = Field(default=10.0, gt=0, description="Seconds one sample's scoring may take.")
+    memory_mb: int = Field(default=2048, ge=256, description="Memory cap of the scorer's sandbox, in MB.")
+
+
+class VerifiersReward(_RewardBase):
+    """A verifiers environment's own reward functions on rows generated from its taskset."""
+
+    type: Literal["verifiers"] = Field(
+        default="verifiers", description="A verifiers taskset's reward functions (Task.score) on its rows."
+    )
+    files: list[str] = Field(
+        default_factory=list,
+        description="Modules the taskset is, when it is not an installed package (shown read-only in the sandbox).",
+    )
+    timeout_s: float = Field(default=30.0, gt=0, description="Seconds one sample's scoring may take.")
+    memory_mb: int = Field(default=3072, ge=256, description="Memory cap of the scorer's sandbox, in MB.")
+
+
 _REWARD_CLASSES: tuple[type[_RewardBase], ...] = (
     ExactMatchReward,
     BoxedMathReward,
@@ -243,6 +287,8 @@ _REWARD_CLASSES: tuple[type[_RewardBase], ...] = (
     PythonReward,
     HttpReward,
     RewardModelReward,
+    ReasoningGymReward,
+    VerifiersReward,
 )
 REWARD_TYPES: tuple[str, ...] = tuple(c.model_fields["type"].default for c in _REWARD_CLASSES)
 
@@ -344,6 +390,14 @@ class AlgorithmConfig(_Section):
         description="Policy loss: where the importance ratio is taken and how it is clipped.",
         json_schema_extra=_choice_help(catalogue.POLICY_LOSSES),
     )
+    ratio_against: Literal["auto", "behaviour", "proximal"] = Field(
+        default="auto",
+        description="The policy loss's importance ratio pi_theta / pi_old, whose clip is PPO's trust region: "
+        "behaviour = the log-probs the rollout engine sampled with (the trust region stays around the policy that "
+        "generated the batch, however stale); proximal = the trainer's log-probs before this update (with one "
+        "update per batch the ratio starts at 1 and the clip never engages); auto = behaviour in async mode, "
+        "unless the loss or the rollout correction weighs by proximal / behaviour itself, else proximal.",
+    )
     gamma: float = Field(default=1.0, ge=0, le=1, description="Discount factor for token-level returns.")
     lam: float = Field(default=0.95, ge=0, le=1, description="GAE lambda (ppo).")
     clip_low: float | None = Field(
@@ -422,6 +476,56 @@ class AlgorithmConfig(_Section):
 # --- rollout, training, infrastructure -------------------------------------------------------
 
 
+class GibberishFilterConfig(_Section):
+    """Drop responses that are not text, or that the policy wrote as if drawing tokens blindly."""
+
+    enabled: bool = Field(default=False, description="Drop gibberish responses from training.")
+    max_nonprintable_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="A response with at least this share of characters that are not text (controls, "
+        "broken bytes decoded as U+FFFD, unassigned code points) is gibberish.",
+    )
+    max_normalized_surprisal: float = Field(
+        default=0.6,
+        gt=0,
+        le=1,
+        description="A response whose tokens' mean -log-prob is at least this fraction of a uniform draw's "
+        "(log vocabulary size) is gibberish (needs the rollout engine's log-probs).",
+    )
+
+
+class RepetitionFilterConfig(_Section):
+    """Drop responses caught in a loop."""
+
+    enabled: bool = Field(default=False, description="Drop repetitive responses from training.")
+    ngram: int = Field(default=4, ge=1, description="Length of the token n-grams counted as repeats.")
+    max_repetition_rate: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="A response with at least this share of its n-grams repeating an earlier one is a loop.",
+    )
+
+
+class FiltersConfig(_Section):
+    """Which scored samples are kept out of the update, each logged per step as filter/<name>/dropped."""
+
+    gibberish: GibberishFilterConfig = Field(
+        default_factory=GibberishFilterConfig, description="Responses that are not text (off by default)."
+    )
+    repetition: RepetitionFilterConfig = Field(
+        default_factory=RepetitionFilterConfig, description="Responses caught in a loop (off by default)."
+    )
+    zero_advantage: bool | None = Field(
+        default=None,
+        description="Drop prompt groups whose samples all scored the same, which a group-mean estimator "
+        "(grpo, dr_grpo, rloo) gives zero advantage; empty = on where they add no gradient (such an estimator, "
+        "no KL in the loss, no entropy bonus), off elsewhere.",
+    )
+
+
 class RolloutConfig(_Section):
     """Generation of responses each step."""
 
@@ -432,6 +536,10 @@ class RolloutConfig(_Section):
     top_k: int = Field(default=-1, description="Sample among the k most likely tokens (-1 = off).")
     max_new_tokens: int = Field(default=16, ge=1, description="Maximum response length in tokens.")
     stop: list[str] = Field(default_factory=list, description="Strings that end a response.")
+    filters: FiltersConfig = Field(
+        default_factory=FiltersConfig,
+        description="Filters between scoring and training: gibberish, repetition, zero-advantage groups.",
+    )
 
     @field_validator("top_k")
     @classmethod
@@ -467,6 +575,12 @@ class TrainConfig(_Section):
         default=8, ge=1, description="Samples per forward/backward pass (gradients accumulate)."
     )
     grad_clip: float | None = Field(default=1.0, gt=0, description="Gradient-norm clip; empty = off.")
+    max_wall_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Stop with a checkpoint once the run's steps took this many seconds (progress/train_time_s, "
+        "summed over resumes); empty = no limit. The scheduler also takes it as the run's longest length.",
+    )
 
     @field_validator("betas")
     @classmethod
@@ -547,13 +661,23 @@ class LoggingConfig(_Section):
         default=None, ge=1, description="Response limit during evaluation; empty = rollout.max_new_tokens."
     )
     samples: Literal["all", "none"] = Field(
-        default="all", description="Record rollout samples as events (all) or not (none)."
+        default="all", description="Record each step's rollouts as a Parquet file (all) or not (none)."
     )
     token_view_every: int = Field(
         default=1,
         ge=0,
-        description="Record the per-token view (log-probs, entropy, advantage per token: ~11 bytes a token "
-        "plus its text) with the samples of every N-th step (0 = never).",
+        description="Record the per-token view (token ids and text, log-probs, entropy, advantage, IS weight per "
+        "token) in the rollout file of every N-th step (0 = never).",
+    )
+    rollouts_keep: str = Field(
+        default="all",
+        pattern=r"^(all|every [1-9][0-9]*|last [1-9][0-9]*)$",
+        description="Which steps' rollout files to keep: all, 'every K' (steps divisible by K) or 'last N'.",
+    )
+    rollouts_dir: str | None = Field(
+        default=None,
+        description="Where each step's rollout file goes (a folder or an fsspec URL such as s3://bucket/prefix); "
+        "empty = <run_dir>/rollouts.",
     )
     heartbeat_s: float = Field(default=10, gt=0, description="Seconds between heartbeat events.")
 
@@ -562,15 +686,38 @@ class EnvironmentConfig(_Section):
     """A multi-turn environment from a Python file (see rl_engine/environments): the model acts, the
     environment answers with an observation and a reward, until it says done or the turns run out."""
 
-    path: str = Field(min_length=1, description="Python file defining the environment class.")
+    package: Literal["textarena", "openenv"] | None = Field(
+        default=None,
+        description="An installed environment package, through the adapter the engine ships for it "
+        "(rl_engine/environments/adapters); empty = your own file at path.",
+    )
+    path: str | None = Field(
+        default=None, min_length=1, description="Python file defining the environment class (not with package)."
+    )
     name: str = Field(default="Environment", min_length=1, description="Name of the class in the file.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the class.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the class (a package's: its game or server)."
+    )
+    files: list[str] = Field(
+        default_factory=list,
+        description="Files the environment imports (modules, data), shown read-only beside it in its sandbox.",
+    )
     max_turns: int = Field(default=4, ge=1, le=64, description="Most model turns per episode.")
     max_observation_tokens: int = Field(
         default=64, ge=1, description="An observation longer than this is cut to its first tokens."
     )
     timeout_s: float = Field(default=5.0, gt=0, description="Time limit of each reset/step call.")
-    memory_mb: float = Field(default=1024, gt=0, description="Address-space cap of the environment process.")
+    memory_mb: float = Field(
+        default=1024, gt=0, description="Memory cap of the environment's sandbox, in MB (processes and /tmp)."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvironmentConfig:
+        if self.package is None and self.path is None:
+            raise FieldErrors([("path", "give the environment's file, or an installed package in package")])
+        if self.package is not None and self.path is not None:
+            raise FieldErrors([("path", f"leave it out with package {self.package!r}: the engine ships its adapter")])
+        return self
 
 
 class AgentConfig(_Section):
@@ -587,7 +734,9 @@ class AgentConfig(_Section):
         default_factory=list,
         description="Files the command needs (its script, its data), shown read-only in its sandbox at the same paths.",
     )
-    memory_mb: float = Field(default=4096, ge=64, description="Address-space cap of each agent process.")
+    memory_mb: float = Field(
+        default=4096, ge=64, description="Memory cap of the agent's sandbox, in MB (all its processes and /tmp)."
+    )
     max_turns: int = Field(default=8, ge=1, le=256, description="Most chat completions per session.")
     step_timeout_s: float = Field(
         default=600.0, gt=0, description="Sessions still open this long after a step began end with reward 0."
@@ -645,6 +794,16 @@ class RunConfig(_Section):
     @property
     def samples_per_step(self) -> int:
         return self.rollout.prompts_per_step * self.rollout.samples_per_prompt
+
+    @property
+    def ratio_against_behaviour(self) -> bool:
+        """Whether the policy loss's ratio is taken against the rollout engine's log-probs (the behaviour
+        policy) rather than the trainer's before the update (`algorithm.ratio_against`, `auto` resolved)."""
+        alg = self.algorithm
+        if alg.ratio_against != "auto":
+            return alg.ratio_against == "behaviour"
+        weighs_itself = alg.loss.behaviour_weighted or alg.rollout_correction.spec.changes_loss
+        return self.backends.async_rollout and not weighs_itself
 
     @model_validator(mode="after")
     def _cross_field(self) -> RunConfig:

@@ -1,7 +1,8 @@
 """Multi-turn environments, written by users in a Python file like reward functions, and run in the
-same sandbox (a long-lived child process in bubblewrap, `rl_engine/sandbox.py`, with an address-space
-cap and a time limit per call; see `rl_engine/rewards/python_fn.py`). The file is copied in alone:
-files next to it are not there.
+same sandbox (a long-lived child process in bubblewrap, `rl_engine/sandbox.py`, with a memory cap and a
+time limit per call; see `rl_engine/rewards/python_fn.py`). The file is copied in alone: files next to it
+are not there. Every call (a batch of resets or steps) is read back under a deadline, and what a call forked
+is killed when it returns (`rl_engine/rewards/sandbox_worker.py`).
 
 The interface — one instance per episode, built with the config's `environment.options`:
 
@@ -18,7 +19,10 @@ The interface — one instance per episode, built with the config's `environment
             shown to the model before its next turn (None: nothing); reward is this turn's; logs are
             numbers logged as `env/<name>` (per-episode, averaged over the step's episodes).'''
 
-A dict `{"observation", "reward", "done", "logs"}` is accepted as step's return value as well. The
+A dict `{"observation", "reward", "done", "logs"}` is accepted as step's return value as well, and reset may
+return `{"observation": ...}`. Either dict may say `"next_turn_trained": False`: the model's next turn is played
+for another seat (self-play): it stays in the context and is masked out of the loss, like an observation, and
+the reward functions score the learner's last turn. The episode's reward is the environment's (the learner's). The
 episode ends when `done` is True or after `environment.max_turns` model turns. Its reward is the sum
 of its turns' rewards, logged as the `environment` reward component (plus any `rewards` configured,
 which score the model's last turn). A failing or timed-out call ends that episode with reward 0 and
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_engine.config import EnvironmentConfig
+from rl_engine.environments.installed import environment_source
 
 EXAMPLES = Path(__file__).parent
 START_TIMEOUT_S = 30.0
@@ -55,13 +60,15 @@ class EnvironmentPool:
         self.lost = False  # the last call lost the process, and with it every open episode
 
     def _ensure_worker(self) -> Any:
-        from rl_engine.rewards.python_fn import SandboxWorker, WorkerLoadError
+        from rl_engine.rewards.sandbox_worker import SandboxWorker, WorkerLoadError
 
         if self._worker is None or not self._worker.alive:
+            path, name = environment_source(self.cfg)
             config = {
                 "kind": "environment",
-                "path": str(Path(self.cfg.path).resolve()),
-                "class": self.cfg.name,
+                "path": str(Path(path).resolve()),
+                "class": name,
+                "files": [str(Path(f).resolve()) for f in self.cfg.files],
                 "options": self.cfg.options,
                 "timeout_s": self.cfg.timeout_s,
                 "memory_mb": self.cfg.memory_mb,
@@ -69,14 +76,15 @@ class EnvironmentPool:
             try:
                 self._worker = SandboxWorker(config, START_TIMEOUT_S)
             except WorkerLoadError as exc:
-                raise EnvironmentLoadError(f"environment.path: {self.cfg.path}: {'; '.join(exc.problems)}") from None
+                where = f"environment.package: {self.cfg.package}" if self.cfg.package else f"environment.path: {path}"
+                raise EnvironmentLoadError(f"{where}: {'; '.join(exc.problems)}") from None
         return self._worker
 
     def call(self, op: str, items: list[tuple[int, Any]]) -> dict[int, tuple[bool, Any]]:
         """`op` ("reset", "step", "end") for each (episode, payload): episode -> (ok, value or reason).
         If the process dies or hangs, the items without a reply fail, and so does every other open
         episode (they lived in that process): callers see `lost` set."""
-        from rl_engine.rewards.python_fn import WorkerDied, WorkerTimeout
+        from rl_engine.rewards.sandbox_worker import WorkerDied, WorkerTimeout
 
         if not items:
             return {}
@@ -85,14 +93,23 @@ class EnvironmentPool:
         replies: dict[int, tuple[bool, Any]] = {}
         self.lost = False
         try:
-            worker.send({"op": op, "items": items})
+            # One deadline for the request and each item's reply (every item is one call of user code).
+            deadline = time.monotonic() + self.cfg.timeout_s + HARD_KILL_GRACE_S
+            worker.send({"op": op, "items": items}, deadline)
             while True:
-                reply = worker.recv(self.cfg.timeout_s + HARD_KILL_GRACE_S)
+                reply = worker.recv(deadline)
+                deadline = time.monotonic() + self.cfg.timeout_s + HARD_KILL_GRACE_S
                 if reply.get("op") == "done":
-                    if reply.get("restart"):
+                    if not worker.finish_call():  # what the call forked would not die, or it sent too much
+                        worker.kill()
+                        self.lost = True
+                    elif reply.get("restart"):
                         worker.close()
                     break
-                replies[reply["index"]] = (True, reply["value"]) if reply["ok"] else (False, reply["reason"])
+                if reply.get("op") != "sample" or not isinstance(reply.get("ok"), bool):
+                    raise WorkerDied("unexpected reply from the environment process")
+                ok = reply["ok"]
+                replies[reply.get("index")] = (True, reply.get("value")) if ok else (False, reply.get("reason"))
         except (WorkerTimeout, WorkerDied) as exc:
             reason = (
                 f"{op}() did not return within {self.cfg.timeout_s + HARD_KILL_GRACE_S:g}s"

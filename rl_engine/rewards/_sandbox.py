@@ -2,10 +2,11 @@
 
 The parent runs this file by path (``runpy.run_path``) with ``READ_FD WRITE_FD`` arguments. It
 imports only the standard library and nothing from rl_engine, so torch is loaded only if the
-user's file imports it. Messages are JSON in
-``multiprocessing.connection`` frames over two pipes; stdout/stderr stay free for the user's
-prints. JSON (not pickle) on the way back means the parent never unpickles anything the user
-code could have forged.
+user's file imports it. Messages are JSON in frames over two pipes (a 4-byte big-endian length,
+then that many bytes: ``read_frame``/``write_frame``); stdout/stderr stay free for the user's
+prints. JSON (not pickle, and ASCII: ``json.dumps``' default) on the way back means the parent
+never unpickles anything the user code could have forged, and reads every reply under a deadline
+with a size cap (``rl_engine/rewards/sandbox_worker.py``).
 
 Reward functions; or, when the first message has ``"kind": "environment"``, a multi-turn
 environment class (``rl_engine/environments``), one instance per episode.
@@ -19,8 +20,9 @@ Child -> parent:
     {"op": "result", "value": ..., "restart": bool} | {"op": "error", "reason": ..., "restart": bool}
     {"op": "sample", "index": i, "ok": bool, "value"/"reason": ...} ... {"op": "done", "restart": bool}
 Environments (parent -> child; each answered by one "sample" reply per item, then "done"):
-    {"op": "reset", "items": [[episode, {"prompt", "label", "metadata"}]]}  value: first observation or null
-    {"op": "step", "items": [[episode, action_text]]}   value: {"observation", "reward", "done", "logs"}
+    {"op": "reset", "items": [[episode, {"prompt", "label", "metadata"}]]}  value: {"observation", "next_turn_trained"}
+    {"op": "step", "items": [[episode, action_text]]}   value: {"observation", "reward", "done", "logs",
+                                                                "next_turn_trained"}
     {"op": "end", "items": [[episode, null]]}          drops the episodes
 
 ``restart`` asks the parent to replace this process after the reply (after a MemoryError the
@@ -36,16 +38,18 @@ import json
 import os
 import resource
 import signal
+import struct
 import sys
 import traceback
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import Any
 
 MODULE_NAME = "_posttrain_user_reward"
 OPENRLHF_NAME = "reward_func"
 VERL_NAME = "compute_score"
 VERL_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
+FRAME_HEADER = struct.Struct(">I")  # a frame: its length, then its bytes
+MAX_REASON_CHARS = 1000  # an error message, as sent back (the parent caps the size of every reply)
 
 
 class CallTimeout(BaseException):
@@ -75,6 +79,8 @@ def describe_exception(exc: BaseException, path: str) -> str:
     if isinstance(exc, SyntaxError) and exc.filename == path:
         return syntax_problem(exc)
     message = str(exc)
+    if len(message) > MAX_REASON_CHARS:
+        message = message[:MAX_REASON_CHARS] + "…"
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     line = None
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
@@ -287,7 +293,9 @@ def load_environment(path: str, name: str) -> tuple[Any, list[str]]:
 
 
 def step_result(value: Any) -> dict:
-    """A step's return value as {"observation", "reward", "done", "logs"}; ValueError names what is wrong."""
+    """A step's return value as {"observation", "reward", "done", "logs", "next_turn_trained"}; ValueError names
+    what is wrong."""
+    next_turn_trained = True
     if isinstance(value, dict):
         observation, reward, done, logs = (
             value.get("observation"),
@@ -295,6 +303,7 @@ def step_result(value: Any) -> dict:
             value.get("done"),
             value.get("logs") or {},
         )
+        next_turn_trained = value.get("next_turn_trained", True)
     elif isinstance(value, (tuple, list)) and len(value) in (3, 4):
         observation, reward, done = value[:3]
         logs = value[3] if len(value) == 4 else {}
@@ -313,12 +322,28 @@ def step_result(value: Any) -> dict:
         isinstance(v, (int, float)) and not isinstance(v, bool) for v in logs.values()
     ):
         raise ValueError("step()'s logs must be a dict of numbers")
+    if not isinstance(next_turn_trained, bool):
+        raise ValueError(f"step()'s next_turn_trained must be True or False, got {next_turn_trained!r}")
     return {
         "observation": observation,
         "reward": float(reward),
         "done": done,
         "logs": {str(k): float(v) for k, v in logs.items()},
+        "next_turn_trained": next_turn_trained,
     }
+
+
+def reset_result(value: Any) -> dict:
+    """A reset's return value (an observation, None, or a dict with `observation` and `next_turn_trained`) as
+    {"observation", "next_turn_trained"}; ValueError names what is wrong."""
+    observation, next_turn_trained = value, True
+    if isinstance(value, dict):
+        observation, next_turn_trained = value.get("observation"), value.get("next_turn_trained", True)
+    if observation is not None and not isinstance(observation, str):
+        raise ValueError(f"reset() must return a string or None, got {type(observation).__name__}")
+    if not isinstance(next_turn_trained, bool):
+        raise ValueError(f"reset()'s next_turn_trained must be True or False, got {next_turn_trained!r}")
+    return {"observation": observation, "next_turn_trained": next_turn_trained}
 
 
 class EnvironmentRunner:
@@ -338,10 +363,7 @@ class EnvironmentRunner:
                     self.episodes[episode] = env
                     return env.reset(payload.get("prompt"), payload.get("label"), payload.get("metadata") or {})
 
-                observation = timed_call(reset, self.timeout_s)
-                if observation is not None and not isinstance(observation, str):
-                    raise ValueError(f"reset() must return a string or None, got {type(observation).__name__}")
-                return {"ok": True, "value": observation}, False
+                return {"ok": True, "value": reset_result(timed_call(reset, self.timeout_s))}, False
             env = self.episodes[episode]
             return {"ok": True, "value": step_result(timed_call(lambda: env.step(payload), self.timeout_s))}, False
         except BaseException as exc:
@@ -353,7 +375,7 @@ class EnvironmentRunner:
             )
 
 
-def _serve_environment(config: dict, inbox: Connection, outbox: Connection) -> int:
+def _serve_environment(config: dict, inbox: int, outbox: int) -> int:
     path = config["path"]
     try:
         cls, problems = load_environment(path, config["class"])
@@ -365,13 +387,10 @@ def _serve_environment(config: dict, inbox: Connection, outbox: Connection) -> i
     _send(outbox, {"op": "ready", "function": config["class"], "batch": False})
     runner = EnvironmentRunner(cls, path, config.get("options") or {}, float(config["timeout_s"]))
     while True:
-        try:
-            request = json.loads(inbox.recv_bytes())
-        except (EOFError, OSError):
+        request = _receive(inbox)
+        if request is None or request.get("op") == "close":  # None: the parent went away
             return 0
-        op = request.get("op")
-        if op == "close":
-            return 0
+        op = str(request.get("op"))
         restart = False
         for episode, payload in request.get("items", []):
             reply, needs_restart = runner.run(op, episode, payload)
@@ -381,9 +400,44 @@ def _serve_environment(config: dict, inbox: Connection, outbox: Connection) -> i
         _send(outbox, {"op": "done", "restart": restart or (not runner.episodes and cpu_budget_spent())})
 
 
-def _send(conn: Connection, message: dict) -> None:
+def read_frame(fd: int) -> bytes | None:
+    """The next frame from the parent, or None when the parent went away."""
+    header = _read_exactly(fd, FRAME_HEADER.size)
+    if header is None:
+        return None
+    return _read_exactly(fd, FRAME_HEADER.unpack(header)[0])
+
+
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        try:
+            chunk = os.read(fd, min(left, 1 << 20))
+        except InterruptedError:
+            continue
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def write_frame(fd: int, data: bytes) -> None:
+    view = memoryview(FRAME_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _receive(inbox: int) -> dict | None:
+    frame = read_frame(inbox)
+    return None if frame is None else json.loads(frame)
+
+
+def _send(outbox: int, message: dict) -> None:
     # Values went through to_plain already; str() is only a last resort for odd exception args.
-    conn.send_bytes(json.dumps(message, default=str).encode())
+    write_frame(outbox, json.dumps(message, default=str).encode())
 
 
 def _limit_memory(memory_mb: float) -> None:
@@ -409,11 +463,9 @@ def cpu_budget_spent() -> bool:
 
 
 def main(argv: list[str]) -> int:
-    inbox = Connection(int(argv[0]), writable=False)
-    outbox = Connection(int(argv[1]), readable=False)
-    try:
-        config = json.loads(inbox.recv_bytes())
-    except (EOFError, OSError):
+    inbox, outbox = int(argv[0]), int(argv[1])
+    config = _receive(inbox)
+    if config is None:
         return 0
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns our lifetime
@@ -432,13 +484,10 @@ def main(argv: list[str]) -> int:
     runner = Runner(loaded, path, float(config["timeout_s"]))
 
     while True:
-        try:
-            request = json.loads(inbox.recv_bytes())
-        except (EOFError, OSError):
-            return 0  # the parent went away
-        op = request.get("op")
-        if op == "close":
+        request = _receive(inbox)
+        if request is None or request.get("op") == "close":  # None: the parent went away
             return 0
+        op = request.get("op")
         if op == "batch":
             reply = runner.run_batch(request["kwargs"])
             _send(outbox, {**reply, "restart": reply["restart"] or cpu_budget_spent()})

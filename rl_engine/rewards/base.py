@@ -4,7 +4,10 @@ A component turns a :class:`RewardBatch` into one score per sample. It never rai
 problem with a single sample (or with a remote server, or with user code): it returns 0.0 for
 that sample and a reason in ``errors``. :class:`CompositeReward` adds the weighted scores,
 collects the reasons as ``"component: reason"`` and still guards against a component that
-raises anyway, so a broken reward degrades the signal instead of killing the run.
+raises anyway. A few failed samples degrade the signal; a component failing on most of a step's
+samples fails the run (``rl_engine.rewards.loud``). A total that is not finite (a huge score times
+its weight) is a per-sample error too, and each component's extra curves are bounded in number and
+named safely, so user code cannot flood the run's metrics.
 
 This module, like the whole package at import time, uses only the standard library: the
 python sandbox child imports it, and it must not drag torch in.
@@ -13,6 +16,7 @@ python sandbox child imports it, and it must not drag torch in.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +26,11 @@ ExtraLogs = dict[str, "list[float] | float"]
 
 # A reason can be a whole traceback line from user code; keep errors readable in the UI.
 MAX_REASON_CHARS = 500
+# Extra curves (`reward/<component>/<log>`) one component may add per step; names are kept metric-safe.
+MAX_EXTRA_LOGS = 32
+_LOG_NAME = re.compile(r"[A-Za-z0-9_.\-/]{1,64}")
+# Where a non-finite weighted total is recorded among the components' errors (no component can be named so).
+TOTAL = "<total>"
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,8 @@ class RewardResult:
     errors: list[list[str]]  # per-sample list of "component: reason"
     extra_logs: dict[str, float]  # "component/key" -> mean value
     timings: dict[str, float]  # component name -> seconds
+    # component name (or TOTAL) -> per-sample reason (None = ok): what rl_engine.rewards.loud judges
+    component_errors: dict[str, list[str | None]] = field(default_factory=dict)
 
 
 class CompositeReward:
@@ -131,6 +142,7 @@ class CompositeReward:
         errors: list[list[str]] = [[] for _ in range(n)]
         extra_logs: dict[str, float] = {}
         timings: dict[str, float] = {}
+        component_errors: dict[str, list[str | None]] = {}
         for comp, weight in self.components:
             started = time.perf_counter()
             try:
@@ -148,11 +160,19 @@ class CompositeReward:
                 total[i] += weight * value
                 scores.append(value)
             per_component[comp.name] = scores
-            for key, value in result.extra_logs.items():
+            component_errors[comp.name] = list(result.errors)
+            for key, value in _bounded_logs(result.extra_logs).items():
                 mean = mean_of(value)
                 if mean is not None:
                     extra_logs[f"{comp.name}/{key}"] = mean
-        return RewardResult(total, per_component, errors, extra_logs, timings)
+        component_errors[TOTAL] = [None] * n
+        for i, value in enumerate(total):
+            if not math.isfinite(value):  # finite scores whose weighted sum overflowed
+                total[i] = 0.0
+                reason = "the weighted total of the components is not finite (a score too large for its weight)"
+                errors[i].append(f"weighted total: {reason}")
+                component_errors[TOTAL][i] = reason
+        return RewardResult(total, per_component, errors, extra_logs, timings, component_errors)
 
     def close(self) -> None:
         """Close every component even if one fails to close; re-raise the first failure."""
@@ -276,6 +296,18 @@ def parse_openrlhf_output(value: Any, n: int, what: str = "scores") -> Component
         raw = value
     scores, errors = coerce_scores(raw, n, what)
     return ComponentResult(scores, errors, coerce_extra_logs(extra))
+
+
+def _bounded_logs(logs: dict[str, list[float] | float]) -> dict[str, list[float] | float]:
+    """The first MAX_EXTRA_LOGS extra logs whose names are metric-safe (the rest are dropped: a curve per
+    sample, or a name the event store refuses, would flood or break the run's metrics)."""
+    kept: dict[str, list[float] | float] = {}
+    for key, value in logs.items():
+        if len(kept) >= MAX_EXTRA_LOGS:
+            break
+        if isinstance(key, str) and _LOG_NAME.fullmatch(key) and "//" not in key and not key.startswith("/"):
+            kept[key] = value
+    return kept
 
 
 def mean_of(value: list[float] | float) -> float | None:

@@ -7,33 +7,36 @@ Request: ``POST url`` with JSON ``{"query": [...], "prompts": [...], "labels": [
 
 Failures never raise out of ``score``: the samples of the request that failed get 0.0 and an
 error such as ``"POST http://host/score failed after 4 attempts: HTTP 503 Service
-Unavailable"``, so one flaky server degrades a step instead of killing the run.
+Unavailable (a 12-byte answer)"``, so one flaky server degrades a step (a step where most samples
+fail fails the run: rewards.max_error_rate). An answer's body is never quoted: its status and size only.
+
+Every request goes through the outbound policy (rl_engine/outbound.py): the URL's host is resolved and
+checked at each request and the connection goes to that address (loopback, private, link-local and the
+cluster's own addresses are refused unless an admin allowed them); redirects are not followed; an
+answer is at most ``max_response_bytes``.
 
 - ``retries`` is the number of *extra* attempts after the first (3 -> up to 4 attempts), with
   exponential backoff ``backoff_s * 2**k`` between them (0.5 s, 1 s, 2 s by default).
 - Retried: connection errors, timeouts, HTTP 408/425/429 and 5xx. Not retried (they would fail
   the same way again): other HTTP 4xx, a body that is not JSON, a wrong number of rewards.
-- ``timeout_s`` is the socket timeout: it bounds connecting and each wait for data, not the
-  total transfer time of a response that keeps trickling in.
+- ``timeout_s`` bounds one whole request: connecting, sending and reading the answer.
 - ``batch_size`` splits a large batch into requests of at most that many samples, sent
   concurrently (up to ``MAX_CONCURRENT_REQUESTS`` at once); each fails on its own.
 """
 
 from __future__ import annotations
 
-import http.client
+import http
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from rl_engine.outbound import MAX_RESPONSE_BYTES, OutboundFailed, OutboundPolicy, OutboundRefused, post
 from rl_engine.rewards.base import ComponentResult, RewardBatch, parse_openrlhf_output
 
 MAX_CONCURRENT_REQUESTS = 8
 RETRY_STATUSES = frozenset({408, 425, 429}) | frozenset(range(500, 600))
-_BODY_SNIPPET = 200
 
 
 class _Permanent(Exception):
@@ -54,6 +57,8 @@ class HttpReward:
         backoff_s: float = 0.5,
         batch_size: int | None = None,
         headers: dict[str, str] | None = None,
+        policy: OutboundPolicy | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         parsed = urllib.parse.urlparse(url or "")
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -73,6 +78,8 @@ class HttpReward:
         self.backoff_s = float(backoff_s)
         self.batch_size = batch_size
         self.headers = {"Content-Type": "application/json", "Accept": "application/json", **(headers or {})}
+        self.policy = policy if policy is not None else OutboundPolicy.from_env()
+        self.max_response_bytes = int(max_response_bytes)
 
     def score(self, batch: RewardBatch) -> ComponentResult:
         n = len(batch)
@@ -119,43 +126,33 @@ class HttpReward:
         return ComponentResult.failed(n, f"POST {self.url} failed after {attempts} attempts: {last}")
 
     def _post_once(self, body: bytes) -> object:
-        request = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = _snippet(_read_quietly(exc))
-            text = f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")
-            if exc.code in RETRY_STATUSES:
-                raise _Transient(text) from None
-            raise _Permanent(text) from None
-        except urllib.error.URLError as exc:
-            raise _Transient(self._describe(exc.reason)) from None
-        except (OSError, http.client.HTTPException) as exc:  # timeouts while reading, resets
-            raise _Transient(self._describe(exc)) from None
+            target = self.policy.check_url(self.url)  # resolved now, connected to as checked
+            response = post(target, body, self.headers, timeout_s=self.timeout_s, max_bytes=self.max_response_bytes)
+        except OutboundRefused as exc:
+            raise _Permanent(f"refused by the outbound policy: {exc}") from None
+        except OutboundFailed as exc:
+            raise _Transient(str(exc)) from None
+        size = f"a {len(response.body)}-byte answer"
+        status = f"HTTP {response.status} {_phrase(response.status)}".rstrip()  # not the server's own words
+        if 300 <= response.status < 400:
+            raise _Permanent(f"{status} ({size}): redirects are not followed")
+        if response.status >= 400:
+            text = f"{status} ({size})"
+            if response.status in RETRY_STATUSES:
+                raise _Transient(text)
+            raise _Permanent(text)
         try:
-            return json.loads(raw)
+            return json.loads(response.body)
         except ValueError:
-            raise _Permanent(f"response is not JSON: {_snippet(raw)!r}") from None
-
-    def _describe(self, reason: object) -> str:
-        if isinstance(reason, TimeoutError):
-            return f"timed out after {self.timeout_s:g}s"
-        if isinstance(reason, BaseException):
-            return f"{type(reason).__name__}: {reason}"
-        return str(reason)
+            raise _Permanent(f"response is not JSON ({size})") from None
 
 
-def _read_quietly(exc: urllib.error.HTTPError) -> bytes:
+def _phrase(status: int) -> str:
     try:
-        return exc.read(_BODY_SNIPPET + 1)
-    except (OSError, http.client.HTTPException):
-        return b""
-
-
-def _snippet(raw: bytes) -> str:
-    text = raw.decode("utf-8", errors="replace").strip()
-    return text if len(text) <= _BODY_SNIPPET else text[:_BODY_SNIPPET] + "..."
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _merge(results: list[ComponentResult], sizes: list[int]) -> ComponentResult:

@@ -20,36 +20,34 @@ environment, limits on processes, memory, CPU time, open files and file size), t
 ``_sandbox.py`` by path: only the standard library is loaded before the user's file, so torch
 is imported only if the user's code does. The sandbox holds copies of ``_sandbox.py`` and of the
 user's file (at ``/sandbox/<name>``), nothing else of this host's files but the Python runtime.
-The child is a plain subprocess speaking ``multiprocessing.connection`` frames of JSON over two
-pipes, not a multiprocessing "spawn" or "forkserver" context, because those re-import the
-parent's ``__main__`` in the child (a training script or a Ray worker's main, which import torch
-and more). Its address space is capped (``RLIMIT_AS`` = ``memory_mb``), so a runaway allocation
-becomes a ``MemoryError``. What it prints reaches our stderr, rate-limited. The child is kept
-across batches (start-up once, then only pipe round trips) and replaced after a timeout, a
-crash, a MemoryError or half its CPU-time limit. Nothing here raises out of ``score``: a problem
-fails the affected samples with a reason (no sandbox available included).
+The child is a plain subprocess speaking frames of JSON over two pipes
+(``rl_engine/rewards/sandbox_worker.py``), not a multiprocessing "spawn" or "forkserver" context,
+because those re-import the parent's ``__main__`` in the child (a training script or a Ray
+worker's main, which import torch and more). ``memory_mb`` caps the sandbox's memory (its
+cgroup: processes, /tmp, /dev/shm and memfds together) and each process's address space
+(``RLIMIT_AS``, so a runaway allocation becomes a ``MemoryError``). What it prints reaches our
+stderr, rate-limited. The child is kept across batches (start-up once, then only pipe round
+trips) and replaced after a timeout, a crash, a MemoryError, a reply it should not have sent or
+half its CPU-time limit; after every call, whatever processes the call forked are killed. Nothing
+here raises out of ``score``: a problem fails the affected samples with a reason (no sandbox
+available included).
 
 Time limits. ``timeout_s`` bounds each call of the user function: the whole batch for the
 OpenRLHF shape, each sample for the verl shape. Two layers enforce it:
 1. inside the child, SIGALRM interrupts the call at ``timeout_s`` (pure-Python loops, sleeps):
    the sample (or batch) fails with "timeout after Ns" and the same process goes on;
-2. the parent waits at most ``timeout_s + HARD_KILL_GRACE_S`` for each reply (each sample's
-   reply in per-sample mode). If it does not come (code stuck in C, or a library that took over
-   SIGALRM), the parent kills the child, fails that one sample (or the batch), starts a new
+2. the parent sends the request and reads each reply, whole, within ``timeout_s +
+   HARD_KILL_GRACE_S`` (each sample's reply in per-sample mode; a child that stops, never reads
+   or sends half a reply included). If it does not come (code stuck in C, or a library that took
+   over SIGALRM), the parent kills the child, fails that one sample (or the batch), starts a new
    child and continues with the samples that were not scored yet.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import subprocess
-import sys
 import threading
-import weakref
-from multiprocessing.connection import Connection
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,150 +59,17 @@ from rl_engine.rewards.base import (
     to_score,
     truncate_reason,
 )
-from rl_engine.sandbox import RUN_DIR, Limits, OutputRelay, Sandbox, SandboxUnavailable, died_by_signal
+from rl_engine.rewards.sandbox_worker import (
+    ReplyRefused,
+    SandboxWorker,
+    WorkerDied,
+    WorkerLoadError,
+    WorkerTimeout,
+)
+from rl_engine.sandbox import SandboxUnavailable
 
 HARD_KILL_GRACE_S = 2.0
-MAX_REPLY_BYTES = 64 << 20  # a reply frame larger than this is the child misbehaving
 MIN_START_TIMEOUT_S = 30.0  # importing the user's file may import heavy libraries
-# The child runs _sandbox.py by path, as __main__, without importing the rl_engine package:
-# nothing but the standard library is loaded before the user's file. (Running the file as a
-# script would put this folder, whose http.py shadows the stdlib, on sys.path; run_path does not.)
-_SANDBOX_FILE = str(Path(__file__).with_name("_sandbox.py"))
-_CHILD_BOOT = "import runpy, sys; path = sys.argv.pop(1); runpy.run_path(path, run_name='__main__')"
-
-
-class WorkerTimeout(Exception):
-    pass
-
-
-class WorkerDied(Exception):
-    pass
-
-
-class WorkerLoadError(Exception):
-    def __init__(self, problems: list[str]):
-        super().__init__("; ".join(problems))
-        self.problems = problems
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
-
-
-_SIGNAL_HINTS = {
-    "SIGKILL": " (killed: out of memory?)",
-    "SIGXCPU": " (CPU time limit)",
-    "SIGXFSZ": " (file size limit)",
-}
-
-
-def _exit_reason(returncode: int | None, sandboxed: bool) -> str:
-    if returncode is None:
-        return "worker process stopped responding"
-    number = died_by_signal(returncode, sandboxed)
-    if number is not None:
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = str(number)
-        return f"worker process died from signal {name}{_SIGNAL_HINTS.get(name, '')}"
-    return f"worker process exited with code {returncode}"
-
-
-def _terminate(proc: subprocess.Popen, *conns: Connection) -> None:
-    for conn in conns:
-        with contextlib.suppress(OSError):
-            conn.close()
-    if proc.poll() is None:
-        proc.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
-
-
-class SandboxWorker:
-    """One child process running ``_sandbox`` in a sandbox (``rl_engine.sandbox``): start, request/reply
-    with deadlines, kill. ``config["path"]`` is the user's file on this host; the child gets its copy.
-    Raises SandboxUnavailable when user code may not run here."""
-
-    def __init__(self, config: dict, start_timeout_s: float, limits: Limits | None = None):
-        limits = limits or Limits(memory_mb=float(config["memory_mb"]))
-        box = Sandbox.create(limits)
-        self.sandboxed = box.sandboxed
-        boot = box.add_file(_SANDBOX_FILE, RUN_DIR)
-        config = {**config, "path": box.add_file(config["path"])}
-        parent_read, child_write = os.pipe()
-        child_read, parent_write = os.pipe()
-        isolated = ["-I"] if box.sandboxed else []
-        try:
-            self.proc = box.popen(
-                [sys.executable, *isolated, "-c", _CHILD_BOOT, boot, str(child_read), str(child_write)],
-                pass_fds=(child_read, child_write),
-            )
-        except BaseException:
-            for fd in (parent_read, child_write, child_read, parent_write):
-                os.close(fd)
-            raise
-        os.close(child_read)
-        os.close(child_write)
-        self._output = OutputRelay(self.proc.stdout, label=Path(config["path"]).name)
-        self._inbox = Connection(parent_read, writable=False)
-        self._outbox = Connection(parent_write, readable=False)
-        self._finalizer = weakref.finalize(self, _terminate, self.proc, self._inbox, self._outbox)
-        try:
-            self.send(config)
-            reply = self.recv(start_timeout_s)
-        except WorkerTimeout:
-            self.kill()
-            raise WorkerLoadError([f"loading the file took longer than {start_timeout_s:g}s"]) from None
-        except WorkerDied as exc:
-            self.kill()
-            raise WorkerLoadError([f"loading the file failed: {exc}"]) from None
-        if reply.get("op") != "ready":
-            self.kill()
-            raise WorkerLoadError(list(reply.get("problems") or ["unexpected reply from the worker"]))
-        self.function: str = reply["function"]
-        self.batch: bool = reply["batch"]
-
-    def send(self, message: dict) -> None:
-        try:
-            self._outbox.send_bytes(json.dumps(message, default=_json_default).encode())
-        except OSError as exc:  # BrokenPipeError: the child is gone
-            raise WorkerDied(self._died_reason()) from exc
-
-    def recv(self, timeout_s: float) -> dict:
-        try:
-            if not self._inbox.poll(timeout_s):
-                raise WorkerTimeout()
-            return json.loads(self._inbox.recv_bytes(MAX_REPLY_BYTES))
-        except (EOFError, OSError, ValueError, RecursionError) as exc:  # gone, or a reply we cannot read
-            raise WorkerDied(self._died_reason()) from exc
-
-    def _died_reason(self) -> str:
-        try:
-            returncode = self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            returncode = None
-        return _exit_reason(returncode, self.sandboxed)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def close(self, wait_s: float = 1.0) -> None:
-        if self.alive:
-            try:
-                self._outbox.send_bytes(b'{"op": "close"}')
-                self.proc.wait(timeout=wait_s)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
-
-    def kill(self) -> None:
-        self._finalizer()
 
 
 def check_syntax(path: str | os.PathLike) -> list[str]:
@@ -251,10 +116,16 @@ def check_reward_file(
 
 
 def _child_config(
-    path: str | os.PathLike, function: str | None, batch: bool | None, timeout_s: float, memory_mb: float
+    path: str | os.PathLike,
+    function: str | None,
+    batch: bool | None,
+    timeout_s: float,
+    memory_mb: float,
+    files: list[str] | None = None,
 ) -> dict:
     return {
         "path": str(Path(path).resolve()),
+        "files": [str(Path(f).resolve()) for f in files or ()],
         "function": function,
         "batch": batch,
         "timeout_s": timeout_s,
@@ -265,9 +136,10 @@ def _child_config(
 class PythonFunctionReward:
     """A reward function from a user's file; see the module docstring for shapes and limits.
 
-    ``memory_mb`` caps the child's *address space*, which is larger than its resident memory:
-    importing torch alone reserves about 0.6 GB, CUDA libraries far more, so raise it for
-    reward code that imports heavy libraries.
+    ``memory_mb`` caps the sandbox's memory (its processes, /tmp, /dev/shm and memfds together)
+    and each process's *address space*, which is larger than its resident memory: importing
+    torch alone reserves about 0.6 GB, CUDA libraries far more, so raise it for reward code that
+    imports heavy libraries.
 
     ``batch=None`` (default) picks the shape from the function: ``reward_func`` or a first
     parameter named ``queries`` is batched (OpenRLHF), ``compute_score`` or a ``solution_str``
@@ -284,6 +156,7 @@ class PythonFunctionReward:
         timeout_s: float = 30.0,
         memory_mb: float = 1024,
         batch: bool | None = None,
+        files: list[str] | None = None,
     ):
         problems = check_syntax(path)
         if problems:
@@ -298,6 +171,7 @@ class PythonFunctionReward:
         self.timeout_s = float(timeout_s)
         self.memory_mb = float(memory_mb)
         self.batch = batch
+        self.files = [str(Path(f).resolve()) for f in files or ()]  # shown read-only beside the file
         self._worker: SandboxWorker | None = None
         self._lock = threading.Lock()
 
@@ -317,7 +191,7 @@ class PythonFunctionReward:
             self._worker.kill()
             self._worker = None
         if self._worker is None:
-            config = _child_config(self.path, self.function, self.batch, self.timeout_s, self.memory_mb)
+            config = _child_config(self.path, self.function, self.batch, self.timeout_s, self.memory_mb, self.files)
             self._worker = SandboxWorker(config, start_timeout_s=max(MIN_START_TIMEOUT_S, self.timeout_s))
         return self._worker
 
@@ -362,8 +236,8 @@ class PythonFunctionReward:
                 self._drop_worker()
                 return ComponentResult.failed(n, f"{type(exc).__name__}: {exc}")
 
-    def _deadline(self) -> float:
-        return self.timeout_s + HARD_KILL_GRACE_S
+    def _call_deadline(self) -> float:
+        return time.monotonic() + self.timeout_s + HARD_KILL_GRACE_S
 
     def _score_batched(self, batch: RewardBatch) -> ComponentResult:
         n = len(batch)
@@ -379,7 +253,8 @@ class PythonFunctionReward:
             },
         }
         try:
-            reply = self._request_with_one_restart(request)
+            worker, deadline = self._send_with_one_restart(request)
+            reply = worker.recv(deadline, items=n)
         except WorkerTimeout:
             self._drop_worker()
             return ComponentResult.failed(n, f"timeout after {self.timeout_s:g}s")
@@ -388,29 +263,34 @@ class PythonFunctionReward:
             return ComponentResult.failed(n, str(exc))
         except WorkerLoadError as exc:
             return ComponentResult.failed(n, f"loading {Path(self.path).name} failed: {'; '.join(exc.problems)}")
-        if reply.get("restart"):
-            self._drop_worker()
+        self._finish_call(worker, bool(reply.get("restart")))
         if reply.get("op") == "error":
-            return ComponentResult.failed(n, reply.get("reason") or "unknown error")
+            return ComponentResult.failed(n, str(reply.get("reason") or "unknown error"))
         try:
             return parse_openrlhf_output(reply.get("value"), n)
         except ValueError as exc:
             return ComponentResult.failed(n, str(exc))
 
-    def _send_with_one_restart(self, request: dict) -> SandboxWorker:
-        """Send one request; if the idle child had died since the last batch, start a new one
-        and resend once (the request never reached user code, so it is safe to repeat)."""
+    def _send_with_one_restart(self, request: dict) -> tuple[SandboxWorker, float]:
+        """Send one request (returns the worker and the call's deadline); if the idle child had died since
+        the last batch, start a new one and resend once (the request never reached user code, so it is safe
+        to repeat; the new child's start does not count against the call)."""
         worker = self._ensure_worker()
+        deadline = self._call_deadline()
         try:
-            worker.send(request)
+            worker.send(request, deadline)
         except WorkerDied:
             self._drop_worker()
             worker = self._ensure_worker()
-            worker.send(request)
-        return worker
+            deadline = self._call_deadline()
+            worker.send(request, deadline)
+        return worker, deadline
 
-    def _request_with_one_restart(self, request: dict) -> dict:
-        return self._send_with_one_restart(request).recv(self._deadline())
+    def _finish_call(self, worker: SandboxWorker, restart: bool) -> None:
+        """After a call: the processes it forked are killed; a child that asked to be replaced, or that sent
+        more than was asked, is."""
+        if restart or not worker.finish_call():
+            self._drop_worker()
 
     def _score_per_sample(self, batch: RewardBatch) -> ComponentResult:
         n = len(batch)
@@ -421,27 +301,30 @@ class PythonFunctionReward:
         pending = list(range(n))
         while pending:
             try:
-                worker = self._request_samples(items, pending)
+                worker, deadline = self._send_with_one_restart({"op": "samples", "items": [items[i] for i in pending]})
             except WorkerLoadError as exc:
                 reason = f"loading {Path(self.path).name} failed: {'; '.join(exc.problems)}"
                 for i in pending:
                     errors[i] = reason
                 break
-            except WorkerDied as exc:
+            except (WorkerDied, WorkerTimeout) as exc:
+                reason = f"timeout after {self.timeout_s:g}s" if isinstance(exc, WorkerTimeout) else str(exc)
                 for i in pending:
-                    errors[i] = str(exc)
+                    errors[i] = reason
+                self._drop_worker()
                 break
-            # Read one reply per sample, each with its own deadline; the sample in progress
-            # is always pending[0] because the child answers in order.
+            # Read one reply per sample, each with its own deadline (the first one's includes the request);
+            # the sample in progress is always pending[0] because the child answers in order.
             while pending:
                 try:
-                    reply = worker.recv(self._deadline())
+                    reply = worker.recv(deadline)
                 except (WorkerTimeout, WorkerDied) as exc:
                     errors[pending.pop(0)] = (
                         f"timeout after {self.timeout_s:g}s" if isinstance(exc, WorkerTimeout) else str(exc)
                     )
                     self._drop_worker()
                     break  # a fresh child takes the rest
+                deadline = self._call_deadline()
                 if reply.get("op") != "sample" or reply.get("index") != pending[0]:
                     for i in pending:
                         errors[i] = "unexpected reply from the worker"
@@ -458,26 +341,19 @@ class PythonFunctionReward:
                         for key, value in sample_extra.items():
                             extra.setdefault(key, []).append(value)
                 else:
-                    errors[index] = reply.get("reason") or "unknown error"
+                    errors[index] = str(reply.get("reason") or "unknown error")
             else:
-                self._finish_samples()
+                self._finish_samples(worker)
         return ComponentResult(scores, [None if e is None else truncate_reason(e) for e in errors], extra)
 
-    def _request_samples(self, items: list, pending: list[int]) -> SandboxWorker:
-        return self._send_with_one_restart({"op": "samples", "items": [items[i] for i in pending]})
-
-    def _finish_samples(self) -> None:
+    def _finish_samples(self, worker: SandboxWorker) -> None:
         """Read the child's end-of-batch marker (it may ask to be replaced)."""
-        worker = self._worker
-        if worker is None:
-            return
         try:
-            done = worker.recv(self._deadline())
+            done = worker.recv(time.monotonic() + HARD_KILL_GRACE_S)
         except (WorkerTimeout, WorkerDied):
             self._drop_worker()
             return
-        if done.get("op") != "done" or done.get("restart"):
-            self._drop_worker()
+        self._finish_call(worker, done.get("op") != "done" or bool(done.get("restart")))
 
 
 def _verl_args(batch: RewardBatch, i: int) -> dict:
@@ -502,6 +378,11 @@ def _verl_value(value: Any) -> tuple[float, dict[str, float]]:
 
 
 __all__ = [
+    "ReplyRefused",
+    "SandboxWorker",
+    "WorkerDied",
+    "WorkerLoadError",
+    "WorkerTimeout",
     "PythonFunctionReward",
     "check_reward_file",
     "OPENRLHF_NAME",

@@ -3,7 +3,9 @@
 A spec is ``{"type": <type>, **params}``; the params are exactly the component constructor's
 keyword arguments, so the typed config (a discriminated union on ``type``) maps 1:1. Every
 component takes an optional ``name`` (defaults to its type); names must be unique within a
-composite. ``build_reward`` also reads an optional ``weight`` (default 1.0) from each spec.
+composite. ``build_reward`` also reads an optional ``weight`` (default 1.0) from each spec. A spec's
+``max_error_rate`` belongs to the run (the score stage enforces it: rl_engine.rewards.loud), not to the
+component, and is set aside here.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from rl_engine.outbound import OutboundPolicy
 from rl_engine.rewards.base import CompositeReward, RewardComponent
 from rl_engine.rewards.http import HttpReward
+from rl_engine.rewards.packages import reasoning_gym_reward, verifiers_reward
 from rl_engine.rewards.python_fn import PythonFunctionReward
 from rl_engine.rewards.reward_model import RewardModelReward
 from rl_engine.rewards.verifiers import BoxedMath, ExactMatch, LengthPenalty, RegexReward
@@ -26,14 +30,21 @@ COMPONENT_TYPES: dict[str, Callable[..., RewardComponent]] = {
     "python": PythonFunctionReward,
     "http": HttpReward,
     "reward_model": RewardModelReward,
+    "reasoning_gym": reasoning_gym_reward,
+    "verifiers": verifiers_reward,
 }
 
 
-def build_component(spec: dict[str, Any]) -> RewardComponent:
-    """A component from ``{"type": ..., **params}``. Raises ValueError naming the bad field."""
+# Fields of a spec the run reads, not the component.
+RUN_LEVEL_FIELDS = ("max_error_rate",)
+
+
+def build_component(spec: dict[str, Any], *, outbound: OutboundPolicy | None = None) -> RewardComponent:
+    """A component from ``{"type": ..., **params}``. Raises ValueError naming the bad field. `outbound`: the
+    policy an http reward's requests go under (default: the one the platform handed this process)."""
     if not isinstance(spec, dict):
         raise ValueError(f"reward spec must be a dict, got {type(spec).__name__}")
-    params = dict(spec)
+    params = {k: v for k, v in spec.items() if k not in RUN_LEVEL_FIELDS}
     kind = params.pop("type", None)
     if kind not in COMPONENT_TYPES:
         raise ValueError(f"type: unknown reward type {kind!r}; expected one of {', '.join(COMPONENT_TYPES)}")
@@ -46,6 +57,8 @@ def build_component(spec: dict[str, Any]) -> RewardComponent:
     if missing:
         raise ValueError(f"{missing[0]}: required for reward type {kind!r}")
     params.setdefault("name", kind)
+    if kind == "http" and outbound is not None:
+        params["policy"] = outbound
     return factory(**params)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -84,12 +85,44 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def _table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> Table:
-    table = Table(title=title, header_style="bold", show_edge=False)
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(_number(v) if not isinstance(v, str) else v for v in row))
+SHORT_ID = 8  # characters of an id in a table, as git and docker show them; `--wide` shows whole ones
+MIN_SHORTENED = 8  # characters a shortened column keeps however narrow the terminal
+COLUMN_GAP = 2
+
+
+def _short(run_id: str, wide: bool) -> str:
+    return run_id if wide else run_id[:SHORT_ID]
+
+
+def _table(
+    columns: Iterable[str],
+    rows: Iterable[Iterable[Any]],
+    title: str | None = None,
+    *,
+    shorten: Iterable[str] = (),
+) -> Table:
+    """A table for the terminal. With `shorten`, every row stays on one line of it: the other columns keep their
+    width and the named ones (free text, such as names) share what is left, cut with an ellipsis; without, long
+    values wrap inside their column."""
+    columns = list(columns)
+    cells = [[_number(v) if not isinstance(v, str) else v for v in row] for row in rows]
+    natural = [max([cell_len(c), *(cell_len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    shortened = [i for i, c in enumerate(columns) if c in set(shorten)]
+    limits: dict[int, int] = {}
+    if shortened:
+        kept = sum(w for i, w in enumerate(natural) if i not in shortened) + COLUMN_GAP * (len(columns) - 1)
+        room = max(0, out.width - kept)
+        wanted = sum(natural[i] for i in shortened)
+        if wanted > room:
+            limits = {i: max(MIN_SHORTENED, room * natural[i] // wanted) for i in shortened}
+    table = Table(title=title, header_style="bold", box=None, pad_edge=False, padding=(0, COLUMN_GAP // 2))
+    for i, column in enumerate(columns):
+        if shortened:
+            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=limits.get(i))
+        else:
+            table.add_column(column, overflow="fold")
+    for row in cells:
+        table.add_row(*row)
     return table
 
 
@@ -109,15 +142,26 @@ def main(ctx: click.Context, url: str | None, token: str | None) -> None:
 # -- login ----------------------------------------------------------------------------------------
 
 
+def _server(ctx: click.Context, url: str | None) -> str:
+    """The server a command names (`login --url`), else the global `--url` / POSTTRAIN_URL, else the last one."""
+    return credentials.normalize_url(url or ctx.find_root().obj.get("url") or credentials.default_url())
+
+
+server_option = click.option("--url", "server_url", help="The server (default: the one you logged in to last).")
+
+
 @main.command()
+@server_option
 @click.option("--username", "-u", help="Prompted when not given.")
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 @click.option("--with-token", "token", help="Store this API token instead of asking for a password.")
 @click.pass_context
 @reports_errors
-def login(ctx: click.Context, username: str | None, password_stdin: bool, token: str | None) -> None:
+def login(
+    ctx: click.Context, server_url: str | None, username: str | None, password_stdin: bool, token: str | None
+) -> None:
     """Store your API token for the server (one per server, in ~/.config/posttrain, mode 0600)."""
-    url = credentials.normalize_url(ctx.find_root().obj.get("url") or credentials.default_url())
+    url = _server(ctx, server_url)
     if token is None:
         username = username or click.prompt("Username")
         password = sys.stdin.readline().rstrip("\n") if password_stdin else click.prompt("Password", hide_input=True)
@@ -128,11 +172,12 @@ def login(ctx: click.Context, username: str | None, password_stdin: bool, token:
 
 
 @main.command()
+@server_option
 @click.pass_context
 @reports_errors
-def logout(ctx: click.Context) -> None:
+def logout(ctx: click.Context, server_url: str | None) -> None:
     """Forget the stored token of the server."""
-    url = credentials.normalize_url(ctx.find_root().obj.get("url") or credentials.default_url())
+    url = _server(ctx, server_url)
     removed = credentials.forget_token(url)
     out.print(f"Logged out of {url}" if removed else f"No token was stored for {url}", markup=False)
 
@@ -159,20 +204,33 @@ def runs() -> None:
     """List, inspect, launch, cancel, clone, resume, follow and export runs."""
 
 
-def _run_rows(items: list[Run]) -> list[list[Any]]:
-    return [
-        [
-            r.id,
+def _run_id(client: Client, id_or_prefix: str) -> str:
+    """A run's whole id from what was typed: the whole id, or a unique start of it (a short id from a table)."""
+    return client.runs.resolve_id(id_or_prefix)
+
+
+def _run_rows(items: list[Run], wide: bool) -> list[list[Any]]:
+    """One row per run; narrow (the default) leaves the experiment out and keeps the creation time to the minute."""
+    rows = []
+    for r in items:
+        created = (r.created_at or "").replace("T", " ")
+        row = [
+            _short(r.id, wide),
             r.name,
             r.state,
             r.engine if r.kind == "external" else (r.algorithm or "—"),
-            r.experiment_name or "—",
+            *([r.experiment_name or "—"] if wide else []),
             f"{r.last_step}/{r.total_steps}" if r.total_steps else _number(r.last_step),
             _number(r.metric("reward/mean")),
-            (r.created_at or "")[:19].replace("T", " "),
+            created[:19] if wide else created[5:16],
         ]
-        for r in items
-    ]
+        rows.append(row)
+    return rows
+
+
+wide_option = click.option(
+    "--wide", is_flag=True, help="Whole ids and every column (default: short ids, one line a row)."
+)
 
 
 @runs.command("ls")
@@ -182,19 +240,20 @@ def _run_rows(items: list[Run]) -> list[list[Any]]:
 @click.option("--kind", type=click.Choice(["native", "external"]), help="Our engine's runs, or tracked ones.")
 @click.option("--search", "-q", help="Text in the name, note or experiment name.")
 @click.option("--limit", type=int, default=50, show_default=True)
+@wide_option
 @json_option
 @click.pass_context
 @reports_errors
-def runs_ls(ctx, state, experiment, tag, kind, search, limit, as_json) -> None:
-    """Runs, newest first."""
+def runs_ls(ctx, state, experiment, tag, kind, search, limit, wide, as_json) -> None:
+    """Runs, newest first. Any command taking a RUN_ID takes the short id shown here, or any unique start of one."""
     found = _client(ctx).runs.list(
         state=list(state) or None, experiment=experiment, tag=tag, kind=kind, search=search, limit=limit
     )
     if as_json:
         _emit_json(found)
         return
-    columns = ["id", "name", "state", "algorithm", "experiment", "step", "reward", "created"]
-    out.print(_table(columns, _run_rows(found)))
+    columns = ["id", "name", "state", "algorithm", *(["experiment"] if wide else []), "step", "reward", "created"]
+    out.print(_table(columns, _run_rows(found, wide), shorten=() if wide else ("name",)))
 
 
 @runs.command("show")
@@ -204,7 +263,8 @@ def runs_ls(ctx, state, experiment, tag, kind, search, limit, as_json) -> None:
 @reports_errors
 def runs_show(ctx, run_id: str, as_json: bool) -> None:
     """One run: state, config summary and the last value of every metric."""
-    run = _client(ctx).runs.get(run_id)
+    client = _client(ctx)
+    run = client.runs.get(_run_id(client, run_id))
     if as_json:
         _emit_json(run)
         return
@@ -263,7 +323,8 @@ def _report_new_run(run: Run, as_json: bool) -> None:
 @reports_errors
 def runs_priority(ctx, run_id: str, priority: str, as_json: bool) -> None:
     """Change a run's priority (owners: low..high; admins: urgent too)."""
-    _report_new_run(_client(ctx).runs.set_priority(run_id, priority), as_json)
+    client = _client(ctx)
+    _report_new_run(client.runs.set_priority(_run_id(client, run_id), priority), as_json)
 
 
 @main.group()
@@ -276,10 +337,11 @@ def _resources(value: dict[str, Any]) -> str:
 
 
 @queue.command("ls")
+@wide_option
 @json_option
 @click.pass_context
 @reports_errors
-def queue_ls(ctx, as_json: bool) -> None:
+def queue_ls(ctx, wide: bool, as_json: bool) -> None:
     """Waiting runs in the order they start, why each waits, the running runs and the cluster's nodes."""
     found = _client(ctx).runs.queue()
     if as_json:
@@ -288,7 +350,7 @@ def queue_ls(ctx, as_json: bool) -> None:
     waiting = [
         (
             r["queue_position"] or "held",
-            r["id"][:8],
+            _short(r["id"], wide),
             r["name"],
             r["owner"] or "—",
             r["priority"],
@@ -307,7 +369,7 @@ def queue_ls(ctx, as_json: bool) -> None:
     )
     running = [
         (
-            r["id"][:8],
+            _short(r["id"], wide),
             r["name"],
             r["state"],
             r["owner"] or "—",
@@ -320,7 +382,7 @@ def queue_ls(ctx, as_json: bool) -> None:
     out.print(_table(["run", "name", "state", "owner", "priority", "granted", "steps"], running, title="Running"))
     nodes = [
         (
-            n["node_id"][:12],
+            n["node_id"] if wide else n["node_id"][:12],
             n["address"],
             f"{n['free']['CPU']:g}/{n['total']['CPU']:g}",
             f"{n['free']['GPU']:g}/{n['total']['GPU']:g}",
@@ -328,6 +390,22 @@ def queue_ls(ctx, as_json: bool) -> None:
         for n in found["cluster"]["nodes"]
     ]
     out.print(_table(["node", "address", "CPUs free/total", "GPUs free/total"], nodes, title="Cluster"))
+    out.print(cluster_age(found["cluster"]), markup=False)
+
+
+# A snapshot older than this was not refreshed by the reconcile (every 15 s by default): no worker reads Ray.
+STALE_SNAPSHOT_S = 120.0
+
+
+def cluster_age(cluster: dict[str, Any]) -> str:
+    """How old the cluster's free/total figures are: the scheduler reads Ray, the CLI reads the scheduler."""
+    age = cluster.get("age_s")
+    if cluster.get("as_of") is None or age is None:
+        return "The scheduler has not read the cluster yet (is a Celery worker running?)."
+    line = f"Free after the scheduler's grants, as it read the cluster {age:.0f} s ago ({cluster['as_of']})."
+    if age > STALE_SNAPSHOT_S:
+        line += " Stale: no worker has read the cluster since; is a Celery worker with beat running?"
+    return line
 
 
 @runs.command("cancel")
@@ -337,7 +415,8 @@ def queue_ls(ctx, as_json: bool) -> None:
 @reports_errors
 def runs_cancel(ctx, run_id: str, as_json: bool) -> None:
     """Ask a run to stop."""
-    run = _client(ctx).runs.cancel(run_id)
+    client = _client(ctx)
+    run = client.runs.cancel(_run_id(client, run_id))
     _report_new_run(run, as_json)
 
 
@@ -351,7 +430,8 @@ def runs_cancel(ctx, run_id: str, as_json: bool) -> None:
 @reports_errors
 def runs_clone(ctx, run_id: str, seed, tags, note, as_json: bool) -> None:
     """A new run with exactly this run's config."""
-    run = _client(ctx).runs.clone(run_id, seed=seed, tags=list(tags) or None, note=note)
+    client = _client(ctx)
+    run = client.runs.clone(_run_id(client, run_id), seed=seed, tags=list(tags) or None, note=note)
     _report_new_run(run, as_json)
 
 
@@ -363,7 +443,8 @@ def runs_clone(ctx, run_id: str, seed, tags, note, as_json: bool) -> None:
 @reports_errors
 def runs_resume(ctx, run_id: str, checkpoint, as_json: bool) -> None:
     """A new run continuing this one from a checkpoint."""
-    run = _client(ctx).runs.resume(run_id, checkpoint)
+    client = _client(ctx)
+    run = client.runs.resume(_run_id(client, run_id), checkpoint)
     _report_new_run(run, as_json)
 
 
@@ -374,7 +455,8 @@ def runs_resume(ctx, run_id: str, checkpoint, as_json: bool) -> None:
 @reports_errors
 def runs_logs(ctx, run_id: str, tail) -> None:
     """The run's job log (an external run: the log lines its client sent)."""
-    click.echo(_client(ctx).runs.logs(run_id, tail=tail), nl=False)
+    client = _client(ctx)
+    click.echo(client.runs.logs(_run_id(client, run_id), tail=tail), nl=False)
 
 
 @runs.command("export")
@@ -385,8 +467,38 @@ def runs_logs(ctx, run_id: str, tail) -> None:
 @reports_errors
 def runs_export(ctx, run_id: str, fmt: str, output: Path | None) -> None:
     """Every raw metric point to a file."""
-    path = _client(ctx).runs.export(run_id, output or Path(f"{run_id}.{fmt}"), format=fmt)
+    client = _client(ctx)
+    run_id = _run_id(client, run_id)
+    path = client.runs.export(run_id, output or Path(f"{run_id}.{fmt}"), format=fmt)
     err.print(f"wrote {path}", markup=False)
+
+
+@runs.command("rollouts")
+@click.argument("run_id")
+@click.option("--output", "-o", "directory", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--step", "steps", type=int, multiple=True, help="Only these steps (repeat the option).")
+@click.pass_context
+@reports_errors
+def runs_rollouts(ctx, run_id: str, directory: Path, steps: tuple[int, ...]) -> None:
+    """The run's rollouts as Parquet files, one per step (load them with datasets, pandas or DuckDB)."""
+    written = _client(ctx).runs.rollouts(run_id, directory, steps=steps or None)
+    err.print(f"wrote {len(written)} rollout files to {directory}", markup=False)
+
+
+@runs.command("replay", context_settings={"ignore_unknown_options": True})
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--step", type=int, required=True)
+@click.pass_context
+def runs_replay(ctx, run_dir: Path, step: int) -> None:
+    """Rebuild a step's update from its rollout file and the checkpoint before it, without generating,
+    and print its loss, KL and grad norm beside what the run logged (needs the engine: `python -m
+    rl_engine replay`)."""
+    import subprocess
+    import sys
+
+    # The engine is a separate layer (torch): run its command rather than import it.
+    command = [sys.executable, "-m", "rl_engine", "replay", str(run_dir), "--step", str(step)]
+    ctx.exit(subprocess.call(command))
 
 
 @runs.command("samples")
@@ -398,7 +510,8 @@ def runs_export(ctx, run_id: str, fmt: str, output: Path | None) -> None:
 @reports_errors
 def runs_samples(ctx, run_id: str, step, limit: int, as_json: bool) -> None:
     """Rollouts of a run (prompt, response, reward)."""
-    found = _client(ctx).runs.samples(run_id, step=step, limit=limit)
+    client = _client(ctx)
+    found = client.runs.samples(_run_id(client, run_id), step=step, limit=limit)
     if as_json:
         _emit_json(found)
         return
@@ -414,7 +527,8 @@ def runs_samples(ctx, run_id: str, step, limit: int, as_json: bool) -> None:
 def runs_follow(ctx, run_id: str, as_json: bool) -> None:
     """Live: state, key metrics and progress toward train.steps, until the run ends. Exit code 0
     when it succeeded, 1 when it failed or was cancelled."""
-    _follow(_client(ctx), run_id, as_json)
+    client = _client(ctx)
+    _follow(client, _run_id(client, run_id), as_json)
 
 
 def _follow(client: Client, run_id: str, as_json: bool) -> None:
@@ -655,7 +769,7 @@ def review() -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["trl", "openai", "ratings_jsonl", "ratings_csv"]),
+    type=click.Choice(["trl", "openai", "prm", "ratings_jsonl", "ratings_csv"]),
     default="trl",
     show_default=True,
 )
@@ -664,7 +778,8 @@ def review() -> None:
 @click.pass_context
 @reports_errors
 def review_export(ctx, campaign: int, fmt: str, question, output: Path) -> None:
-    """A campaign's judgements as preference pairs (TRL or OpenAI JSONL) or ratings."""
+    """A campaign's labels as preference pairs (TRL or OpenAI JSONL), step labels (PRM800K-style JSONL) or
+    ratings."""
     path = _client(ctx).review.export(campaign, output, format=fmt, question=question)
     err.print(f"wrote {path}", markup=False)
 

@@ -13,8 +13,9 @@ Every refusal raises APIError (AuthError, NotFound, Conflict) whose `errors` nam
 
 from __future__ import annotations
 
+import string
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from posttrain_sdk.types import Campaign, Dataset, Experiment, Model, Reward, Ru
 
 DEFAULT_TIMEOUT_S = 60.0
 PAGE_SIZE = 200
+AMBIGUOUS_SHOWN = 10  # runs an ambiguous id prefix names
 RECONNECT_DELAY_S = 1.0  # what EventSource waits (the stream's `retry:`)
 DATASET_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
@@ -331,6 +333,29 @@ class Runs(_Section):
     def get(self, run_id: str) -> Run:
         return Run.from_api(self.client.get(f"/api/runs/{run_id}/"))
 
+    def resolve_id(self, id_or_prefix: str) -> str:
+        """The whole id of the one run whose id starts with `id_or_prefix` (a short id as tables show it, taken as
+        git and docker take one; dashes optional); a whole id comes back as it is. The server finds the matches
+        (`?id_prefix=`). No run: NotFound; several: PosttrainError naming them."""
+        text = id_or_prefix.strip()
+        digits = text.replace("-", "")
+        if len(digits) == 32:
+            return text
+        if not digits or any(c not in string.hexdigits for c in digits):
+            raise PosttrainError(f"run: {id_or_prefix!r} is not a run id nor the start of one (hex digits)")
+        page = self.client.get("/api/runs/", id_prefix=text, limit=AMBIGUOUS_SHOWN + 1, ordering="-created_at")
+        matches = [r for r in page["results"] if r["id"].replace("-", "").startswith(digits.lower())]
+        if not matches:
+            raise NotFound(404, [FieldError("run", f"no run id starts with {text!r}")])
+        if len(matches) > 1:
+            shown = ", ".join(f"{r['id']} ({r['name']}, {r['state']})" for r in matches[:AMBIGUOUS_SHOWN])
+            more = page.get("count", len(matches)) - min(len(matches), AMBIGUOUS_SHOWN)
+            raise PosttrainError(
+                f"run: {text!r} is the start of {page.get('count', len(matches))} run ids; give more of the one "
+                f"you mean: {shown}" + (f" and {more} more" if more > 0 else "")
+            )
+        return matches[0]["id"]
+
     def launch(
         self,
         experiment: int,
@@ -408,6 +433,22 @@ class Runs(_Section):
         )
         return [Sample.from_api(item) for item in items]
 
+    def rollouts(self, run_id: str, directory: str | Path, *, steps: Iterable[int] | None = None) -> list[Path]:
+        """The run's rollout files (Parquet, one per step; `steps` narrows them) into `directory`, as
+        stored: `datasets.load_dataset("parquet", data_files=...)`, pandas or DuckDB read them as they are."""
+        wanted = None if steps is None else set(steps)
+        listing = self.client.get(f"/api/runs/{run_id}/rollouts/")
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        written = []
+        for item in listing["files"]:
+            if not item["available"] or (wanted is not None and item["step"] not in wanted):
+                continue
+            written.append(
+                _download(self.client, f"/api/runs/{run_id}/rollouts/{item['name']}", {}, target / item["name"])
+            )
+        return written
+
     def logs(self, run_id: str, *, tail: int | None = None) -> str:
         return self.client.get(f"/api/runs/{run_id}/logs/", tail=tail)["logs"]
 
@@ -479,6 +520,7 @@ class Review(_Section):
         format: str = "trl",
         question: str | None = None,
     ) -> Path:
-        """The campaign's judgements: `trl` / `openai` preference pairs, `ratings_jsonl`, `ratings_csv`."""
+        """The campaign's labels: `trl` / `openai` preference pairs, `prm` step labels, `ratings_jsonl`,
+        `ratings_csv`."""
         params = {"format": format, **({"question": question} if question else {})}
         return _download(self.client, f"/api/review/campaigns/{int(campaign)}/export/", params, Path(path))

@@ -35,16 +35,28 @@ def _json_safe(value: Any) -> Any:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """All complete events of a file (a torn last line from a crash is ignored)."""
-    events = []
-    if not path.exists():
+    """All complete events of a file. A torn last line (a crash or a full disk cut the write short) is
+    ignored: the file is read as bytes and only whole lines are decoded, since the cut may fall inside a
+    multi-byte character, which a text-mode read would refuse before the line's end was ever checked."""
+    events: list[dict[str, Any]] = []
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
         return events
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
+    with f:
+        for number, line in enumerate(f, start=1):
+            if not line.endswith(b"\n"):
                 break
-            events.append(json.loads(line))
+            if line.strip():
+                events.append(_parse_line(line, path, number))
     return events
+
+
+def _parse_line(line: bytes, path: Path, number: int) -> dict[str, Any]:
+    try:
+        return json.loads(line.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike: a whole line that is no event
+        raise ValueError(f"{path}: line {number} is not an event: {exc}") from None
 
 
 def _last_seq(path: Path) -> int:

@@ -34,6 +34,7 @@ from typing import Any
 # Statuses worth retrying: the server is down, overloaded, restarting or timed out.
 _RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 _READ_CHUNK = 1 << 20
+ROLLOUT_FOLDER = "rollouts"  # posttrain_sdk.rollout_files.FOLDER (this module stays standard library only)
 DEFAULT_FLUSH_TIMEOUT_S = 120.0
 
 
@@ -73,6 +74,8 @@ class EventSender:
         self.error: str | None = None  # why shipping stopped for good (the platform refused the events)
         self.last_failure: str | None = None  # the latest retried failure, for diagnostics
         self.posts = 0  # requests sent, retries included
+        self._uploaded: set[int] = set()  # seqs of samples events whose file went up (or was refused)
+        self.refused_files: dict[str, str] = {}  # rollout file name -> why the platform refused it
         self.retries = 0
 
     # -- public ---------------------------------------------------------------------------------
@@ -148,7 +151,9 @@ class EventSender:
                 self._wake.clear()
                 continue
             batch = self._next_batch()
-            outcome, value = self._post(batch)
+            outcome, value = self._upload_files(batch)
+            if outcome == "ok":
+                outcome, value = self._post(batch)
             if outcome == "ok":
                 attempt = 0
                 self._acknowledge(value)
@@ -211,6 +216,55 @@ class EventSender:
             batch.append(line)
             size += len(line) + 1
         return batch
+
+    def _upload_files(self, lines: list[bytes]) -> tuple[str, Any]:
+        """Before a batch goes out, the rollout files its `samples` events name and ask to upload (an
+        external run's, written next to the event log; the engine's are already in the store). A file
+        that is not there, or that the platform refuses (too large, not Parquet), is not uploaded and does
+        not hold the run's other events back: its event still goes out, and the platform shows the step's
+        rollouts as missing."""
+        for line in lines:
+            if b'"samples"' not in line:
+                continue
+            event = json.loads(line)
+            data = event.get("data") or {}
+            if event.get("type") != "samples" or not data.get("upload") or event["seq"] in self._uploaded:
+                continue
+            path = self.path.parent / ROLLOUT_FOLDER / str(data.get("file", ""))
+            if not path.is_file():
+                self._uploaded.add(event["seq"])
+                continue
+            outcome, value = self._put_file(path)
+            if outcome == "refused":
+                self.refused_files[path.name] = value
+                print(f"event sender: {value}; step {event.get('step')} shows as missing", file=sys.stderr, flush=True)
+            elif outcome != "ok":
+                return outcome, value
+            self._uploaded.add(event["seq"])
+        return "ok", None
+
+    def _put_file(self, path: Path) -> tuple[str, Any]:
+        base = self.url.rstrip("/").removesuffix("/events")
+        request = urllib.request.Request(
+            f"{base}/rollouts/{path.name}/upload",
+            data=path.read_bytes(),
+            method="PUT",
+            headers={"Content-Type": "application/vnd.apache.parquet", "Authorization": f"Bearer {self._token}"},
+        )
+        self.posts += 1
+        try:
+            with urllib.request.urlopen(request, timeout=self.request_timeout_s) as response:
+                response.read()
+            return "ok", None
+        except urllib.error.HTTPError as exc:
+            text = _read_error(exc)
+            if exc.code in _RETRY_STATUSES:
+                return "retry", f"HTTP {exc.code} uploading {path.name}: {text[:200]}"
+            refused = f"the platform refused the rollout file {path.name} (HTTP {exc.code}): {text[:500]}"
+            # A token the platform does not take fails the events too; anything else is this file's own fault.
+            return ("fatal" if exc.code in (401, 403) else "refused"), refused
+        except (urllib.error.URLError, HTTPException, OSError) as exc:
+            return "retry", f"{type(exc).__name__} uploading {path.name}: {exc}"
 
     def _post(self, lines: list[bytes]) -> tuple[str, Any]:
         body = b'{"events":[' + b",".join(lines) + b"]}"

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from posttrain_sdk import rollout_files
 from posttrain_sdk.client import Client
 from posttrain_sdk.errors import PosttrainError
 from posttrain_sdk.event_log import EventLog, Heartbeat
@@ -121,6 +122,7 @@ class TrackedRun:
         self._lock = threading.Lock()
         self._next_step = 0
         self._sample_index: dict[int, int] = {}
+        self._parts: dict[int, int] = {}  # step -> rollout files written for it (a second call: part 1)
         self.finished = False
         self.delivered: bool | None = None
         self._events.emit("status", {"state": "running"})
@@ -163,7 +165,8 @@ class TrackedRun:
         """Rollouts of a step: each row has `prompt` and `response` (text or chat messages) and may have
         `reward`, `components` ({name: score}), `advantage`, `label`, `group` (same-prompt group),
         `length` (tokens; default: characters), `finish_reason` (stop/length), `kept`, `turns`, `env`,
-        `errors`. Returns how many were logged."""
+        `errors`. Written at once as a Parquet file in the run folder's `rollouts/` (one per call), which
+        the sender uploads before the `samples` event that names it. Returns how many were logged."""
         self._check_open()
         with self._lock:
             at = self._step_for(step if step is not None else max(self._next_step - 1, 0))
@@ -175,7 +178,17 @@ class TrackedRun:
             if not samples:
                 return 0
             self._sample_index[at] = index
-            self._events.emit("samples", {"samples": samples}, step=at)
+            part = self._parts.get(at, 0)
+            self._parts[at] = part + 1
+            info = rollout_files.write_step(
+                self.dir / rollout_files.FOLDER,
+                rollout_files.rows_table(samples, at),
+                step=at,
+                part=part,
+                metadata={"run": self.id},
+            )
+            # The sender uploads the file before it posts this event (posttrain_sdk.event_sender).
+            self._events.emit("samples", info.event_data(upload=True), step=at)
             return len(samples)
 
     def _sample(self, row: Mapping[str, Any], where: str, index: int) -> dict[str, Any]:

@@ -26,7 +26,28 @@ CHROMIUM_FLAGS = [
 
 
 @pytest.fixture(scope="session")
-def web_server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:
+def rollout_store(tmp_path_factory) -> Path:
+    """The rollout store the web server reads and the tests write runs' rollout files into (as an engine
+    would): one folder for the session, each run in its own `runs/<id>/rollouts/`."""
+    return tmp_path_factory.mktemp("rollout-store")
+
+
+@pytest.fixture(scope="session")
+def web_storage(tmp_path_factory) -> Path:
+    """The web server's artifact root (its datasets' copies): a test that registers files in-process for the
+    server to open points its own settings.STORAGE_ROOT here."""
+    return tmp_path_factory.mktemp("web-storage")
+
+
+@pytest.fixture
+def storage(storage: Path, settings, rollout_store: Path) -> Path:
+    """The test's artifact root, with rollout files going to the web server's store."""
+    settings.ROLLOUT_STORE = str(rollout_store)
+    return storage
+
+
+@pytest.fixture(scope="session")
+def web_server(django_db_setup, django_db_blocker, tmp_path_factory, rollout_store, web_storage) -> Iterator[str]:
     """uvicorn serving the app against the test database, as `make demo` serves it."""
     from django.db import connection
 
@@ -35,6 +56,8 @@ def web_server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator
         **os.environ,
         "DATABASE_URL": postgres_url(connection.settings_dict),
         "POSTTRAIN_HOME": str(home),
+        "POSTTRAIN_STORAGE": str(web_storage),
+        "POSTTRAIN_ROLLOUT_STORE": str(rollout_store),
         "PYTHONUNBUFFERED": "1",
     }
     server = UvicornServer(env, home / "uvicorn.log")

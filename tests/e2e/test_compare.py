@@ -13,7 +13,14 @@ from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs import services
 from posttrain.runs.models import Run
 from tests.e2e.conftest import screenshot
-from tests.unit.platform.helpers import BASE_CONFIG, PASSWORD, a_researcher, registry_rows, sample_record
+from tests.unit.platform.helpers import (
+    BASE_CONFIG,
+    PASSWORD,
+    a_researcher,
+    registry_rows,
+    sample_record,
+    samples_event,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,8 +38,8 @@ CURVES = {
         "seconds_per_step": 20,
     },
 }
-# The two experiments differ in train.lr and their name; the runs also in seed and run folder.
-EXPECTED_DIFFERING_FIELDS = {"name", "seed", "train.lr", "logging.run_dir"}
+# The two experiments differ in train.lr and their name; the runs also in seed, run folder and rollout folder.
+EXPECTED_DIFFERING_FIELDS = {"name", "seed", "train.lr", "logging.run_dir", "logging.rollouts_dir"}
 SHARED_PROMPT = "2+2="
 
 
@@ -60,6 +67,12 @@ def _ingest_history(run: Run, curve: dict, responses: dict[int, str]) -> None:
         seq += 1
         return {"run": str(run.id), "seq": seq, "type": type_, "step": step, "time": at, "data": data}
 
+    def rollouts(step: int, records: list[dict], at: float) -> dict:
+        """The step's rollout file written into the store, then the samples event naming it."""
+        nonlocal seq
+        seq += 1
+        return {**samples_event(run, seq, step, records), "time": at}
+
     events = [event("status", None, {"state": "running"}, start)]
     for i, step in enumerate(STEPS):
         events.append(
@@ -79,24 +92,21 @@ def _ingest_history(run: Run, curve: dict, responses: dict[int, str]) -> None:
         )
         if step in responses:
             events.append(
-                event(
-                    "samples",
+                rollouts(
                     step,
-                    {
-                        "samples": [
-                            sample_record(0, reward=1.0, prompt=SHARED_PROMPT, response=responses[step], label="4"),
-                            sample_record(
-                                1,
-                                reward=0.0,
-                                prompt=SHARED_PROMPT,
-                                response=f"{responses[step]} (second)",
-                                label="4",
-                                finish_reason="length",
-                                length=4,
-                            ),
-                            sample_record(2, prompt=f"only in {run.name}"),
-                        ]
-                    },
+                    [
+                        sample_record(0, reward=1.0, prompt=SHARED_PROMPT, response=responses[step], label="4"),
+                        sample_record(
+                            1,
+                            reward=0.0,
+                            prompt=SHARED_PROMPT,
+                            response=f"{responses[step]} (second)",
+                            label="4",
+                            finish_reason="length",
+                            length=4,
+                        ),
+                        sample_record(2, prompt=f"only in {run.name}"),
+                    ],
                     start + curve["seconds_per_step"] * i + 1,
                 )
             )
@@ -139,9 +149,8 @@ def _cell(page, metric: str, run: Run, column: str) -> str:
 
 
 @pytest.fixture
-def setup(tmp_path, monkeypatch, settings):
+def setup(tmp_path, monkeypatch, storage):
     """A researcher and the registry; runs launch without a Celery worker (they get their events by hand)."""
-    settings.STORAGE_ROOT = tmp_path / "storage"
     monkeypatch.setattr(services.dispatch, "run_task", lambda task_name, run_id: None)
     return a_researcher("ada"), _registry(tmp_path)
 

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
@@ -39,7 +40,9 @@ def researcher():
 @pytest.fixture
 def model_and_reward(researcher, tiny_model_folder):
     from posttrain.registry import services
+    from tests.unit.platform.helpers import grant_server_paths
 
+    grant_server_paths(researcher)  # registering a folder on the server is an admin's grant
     model = services.model_register("tiny-qwen", str(tiny_model_folder), user=researcher)
     reward = services.reward_create("exact answer", "builtin", {"type": "exact_match"}, user=researcher)
     return model, reward
@@ -193,6 +196,9 @@ def test_yaml_applied_in_the_pane_refills_the_form_and_a_yaml_error_names_its_li
 def test_registry_forms_put_the_apis_errors_next_to_their_fields_and_list_what_they_create(
     web_server, page, researcher, tiny_model_folder
 ):
+    from tests.unit.platform.helpers import grant_server_paths
+
+    grant_server_paths(researcher)  # registering a folder on the server is an admin's grant
     log_in(page, web_server, "rosalind")
     open_ready(page, f"{web_server}/registry/")
 
@@ -200,7 +206,7 @@ def test_registry_forms_put_the_apis_errors_next_to_their_fields_and_list_what_t
     page.fill("#model-path", "/nonexistent/model")
     page.click("#model-form button[type=submit]")
     expect(page.locator('#model-form [data-field="path"] .field-error')).to_contain_text(
-        "/nonexistent/model does not exist"
+        "/nonexistent/model is outside the server folders an admin opened for imports"
     )
     page.fill("#model-path", str(tiny_model_folder))
     page.click("#model-form button[type=submit]")
@@ -256,3 +262,61 @@ def test_the_form_error_helper_puts_each_error_at_the_closest_field_it_names(web
         {"loc": "", "msg": "the request as a whole"},
     ]
     assert result["cleared"]
+
+
+def test_a_reward_a_probe_games_is_shown_hackable_on_the_registry_and_warned_about_before_launch(
+    web_server, page, model_and_reward, researcher, tmp_path
+):
+    """A probe of a "label anywhere" reward on the dataset (its report as the worker writes it): the registry
+    shows which probes game it, and the launch form warns as soon as that reward and dataset are chosen."""
+    from posttrain.registry import services
+    from posttrain.registry.models import Dataset, RewardProbe
+    from rl_engine.reward_probes import build_cases, hackability_report
+
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(12)))
+    dataset = Dataset.objects.create(
+        name="sums",
+        sha256="b" * 64,
+        format="jsonl",
+        path=str(data),
+        size_bytes=1,
+        row_count=12,
+        prompt_field="question",
+        label_field="answer",
+        columns=["question", "answer"],
+    )
+    anywhere = services.reward_create("anywhere", "builtin", {"type": "regex", "pattern": r"\d"}, user=researcher)
+    cases = build_cases([(f"{i}+1=", str(i + 1), {}) for i in range(12)])
+    scores = [float(case.label in case.response) for case in cases]
+    RewardProbe.objects.create(
+        reward=anywhere,
+        dataset=dataset,
+        state="done",
+        finished_at=timezone.now(),
+        result=hackability_report(cases, scores, [[] for _ in cases]),
+        examples=[
+            {"probe": c.probe, "response": c.response, "score": s}
+            for c, s in zip(cases, scores)
+            if c.row == cases[0].row
+        ],
+    )
+    log_in(page, web_server, "rosalind", "/registry/")
+    open_ready(page, f"{web_server}/registry/")
+    page.locator("#reward-rows tr", has_text="anywhere").click()
+    report = page.locator("#probe-report")
+    expect(report.locator(".alert.critical")).to_contain_text("Hackable: all_labels, label_in_garbage")
+    expect(report.locator('tr.flagged[data-probe-name="all_labels"]')).to_contain_text("100%")
+    screenshot(page, "registry-probe-report")
+
+    _, exact = model_and_reward
+    open_ready(page, f"{web_server}/launch/")
+    page.select_option("#exp-dataset", str(dataset.pk))
+    page.select_option("#reward-add", str(exact.pk))
+    expect(page.locator(f'#reward-rows tr[data-reward="{exact.pk}"] .probe-cell')).to_contain_text("not probed")
+    page.select_option("#reward-add", str(anywhere.pk))
+    warning = page.locator(f'#probe-warnings .alert[data-reward="{anywhere.pk}"]')
+    expect(warning).to_contain_text("Gameable reward: anywhere")
+    expect(warning).to_contain_text("all_labels (100%)")
+    expect(page.locator(f'#reward-rows tr[data-reward="{anywhere.pk}"] .probe-cell')).to_contain_text("⚠")
+    screenshot(page, "launch-probe-warning")

@@ -71,3 +71,34 @@ def test_the_queue_page_shows_who_waits_and_why_and_follows_admission_live(web_s
     expect(waiting.nth(0)).to_contain_text("after")
     expect(waiting.nth(0).locator(".queue-position")).to_have_text("1")
     expect(page.locator(f'#running-table tr[data-run-id="{first.id}"]')).to_contain_text("starting")
+
+
+def test_the_queue_page_draws_utilisation_waits_and_shares(web_server, page):
+    from datetime import timedelta
+
+    from posttrain.runs.models import ClusterSample, Preemption, RunTransition
+
+    owner = a_researcher("grace")
+    experiment = an_experiment("gsm metrics")
+    now = timezone.now()
+    run = a_run(experiment, "waited", "running", resources=ONE_CPU, created_by=owner, priority="high")
+    RunTransition.objects.filter(run=run).delete()
+    for old, new, ago in (("draft", "queued", 600), ("queued", "starting", 540), ("starting", "running", 530)):
+        row = RunTransition.objects.create(run=run, from_state=old, to_state=new)
+        RunTransition.objects.filter(pk=row.pk).update(at=now - timedelta(seconds=ago))
+    Preemption.objects.create(run=run, forced=True, lost_steps=4, settled_at=now)
+    for ago, granted in ((900, 1.0), (300, 2.0)):
+        ClusterSample.objects.create(
+            at=now - timedelta(seconds=ago),
+            total={"CPU": 2.0, "GPU": 0.0},
+            granted={"CPU": granted, "GPU": 0.0},
+            used={"CPU": granted, "GPU": 0.0},
+        )
+    log_in(page, web_server, "grace", next_path="/queue/")
+    summary = page.locator("#metrics-summary")
+    expect(summary).to_contain_text("CPUs granted 75%, used 75%")
+    expect(summary).to_contain_text("1 preemptions, 1 stopped at the deadline, 4 steps lost")
+    for chart in ("utilisation", "waits", "user-shares"):
+        expect(page.locator(f"#chart-{chart} .main-svg").first).to_be_visible()
+    expect(page.locator("#chart-waits")).to_contain_text("high")
+    screenshot(page, "queue-metrics")

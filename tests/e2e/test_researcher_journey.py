@@ -20,6 +20,7 @@ from playwright.sync_api import expect
 
 from tests.conftest import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
 from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
+from tests.unit.platform.helpers import grant_server_paths
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -84,7 +85,7 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
     from posttrain.runs.models import MetricRow
 
     base = stack.web.url
-    researcher = user_create("barbara", PASSWORD, "researcher")
+    researcher = grant_server_paths(user_create("barbara", PASSWORD, "researcher"))  # an admin's grant
     assets = {
         "model": model_register("tiny demo", str(demo_assets / "model"), user=researcher),
         "reward": reward_create("correct", "builtin", {"type": "exact_match"}, user=researcher),
@@ -171,14 +172,15 @@ CORR_POINTS = "(id) => { const d = document.getElementById(id); return d && d.da
 
 
 def test_a_gspo_run_with_tis_correction_launched_from_the_form_draws_its_rollout_correction_curves(
-    stack, page, demo_assets
+    stack, page, demo_assets, settings
 ):
     from posttrain.accounts.services import user_create
     from posttrain.registry.services import dataset_register_path, model_register, reward_create
     from posttrain.runs.models import MetricRow, Run
 
     base = stack.web.url
-    researcher = user_create("grace", PASSWORD, "researcher")
+    settings.STORAGE_ROOT = stack.storage  # the dataset's copy goes where the stack's web process keeps datasets
+    researcher = grant_server_paths(user_create("grace", PASSWORD, "researcher"))  # an admin's grant
     model = model_register("tiny demo gspo", str(demo_assets / "model"), user=researcher)
     reward = reward_create("correct answer", "builtin", {"type": "exact_match"}, user=researcher)
     dataset, _ = dataset_register_path("sums gspo", str(demo_assets / "data" / "train.jsonl"), user=researcher)
@@ -204,6 +206,9 @@ def test_a_gspo_run_with_tis_correction_launched_from_the_form_draws_its_rollout
     config_input(page, "rollout.prompts_per_step").fill("2")
     config_input(page, "rollout.samples_per_prompt").fill("4")
     config_input(page, "rollout.max_new_tokens").fill("4")
+    # Four tokens from the tiny model: most groups score alike, and the default filter would drop every one
+    # of them (no update, no correction to draw); keep them all.
+    page.locator('.sf-field[data-loc="rollout.filters.zero_advantage"] select').select_option(label="false")
     config_input(page, "logging.eval_every").fill("0")
     config_input(page, "logging.heartbeat_s").fill("1")
     expect(page.locator("#validation-status")).to_contain_text("Valid", timeout=20_000)

@@ -3,7 +3,8 @@ activates it; two annotators, each in their own browser session, work their queu
 only (no clicks after logging in); the researcher sees the agreement, checked here against values
 computed by hand, and the judgements next to the rewards, and registers the export as a dataset.
 
-The rollout samples reach the database the real way (services.events_ingest), as the engine sends them."""
+The rollouts arrive the real way: each step's rollout file written into the store the web server reads,
+then its samples event ingested (services.events_ingest), as the engine does."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from posttrain.review.models import Campaign, Judgement, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run
 from tests.e2e.conftest import PASSWORD, open_ready, screenshot
-from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record
+from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record, samples_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,7 +68,7 @@ QUALITY_ALPHA = 1 - 7 * 6 / 270
 # so its agreement is undefined ("—").
 RAMBLING_KAPPA = RAMBLING_ALPHA = 1.0
 
-# Pair items, per prompt and annotator, as stored ("A" = the item's sample_a; the page may show it as B).
+# Pair items, per prompt and annotator, as stored ("A" = the item's rollout_a; the page may show it as B).
 PAIR_ANSWERS = {
     "1+1=": {"ann": "A", "bob": "A"},
     "2+3=": {"ann": "A", "bob": "B"},
@@ -94,12 +95,11 @@ def shown(value: str) -> str:
 
 
 @pytest.fixture
-def people(tmp_path, monkeypatch, settings):
-    """A researcher, two annotators, and a run whose samples arrived as the engine sends them (no Celery
-    worker: the run gets its events by hand)."""
+def people(tmp_path, monkeypatch, storage):
+    """A researcher, two annotators, and a run whose rollouts arrived as the engine sends them (no Celery
+    worker: the run gets its files and events by hand)."""
     from posttrain.accounts.services import user_create
 
-    settings.STORAGE_ROOT = tmp_path / "storage"
     monkeypatch.setattr(services.dispatch, "run_task", lambda task_name, run_id: None)
     researcher = user_create("rosalind", PASSWORD, "researcher")
     for name in ANNOTATORS:
@@ -127,19 +127,11 @@ def _run_with_samples(folder: Path, user) -> Run:
     now = time.time()
     events = [
         {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
-        {
-            "run": str(run.id),
-            "seq": 2,
-            "type": "samples",
-            "step": SINGLE_STEP,
-            "time": now,
-            "data": {"samples": single},
-        },
-        {"run": str(run.id), "seq": 3, "type": "samples", "step": PAIR_STEP, "time": now, "data": {"samples": pairs}},
+        samples_event(run, 2, SINGLE_STEP, single),
+        samples_event(run, 3, PAIR_STEP, pairs),
     ]
     services.events_ingest(run.pk, events)
-    run.refresh_from_db()
-    assert run.samples.count() == len(single) + len(pairs)
+    assert sum(run.rollout_files.values_list("rows", flat=True)) == len(single) + len(pairs)
     return run
 
 
@@ -341,7 +333,7 @@ def test_single_items_are_rated_by_two_annotators_with_the_keyboard_and_their_ag
         )
     ann = pages["ann"]
     assert settled(ann) == "item"
-    expect(ann.locator("#instructions-text")).to_have_text(INSTRUCTIONS)
+    expect(ann.locator("#guidelines-side-text")).to_have_text(INSTRUCTIONS)
     expect(ann.locator("#progress-text")).to_have_text("0 of 4 judged")
     assert_shows_nothing_about_the_run(ann, run)
     assert focused_question(ann) == CORRECT  # autofocus: keys work at once
@@ -389,8 +381,8 @@ def test_single_items_are_rated_by_two_annotators_with_the_keyboard_and_their_ag
     screenshot(ann, "annotate-all-done")
 
     # What was stored is what the keys said, for every item and annotator.
-    for judgement in Judgement.objects.filter(item__campaign=campaign).select_related("item__sample_a", "annotator"):
-        quality, correct, problems = SINGLE_ANSWERS[judgement.item.sample_a.prompt][judgement.annotator.username]
+    for judgement in Judgement.objects.filter(item__campaign=campaign).select_related("item__rollout_a", "annotator"):
+        quality, correct, problems = SINGLE_ANSWERS[judgement.item.rollout_a.prompt][judgement.annotator.username]
         assert judgement.answers == {QUALITY: quality, CORRECT: correct, PROBLEMS: problems}
         assert judgement.seconds > 0
     assert Judgement.objects.filter(item__campaign=campaign).count() == 8
@@ -412,7 +404,7 @@ def test_single_items_are_rated_by_two_annotators_with_the_keyboard_and_their_ag
     expect(agreement.locator(f'tr[data-question="{PROBLEMS}"][data-tag="wrong format"] td.kappa')).to_have_text("—")
     expect(page.locator('#annotator-stats tr[data-annotator="ann"]')).to_contain_text("pass 50%")
 
-    item = ReviewItem.objects.get(campaign=campaign, sample_a__prompt="2+2=")
+    item = ReviewItem.objects.get(campaign=campaign, rollout_a__prompt="2+2=")
     row = page.locator(f'#results-table tr[data-item="{item.pk}"]')
     expect(row).to_contain_text("reward 1")
     expect(row.locator('li[data-annotator="ann"]')).to_contain_text("Overall quality: 5")
@@ -454,7 +446,7 @@ def test_pairs_are_compared_by_two_annotators_with_the_keyboard_and_export_as_pr
     )
     assert [q["key"] for q in campaign.questions] == [BETTER, WHY]
     activate(page)
-    items = {item.sample_a.prompt: item for item in campaign.items.select_related("sample_a", "sample_b")}
+    items = {item.rollout_a.prompt: item for item in campaign.items.select_related("rollout_a", "rollout_b")}
     assert set(items) == set(PAIR_ANSWERS)
 
     for annotator_page in pages.values():
@@ -463,7 +455,7 @@ def test_pairs_are_compared_by_two_annotators_with_the_keyboard_and_export_as_pr
 
     def judge(name: str, page_: Page, prompt: str) -> None:
         item = items[prompt]
-        first, second = (item.sample_b, item.sample_a) if item.display_swap else (item.sample_a, item.sample_b)
+        first, second = (item.rollout_b, item.rollout_a) if item.display_swap else (item.rollout_a, item.rollout_b)
         expect(page_.locator('#responses [data-label="A"] pre')).to_have_text(first.response)
         expect(page_.locator('#responses [data-label="B"] pre')).to_have_text(second.response)
         stored = PAIR_ANSWERS[prompt][name]
@@ -483,8 +475,8 @@ def test_pairs_are_compared_by_two_annotators_with_the_keyboard_and_export_as_pr
 
     work_until_done(pages, judge)
 
-    for judgement in Judgement.objects.filter(item__campaign=campaign).select_related("item__sample_a", "annotator"):
-        prompt, name = judgement.item.sample_a.prompt, judgement.annotator.username
+    for judgement in Judgement.objects.filter(item__campaign=campaign).select_related("item__rollout_a", "annotator"):
+        prompt, name = judgement.item.rollout_a.prompt, judgement.annotator.username
         expected = {BETTER: PAIR_ANSWERS[prompt][name]}
         if name == "ann" and prompt == "2+3=":
             expected[WHY] = COMMENT
@@ -505,6 +497,6 @@ def test_pairs_are_compared_by_two_annotators_with_the_keyboard_and_export_as_pr
     expect(page.locator("#registered-dataset")).to_contain_text("2 rows")
     dataset = Dataset.objects.get(source_campaign_id=campaign.pk)
     rows = [json.loads(line) for line in Path(dataset.path).read_text().splitlines()]
-    chosen = {items["1+1="].sample_a.response, items["4+4="].sample_b.response}
+    chosen = {items["1+1="].rollout_a.response, items["4+4="].rollout_b.response}
     assert {row["prompt"] for row in rows} == {"1+1=", "4+4="}
     assert {row["chosen"] for row in rows} == chosen

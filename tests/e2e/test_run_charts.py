@@ -94,3 +94,50 @@ def test_the_stability_view_groups_mismatch_weights_entropy_clipping_grad_norm_a
     assert set(page.evaluate(TRACES, "chart-staleness_share")) >= {"staleness/share_0", "staleness/share_4"}
     assert "staleness/mean" in page.evaluate(TRACES, "chart-staleness")
     screenshot(page, "run-stability-view")
+
+
+# Where each chart of the stability group sits: the group's box and its charts by row (the same top).
+GROUP_ROWS = """() => {
+  const box = document.querySelector("#panel-group-stability .panel-group-charts").getBoundingClientRect();
+  const rows = new Map();
+  for (const div of document.querySelectorAll("#panel-group-stability .chart")) {
+    const r = div.getBoundingClientRect();
+    const svg = div.querySelector(".main-svg");
+    const row = rows.get(Math.round(r.top)) || [];
+    row.push({ panel: div.dataset.panel, left: r.left, right: r.right, width: r.width, plot: svg ? svg.getBoundingClientRect().width : 0 });
+    rows.set(Math.round(r.top), row);
+  }
+  return { left: box.left, right: box.right, rows: [...rows.entries()].sort((a, b) => a[0] - b[0]).map((e) => e[1]) };
+}"""
+PLOTS_FIT = f"() => ({GROUP_ROWS})().rows.flat().every((c) => Math.abs(c.plot - c.width) <= 2)"
+
+
+def assert_rows_fill_the_group(layout: dict) -> None:
+    for row in layout["rows"]:
+        left, right = min(c["left"] for c in row), max(c["right"] for c in row)
+        assert abs(left - layout["left"]) <= 1 and abs(right - layout["right"]) <= 1, layout
+
+
+def test_no_row_of_the_stability_group_is_left_half_empty(web_server, page, experiment):
+    """The demo run's stability metrics (entropy, clipping, gradient norm): where two charts fit a row, the
+    gradient norm's, alone on the second, takes the whole row, and every plot is redrawn at its chart's width."""
+    run = make_run(experiment, RunState.RUNNING)
+    data = {"policy/entropy": 1.2, "policy/clip_ratio": 0.05, "policy/grad_norm": 0.7}
+    services.events_ingest(
+        run.pk, [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": time.time(), "data": data}]
+    )
+    page.set_viewport_size({"width": 1000, "height": 860})
+    open_run_page(page, web_server, run)
+    page.wait_for_function(f"() => ({TRACES})('chart-grad_norm') !== null")
+    page.wait_for_function(PLOTS_FIT)
+
+    layout = page.evaluate(GROUP_ROWS)
+    assert [len(row) for row in layout["rows"]] == [2, 1], layout
+    assert [c["panel"] for c in layout["rows"][1]] == ["grad_norm"]
+    assert_rows_fill_the_group(layout)
+
+    page.set_viewport_size({"width": 1400, "height": 860})  # all three fit one row
+    page.wait_for_function(f"() => ({GROUP_ROWS})().rows.length === 1")
+    page.wait_for_function(PLOTS_FIT)
+    assert_rows_fill_the_group(page.evaluate(GROUP_ROWS))
+    screenshot(page, "run-stability-rows")

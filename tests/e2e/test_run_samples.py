@@ -5,6 +5,7 @@ environment's answers, each with its reward) with the episode's environment logs
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -12,8 +13,9 @@ from playwright.sync_api import expect
 
 from posttrain.runs import services
 from posttrain.runs.models import RunState
+from posttrain.runs.rollouts import rollout_folder
 from tests.e2e.conftest import screenshot
-from tests.unit.platform.helpers import PASSWORD, make_run, sample_record
+from tests.unit.platform.helpers import PASSWORD, make_run, sample_record, samples_event
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -50,25 +52,23 @@ def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
         run.pk,
         [
             {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
-            {
-                "run": str(run.id),
-                "seq": 2,
-                "type": "samples",
-                "step": 1,
-                "time": now,
-                "data": {"samples": [episode, sample_record(1)]},
-            },
-            {"run": str(run.id), "seq": 3, "type": "status", "step": None, "time": now, "data": {"state": "succeeded"}},
+            samples_event(run, 2, 1, [sample_record(0)]),  # the step's rollout file, then its event
+            samples_event(run, 3, 2, [episode, sample_record(1)]),
+            {"run": str(run.id), "seq": 4, "type": "status", "step": None, "time": now, "data": {"state": "succeeded"}},
         ],
     )
+    # Step 1's file is announced but gone from the store (a lost disk, a bucket's lifecycle rule).
+    (Path(rollout_folder(run.id)) / "step_00000001.parquet").unlink()
 
     open_run_page(page, web_server, run)
 
+    # The missing step is named above the table, not a silent hole in it.
+    expect(page.locator("#samples-notice")).to_contain_text("Rollouts missing: step 1 (its rollout file never arrived")
     # The table tags the multi-turn sample with its number of model turns; the single-turn one has none.
-    expect(page.locator('#samples-table tr[data-sample="1:0"] .turns-tag')).to_have_text("2 turns")
-    expect(page.locator('#samples-table tr[data-sample="1:1"] .turns-tag')).to_have_count(0)
+    expect(page.locator('#samples-table tr[data-sample="2:0"] .turns-tag')).to_have_text("2 turns")
+    expect(page.locator('#samples-table tr[data-sample="2:1"] .turns-tag')).to_have_count(0)
 
-    page.locator('#samples-table tr[data-sample="1:0"]').click()
+    page.locator('#samples-table tr[data-sample="2:0"]').click()
     dialog = page.locator("#sample-dialog")
     expect(dialog).to_be_visible()
     turns = dialog.locator("li.turn")
@@ -87,28 +87,30 @@ def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
 
     # A single-turn sample keeps its plain response.
     page.click("#sample-close")
-    page.locator('#samples-table tr[data-sample="1:1"]').click()
+    page.locator('#samples-table tr[data-sample="2:1"]').click()
     expect(dialog).to_contain_text("Response")
     expect(dialog.locator("li.turn")).to_have_count(0)
 
 
 def test_the_per_token_view_shades_where_the_policies_disagree_and_slides_across_steps(web_server, page, experiment):
-    from rl_engine.token_view import token_view
-
     run = make_run(experiment, RunState.STARTING)
     now = time.time()
 
     def response(step: int, trainer_second: float) -> dict:
-        view = token_view(
-            ["4", "2", "<eos>"],
-            {
-                "rollout_logprob": [-0.5, -2.0, -0.25],
-                "trainer_logprob": [-0.5, trainer_second, -0.25],
-                "entropy": [1.0, 2.5, 0.1],
-                "advantage": [0.5, 0.5, 0.5],
-            },
+        """A rollout with its per-token view, as the engine writes it into the step's file."""
+        return sample_record(
+            0,
+            prompt="40+2=",
+            response="42",
+            length=3,
+            versions=[[step - 1, 3]],
+            token_ids=[7, 8, 2],
+            token_text=["4", "2", "<eos>"],
+            rollout_logprob=[-0.5, -2.0, -0.25],
+            trainer_logprob=[-0.5, trainer_second, -0.25],
+            entropy=[1.0, 2.5, 0.1],
+            token_advantage=[0.5, 0.5, 0.5],
         )
-        return sample_record(0, prompt="40+2=", response="42", length=3, tokens=view, versions=[[step - 1, 3]])
 
     services.events_ingest(
         run.pk,
@@ -116,14 +118,7 @@ def test_the_per_token_view_shades_where_the_policies_disagree_and_slides_across
             {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
             # Step 1: the trainer agrees everywhere; step 2: the second token's log-prob is 1.5 apart.
             *(
-                {
-                    "run": str(run.id),
-                    "seq": 1 + step,
-                    "type": "samples",
-                    "step": step,
-                    "time": now,
-                    "data": {"samples": [response(step, trainer)]},
-                }
+                samples_event(run, 1 + step, step, [response(step, trainer)])
                 for step, trainer in ((1, -2.0), (2, -0.5))
             ),
         ],
@@ -147,3 +142,39 @@ def test_the_per_token_view_shades_where_the_policies_disagree_and_slides_across
     page.locator("#token-step-slider").fill("0")
     expect(page.locator("#sample-tokens .token-position")).to_contain_text("step 1 · sample 0 (1 of 2")
     expect(page.locator("#sample-tokens .tok.disagree")).to_have_count(0)
+
+
+def test_a_hacking_signals_example_link_opens_that_rollout_of_its_step(web_server, page, experiment):
+    """A repetition signal at step 8 names the looping rollouts of that step; the looping one past the first
+    page of the table opens from the alert, marked as an example."""
+    run = make_run(experiment, RunState.STARTING)
+    now = time.time()
+    rates = [0.05] * 7 + [0.6] * 4  # response/repetition_rate jumps at step 8: the signal's step
+    events = [{"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}}]
+    events += [
+        {
+            "run": str(run.id),
+            "seq": step + 1,
+            "type": "metrics",
+            "step": step,
+            "time": now,
+            "data": {"response/repetition_rate": r},
+        }
+        for step, r in enumerate(rates, start=1)
+    ]
+    responses = [str(i) for i in range(30)]
+    responses[27] = "go go go go go go go go go go"
+    records = [sample_record(i, prompt=f"q{i}", response=text) for i, text in enumerate(responses)]
+    events.append(samples_event(run, 13, 8, records))  # the step's rollout file, then its event
+    services.events_ingest(run.pk, events)
+
+    open_run_page(page, web_server, run)
+    alert = page.locator('#alerts .alert[data-code="repetition_rising"]')
+    expect(alert).to_contain_text("step 8")
+    alert.locator('a[data-example="8:27"]').click()
+    dialog = page.locator("#sample-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("go go go go")
+    page.click("#sample-close")
+    expect(page.locator('#samples-table tr[data-sample="8:27"]')).to_have_class("clickable example")
+    screenshot(page, "run-hacking-example")

@@ -74,9 +74,10 @@ def trl_grpo_run(demo: Path, output: Path, callback_for) -> None:
     trainer.train()
 
 
-def test_a_trl_grpo_run_with_the_callback_shows_on_its_run_page(web_server, page, demo, tmp_path):
+def test_a_trl_grpo_run_with_the_callback_shows_on_its_run_page(web_server, page, demo, tmp_path, storage):
     from posttrain.accounts.services import token_get_or_create, user_create
     from posttrain.runs.models import Run
+    from posttrain.runs.rollouts import rollouts_query
     from posttrain_sdk.integrations.trl import PosttrainCallback
 
     user = user_create("ada", PASSWORD, "researcher")
@@ -100,16 +101,20 @@ def test_a_trl_grpo_run_with_the_callback_shows_on_its_run_page(web_server, page
     assert [r.step for r in rows if "reward/mean" in r.values] == [1, 2, 3, 4]  # every step, TRL's reward renamed
     for name in ("kl/mean", "policy/entropy", "response/length_mean", "response/truncated_rate", "reward/exact"):
         assert all(name in r.values for r in rows if "reward/mean" in r.values), name
-    samples = list(run.samples.order_by("step", "index"))
+    # Each step's completions went up as a rollout file (the SDK's sender) into the web server's store.
+    assert sorted(run.rollout_files.values_list("step", "rows")) == [
+        (step, PROMPTS * GENERATIONS) for step in (1, 2, 3, 4)
+    ]
+    samples = list(rollouts_query([run.pk]))
     assert len(samples) == STEPS * PROMPTS * GENERATIONS
-    assert {s.step for s in samples} == {1, 2, 3, 4} and {s.group for s in samples} == {0, 1}
+    assert {s["step"] for s in samples} == {1, 2, 3, 4} and {s["group"] for s in samples} == {0, 1}
     for s in samples:
-        assert set(s.components) == {"exact", "digits"}
-        assert s.reward == pytest.approx(s.components["exact"] + 0.5 * s.components["digits"])
-        assert s.advantage is not None and 0 <= s.length <= 4
-    assert len({s.reward for s in samples}) > 1
+        assert set(s["components"]) == {"exact", "digits"}
+        assert s["reward"] == pytest.approx(s["components"]["exact"] + 0.5 * s["components"]["digits"])
+        assert s["advantage"] is not None and 0 <= s["length"] <= 4
+    assert len({s["reward"] for s in samples}) > 1
     first_step = [r for r in rows if r.step == 1 and "reward/mean" in r.values][0]
-    step_rewards = [s.reward for s in samples if s.step == 1]
+    step_rewards = [s["reward"] for s in samples if s["step"] == 1]
     assert first_step.values["reward/mean"] == pytest.approx(sum(step_rewards) / len(step_rewards))
 
     log_in(page, web_server, "ada", f"/runs/{run.id}/")

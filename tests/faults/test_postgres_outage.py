@@ -21,7 +21,13 @@ from tests.faults.invariants import assert_nothing_left_running
 from tests.faults.private_postgres import SEEDED_PASSPHRASE, PrivatePostgres, migrate_and_seed
 from tests.faults.servers import PrivateRedis
 from tests.faults.test_web_restarts import start_simulated_run
-from tests.integration.test_run_lifecycle import Api, create_experiment, launch, run_config
+from tests.integration.test_run_lifecycle import (
+    Api,
+    assert_rollout_files_match,
+    create_experiment,
+    launch,
+    run_config,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -95,17 +101,23 @@ def wait_for_a_reconcile_after(worker_log: Path, offset: int, timeout_s: float =
     )
 
 
-def assert_stored_once_each(postgres: PrivatePostgres, run_id: str, events: list[dict]) -> None:
-    """The private database holds exactly `events` (the run's events.jsonl) of the run, each seq once."""
+def assert_stored_once_each(postgres: PrivatePostgres, run_id: str, events: list[dict], rollouts_dir: Path) -> None:
+    """The private database holds exactly `events` (the run's events.jsonl) of the run, each seq once, and
+    the rollout store (`rollouts_dir`) every file its samples events announce."""
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     ((last_seq,),) = postgres.rows("SELECT last_seq FROM runs_run WHERE id = %s", (run_id,))
     assert last_seq == len(events)
     for kind, table in (("metrics", "runs_metricrow"), ("log", "runs_runlog")):
         stored = [seq for (seq,) in postgres.rows(f"SELECT seq FROM {table} WHERE run_id = %s ORDER BY seq", (run_id,))]
         assert stored == [e["seq"] for e in events if e["type"] == kind], kind
-    samples = postgres.rows('SELECT step, "index" FROM runs_sample WHERE run_id = %s', (run_id,))
-    expected = {(e["step"], s["index"]) for e in events if e["type"] == "samples" for s in e["data"]["samples"]}
-    assert len(samples) == len(expected) and set(samples) == expected
+    announced = [
+        (e["step"], e["data"]["file"], e["data"]["rows"], e["data"]["sha256"]) for e in events if e["type"] == "samples"
+    ]
+    indexed = postgres.rows(
+        "SELECT step, name, rows, sha256 FROM runs_rolloutfile WHERE run_id = %s ORDER BY seq", (run_id,)
+    )
+    assert [tuple(row) for row in indexed] == announced
+    assert_rollout_files_match(rollouts_dir, announced)
 
 
 def test_postgres_stopped_for_10_s_answers_503_loses_no_event_and_the_worker_reconnects(outage, tmp_path):
@@ -133,8 +145,11 @@ def test_postgres_stopped_for_10_s_answers_503_loses_no_event_and_the_worker_rec
     engine_events = read_events(Path(run["resolved_config"]["logging"]["run_dir"]) / "events.jsonl")
     written_while_down = [e for e in engine_events if down_from < e["time"] < down_until]
     assert written_while_down, "the engine wrote nothing during the outage: the fault missed the run"
-    assert_stored_once_each(postgres, run["id"], engine_events)
-    assert_stored_once_each(postgres, sdk_run_id, read_events(tmp_path / sdk_run_id / "events.jsonl"))
+    assert_stored_once_each(postgres, run["id"], engine_events, Path(run["resolved_config"]["logging"]["rollouts_dir"]))
+    # The SDK's files went up through the web process (uploads refused with 503 while the database was down
+    # are retried like its events): they are in the platform's store.
+    sdk_events = read_events(tmp_path / sdk_run_id / "events.jsonl")
+    assert_stored_once_each(postgres, sdk_run_id, sdk_events, stack.storage / "runs" / sdk_run_id / "rollouts")
     assert_nothing_left_running(stack, run)
 
     # The same worker process reconnected by itself: its periodic reconcile (database reads and writes)

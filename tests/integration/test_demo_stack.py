@@ -87,7 +87,9 @@ def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_
         ["make", "-s", "demo"], cwd=REPO_ROOT, env=demo_env, capture_output=True, text=True, timeout=600
     )
     assert started.returncode == 0, started.stdout + started.stderr
-    assert os.path.exists(os.path.join(demo_env["DEMO_HOME"], "assets", "run.yaml")), "demo assets were not built"
+    # Built inside the default import root (<storage>/imports/), the one folder the platform reads server paths in.
+    assets = os.path.join(demo_env["DEMO_HOME"], "storage", "imports", "demo")
+    assert os.path.exists(os.path.join(assets, "run.yaml")), "demo assets were not built"
     username, password = re.search(r"login: (\S+) / (\S+)", started.stdout).groups()
     base = f"http://127.0.0.1:{demo_env['POSTTRAIN_PORT']}"
     assert base in started.stdout
@@ -113,7 +115,7 @@ def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_
     assert set(run["tags"]) == {"demo"}
 
     pids = _pids(demo_env["DEMO_HOME"])
-    assert set(pids) == {"ray", "worker", "web"}
+    assert set(pids) == {"ray", "worker", "user_code", "web"}
     bystander = subprocess.Popen(["sleep", "300"])  # something the demo did not start
     try:
         stopped = subprocess.run(

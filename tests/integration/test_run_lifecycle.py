@@ -200,9 +200,10 @@ def assert_store_matches_the_run_folder(run: dict) -> None:
     assert_store_matches_events(run, run_folder_events(run))
 
 
-def assert_store_matches_events(run: dict, events: list[dict]) -> None:
-    """What the platform stored of `run` is exactly `events` (its events.jsonl), each seq once."""
-    from posttrain.runs.models import MetricRow, RunLog, Sample
+def assert_store_matches_events(run: dict, events: list[dict], rollouts_dir: Path | None = None) -> None:
+    """What the platform stored of `run` is exactly `events` (its events.jsonl), each seq once, and the
+    rollout store (`rollouts_dir`; a native run's is in its resolved config) holds every file announced."""
+    from posttrain.runs.models import MetricRow, RolloutFile, RunLog
 
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert run["last_seq"] == len(events)
@@ -213,9 +214,31 @@ def assert_store_matches_events(run: dict, events: list[dict]) -> None:
     assert list(RunLog.objects.filter(run_id=run["id"]).order_by("seq").values_list("seq", flat=True)) == [
         e["seq"] for e in by_type("log")
     ]
-    stored = list(Sample.objects.filter(run_id=run["id"]).values_list("step", "index"))
-    expected = {(e["step"], s["index"]) for e in by_type("samples") for s in e["data"]["samples"]}
-    assert set(stored) == expected and len(stored) == len(expected)
+    # One index row per announced rollout file, and each file in the run's rollout folder is the one its
+    # event announced: same bytes, one row per (step, index), every row of that step.
+    announced = [(e["step"], e["data"]["file"], e["data"]["rows"], e["data"]["sha256"]) for e in by_type("samples")]
+    stored = RolloutFile.objects.filter(run_id=run["id"]).order_by("seq").values_list("step", "name", "rows", "sha256")
+    assert list(stored) == announced
+    assert_rollout_files_match(rollouts_dir or Path(run["resolved_config"]["logging"]["rollouts_dir"]), announced)
+
+
+def assert_rollout_files_match(folder: Path, announced: list[tuple[int, str, int, str]]) -> None:
+    """Each announced rollout file is in the rollout folder, whole (its SHA-256), with `rows` rows of its
+    step and no (step, index) twice across the run."""
+    import hashlib
+    import io
+
+    import pyarrow.parquet as pq
+
+    seen: set[tuple[int, int]] = set()
+    for step, name, rows, sha256 in announced:
+        data = (folder / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == sha256, name
+        table = pq.read_table(io.BytesIO(data), columns=["step", "index"]).to_pylist()
+        keys = {(r["step"], r["index"]) for r in table}
+        assert len(table) == rows == len(keys) and {s for s, _ in keys} == {step}, name
+        assert not keys & seen, f"{name} repeats rollouts of step {step}"
+        seen |= keys
 
 
 # --- (a) -------------------------------------------------------------------------------------
@@ -277,8 +300,8 @@ def test_failing_rewards_and_a_missing_model_end_as_the_engine_reports_them(
 ):
     from posttrain.registry.models import ModelAsset
 
-    # A reward_func that raises: every sample records the error, the run itself goes on (by design: a
-    # broken reward degrades the signal, it does not kill the run).
+    # A reward_func that raises on every sample: more than its max_error_rate (0.5) of the step failed, so the
+    # run fails at once with the first error, loud, instead of training on zeros.
     raising = create_experiment(api, registry, "raising reward", run_config(2), rewards=(("raising", 1.0),))
     # A reward file the engine cannot load: the engine fails the run and says why.
     broken = create_experiment(api, registry, "broken reward", run_config(2), rewards=(("broken", 1.0),))
@@ -295,11 +318,11 @@ def test_failing_rewards_and_a_missing_model_end_as_the_engine_reports_them(
     }
     finished = {name: api.wait_until_finished(run_id) for name, run_id in runs.items()}
 
-    assert finished["raising"]["state"] == "succeeded", finished["raising"]
-    samples = api.get(f"/api/runs/{runs['raising']}/samples/", limit=500)["results"]
-    assert len(samples) == 2 * 8 and all("the reward server exploded" in s["errors"][0] for s in samples)
-    errors = api.get(f"/api/runs/{runs['raising']}/metrics/", names="reward/errors")["series"]["reward/errors"]
-    assert errors["values"] == [8.0, 8.0]
+    assert finished["raising"]["state"] == "failed", finished["raising"]
+    assert finished["raising"]["state_reason"] == (  # the engine's own status event
+        "RewardsFailed: reward 'raising' failed on 8 of 8 samples of the step (100%, over its max_error_rate of "
+        "0.5); the first error: RuntimeError: the reward server exploded (line 2)"
+    )
 
     assert finished["broken"]["state"] == "failed", finished["broken"]
     assert finished["broken"]["state_reason"].startswith("ValueError: path:")  # the engine's own status event

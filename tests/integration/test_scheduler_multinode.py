@@ -124,7 +124,9 @@ def driver_node(ray_address: str, run_id: str) -> str:
 
 
 def test_runs_are_placed_on_either_node_and_the_queue_counts_both(api, registry, stack):  # noqa: F811
-    experiment = create_experiment(api, registry, "one cpu each", run_config(8))
+    # Long enough (~20 s alone) that both first runs are still running when the queue is read: 8 steps ended
+    # between two polls of a test on a busy machine.
+    experiment = create_experiment(api, registry, "one cpu each", run_config(300))
     runs = [api.post(f"/api/experiments/{experiment['id']}/launch/", {"seed": seed}) for seed in (1, 2, 3)]
 
     # Two fit, one per node; the third waits for a CPU of either.

@@ -46,8 +46,10 @@ def web(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Uvicor
 @pytest.fixture
 def user():
     from posttrain.accounts.services import user_create
+    from tests.unit.platform.helpers import grant_server_paths
 
-    return user_create("ada", PASSWORD, "researcher")
+    # `posttrain models register` names a folder on the server: an admin granted that.
+    return grant_server_paths(user_create("ada", PASSWORD, "researcher"))
 
 
 @pytest.fixture
@@ -106,6 +108,76 @@ def test_login_is_stored_per_server_and_refusals_say_what_to_do(cli, web, tmp_pa
     assert code == 3 and "refused the token" in err and "posttrain login" in err
     code, out, _ = cli("logout")
     assert code == 0 and json.loads(stored.read_text())["servers"] == {}
+
+
+def test_login_takes_its_server_as_the_readme_and_the_not_logged_in_error_say(web, tmp_path, user):
+    env = {**os.environ, "POSTTRAIN_CONFIG_DIR": str(tmp_path / "config")}
+    for name in ("POSTTRAIN_URL", "POSTTRAIN_TOKEN"):
+        env.pop(name, None)
+
+    def posttrain(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "posttrain_sdk", *args], input=stdin, capture_output=True, text=True, env=env
+        )
+        return done.returncode, done.stdout, done.stderr
+
+    code, out, err = posttrain("login", "--url", web.url, "-u", "ada", "--password-stdin", stdin=PASSWORD + "\n")
+    assert code == 0 and out.strip() == f"Logged in to {web.url} as ada (researcher)", err
+    code, out, err = posttrain("whoami")  # the server logged in to last is the default
+    assert code == 0 and out.strip() == f"ada (researcher) on {web.url}", err
+    code, out, err = posttrain("logout", "--url", web.url)
+    assert code == 0 and out.strip() == f"Logged out of {web.url}", err
+    code, _, err = posttrain("--url", web.url, "whoami")
+    assert code == 3 and f"run `posttrain login --url {web.url}`" in err
+
+
+def runs_sharing_an_id_prefix(user) -> list[str]:
+    """Two finished runs whose ids both start with abcdef12 (one more digit tells them apart)."""
+    import uuid
+
+    from posttrain.registry.models import Dataset, ModelAsset
+    from posttrain.runs.models import Experiment, Run, RunState
+
+    model = ModelAsset.objects.create(name="prefix-model", path="/nonexistent")
+    data = Dataset.objects.create(
+        name="prefix-data", sha256="0" * 64, format="jsonl", path="/nonexistent", size_bytes=0, row_count=0
+    )
+    experiment = Experiment.objects.create(name="prefixes", model=model, dataset=data, config={}, created_by=user)
+    ids = ["abcdef12-0000-4000-8000-000000000001", "abcdef12-9999-4000-8000-000000000002"]
+    for i, run_id in enumerate(ids):
+        Run.objects.create(
+            id=uuid.UUID(run_id), experiment=experiment, name=f"prefix {i}", state=RunState.SUCCEEDED, created_by=user
+        )
+    return ids
+
+
+def test_a_run_is_named_by_any_unique_start_of_its_id_and_tables_show_short_ids(logged_in, user, tmp_path):
+    cli = logged_in
+    first, second = runs_sharing_an_id_prefix(user)
+
+    code, out, err = cli("runs", "show", "abcdef12-0")
+    assert code == 0 and first in out and "prefix 0" in out, err
+    code, out, err = cli("runs", "samples", "ABCDEF129", "--json")  # either case, dashes optional
+    assert code == 0 and json.loads(out) == [], err
+    code, _, err = cli("runs", "export", "abcdef12-9")
+    assert code == 0 and (tmp_path / f"{second}.csv").is_file(), err  # named by the whole id
+    code, _, err = cli("runs", "show", "abcdef12")
+    assert code == 2 and "'abcdef12' is the start of 2 run ids" in err and first in err and second in err
+    code, _, err = cli("runs", "cancel", "0123")
+    assert code == 1 and err.strip() == "error: run: no run id starts with '0123'"
+    code, _, err = cli("runs", "show", "not-an-id")
+    assert code == 2 and "is not a run id nor the start of one" in err
+
+    narrow = subprocess.run(
+        [sys.executable, "-m", "posttrain_sdk", "runs", "ls"],
+        capture_output=True,
+        text=True,
+        env={**cli.env, "COLUMNS": "80"},
+        cwd=tmp_path,
+    )
+    lines = narrow.stdout.rstrip("\n").splitlines()
+    assert narrow.returncode == 0 and len(lines) == 3 and all(len(line) <= 80 for line in lines), narrow.stdout
+    assert sorted(line.split()[0] for line in lines[1:]) == ["abcdef12", "abcdef12"]
 
 
 def test_registry_experiments_and_runs_from_the_terminal(logged_in, tmp_path):
@@ -177,7 +249,9 @@ def test_registry_experiments_and_runs_from_the_terminal(logged_in, tmp_path):
     code, out, _ = cli("runs", "ls", "--state", "queued", "--json")
     assert [r["id"] for r in json.loads(out)] == [run["id"]]
     code, out, _ = cli("runs", "ls")
-    assert code == 0 and run["id"] in out and "sums grpo" in out
+    assert code == 0 and run["id"][:8] in out and run["id"] not in out and "sums grpo" in out
+    code, out, _ = cli("runs", "ls", "--wide")
+    assert code == 0 and run["id"] in out
     code, out, _ = cli("runs", "show", run["id"])
     assert code == 0 and "grpo" in out and "tiny" in out
     code, out, err = cli("runs", "clone", run["id"], "--seed", "4", "--json")

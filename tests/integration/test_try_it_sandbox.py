@@ -77,7 +77,7 @@ def test_a_hostile_try_it_is_contained_and_the_platform_stays_up(program, stack,
             "name": f"hostile {program.name}",
             "kind": "python",
             "source": world.reward_file(program),
-            "spec": {"timeout_s": 60 if program.heavy else 2, "memory_mb": 2048},
+            "spec": {"timeout_s": program.timeout_s, "memory_mb": program.memory_mb},
         },
         timeout=120,
     )
@@ -92,11 +92,12 @@ def test_a_hostile_try_it_is_contained_and_the_platform_stays_up(program, stack,
     body = response.json()
     error = "; ".join(body["errors"][0]) or None
     assert program.contained(body["scores"][0], error), f"{program.name}: {body}"
-    # The web server and the worker are still there and still answer; the web server started nothing.
-    assert stack.web.process.poll() is None and stack.worker.poll() is None
+    # The web server and the workers are still there and still answer; the web server started nothing.
+    assert stack.web.process.poll() is None and stack.worker.poll() is None and stack.user_code_worker.poll() is None
     assert session.get(f"{base}/api/health/", timeout=30).status_code in (200, 503)
     assert descendants(stack.web.process.pid) <= web_children_before
-    world.assert_untouched(program, [response.text, stack.web.log(), stack.worker_log.read_text()[-200_000:]])
+    logs = [stack.web.log(), stack.worker_log.read_text()[-200_000:], stack.user_code_log.read_text()[-200_000:]]
+    world.assert_untouched(program, [response.text, *logs])
 
 
 def test_the_try_ran_on_the_worker_in_a_sandbox_not_under_the_web_server(stack, session, tmp_path):
@@ -110,4 +111,7 @@ def test_the_try_ran_on_the_worker_in_a_sandbox_not_under_the_web_server(stack, 
         timeout=120,
     ).json()
     assert body["scores"] == [float(sandbox.SANDBOX_UID)]  # the sandbox's user, whoever runs the platform
-    assert "workers.reward_trial_run" in stack.worker_log.read_text()
+    # On the user-code worker, never the one that submits and admits runs.
+    # Celery logs "Task workers.reward_trial_run[<id>] received" where it ran.
+    assert "workers.reward_trial_run[" in stack.user_code_log.read_text()
+    assert "workers.reward_trial_run[" not in stack.worker_log.read_text()

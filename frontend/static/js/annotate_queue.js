@@ -1,6 +1,6 @@
 // The annotator's queue: their active campaigns with their progress. Keyboard first: the first
 // campaign with work left has focus, J/K move between campaigns, Enter opens the work page.
-import { $, api, el } from "./api.js";
+import { $, api, el, queueKeys } from "./api.js";
 
 function progressText(progress) {
   const total = progress.judged + progress.remaining;
@@ -27,20 +27,7 @@ function entry(campaign, number) {
       el("span", { class: "queue-progress" }, progressText(progress))));
 }
 
-function moveFocus(by) {
-  const links = [...document.querySelectorAll("#queue-box a.start")];
-  if (!links.length) return;
-  const at = links.indexOf(document.activeElement);
-  const next = at === -1 ? 0 : Math.min(links.length - 1, Math.max(0, at + by));
-  links[next].focus();
-}
-
-document.addEventListener("keydown", (event) => {
-  if (event.altKey || event.ctrlKey || event.metaKey || event.target.matches("input, textarea, select")) return;
-  const key = event.key.toLowerCase();
-  if (key === "j") moveFocus(1);
-  else if (key === "k") moveFocus(-1);
-});
+queueKeys("#queue-box a.start");
 
 try {
   const campaigns = await api("/api/review/queue/");

@@ -124,3 +124,25 @@ export function debounce(fn, ms) {
 export function splitList(text) {
   return (text || "").split(",").map((part) => part.trim()).filter(Boolean);
 }
+
+// A <dialog> opened modal, or closed when open (the work pages' keys and guidelines).
+export function toggleDialog(dialog) {
+  if (dialog.open) dialog.close();
+  else dialog.showModal();
+}
+
+// A queue page's keys: J/K move the focus between the entries' `linkSelector` links (Enter follows one).
+export function queueKeys(linkSelector) {
+  const moveFocus = (by) => {
+    const links = [...document.querySelectorAll(linkSelector)];
+    if (!links.length) return;
+    const at = links.indexOf(document.activeElement);
+    links[at === -1 ? 0 : Math.min(links.length - 1, Math.max(0, at + by))].focus();
+  };
+  document.addEventListener("keydown", (event) => {
+    if (event.altKey || event.ctrlKey || event.metaKey || event.target.matches("input, textarea, select")) return;
+    const key = event.key.toLowerCase();
+    if (key === "j") moveFocus(1);
+    else if (key === "k") moveFocus(-1);
+  });
+}

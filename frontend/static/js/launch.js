@@ -11,7 +11,7 @@ const VALIDATE_DELAY_MS = 400;
 // Config keys the experiment card already covers (its name and description) or nobody chooses.
 const NOT_IN_FORM = ["schema_version", "name", "description"];
 const OPEN_SECTIONS = ["general", "algorithm", "rollout", "train"];
-const EXPERIMENT_FIELDS = ["name", "description", "model", "dataset", "tags", "note"];
+const EXPERIMENT_FIELDS = ["name", "description", "model", "dataset", "webhook_url", "tags", "note"];
 
 const state = {
   platformFields: [],
@@ -19,6 +19,7 @@ const state = {
   models: new Map(), // id -> registry model
   datasets: new Map(),
   rewards: new Map(),
+  environments: new Map(), // ready registry environments by id
   chosen: [], // [{reward: id, weightInput, errorNode}] in the experiment's order
   form: null,
   source: null, // {experiment, body, what}: launching it unchanged starts a new run of that experiment
@@ -47,6 +48,7 @@ function experimentBody() {
     dataset: $("exp-dataset").value ? Number($("exp-dataset").value) : null,
     rewards: state.chosen.map((item) => ({ reward: item.reward, weight: parseWeight(item.weightInput.value) })),
     config: state.form.values(),
+    webhook_url: $("exp-webhook").value.trim(),
   };
 }
 
@@ -91,24 +93,119 @@ function addReward(rewardId, weight = 1) {
   const weightInput = el("input", { type: "text", inputmode: "decimal", class: "weight", value: String(weight),
     "aria-label": `Weight of ${reward ? reward.name : rewardId}`, oninput: changed });
   const errorNode = el("div", { class: "field-error", hidden: true });
-  const item = { reward: rewardId, weightInput, errorNode };
+  const probeCell = el("td", { class: "probe-cell" });
+  const item = { reward: rewardId, weightInput, errorNode, probeCell, probe: null };
   item.row = el(
     "tr", { "data-reward": rewardId },
     el("td", {}, reward ? reward.name : `#${rewardId}`, errorNode),
     el("td", { class: "muted" }, reward ? rewardSummary(reward) : ""),
     el("td", { class: "num" }, weightInput),
+    probeCell,
     el("td", {}, el("button", { type: "button", class: "secondary small", onclick: () => removeReward(item) }, "Remove")),
   );
   state.chosen.push(item);
   $("reward-rows").append(item.row);
   renderRewardChoices();
+  loadProbe(item);
 }
 
 function removeReward(item) {
   state.chosen = state.chosen.filter((other) => other !== item);
   item.row.remove();
   renderRewardChoices();
+  renderProbeWarnings();
   changed();
+}
+
+// --- reward probes -------------------------------------------------------------------------
+// Each chosen reward's newest probe on the chosen dataset; a warning for every one a probe games (>= 50% of
+// the honest answer's reward) before anything is launched.
+
+const PROBE_POLL_MS = 1000;
+
+function chosenDataset() {
+  return $("exp-dataset").value ? Number($("exp-dataset").value) : null;
+}
+
+async function loadProbe(item) {
+  const dataset = chosenDataset();
+  item.probe = null;
+  if (dataset === null) {
+    renderProbe(item);
+    return;
+  }
+  try {
+    const probes = await api(`/api/rewards/${item.reward}/probes/`, { params: { dataset } });
+    if (chosenDataset() !== dataset) return; // the dataset changed meanwhile: its own load answers
+    item.probe = probes[0] || null;
+  } catch (error) {
+    item.probeCell.replaceChildren(el("span", { class: "muted" }, error.message));
+    return;
+  }
+  renderProbe(item);
+  await followProbe(item, dataset);
+}
+
+async function followProbe(item, dataset) {
+  while (item.probe && ["queued", "running"].includes(item.probe.state) && chosenDataset() === dataset) {
+    await new Promise((resolve) => setTimeout(resolve, PROBE_POLL_MS));
+    item.probe = await api(item.probe.url);
+    renderProbe(item);
+  }
+}
+
+async function startProbe(item) {
+  const dataset = chosenDataset();
+  try {
+    item.probe = await api(`/api/rewards/${item.reward}/probes/`, { method: "POST", body: { dataset } });
+  } catch (error) {
+    item.probeCell.replaceChildren(el("span", { class: "field-error" }, error.message));
+    return;
+  }
+  renderProbe(item);
+  await followProbe(item, dataset);
+}
+
+function worstProbe(probe) {
+  const report = probe.result || {};
+  return (report.probes || []).find((p) => p.probe === report.worst) || null;
+}
+
+function renderProbe(item) {
+  const probe = item.probe;
+  const button = el("button", { type: "button", class: "secondary small", onclick: () => startProbe(item) }, probe ? "Probe again" : "Probe");
+  let text;
+  if (chosenDataset() === null) text = el("span", { class: "muted" }, "choose a dataset");
+  else if (!probe) text = el("span", { class: "muted" }, "not probed ");
+  else if (probe.state === "failed") text = el("span", { class: "muted", title: probe.error }, "probe failed ");
+  else if (probe.state !== "done") text = el("span", { class: "muted" }, `probe ${probe.state}… `);
+  else {
+    const worst = worstProbe(probe);
+    const share = worst && worst.fraction !== null ? `${Math.round(100 * worst.fraction)}%` : "—";
+    text = probe.result.hackable
+      ? el("span", { class: "probe-summary hackable" }, `⚠ ${worst.probe} ${share} `)
+      : el("span", { class: "probe-summary" }, `✓ worst ${worst ? worst.probe : "—"} ${share} `);
+  }
+  const running = probe && ["queued", "running"].includes(probe.state);
+  item.probeCell.replaceChildren(text, chosenDataset() === null || running ? null : button);
+  renderProbeWarnings();
+}
+
+function renderProbeWarnings() {
+  const hacked = state.chosen.filter((item) => item.probe?.state === "done" && item.probe.result.hackable);
+  $("probe-warnings").replaceChildren(...hacked.map((item) => {
+    const reward = state.rewards.get(item.reward);
+    const flagged = item.probe.result.probes.filter((p) => p.flagged)
+      .map((p) => `${p.probe} (${Math.round(100 * p.fraction)}%)`).join(", ");
+    return el("div", { class: "alert critical", "data-reward": item.reward },
+      el("strong", {}, "Gameable reward: "),
+      `${reward ? reward.name : `#${item.reward}`} pays answers that do not solve the task on ${item.probe.dataset_name}: `,
+      `${flagged} of the honest answer's reward. A run will likely learn to game it; fix the reward or weigh it down.`);
+  }));
+}
+
+function refreshProbes() {
+  for (const item of state.chosen) loadProbe(item);
 }
 
 // --- errors --------------------------------------------------------------------------------
@@ -146,7 +243,7 @@ function blankExperimentFields() {
   if (!$("exp-name").value.trim()) blank.push("name");
   if (!$("exp-model").value) blank.push("model");
   if (!$("exp-dataset").value) blank.push("dataset");
-  if (!state.chosen.length) blank.push("rewards");
+  if (!state.chosen.length && !state.form.values().environment) blank.push("rewards");
   return blank;
 }
 
@@ -301,6 +398,24 @@ async function launch() {
   }
 }
 
+// --- environments ----------------------------------------------------------------------------
+
+// An installed environment from the registry fills in what a run takes from it: its generated dataset, and its
+// own scoring as a reward (single-turn) or the engine's environment section (multi-turn: TextArena, OpenEnv).
+function chooseEnvironment() {
+  const environment = state.environments.get(Number($("exp-environment").value));
+  $("environment-facts").textContent = environment
+    ? `${environment.package} ${environment.env_id}${environment.version ? ` (v${environment.version})` : ""}: ` +
+      (environment.run_environment ? "played turn by turn (config: environment)" : `scored by reward “${environment.reward_name}”`)
+    : "";
+  if (!environment) return;
+  $("exp-dataset").value = String(environment.dataset);
+  if (environment.reward && !state.chosen.some((item) => item.reward === environment.reward)) addReward(environment.reward);
+  if (environment.run_environment) state.form.setValues({ ...state.form.values(), environment: environment.run_environment });
+  showAssetFacts();
+  changed();
+}
+
 // --- set-up --------------------------------------------------------------------------------
 
 function fillSelect(select, rows, label) {
@@ -327,6 +442,7 @@ async function prefill(params) {
   const experiment = await api(`/api/experiments/${encodeURIComponent(experimentId)}/`);
   $("exp-name").value = experiment.name;
   $("exp-description").value = experiment.description || "";
+  $("exp-webhook").value = experiment.webhook_url || "";
   $("exp-model").value = String(experiment.model);
   $("exp-dataset").value = String(experiment.dataset);
   for (const link of experiment.rewards) addReward(link.reward, link.weight);
@@ -347,9 +463,12 @@ async function prefill(params) {
 }
 
 async function init() {
-  const [schemaInfo, models, datasets, rewards] = await Promise.all([
+  const [schemaInfo, models, datasets, rewards, environments] = await Promise.all([
     api("/api/config/schema/"), listAll("/api/models/"), listAll("/api/datasets/"), listAll("/api/rewards/"),
+    listAll("/api/environments/"),
   ]);
+  const ready = environments.filter((environment) => environment.state === "ready");
+  state.environments = new Map(ready.map((row) => [row.id, row]));
   state.platformFields = schemaInfo.platform_fields;
   state.defaultSeed = schemaInfo.schema.properties?.seed?.default ?? 0;
   state.models = new Map(models.map((row) => [row.id, row]));
@@ -365,12 +484,15 @@ async function init() {
 
   fillSelect($("exp-model"), models, modelLabel);
   fillSelect($("exp-dataset"), datasets, datasetLabel);
+  fillSelect($("exp-environment"), ready, (environment) => `${environment.name} — ${environment.package} ${environment.env_id}`);
+  $("exp-environment").addEventListener("change", chooseEnvironment);
   renderRewardChoices();
 
-  for (const id of ["exp-name", "exp-description"]) $(id).addEventListener("input", changed);
+  for (const id of ["exp-name", "exp-description", "exp-webhook"]) $(id).addEventListener("input", changed);
   for (const id of ["exp-model", "exp-dataset"]) {
     $(id).addEventListener("change", () => { showAssetFacts(); changed(); });
   }
+  $("exp-dataset").addEventListener("change", refreshProbes);
   $("reward-add").addEventListener("change", (event) => {
     if (!event.target.value) return;
     addReward(Number(event.target.value));

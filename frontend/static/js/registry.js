@@ -5,9 +5,10 @@
 import { $, api, el, formatNumber } from "./api.js";
 import { formatBytes, formatParameters, formatWhen, listAll, rewardSummary } from "./assets.js";
 import { clearFieldErrors, errorsOf, placeFieldErrors, showErrorSummary } from "./form_errors.js";
+import { followProbe, probeReport } from "./reward_probes.js";
 import { SchemaForm } from "./schema_form.js";
 
-const BUILTIN_TYPES = ["exact_match", "boxed_math", "regex", "length_penalty"];
+const BUILTIN_TYPES = ["exact_match", "boxed_math", "regex", "length_penalty", "reasoning_gym", "verifiers"];
 // The registry sets these itself: the component name (from the reward's name) and the weight (per experiment).
 const SPEC_NOT_IN_FORM = ["type", "name", "weight"];
 const PREVIEW_CELL_CHARS = 300;
@@ -91,7 +92,8 @@ function renderDatasets() {
 
 function renderRewards() {
   const rows = state.rewards.map((reward) => el(
-    "tr", { "data-id": reward.id, class: freshClass("reward", reward.id) },
+    "tr", { "data-id": reward.id, class: ["clickable", freshClass("reward", reward.id)].filter(Boolean).join(" "),
+      onclick: () => showProbes(reward), title: "Probe it for hackability" },
     el("td", {}, el("strong", {}, reward.name), reward.description ? el("div", { class: "muted" }, reward.description) : null),
     el("td", {}, reward.kind),
     el("td", { class: "code-cell" }, rewardSummary(reward)),
@@ -134,6 +136,49 @@ async function showPreview(dataset) {
   } catch (error) {
     panel.replaceChildren(el("p", { class: "error" }, `No preview: ${error.message}`));
   }
+}
+
+// --- reward probes -------------------------------------------------------------------------
+
+async function showProbes(reward) {
+  const panel = $("reward-probe");
+  panel.hidden = false;
+  const labelled = state.datasets.filter((dataset) => dataset.label_field);
+  const select = el("select", { id: "probe-dataset" }, ...labelled.map((d) => el("option", { value: d.id }, d.name)));
+  const report = el("div", { id: "probe-report" });
+  const status = el("span", { class: "form-status muted", "aria-live": "polite" });
+  const start = el("button", { type: "button", id: "probe-start", disabled: labelled.length ? undefined : "" }, "Probe");
+  const latest = async () => {
+    const probes = await api(`/api/rewards/${reward.id}/probes/`, { params: { dataset: select.value } });
+    report.replaceChildren(probes.length ? probeReport(probes[0]) : el("p", { class: "muted" }, "Not probed on this dataset yet."));
+    if (probes.length) followProbe(probes[0], report);
+  };
+  start.addEventListener("click", async () => {
+    start.disabled = true;
+    status.textContent = "";
+    try {
+      const probe = await api(`/api/rewards/${reward.id}/probes/`, { method: "POST", body: { dataset: Number(select.value) } });
+      await followProbe(probe, report);
+    } catch (error) {
+      status.textContent = error.message;
+    } finally {
+      start.disabled = false;
+    }
+  });
+  select.addEventListener("change", latest);
+  panel.replaceChildren(
+    el("div", { class: "row" },
+      el("h3", {}, `Probe ${reward.name} for hackability`),
+      el("button", { type: "button", class: "secondary small", onclick: () => { panel.hidden = true; } }, "Close")),
+    el("p", { class: "muted small" }, "Scores adversarial answers built from a dataset (empty, the prompt echoed, every label "
+      + "listed, the label buried in noise, the right format with a wrong answer, very long, one word repeated, another "
+      + "row's label) against the honest answer, on the user-code worker."),
+    labelled.length
+      ? el("div", { class: "row" }, el("label", { for: "probe-dataset" }, "Dataset "), select, start, status)
+      : el("p", { class: "muted" }, "No dataset with a label field: upload one to probe against."),
+    report,
+  );
+  if (labelled.length) await latest();
 }
 
 // --- forms ---------------------------------------------------------------------------------

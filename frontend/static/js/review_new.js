@@ -1,16 +1,21 @@
-// The new-campaign form: runs picked by search, which of their samples become items, the questions
-// (a small builder per kind), and the annotators. The server validates everything in one request;
-// each error it names comes back next to its field. `?runs=<id>,<id>` pre-selects runs.
+// The new-campaign form: runs picked by search, which of their samples become items (a judge scores a
+// pool first for the reward-vs-judge rule), the questions (a small builder per kind, rubrics for
+// ratings), gold rows from a dataset, the annotators and the reviewers. The server validates everything
+// in one request; each error it names comes back next to its field. `?runs=<id>,<id>` pre-selects runs.
 
 import { $, api, ApiError, el, splitList } from "./api.js";
+import { listAll } from "./assets.js";
 import { clearFieldErrors, placeFieldErrors, showErrorSummary } from "./form_errors.js";
 
 const SEARCH_DELAY_MS = 250;
 const RUN_RESULTS = 10;
 const COMPONENT_SAMPLE_LIMIT = 200;
 const DISAGREEMENT_RULES = new Set(["component_disagreement", "reward_vs_component"]);
+const SINGLE_ONLY_RULES = new Set(["near_boundary", "reward_vs_judge", "alerts", "one_per_group"]);
+const POOL_POLL_MS = 1000;
 const KIND_NAMES = {
   rating: "Rating", pass_fail: "Pass / fail", pairwise: "Which is better", tags: "Tags", comment: "Comment",
+  steps: "First wrong step",
 };
 const RULE_HELP = {
   random: "A random sample of each step.",
@@ -18,6 +23,10 @@ const RULE_HELP = {
   highest_reward: "The samples the reward scored highest: is the reward being gamed?",
   component_disagreement: "Samples whose reward components (two or more, chosen below) disagree most.",
   reward_vs_component: "Samples whose reward differs most from one component (e.g. the verifier).",
+  near_boundary: "Samples whose reward is closest to the boundary below: where the reward was least sure.",
+  reward_vs_judge: "Samples whose reward a judge (another registered reward) disputes most.",
+  alerts: "Samples of the steps the runs' alerts point to (KL blow-up, entropy collapse, …).",
+  one_per_group: "One response from each of k prompt groups per step: k different prompts.",
 };
 
 const state = {
@@ -27,6 +36,8 @@ const state = {
   searchTimer: null,
   searchGeneration: 0,
   componentsGeneration: 0,
+  judgeRun: null, // the pool judge run of the reward-vs-judge rule, once started
+  poolTimer: null,
 };
 
 // --- questions ------------------------------------------------------------------------------
@@ -34,7 +45,7 @@ const state = {
 function newQuestion(kind, label) {
   return {
     kind, key: "", keyEdited: false, label, required: kind !== "tags" && kind !== "comment", help: "",
-    min: "1", max: "5", labels: "", options: "",
+    min: "1", max: "5", labels: "", rubric: "", options: "", unit: "sentence",
   };
 }
 
@@ -45,7 +56,7 @@ function defaultQuestions(kind) {
 
 const DEFAULT_LABELS = {
   rating: "Overall quality", pass_fail: "Is the answer correct?", pairwise: "Which response is better?",
-  tags: "Problems", comment: "Anything else?",
+  tags: "Problems", comment: "Anything else?", steps: "Where does the response first go wrong?",
 };
 
 function slug(text) {
@@ -80,14 +91,19 @@ function questionSpec(question) {
     spec.min = integerOrText(question.min);
     spec.max = integerOrText(question.max);
     if (question.labels.trim()) spec.labels = splitList(question.labels);
+    // One line per point, lowest first (a line may be empty: that point has no description).
+    if (question.rubric.trim()) spec.rubric = question.rubric.replace(/\n+$/, "").split("\n");
   }
   if (question.kind === "tags") spec.options = splitList(question.options);
+  if (question.kind === "steps") spec.unit = question.unit;
   return spec;
 }
 
-function editorField(question, index, field, label, attrs = {}) {
-  const input = el("input", {
-    type: "text", value: question[field], "data-field": field, id: `q${index}-${field}`, ...attrs,
+function editorField(question, index, field, label, attrs = {}, tag = "input") {
+  const input = el(tag, {
+    ...(tag === "input" ? { type: "text", value: question[field] } : {}),
+    "data-field": field, id: `q${index}-${field}`, ...attrs,
+    onchange: (event) => { question[field] = event.target.value; state.questionsTouched = true; },
     oninput: (event) => {
       question[field] = event.target.value;
       state.questionsTouched = true;
@@ -95,6 +111,8 @@ function editorField(question, index, field, label, attrs = {}) {
       if (field === "label") refreshKeys();
     },
   });
+  if (tag === "textarea") input.value = question[field];
+  if (tag === "select") input.value = question[field];
   return el("div", { class: "rf-field", "data-loc": `questions[${index}].${field}` },
     el("label", { for: input.id }, label), input, el("div", { class: "field-error", hidden: true }));
 }
@@ -107,7 +125,15 @@ function questionEditor(question, index) {
       editorField(question, index, "max", "Highest", { inputmode: "numeric", class: "short" }),
       editorField(question, index, "labels", "Point labels (optional, comma-separated, lowest first)",
         { placeholder: "awful, poor, ok, good, great" }),
+      editorField(question, index, "rubric", "Rubric (optional, markdown: one line per point, lowest first)",
+        { rows: 3, placeholder: "Wrong or off topic.\nRight but hard to follow.\n…" }, "textarea"),
     );
+  } else if (question.kind === "steps") {
+    kindFields.push(editorField(question, index, "unit", "Mark", {}, "select"));
+    const select = kindFields[0].querySelector("select");
+    select.append(el("option", { value: "sentence" }, "a sentence (the response cut into steps)"),
+      el("option", { value: "token" }, "a token range (where the rollout has a per-token view)"));
+    select.value = question.unit;
   } else if (question.kind === "tags") {
     kindFields.push(editorField(question, index, "options", "Tags (comma-separated)",
       { placeholder: "rude, wrong format, rambling" }));
@@ -130,7 +156,7 @@ function questionEditor(question, index) {
       editorField(question, index, "label", "Question", { class: "q-label-input" }),
       editorField(question, index, "key", "Key (in exports)", { class: "code" }),
       ...kindFields,
-      editorField(question, index, "help", "Help for annotators (optional)"),
+      editorField(question, index, "help", "Instructions for annotators (optional, markdown)", { rows: 2 }, "textarea"),
       el("div", { class: "rf-field", "data-loc": `questions[${index}].required` },
         el("label", { class: "check" }, required, " Required"), el("div", { class: "field-error", hidden: true }))),
   );
@@ -141,6 +167,9 @@ function renderQuestions() {
   $("question-editors").replaceChildren(...state.questions.map(questionEditor));
   const pairwise = $("question-add").querySelector('option[value="pairwise"]');
   pairwise.disabled = campaignKind() !== "pair";
+  const steps = $("question-add").querySelector('option[value="steps"]');
+  steps.disabled = campaignKind() !== "single" || state.questions.some((q) => q.kind === "steps");
+  renderGoldQuestions();
 }
 
 function addQuestion(kind) {
@@ -175,10 +204,18 @@ function kindChanged() {
   const kind = campaignKind();
   if (!state.questionsTouched) state.questions = defaultQuestions(kind);
   else if (kind === "single") state.questions = state.questions.filter((q) => q.kind !== "pairwise");
-  else if (!state.questions.some((q) => q.kind === "pairwise")) {
-    state.questions.unshift(newQuestion("pairwise", DEFAULT_LABELS.pairwise));
+  else {
+    state.questions = state.questions.filter((q) => q.kind !== "steps");
+    if (!state.questions.some((q) => q.kind === "pairwise")) {
+      state.questions.unshift(newQuestion("pairwise", DEFAULT_LABELS.pairwise));
+    }
   }
   $("k-label").textContent = kind === "pair" ? "Pairs per step" : "Items per run and step";
+  for (const option of $("c-rule").options) option.disabled = kind === "pair" && SINGLE_ONLY_RULES.has(option.value);
+  if ($("c-rule").selectedOptions[0].disabled) $("c-rule").value = "random";
+  $("gold-fields-label").textContent = kind === "pair" ? "Chosen and rejected columns" : "Response column";
+  $("gold-fields").value = kind === "pair" ? "chosen, rejected" : "response";
+  $("gold-question-field").hidden = kind === "pair";
   renderQuestions();
   sourceChanged();
 }
@@ -305,21 +342,98 @@ function chosenComponents() {
 function sourceChanged() {
   const rule = $("c-rule").value;
   $("components-field").hidden = !DISAGREEMENT_RULES.has(rule);
+  $("boundary-field").hidden = rule !== "near_boundary";
+  $("judge-pool-field").hidden = rule !== "reward_vs_judge";
   $("rule-help").textContent = RULE_HELP[rule] || "";
   $("pair-steps-field").hidden = !(campaignKind() === "pair" && state.runs.size === 2);
 }
 
-// --- annotators -----------------------------------------------------------------------------
+// --- the judge's pool (reward_vs_judge) -----------------------------------------------------
 
-async function loadAnnotators() {
-  const box = $("annotator-options");
+function poolShown(judge) {
+  state.judgeRun = judge;
+  const text = judge.state === "done" ? `Scored ${judge.scored} rollouts (judge run #${judge.id}).`
+    : judge.state === "failed" ? `The judge failed: ${judge.error}`
+      : `Scoring… ${judge.scored} of ${judge.total} (judge run #${judge.id}, ${judge.state})`;
+  $("pool-status").textContent = text;
+  $("pool-status").dataset.state = judge.state;
+  if (judge.state === "queued" || judge.state === "running") {
+    state.poolTimer = setTimeout(async () => {
+      try {
+        poolShown(await api(`/api/review/judge-runs/${judge.id}/`));
+      } catch (error) {
+        $("pool-status").textContent = `Could not read the judge run: ${error.message}`;
+      }
+    }, POOL_POLL_MS);
+  }
+}
+
+async function scorePool() {
+  clearTimeout(state.poolTimer);
+  const source = { runs: [...state.runs.keys()], ...stepsSource() };
   try {
-    const annotators = await api("/api/review/annotators/");
-    box.replaceChildren(...(annotators.length ? annotators.map((user) => el("label", { class: "check" },
-      el("input", { type: "checkbox", name: "annotator", value: user.username }), ` ${user.username}`))
-      : [el("span", { class: "muted" }, "No user has the annotator role yet: an admin gives it.")]));
+    poolShown(await api("/api/review/judge-runs/", {
+      method: "POST", body: { reward: Number($("pool-reward").value), source },
+    }));
   } catch (error) {
-    box.replaceChildren(el("span", { class: "error" }, `Could not load annotators: ${error.message}`));
+    const text = error instanceof ApiError && error.errors.length ? error.errors.map((e) => e.msg).join("; ") : error.message;
+    $("pool-status").textContent = `Could not start the judge: ${text}`;
+  }
+}
+
+// --- gold ----------------------------------------------------------------------------------
+
+function renderGoldQuestions() {
+  const select = $("gold-question");
+  const before = select.value;
+  const answerable = state.questions.filter((q) => q.kind === "pass_fail" || q.kind === "rating");
+  select.replaceChildren(...answerable.map((q) => el("option", { value: q.key }, q.label)));
+  if (answerable.some((q) => q.key === before)) select.value = before;
+}
+
+function goldSpec() {
+  const dataset = $("gold-dataset").value;
+  if (!dataset) return null;
+  const spec = { dataset: Number(dataset), share: Number($("gold-share").value) };
+  if (campaignKind() === "pair") {
+    const [chosen, rejected] = splitList($("gold-fields").value);
+    spec.chosen_field = chosen || "chosen";
+    spec.rejected_field = rejected || "rejected";
+  } else {
+    if ($("gold-question").value) spec.question = $("gold-question").value;
+    spec.response_field = $("gold-fields").value.trim();
+  }
+  return spec;
+}
+
+function goldPolicy() {
+  return {
+    min_items: integerOrText($("gp-min-items").value),
+    min_accuracy: Number($("gp-min-accuracy").value),
+    weighting: $("gp-weighting").value,
+  };
+}
+
+// --- annotators, reviewers, and the registry's rewards and datasets ---------------------------
+
+async function loadPeople(role, box, name) {
+  try {
+    const people = await api(`/api/review/${role}s/`);
+    box.replaceChildren(...(people.length ? people.map((user) => el("label", { class: "check" },
+      el("input", { type: "checkbox", name, value: user.username }), ` ${user.username}`))
+      : [el("span", { class: "muted" }, `No user has the ${role} role yet: an admin gives it.`)]));
+  } catch (error) {
+    box.replaceChildren(el("span", { class: "error" }, `Could not load ${role}s: ${error.message}`));
+  }
+}
+
+async function loadRegistry() {
+  try {
+    const [rewards, datasets] = await Promise.all([listAll("/api/rewards/"), listAll("/api/datasets/")]);
+    $("pool-reward").replaceChildren(...rewards.map((r) => el("option", { value: r.id }, `${r.name} (${r.kind})`)));
+    $("gold-dataset").append(...datasets.map((d) => el("option", { value: d.id }, `${d.name} (${d.row_count} rows)`)));
+  } catch (error) {
+    $("pool-status").textContent = `Could not load the registry: ${error.message}`;
   }
 }
 
@@ -341,6 +455,12 @@ function campaignBody() {
   };
   if (DISAGREEMENT_RULES.has(rule)) source.components = chosenComponents();
   if (kind === "pair" && state.runs.size === 2) source.pair_steps = $("c-pair-steps").value;
+  if (rule === "near_boundary") source.boundary = Number($("c-boundary").value);
+  if (rule === "reward_vs_judge") source.judge_run = state.judgeRun ? state.judgeRun.id : null;
+  if (rule === "alerts") { // the alerts give the steps
+    delete source.steps;
+    delete source.step_range;
+  }
   return {
     name: $("c-name").value,
     description: $("c-description").value,
@@ -352,6 +472,11 @@ function campaignBody() {
     overlap: integerOrText($("c-overlap").value),
     lock_ttl_s: integerOrText($("c-lock-ttl").value),
     annotators: [...document.querySelectorAll('input[name="annotator"]:checked')].map((input) => input.value),
+    reviewers: [...document.querySelectorAll('input[name="reviewer"]:checked')].map((input) => input.value),
+    review_rating_spread: integerOrText($("c-spread").value),
+    show_suggestions: $("c-suggestions").checked,
+    gold: goldSpec(),
+    gold_policy: goldPolicy(),
   };
 }
 
@@ -417,10 +542,16 @@ for (const id of ["step-first", "step-last"]) {
   $(id).addEventListener("input", () => { document.querySelector('input[name="steps-mode"][value="range"]').checked = true; });
 }
 $("campaign-form").addEventListener("submit", submit);
+$("pool-button").addEventListener("click", scorePool);
 wireRunSearch();
 state.questions = defaultQuestions(campaignKind());
 renderQuestions();
 sourceChanged();
-await Promise.all([loadAnnotators(), preselectRuns()]);
+await Promise.all([
+  loadPeople("annotator", $("annotator-options"), "annotator"),
+  loadPeople("reviewer", $("reviewer-options"), "reviewer"),
+  loadRegistry(),
+  preselectRuns(),
+]);
 $("c-name").focus();
 document.body.dataset.ready = "true"; // tests wait for this

@@ -14,6 +14,7 @@ const SAMPLES_PAGE = 25;
 // is drawn only on demand ("Add a chart"), in a panel of its own.
 const panels = new Map(PANELS.map((p) => [p.id, { id: p.id, title: p.title, bars: p.stacked_bars, group: p.group }]));
 const extraPanels = new Map(); // metric name -> its own panel
+const panelOrder = new Map(PANELS.map((p, i) => [p.id, i])); // panel id -> its place in the catalogue
 
 const charts = new Map(); // panel id -> {panel, div, traces: [metric names], lastStep: Map(name -> step)}
 const markerSteps = []; // steps highlighted by an alert link
@@ -50,14 +51,30 @@ function markerShapes() {
   }));
 }
 
+// A group's charts share their row (app.css), so one grows or shrinks when a chart joins or leaves its row, not
+// only when the window does (all that plotly's `responsive` follows): redraw each at its new width.
+const groupChartSizes = new ResizeObserver((entries) => {
+  for (const entry of entries) {
+    if (entry.target.offsetParent !== null) Plotly.Plots.resize(entry.target);
+  }
+});
+
 function ensureChart(panel) {
   let chart = charts.get(panel.id);
   if (chart) return chart;
   const div = el("div", { class: "chart", id: `chart-${panel.id.replace(/[^\w-]/g, "_")}`, "data-panel": panel.id });
-  (panel.group ? ensureGroup(panel.group) : document.getElementById("charts")).append(div);
+  if (panel.group) {
+    // In the catalogue's order, whichever metric arrives first.
+    const block = ensureGroup(panel.group);
+    const after = [...block.children].find((c) => (panelOrder.get(c.dataset.panel) ?? 0) > (panelOrder.get(panel.id) ?? 0));
+    block.insertBefore(div, after || null);
+  } else {
+    document.getElementById("charts").append(div);
+  }
   chart = { panel, div, traces: [], lastStep: new Map() };
   charts.set(panel.id, chart);
   Plotly.newPlot(div, [], chartLayout(panel), { responsive: true, displaylogo: false });
+  if (panel.group) groupChartSizes.observe(div);
   return chart;
 }
 
@@ -198,13 +215,18 @@ function setupExtraMetrics() {
 }
 
 function highlightStep(step) {
+  markStep(step);
+  samples.offset = 0;
+  loadSamples();
+}
+
+// The step marked on every chart and chosen in the rollouts' filters.
+function markStep(step) {
   markerSteps.splice(0, markerSteps.length, step);
   for (const chart of charts.values()) Plotly.relayout(chart.div, { shapes: markerShapes() });
   const form = document.getElementById("sample-filters");
   form.elements.step.value = step;
   form.elements.follow.checked = false;
-  samples.offset = 0;
-  loadSamples();
 }
 
 // --- diagnostics ----------------------------------------------------------------------------
@@ -230,12 +252,33 @@ async function loadAlerts() {
     el("strong", {}, alert.severity === "critical" ? "Critical: " : "Warning: "),
     alert.message, " ",
     el("a", { href: `#step-${alert.step}`, onclick: (e) => { e.preventDefault(); highlightStep(alert.step); } }, `step ${alert.step}`),
+    ...exampleLinks(alert),
   )));
+}
+
+// A hacking signal names the rollouts of its step that show it: each link opens one of them.
+function exampleLinks(alert) {
+  if (!alert.examples?.length) return [];
+  const links = alert.examples.map((index) => el("a", {
+    href: `#sample-${alert.step}-${index}`, class: "example-link", "data-example": `${alert.step}:${index}`,
+    onclick: (e) => { e.preventDefault(); openExample(alert.step, index, alert.examples); },
+  }, `#${index}`));
+  return [" · examples: ", ...links.flatMap((link, i) => (i ? [", ", link] : [link]))];
+}
+
+function openExample(step, index, examples) {
+  samples.examples = { step, indices: new Set(examples) };
+  samples.open = `${step}:${index}`;
+  markStep(step);
+  // The step's samples come in index order, SAMPLES_PAGE a page: go to the page that holds this one.
+  samples.offset = Math.floor(index / SAMPLES_PAGE) * SAMPLES_PAGE;
+  loadSamples();
 }
 
 // --- rollouts -------------------------------------------------------------------------------
 
-const samples = { offset: 0, count: 0, latestStep: run.last_step };
+// `examples`: the rollouts an alert named, marked in the table; `open`: "step:index" to open once shown.
+const samples = { offset: 0, count: 0, latestStep: run.last_step, examples: null, open: null };
 
 function sampleFilters() {
   const form = document.getElementById("sample-filters");
@@ -288,10 +331,15 @@ async function readSamplesPage() {
     notice.textContent = error.message;
     return;
   }
-  notice.textContent = "";
+  // A step whose rollout file never arrived is named, never a silent hole in the table.
+  notice.textContent = (page.gaps || []).length
+    ? `Rollouts missing: ${page.gaps.slice(0, 5).map((g) => `step ${g.step} (${g.reason})`).join("; ")}` +
+      (page.gaps.length > 5 ? ` and ${page.gaps.length - 5} more steps.` : ".")
+    : "";
   samples.count = page.count;
   const body = document.querySelector("#samples-table tbody");
-  body.replaceChildren(...page.results.map((s) => el("tr", { class: "clickable", "data-sample": `${s.step}:${s.index}`, onclick: () => openSample(s) },
+  const example = (s) => samples.examples?.step === s.step && samples.examples.indices.has(s.index);
+  body.replaceChildren(...page.results.map((s) => el("tr", { class: example(s) ? "clickable example" : "clickable", "data-sample": `${s.step}:${s.index}`, onclick: () => openSample(s) },
     el("td", { class: "num" }, s.step), el("td", { class: "num" }, s.index), el("td", { class: "num" }, s.group),
     el("td", { class: "num" }, formatNumber(s.reward)), el("td", { class: "num" }, formatNumber(s.advantage)),
     el("td", { class: "num" }, s.length),
@@ -299,10 +347,15 @@ async function readSamplesPage() {
     el("td", {}, excerpt(s.prompt)), el("td", {}, excerpt(s.response)),
   )));
   if (!page.results.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "muted" }, "No samples match.")));
-  const end = Math.min(samples.offset + SAMPLES_PAGE, page.count);
-  document.getElementById("samples-range").textContent = page.count ? `${samples.offset + 1}–${end} of ${page.count}` : "";
+  // A text search is not counted (it would read every response): "1–50" and a next page while there is one.
+  const end = samples.offset + page.results.length;
+  const total = page.count === null || page.count === undefined ? "" : ` of ${page.count}`;
+  document.getElementById("samples-range").textContent = page.results.length ? `${samples.offset + 1}–${end}${total}` : "";
   document.getElementById("samples-prev").disabled = samples.offset === 0;
-  document.getElementById("samples-next").disabled = end >= page.count;
+  document.getElementById("samples-next").disabled = !page.next;
+  const wanted = samples.open && page.results.find((s) => `${s.step}:${s.index}` === samples.open);
+  samples.open = null;
+  if (wanted) openSample(wanted);
 }
 
 function onSamples(message) {

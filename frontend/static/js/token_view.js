@@ -1,7 +1,7 @@
 // The sample dialog's per-token view: each response token with the rollout engine's and the trainer's
 // log-prob, their difference, the entropy it was drawn with and its advantage, shaded where the two
-// policies disagree; a slider over the same prompt's responses at every step. The engine packs the
-// arrays as base64 float16 (rl_engine/token_view.py); GET /api/runs/<id>/sample-tokens/ serves them.
+// policies disagree; a slider over the same prompt's responses at every step. GET
+// /api/runs/<id>/sample-tokens/ reads them from the step's rollout file and sends them as base64 float16.
 import { api, el, formatNumber } from "./api.js";
 
 // |rollout - trainer| log-prob at which a token is shaded fully, and from which it counts as disagreeing.

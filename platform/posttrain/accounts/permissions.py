@@ -3,6 +3,7 @@
 - `IsResearcher`: researchers and admins (registry, experiments, runs).
 - `IsAnnotator`: annotators and admins (review work). Combine with `|` for endpoints both use:
   `permission_classes = [IsResearcher | IsAnnotator]`.
+- `IsReviewer`: reviewers and admins (adjudicating items whose annotators disagree).
 - `IsAdminRole`: admins only (users, quotas, cluster settings).
 
 A superuser counts as an admin. An anonymous request is refused before the role check with
@@ -44,6 +45,11 @@ class IsResearcher(_HasRole):
 class IsAnnotator(_HasRole):
     allowed_roles = frozenset({Role.ANNOTATOR, Role.ADMIN})
     who = "annotators and admins"
+
+
+class IsReviewer(_HasRole):
+    allowed_roles = frozenset({Role.REVIEWER, Role.ADMIN})
+    who = "reviewers and admins"
 
 
 class IsAdminRole(_HasRole):

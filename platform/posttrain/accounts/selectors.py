@@ -33,9 +33,9 @@ def user_roles(user: User | AnonymousUser | None) -> frozenset[str]:
 
 
 def user_role(user: User | AnonymousUser | None) -> str | None:
-    """The user's main role (admin over researcher over annotator), None without one."""
+    """The user's main role (admin over researcher over reviewer over annotator), None without one."""
     roles = user_roles(user)
-    return next((role for role in (Role.ADMIN, Role.RESEARCHER, Role.ANNOTATOR) if role in roles), None)
+    return next((role for role in (Role.ADMIN, Role.RESEARCHER, Role.REVIEWER, Role.ANNOTATOR) if role in roles), None)
 
 
 def forget_cached_roles(user: User) -> None:

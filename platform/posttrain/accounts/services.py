@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -62,3 +62,18 @@ def token_get_or_create(user: User) -> Token:
     """The user's API token for scripts and the CLI (one per user, created on first request)."""
     token, _ = Token.objects.get_or_create(user=user)
     return token
+
+
+def user_set_server_paths(user: User, allowed: bool) -> User:
+    """Grant (or take back) the permission to name files on the server (posttrain.core.server_paths): register
+    a dataset, model or reward file by its path, and name run files. A group can hold it too (Django admin)."""
+    app_label, codename = "registry", "import_server_paths"
+    permission = Permission.objects.get(content_type__app_label=app_label, codename=codename)
+    if allowed:
+        user.user_permissions.add(permission)
+    else:
+        user.user_permissions.remove(permission)
+    # Django caches a user's permissions on the instance: the next check must see the change.
+    for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+        user.__dict__.pop(cache, None)
+    return user

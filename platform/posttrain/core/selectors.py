@@ -31,7 +31,9 @@ class HealthReport:
     broker: DependencyStatus
     ray: DependencyStatus
     sandbox: DependencyStatus
+    sandbox_limits: DependencyStatus
     unsandboxed_code_allowed: bool
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -46,8 +48,10 @@ class HealthReport:
                 "broker": asdict(self.broker),
                 "ray": asdict(self.ray),
                 "sandbox": asdict(self.sandbox),
+                "sandbox_limits": asdict(self.sandbox_limits),
             },
             "unsandboxed_code_allowed": self.unsandboxed_code_allowed,
+            "warnings": list(self.warnings),
         }
 
 
@@ -94,11 +98,23 @@ def _check_sandbox() -> str:
     return status.detail
 
 
+def _check_sandbox_limits() -> str:
+    """The kernel's limits on each sandbox (cgroups, seccomp, keyring); a limit that cannot be made here fails
+    the check, naming it and why (the sandbox still runs: a warning, not a refusal)."""
+    limits, warnings = sandbox.kernel_limits()
+    if warnings:
+        raise RuntimeError("; ".join(warnings))
+    return limits
+
+
 def system_health() -> HealthReport:
+    sandbox_limits = _timed(_check_sandbox_limits)
     return HealthReport(
         database=_timed(_check_database),
         broker=_timed(_check_broker),
         ray=_timed(_check_ray),
         sandbox=_timed(_check_sandbox),
+        sandbox_limits=sandbox_limits,
         unsandboxed_code_allowed=settings.ALLOW_UNSANDBOXED_CODE,
+        warnings=() if sandbox_limits.ok else (f"user code: {sandbox_limits.detail}",),
     )

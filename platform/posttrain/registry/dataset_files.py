@@ -3,7 +3,9 @@
 The rules match what the engine's loader (rl_engine/data.py) needs, so a dataset accepted here
 never fails at the start of a run: every row has the prompt field as a non-empty string and, when
 a label field is mapped, the label field. Errors name the line (JSONL, CSV: the line an editor
-shows) or the row (Parquet, 1-based) and the field.
+shows) or the row (Parquet, 1-based) and the field. A file the user uploaded may be quoted back to them
+(its column names); a file registered from the server (`quote=False`) never is: its errors name the field
+and the rule, and count what they would otherwise list.
 
 Files are read line by line or batch by batch from disk, never whole into memory.
 """
@@ -71,12 +73,13 @@ def detect_format(filename: str, given: str | None) -> str:
     return EXTENSIONS[suffix]
 
 
-def inspect_dataset(path: Path, fmt: str, prompt_field: str, label_field: str) -> DatasetSummary:
-    """Validate every row of the file and return its row count, columns, splits and preview."""
+def inspect_dataset(path: Path, fmt: str, prompt_field: str, label_field: str, *, quote: bool = True) -> DatasetSummary:
+    """Validate every row of the file and return its row count, columns, splits and preview. `quote`: whether
+    errors may show the file's own column names (an upload, the user's own file), or only count them."""
     if path.stat().st_size == 0:
         raise DatasetError("file", "the file is empty")
     rows = {"jsonl": _jsonl_rows, "csv": _csv_rows, "parquet": _parquet_rows}[fmt]
-    collector = _Collector(prompt_field, label_field)
+    collector = _Collector(prompt_field, label_field, quote)
     for where, row in rows(path, collector):
         collector.add(where, row)
     if collector.summary.row_count == 0:
@@ -88,9 +91,10 @@ def inspect_dataset(path: Path, fmt: str, prompt_field: str, label_field: str) -
 
 
 class _Collector:
-    def __init__(self, prompt_field: str, label_field: str):
+    def __init__(self, prompt_field: str, label_field: str, quote: bool = True):
         self.prompt_field = prompt_field
         self.label_field = label_field
+        self.quote = quote
         self.summary = DatasetSummary()
         self._columns: dict[str, None] = {}  # ordered set
 
@@ -100,7 +104,7 @@ class _Collector:
             if value and value not in columns:
                 raise DatasetError(
                     name,
-                    f"column {value!r} is not in {where} ({_names(columns)}){hint}; set {name} to the column to use",
+                    f"column {value!r} is not in {where} ({self.names(columns)}){hint}; set {name} to the column to use",
                 )
         for column in columns:
             self._columns.setdefault(_text(column), None)
@@ -137,9 +141,15 @@ class _Collector:
             # Missing from the very first row: most likely the mapping is wrong, not the data.
             raise DatasetError(
                 mapping,
-                f"{where}: field {name!r} is missing (the row has: {_names(list(row))}); set {mapping} to the field to use",
+                f"{where}: field {name!r} is missing (the row has: {self.names(list(row))}); set {mapping} to the field to use",
             )
         raise DatasetError("file", f"{where}: field {name!r} is missing")
+
+    def names(self, columns: list[str]) -> str:
+        """The columns as an error may show them: by name for the user's own file, else only how many."""
+        if self.quote:
+            return _names(columns)
+        return f"{len(columns)} field{'s' if len(columns) != 1 else ''}, not shown for a file on the server"
 
 
 # --- readers ----------------------------------------------------------------------------------
@@ -191,7 +201,7 @@ def _csv_rows(path: Path, collector: _Collector) -> Iterator[tuple[str, dict[str
             header = next(reader, None)
             if not header:
                 raise DatasetError("file", "line 1: the CSV header is missing (the first line must name the columns)")
-            _check_header(header)
+            _check_header(header, collector.quote)
             collector.check_columns(header, "the CSV header", " (is the first line a header naming the columns?)")
             for record in reader:
                 if not record:
@@ -205,14 +215,15 @@ def _csv_rows(path: Path, collector: _Collector) -> Iterator[tuple[str, dict[str
             raise DatasetError("file", f"line {reader.line_num}: not valid CSV ({exc})") from None
 
 
-def _check_header(header: list[str]) -> None:
-    seen: set[str] = set()
+def _check_header(header: list[str], quote: bool = True) -> None:
+    seen: dict[str, int] = {}
     for position, name in enumerate(header, start=1):
         if not name.strip():
             raise DatasetError("file", f"line 1: the CSV header has an empty column name (column {position})")
         if name in seen:
-            raise DatasetError("file", f"line 1: column {name!r} appears twice in the CSV header")
-        seen.add(name)
+            shown = f"column {name!r}" if quote else f"the name of column {seen[name]}"
+            raise DatasetError("file", f"line 1: {shown} appears twice in the CSV header (again in column {position})")
+        seen[name] = position
 
 
 def _parquet_rows(path: Path, collector: _Collector) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -223,7 +234,7 @@ def _parquet_rows(path: Path, collector: _Collector) -> Iterator[tuple[str, dict
         parquet = pq.ParquetFile(path)
         columns = list(parquet.schema_arrow.names)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DatasetError("file", f"not a readable Parquet file ({exc})") from None
+        raise DatasetError("file", "not a readable Parquet file" + (f" ({exc})" if collector.quote else "")) from None
     collector.check_columns(columns, "the Parquet columns")
     number = 0
     try:
@@ -232,7 +243,8 @@ def _parquet_rows(path: Path, collector: _Collector) -> Iterator[tuple[str, dict
                 number += 1
                 yield f"row {number}", row
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DatasetError("file", f"row {number + 1}: the Parquet file cannot be read from here on ({exc})") from None
+        detail = f" ({exc})" if collector.quote else ""
+        raise DatasetError("file", f"row {number + 1}: the Parquet file cannot be read from here on{detail}") from None
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -69,7 +69,9 @@ def _read_config(folder: Path) -> dict[str, Any]:
     try:
         # NaN/Infinity kept as text: the config is stored as JSON, and Postgres refuses them.
         config = _json_safe(json.loads(config_file.read_text(encoding="utf-8"), parse_constant=str))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise ModelFolderError(f"config.json in {folder} is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:  # its message names a line and column, never the text
         raise ModelFolderError(f"config.json in {folder} is not valid JSON ({exc})") from None
     if not isinstance(config, dict):
         raise ModelFolderError(f"config.json in {folder} must hold a JSON object")
@@ -104,15 +106,17 @@ def _safetensors_shards(folder: Path, found: list[Path]) -> list[Path]:
         weight_map = index["weight_map"]
         names = sorted(set(weight_map.values()))
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        # The type only: a message could quote the file, which may not be the user's own.
         raise ModelFolderError(
-            f"{SAFETENSORS_INDEX} in {folder} is not a valid index ({type(exc).__name__}: {exc})"
+            f"{SAFETENSORS_INDEX} in {folder} is not a valid index (a JSON object with a weight_map: "
+            f"{type(exc).__name__})"
         ) from None
-    shards = []
-    for name in names:
-        shard = folder / str(name)
-        if not shard.is_file():
-            raise ModelFolderError(f"shard {name} listed in {SAFETENSORS_INDEX} is missing from {folder}")
-        shards.append(shard)
+    shards = [folder / str(name) for name in names]
+    missing = [shard for shard in shards if not shard.is_file() or shard.parent != folder]
+    if missing:
+        raise ModelFolderError(
+            f"{len(missing)} of the {len(shards)} shards {SAFETENSORS_INDEX} lists are missing from {folder}"
+        )
     return shards
 
 
@@ -134,7 +138,9 @@ def read_safetensors_header(file: Path) -> dict[str, Any]:
         raise ModelFolderError(f"cannot read {file.name}: {exc.strerror or exc}") from None
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise ModelFolderError(f"{file.name} has a corrupt safetensors header (not UTF-8)") from None
+    except json.JSONDecodeError as exc:  # its message names a position, never the text
         raise ModelFolderError(f"{file.name} has a corrupt safetensors header ({exc})") from None
     if not isinstance(header, dict):
         raise ModelFolderError(f"{file.name} has a corrupt safetensors header (not a JSON object)")
@@ -150,6 +156,7 @@ def safetensors_parameter_count(files: list[Path]) -> int:
                 continue
             shape = entry.get("shape") if isinstance(entry, dict) else None
             if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-                raise ModelFolderError(f"{file.name}: tensor {name!r} has no valid shape in the header")
+                # Not by name: the header is the file's content, which may not be the user's own.
+                raise ModelFolderError(f"{file.name}: a tensor has no valid shape in the header")
             total += math.prod(shape)  # a scalar (shape []) is one parameter
     return total

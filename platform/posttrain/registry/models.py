@@ -29,6 +29,9 @@ class ModelAsset(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Naming a file or folder on the server (posttrain.core.server_paths.IMPORT_PERMISSION): an admin grants
+        # it per user or group (Django admin, or `manage.py grant_server_paths`); uploads need none.
+        permissions = [("import_server_paths", "Can name server paths (datasets, models, reward and run files)")]
 
     def __str__(self) -> str:
         return self.name
@@ -121,3 +124,107 @@ class RewardTrial(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id} ({self.state})"
+
+
+class Environment(models.Model):
+    """An installed environment (reasoning-gym, verifiers, TextArena, OpenEnv) as the registry keeps it: what
+    it is (package, its id there, arguments, the package's version) and what a run takes from it, made by a
+    worker in the engine's sandbox: its generated `dataset`, and its `reward` (single-turn packages) or the
+    engine's `environment` section (multi-turn packages)."""
+
+    class Package(models.TextChoices):
+        REASONING_GYM = "reasoning_gym", "reasoning-gym"
+        VERIFIERS = "verifiers", "verifiers"
+        TEXTARENA = "textarena", "TextArena"
+        OPENENV = "openenv", "OpenEnv"
+
+    class State(models.TextChoices):
+        GENERATING = "generating"
+        READY = "ready"
+        FAILED = "failed"
+
+    name = models.CharField(max_length=200, unique=True)
+    description = models.TextField(blank=True)
+    package = models.CharField(max_length=20, choices=Package.choices)
+    env_id = models.CharField(max_length=300, help_text="The task, taskset, game or server app in the package.")
+    arguments = models.JSONField(default=dict, blank=True, help_text="The package's own settings for it.")
+    files = models.JSONField(default=list, blank=True, help_text="Modules it needs that are not installed.")
+    version = models.CharField(max_length=100, blank=True, help_text="The package's version when registered.")
+    size = models.IntegerField(help_text="Rows generated (at most, for a finite taskset).")
+    seed = models.BigIntegerField(default=0)
+    state = models.CharField(max_length=12, choices=State.choices, default=State.GENERATING)
+    error = models.TextField(blank=True)
+    dataset = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    reward = models.ForeignKey(RewardFunction, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    run_environment = models.JSONField(
+        null=True, blank=True, help_text="The engine's `environment` section (multi-turn packages)."
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EnvironmentTrial(models.Model):
+    """An environment's "Try it": one episode played with the moves a person typed, on a Celery worker in the
+    engine's sandbox (queued -> running -> done | failed), never in the web process."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="trials")
+    row = models.IntegerField(default=0)
+    moves = models.JSONField(default=list)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    result = models.JSONField(null=True, blank=True, help_text="turns, reward, errors.")
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"try {self.id} ({self.state})"
+
+
+class RewardProbe(models.Model):
+    """A reward probed on a dataset (rl_engine.reward_probes): adversarial answers built from the dataset's
+    rows scored against the honest ones by a worker on the user-code queue, never in the web process
+    (queued -> running -> done | failed). `result` is the hackability report."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    reward = models.ForeignKey(RewardFunction, on_delete=models.CASCADE, related_name="probes")
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="probes")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    result = models.JSONField(null=True, blank=True, help_text="The hackability report (rl_engine.reward_probes).")
+    examples = models.JSONField(
+        default=list, blank=True, help_text="Each probe's answer for the first row probed, as it was scored."
+    )
+    error = models.TextField(blank=True, help_text="Why the worker could not probe (not the reward's own errors).")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["reward", "dataset", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"probe {self.id} of {self.reward_id} on {self.dataset_id} ({self.state})"

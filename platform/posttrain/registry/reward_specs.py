@@ -15,7 +15,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rl_engine.config import REWARD_TYPES, RewardSpec
 
-BUILTIN_TYPES: tuple[str, ...] = ("exact_match", "boxed_math", "regex", "length_penalty")
+BUILTIN_TYPES: tuple[str, ...] = ("exact_match", "boxed_math", "regex", "length_penalty", "reasoning_gym", "verifiers")
 KINDS: tuple[str, ...] = ("builtin", "python", "http", "reward_model")
 
 _ADAPTER: TypeAdapter = TypeAdapter(RewardSpec)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import QuerySet
 
-from posttrain.registry.models import Dataset, ModelAsset, RewardFunction, RewardTrial
+from posttrain.registry.models import (
+    Dataset,
+    Environment,
+    EnvironmentTrial,
+    ModelAsset,
+    RewardFunction,
+    RewardProbe,
+    RewardTrial,
+)
 
 
 def model_list() -> QuerySet[ModelAsset]:
@@ -24,6 +33,30 @@ def reward_list() -> QuerySet[RewardFunction]:
 
 def reward_trials(reward: RewardFunction) -> QuerySet[RewardTrial]:
     return RewardTrial.objects.filter(reward=reward, kind=RewardTrial.Kind.TRY)
+
+
+def environment_list() -> QuerySet[Environment]:
+    return Environment.objects.select_related("created_by", "dataset", "reward")
+
+
+def environment_trials(environment: Environment) -> QuerySet[EnvironmentTrial]:
+    return EnvironmentTrial.objects.filter(environment=environment)
+
+
+def reward_probes(reward: RewardFunction, dataset: Dataset | None = None) -> QuerySet[RewardProbe]:
+    """The reward's probes, the newest first; on one dataset when given."""
+    probes = RewardProbe.objects.filter(reward=reward).select_related("dataset")
+    return probes.filter(dataset=dataset) if dataset is not None else probes
+
+
+def latest_probes(reward_ids: Iterable[int], dataset_id: int) -> dict[int, RewardProbe]:
+    """Each reward's newest probe on the dataset (any state: one still running shows as such)."""
+    latest: dict[int, RewardProbe] = {}
+    for probe in RewardProbe.objects.filter(reward_id__in=list(reward_ids), dataset_id=dataset_id).order_by(
+        "-created_at"
+    ):
+        latest.setdefault(probe.reward_id, probe)
+    return latest
 
 
 def dataset_preview(dataset: Dataset) -> dict[str, Any]:

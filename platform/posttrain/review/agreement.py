@@ -9,7 +9,14 @@ Which statistic, per question kind:
   tags                 each tag on its own as a yes/no (nominal) question: "did the annotator pick it?",
                        over the annotators who answered the question (an omitted answer is missing data,
                        an empty list says "none of these").
+  steps                nominal on the first wrong step (-1 for "no step is wrong").
   comment              no agreement (free text).
+
+A judge (a registered reward answering the questions from its scores, posttrain.review.labels) is compared
+with the humans' labels per question by `judge_agreement`: Cohen's kappa as above, the confusion counts,
+the items it gets wrong, and true/false positive rates with the humans as the truth. Positive: a pass
+(pass/fail); a rating above the scale's midpoint; for pairwise, each response side ("A", "B") against
+the rest. TPR = judge positive among human positives, FPR = judge positive among human negatives.
 
 Krippendorff's alpha takes any number of annotators and missing answers (only items with two or more
 answers count). Cohen's kappa is for two annotators: it is given for every pair of annotators who
@@ -35,6 +42,7 @@ from statistics import fmean
 from typing import Any
 
 WEIGHTINGS = (None, "linear", "quadratic")
+NO_WRONG_STEP = -1  # a steps answer's value when no step is wrong
 
 
 def cohen_kappa(
@@ -178,6 +186,13 @@ def question_agreement(question: dict[str, Any], rows: Sequence[Answered]) -> di
             "kappa_weighting": "quadratic",
             **_measures(_table(rows, question["key"]), "interval", scale, "quadratic"),
         }
+    if kind == "steps":
+        return {
+            **head,
+            "metric": "nominal",
+            "kappa_weighting": None,
+            **_measures(_table(rows, question["key"], _first_wrong), "nominal", None, None),
+        }
     if kind == "tags":
         per_tag = {
             tag: _measures(
@@ -187,6 +202,11 @@ def question_agreement(question: dict[str, Any], rows: Sequence[Answered]) -> di
         }
         return {**head, "metric": "nominal per tag", "kappa_weighting": None, "per_tag": per_tag}
     return None
+
+
+def _first_wrong(answer: dict[str, Any]) -> int:
+    first = answer.get("first_wrong") if isinstance(answer, dict) else None
+    return NO_WRONG_STEP if first is None else first
 
 
 def _plurality(values: Iterable[Any]) -> Any:
@@ -268,4 +288,62 @@ def campaign_agreement(questions: Sequence[dict[str, Any]], rows: Sequence[Answe
         "judgements": len(rows),
         "questions": [q for q in (question_agreement(question, rows) for question in questions) if q is not None],
         "annotator_stats": annotator_stats(questions, rows),
+    }
+
+
+# --- a judge against the humans -----------------------------------------------------------------
+
+
+def _rates(pairs: Sequence[tuple[bool, bool]]) -> dict[str, Any]:
+    """(human positive, judge positive) pairs -> TPR, FPR, TNR, FNR and the counts (None where undefined)."""
+    tp = sum(h and j for h, j in pairs)
+    fn = sum(h and not j for h, j in pairs)
+    fp = sum(j and not h for h, j in pairs)
+    tn = sum(not h and not j for h, j in pairs)
+    positives, negatives = tp + fn, fp + tn
+    return {
+        "tp": tp,
+        "fn": fn,
+        "fp": fp,
+        "tn": tn,
+        "tpr": tp / positives if positives else None,
+        "fnr": fn / positives if positives else None,
+        "fpr": fp / negatives if negatives else None,
+        "tnr": tn / negatives if negatives else None,
+    }
+
+
+def judge_question_agreement(question: dict[str, Any], pairs: dict[int, tuple[Any, Any]]) -> dict[str, Any] | None:
+    """One question: `pairs` is item -> (human label, judge answer), ratings as points of the scale."""
+    kind = question["kind"]
+    if kind not in ("pass_fail", "rating", "pairwise"):
+        return None
+    items = sorted(pairs)
+    values = [pairs[i] for i in items]
+    if kind == "rating":
+        scale = list(range(question["min"], question["max"] + 1))
+        kappa = cohen_kappa(values, categories=scale, weighting="quadratic") if values else None
+        middle = (question["min"] + question["max"]) / 2
+        rates: dict[str, Any] = _rates([(h > middle, j > middle) for h, j in values])
+    else:
+        kappa = cohen_kappa(values) if values else None
+        if kind == "pass_fail":
+            rates = _rates([(bool(h), bool(j)) for h, j in values])
+        else:
+            rates = {side: _rates([(h == side, j == side) for h, j in values]) for side in ("A", "B")}
+    confusion = Counter(values)
+    return {
+        "key": question["key"],
+        "kind": kind,
+        "label": question["label"],
+        "items": len(values),
+        "agreement": sum(h == j for h, j in values) / len(values) if values else None,
+        "kappa": kappa,
+        "kappa_weighting": "quadratic" if kind == "rating" else None,
+        "rates": rates,
+        "confusion": [
+            {"human": h, "judge": j, "items": n}
+            for (h, j), n in sorted(confusion.items(), key=lambda hjn: (repr(hjn[0][0]), repr(hjn[0][1])))
+        ],
+        "wrong": [item for item in items if pairs[item][0] != pairs[item][1]],
     }

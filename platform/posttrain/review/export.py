@@ -1,19 +1,28 @@
-"""A campaign's judgements as files: preference pairs for reward-model or DPO training, ratings as rows.
+"""A campaign's labels as files: preference pairs for reward-model or DPO training, step labels for a
+process reward model, ratings as rows.
 
   trl            JSONL, TRL's standard preference format: {"prompt", "chosen", "rejected"} per line
   openai         JSONL, OpenAI's preference fine-tuning format:
                  {"input": {"messages": [{"role": "user", "content": prompt}]},
                   "preferred_output": [{"role": "assistant", "content": chosen}],
                   "non_preferred_output": [{"role": "assistant", "content": rejected}]}
-  ratings_jsonl  JSONL, one line per judgement: item, annotator, both samples (id, run, step, reward,
-                 components, response), the answers (pairwise "A" = sample_a) and seconds
-  ratings_csv    the same as CSV: answers in `answer.<key>` columns (tags joined with "|", pass/fail as
-                 true/false), without the components
+  prm            JSONL, step labels in PRM800K's style: {"prompt", "steps": [...], "labels": [1, 1, -1]}
+                 (posttrain.review.steps: the steps up to the first wrong one)
+  ratings_jsonl  JSONL, one line per judgement: item, annotator, both rollouts (reference: run, step,
+                 index; reward, components, response), the answers (pairwise "A" = rollout_a), seconds,
+                 the annotator's gold weight (0: set aside), whether the item is gold, and the item's
+                 labels with who decided them
+  ratings_csv    the same as CSV: answers in `answer.<key>` and labels in `label.<key>` columns (tags
+                 joined with "|", pass/fail as true/false, a steps answer as its first wrong step or
+                 "none"), without the components
 
-Preference pairs come from pair campaigns: per item, the strict plurality of its annotators' answers to
-the pairwise question (the first one, or the one named). Items whose plurality is "tie" or "both_bad",
-whose top answers are level (one annotator says A, another B) or that nobody judged give no pair: a
-preference dataset should hold only preferences the humans actually expressed.
+Preference pairs and step labels come from each item's label (posttrain.review.labels): a gold item's
+known answer, else the reviewer's decision, else its annotators' weighted vote, annotators weighted
+by their gold accuracy as the campaign's gold policy says (those set aside count for nothing). Pairs:
+items whose label is "tie" or "both_bad", whose top answers weigh the same (one annotator says A,
+another B, nobody decided) or that nobody judged give no pair: a preference dataset should hold only
+preferences the humans actually expressed. Gold rows drawn from a dataset are left out of pairs and
+step labels: they came from that dataset, they are not new data.
 
 `campaign_export_register` stores an export in the registry as a dataset (hashed, counted, previewed by
 the registry's own file registration) whose `source_campaign_id` is the campaign.
@@ -36,10 +45,10 @@ from django.core.exceptions import ValidationError
 
 from posttrain.core.errors import InvalidInput
 from posttrain.registry.models import Dataset
-from posttrain.registry.services import dataset_register_path
-from posttrain.review.models import Campaign, CampaignKind, Judgement
-from posttrain.review.selectors import pairwise_majority
-from posttrain.runs.models import Sample
+from posttrain.registry.services import dataset_register_platform_file
+from posttrain.review.models import Campaign, CampaignKind, GoldSource, Judgement, ReviewRollout
+from posttrain.review.selectors import campaign_labels
+from posttrain.review.steps import prm_record, split_steps
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ EXPORT_FORMATS: dict[str, ExportFormat] = {
     # The registry keeps prompt datasets with a top-level prompt field; OpenAI's rows nest the prompt in
     # input.messages, so this one is a download only (trl holds the same pairs and registers).
     "openai": ExportFormat("application/x-ndjson", "jsonl", registrable=False),
+    "prm": ExportFormat("application/x-ndjson", "jsonl"),
     "ratings_jsonl": ExportFormat("application/x-ndjson", "jsonl"),
     "ratings_csv": ExportFormat("text/csv", "csv"),
 }
@@ -67,14 +77,19 @@ _FIXED_CSV_COLUMNS = [
     "sample_a",
     "run_a",
     "step_a",
+    "index_a",
     "reward_a",
     "response_a",
     "sample_b",
     "run_b",
     "step_b",
+    "index_b",
     "reward_b",
     "response_b",
     "seconds",
+    "weight",
+    "gold",
+    "decided_by",
 ]
 
 
@@ -110,19 +125,43 @@ def _pairwise_key(campaign: Campaign, question: str | None) -> str:
 
 
 def preference_pairs(campaign: Campaign, question: str | None = None) -> list[PreferencePair]:
-    """One pair per item whose humans preferred one response (see the module doc), in queue order."""
+    """One pair per item whose label prefers one response (see the module doc), in queue order."""
     key = _pairwise_key(campaign, question)
-    answers: dict[int, list[Any]] = {}
-    for item_id, given in Judgement.objects.filter(item__campaign=campaign).values_list("item_id", "answers"):
-        answers.setdefault(item_id, []).append(given.get(key))
+    labels = campaign_labels(campaign).labels
     pairs = []
-    for item in campaign.items.select_related("sample_a", "sample_b").order_by("position"):
-        winner = pairwise_majority(answers.get(item.pk, []))
-        if winner not in ("A", "B") or item.sample_b is None:
+    items = campaign.items.exclude(gold_source=GoldSource.DATASET).select_related("rollout_a", "rollout_b")
+    for item in items.order_by("position"):
+        label = labels.get(item.pk, {}).get(key)
+        if label is None or label.value not in ("A", "B") or item.rollout_b is None:
             continue
-        chosen, rejected = (item.sample_a, item.sample_b) if winner == "A" else (item.sample_b, item.sample_a)
-        pairs.append(PreferencePair(item.pk, item.sample_a.prompt, chosen.response, rejected.response))
+        chosen, rejected = (item.rollout_a, item.rollout_b) if label.value == "A" else (item.rollout_b, item.rollout_a)
+        pairs.append(PreferencePair(item.pk, item.rollout_a.prompt, chosen.response, rejected.response))
     return pairs
+
+
+def _steps_key(campaign: Campaign) -> str:
+    key = next((q["key"] for q in campaign.questions if q["kind"] == "steps"), None)
+    if key is None:
+        raise InvalidInput.one(
+            "format", "step labels need a campaign with a steps question; export ratings_jsonl or ratings_csv instead"
+        )
+    return key
+
+
+def step_records(campaign: Campaign) -> list[dict[str, Any]]:
+    """One PRM800K-style record per item whose steps question has a label, in queue order."""
+    key = _steps_key(campaign)
+    labels = campaign_labels(campaign).labels
+    records = []
+    for item in campaign.items.exclude(gold_source=GoldSource.DATASET).select_related("rollout_a").order_by("position"):
+        label = labels.get(item.pk, {}).get(key)
+        if label is None:
+            continue
+        rollout = item.rollout_a
+        steps = split_steps(rollout.response, rollout.tokens)
+        if steps.texts:
+            records.append(prm_record(rollout.prompt, steps, label.value.get("first_wrong")))
+    return records
 
 
 def _jsonl(record: dict[str, Any]) -> str:
@@ -141,52 +180,74 @@ def openai_record(pair: PreferencePair) -> dict[str, Any]:
     }
 
 
-def _sample_fields(sample: Sample | None, suffix: str) -> dict[str, Any]:
-    if sample is None:
+def _sample_fields(rollout: ReviewRollout | None, suffix: str) -> dict[str, Any]:
+    if rollout is None:
         return {
             f"sample_{suffix}": None,
             f"run_{suffix}": None,
             f"step_{suffix}": None,
+            f"index_{suffix}": None,
             f"reward_{suffix}": None,
             f"components_{suffix}": None,
             f"response_{suffix}": None,
         }
     # Keys in a fixed order (Postgres jsonb reorders them): the same judgements always give the same bytes,
     # so registering an unchanged export again finds the same dataset.
-    components = dict(sorted(sample.components.items())) if isinstance(sample.components, dict) else sample.components
+    components = (
+        dict(sorted(rollout.components.items())) if isinstance(rollout.components, dict) else rollout.components
+    )
     return {
-        f"sample_{suffix}": sample.pk,
-        f"run_{suffix}": str(sample.run_id),
-        f"step_{suffix}": sample.step,
-        f"reward_{suffix}": sample.reward,
+        f"sample_{suffix}": rollout.pk,
+        f"run_{suffix}": None if rollout.run_id is None else str(rollout.run_id),
+        f"step_{suffix}": rollout.step,
+        f"index_{suffix}": rollout.index,
+        f"reward_{suffix}": rollout.reward,
         f"components_{suffix}": components,
-        f"response_{suffix}": sample.response,
+        f"response_{suffix}": rollout.response,
+    }
+
+
+def _ordered(answers: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    return {
+        key: dict(sorted(answers[key].items())) if isinstance(answers[key], dict) else answers[key]
+        for key in keys
+        if key in answers
     }
 
 
 def rating_rows(campaign: Campaign) -> list[dict[str, Any]]:
-    """One row per judgement, by item position then annotator name (pairwise answers: "A" = sample_a);
-    answers in the campaign's question order."""
+    """One row per judgement, by item position then annotator name (pairwise answers: "A" = rollout_a);
+    answers and labels in the campaign's question order."""
     keys = [q["key"] for q in campaign.questions]
+    labels = campaign_labels(campaign)
     judgements = (
         Judgement.objects.filter(item__campaign=campaign)
-        .select_related("annotator", "item__sample_a", "item__sample_b")
+        .select_related("annotator", "item__rollout_a", "item__rollout_b", "item__decided_by")
         .order_by("item__position", "annotator__username")
     )
-    return [
-        {
-            "campaign": campaign.pk,
-            "item": j.item_id,
-            "position": j.item.position,
-            "annotator": j.annotator.get_username(),
-            "prompt": j.item.sample_a.prompt,
-            **_sample_fields(j.item.sample_a, "a"),
-            **_sample_fields(j.item.sample_b, "b"),
-            "answers": {key: j.answers[key] for key in keys if key in j.answers},
-            "seconds": j.seconds,
-        }
-        for j in judgements
-    ]
+    rows = []
+    for j in judgements:
+        annotator = j.annotator.get_username()
+        item_labels = labels.labels.get(j.item_id, {})
+        rows.append(
+            {
+                "campaign": campaign.pk,
+                "item": j.item_id,
+                "position": j.item.position,
+                "annotator": annotator,
+                "prompt": j.item.rollout_a.prompt,
+                **_sample_fields(j.item.rollout_a, "a"),
+                **_sample_fields(j.item.rollout_b, "b"),
+                "answers": _ordered(j.answers, keys),
+                "seconds": j.seconds,
+                "weight": labels.weight(annotator),
+                "gold": j.item.gold is not None,
+                "labels": _ordered({k: label.value for k, label in item_labels.items()}, keys),
+                "label_sources": {k: item_labels[k].source for k in keys if k in item_labels},
+                "decided_by": None if j.item.decided_by is None else j.item.decided_by.get_username(),
+            }
+        )
+    return rows
 
 
 def _csv_value(value: Any) -> Any:
@@ -196,6 +257,9 @@ def _csv_value(value: Any) -> Any:
         return "true" if value else "false"
     if isinstance(value, list):
         return "|".join(str(v) for v in value)
+    if isinstance(value, dict):  # a steps answer
+        first = value.get("first_wrong")
+        return "none" if first is None else first
     return value
 
 
@@ -207,10 +271,13 @@ def _csv_line(values: list[Any]) -> str:
 
 def ratings_csv_lines(campaign: Campaign, rows: list[dict[str, Any]]) -> Iterator[str]:
     keys = [q["key"] for q in campaign.questions]
-    yield _csv_line(_FIXED_CSV_COLUMNS + [f"answer.{key}" for key in keys])
+    graded = [q["key"] for q in campaign.questions if q["key"] in {k for row in rows for k in row["labels"]}]
+    yield _csv_line(_FIXED_CSV_COLUMNS + [f"answer.{key}" for key in keys] + [f"label.{key}" for key in graded])
     for row in rows:
         yield _csv_line(
-            [_csv_value(row[c]) for c in _FIXED_CSV_COLUMNS] + [_csv_value(row["answers"].get(key)) for key in keys]
+            [_csv_value(row[c]) for c in _FIXED_CSV_COLUMNS]
+            + [_csv_value(row["answers"].get(key)) for key in keys]
+            + [_csv_value(row["labels"].get(key)) for key in graded]
         )
 
 
@@ -227,6 +294,9 @@ def export_campaign(campaign: Campaign, fmt: str, question: str | None = None) -
         record = trl_record if fmt == "trl" else openai_record
         pairs = preference_pairs(campaign, question)
         return Export([_jsonl(record(pair)) for pair in pairs], len(pairs))
+    if fmt == "prm":
+        records = step_records(campaign)
+        return Export([_jsonl(r) for r in records], len(records))
     rows = rating_rows(campaign)
     if fmt == "ratings_jsonl":
         return Export([_jsonl(row) for row in rows], len(rows))
@@ -259,7 +329,10 @@ def campaign_export_register(
         )
     export = export_campaign(campaign, format, question)
     if export.records == 0:
-        what = "preference pairs (items whose annotators preferred A or B)" if format == "trl" else "judgements"
+        what = {
+            "trl": "preference pairs (items whose label prefers A or B)",
+            "prm": "step labels (items whose first wrong step is labelled)",
+        }.get(format, "judgements")
         raise InvalidInput.one("format", f"nothing to export yet: the campaign has no {what}")
     staging = Path(settings.STORAGE_ROOT) / "review" / "exports" / f"campaign-{campaign.pk}"
     staging.mkdir(parents=True, exist_ok=True)
@@ -267,9 +340,9 @@ def campaign_export_register(
     path.write_text("".join(export.lines), encoding="utf-8")
     try:
         # The registry copies the file into its content-addressed store; the staged copy is not needed after.
-        dataset, created = dataset_register_path(
+        dataset, created = dataset_register_platform_file(
             name or f"{campaign.name[:150]} ({format})",
-            str(path),
+            path,
             format=kind.extension,
             prompt_field="prompt",
             label_field="",

@@ -3,13 +3,19 @@
 A question is a JSON object:
 
     {"key": "quality", "kind": "rating", "label": "Overall quality", "required": true, "help": "...",
-     "min": 1, "max": 5, "labels": ["awful", "poor", "ok", "good", "great"]}      # rating
+     "min": 1, "max": 5, "labels": ["awful", "poor", "ok", "good", "great"],
+     "rubric": ["Wrong or off topic.", "...", "Right, complete and plain."]}     # rating
     {"key": "correct", "kind": "pass_fail", "label": "Is the answer correct?"}     # true / false
     {"key": "better", "kind": "pairwise", "label": "Which response is better?"}    # "A" | "B" | "tie" | "both_bad"
     {"key": "issues", "kind": "tags", "label": "Problems", "options": ["rude", "wrong"]}  # a list of options
     {"key": "note", "kind": "comment", "label": "Anything else?"}                   # free text
+    {"key": "first_error", "kind": "steps", "label": "First wrong step", "unit": "sentence"}  # see steps.py
 
-`required` defaults to true, except for tags and comments (an empty tag list is the answer "none apply"). Pairwise questions exist only in pair campaigns.
+`required` defaults to true, except for tags and comments (an empty tag list is the answer "none apply").
+`help` is the question's instructions and each `rubric` entry what one point of the scale means (one per
+point, lowest first), both markdown (guidelines.py renders them). Pairwise questions exist only in pair
+campaigns, a steps question (at most one: the first wrong step of the response, by sentence or, where the
+item has a per-token view, `"unit": "token"`) only in single ones.
 Every error names its field (`questions[2].max`, `answers.quality`).
 """
 
@@ -21,8 +27,11 @@ from typing import Any
 from posttrain.core.errors import InvalidInput
 from posttrain.core.json_values import json_integer
 
-QUESTION_KINDS: tuple[str, ...] = ("rating", "pass_fail", "pairwise", "tags", "comment")
+QUESTION_KINDS: tuple[str, ...] = ("rating", "pass_fail", "pairwise", "tags", "comment", "steps")
+# Questions with one right answer per item: gold answers, adjudication and judges apply to these.
+GRADED_KINDS: tuple[str, ...] = ("pass_fail", "rating", "pairwise", "steps")
 PAIRWISE_CHOICES: tuple[str, ...] = ("A", "B", "tie", "both_bad")
+STEP_UNITS: tuple[str, ...] = ("sentence", "token")
 _KEY = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 MAX_QUESTIONS = 20
 MAX_LABEL_CHARS = 500
@@ -32,7 +41,7 @@ MAX_TAG_OPTIONS = 50
 MAX_TAG_CHARS = 100
 MAX_COMMENT_CHARS = 10_000
 _COMMON_FIELDS = {"key", "kind", "label", "required", "help"}
-_KIND_FIELDS = {"rating": {"min", "max", "labels"}, "tags": {"options"}}
+_KIND_FIELDS = {"rating": {"min", "max", "labels", "rubric"}, "tags": {"options"}, "steps": {"unit"}}
 
 
 def _text(value: Any, loc: str, errors: list[dict[str, str]], *, limit: int, required: bool) -> str:
@@ -76,6 +85,8 @@ def validate_questions(raw: Any, campaign_kind: str) -> list[dict[str, Any]]:
         errors.append(
             {"loc": "questions", "msg": "a pair campaign needs a pairwise question (which response is better)"}
         )
+    if sum(q["kind"] == "steps" for q in questions) > 1:
+        errors.append({"loc": "questions", "msg": "at most one steps question (the first wrong step) per campaign"})
     if errors:
         raise InvalidInput(errors)
     return questions
@@ -97,6 +108,8 @@ def _question(raw: dict[str, Any], loc: str, campaign_kind: str, errors: list[di
         )
     if kind == "pairwise" and campaign_kind != "pair":
         errors.append({"loc": f"{loc}.kind", "msg": "pairwise questions need a pair campaign (kind 'pair')"})
+    if kind == "steps" and campaign_kind != "single":
+        errors.append({"loc": f"{loc}.kind", "msg": "steps questions label one response: a single campaign"})
     required = raw.get("required", kind not in ("tags", "comment"))
     if not isinstance(required, bool):
         errors.append({"loc": f"{loc}.required", "msg": "must be true or false"})
@@ -113,6 +126,11 @@ def _question(raw: dict[str, Any], loc: str, campaign_kind: str, errors: list[di
         question["options"] = _tag_options(raw.get("options"), f"{loc}.options", errors)
     elif kind == "pairwise":
         question["choices"] = list(PAIRWISE_CHOICES)
+    elif kind == "steps":
+        unit = raw.get("unit", "sentence")
+        if unit not in STEP_UNITS:
+            errors.append({"loc": f"{loc}.unit", "msg": f"must be one of {', '.join(STEP_UNITS)}"})
+        question["unit"] = unit
     return question if len(errors) == before else None
 
 
@@ -143,7 +161,19 @@ def _rating_scale(raw: dict[str, Any], loc: str, errors: list[dict[str, str]]) -
         _text(label, f"{loc}.labels[{i}]", errors, limit=MAX_LABEL_CHARS, required=True)
         for i, label in enumerate(labels)
     ]
-    return {"min": low, "max": high, "labels": cleaned}
+    rubric = raw.get("rubric") or []
+    if not isinstance(rubric, list) or (rubric and len(rubric) != points):
+        errors.append(
+            {
+                "loc": f"{loc}.rubric",
+                "msg": f"must be a list of {points} descriptions, one per point from {low} to {high}",
+            }
+        )
+        return {}
+    described = [
+        _text(text, f"{loc}.rubric[{i}]", errors, limit=MAX_HELP_CHARS, required=False) for i, text in enumerate(rubric)
+    ]
+    return {"min": low, "max": high, "labels": cleaned, "rubric": described}
 
 
 def _tag_options(raw: Any, loc: str, errors: list[dict[str, str]]) -> list[str]:
@@ -192,6 +222,33 @@ def validate_answers(questions: list[dict[str, Any]], raw: Any, loc: str = "answ
     return answers
 
 
+def validate_known_answers(
+    questions: list[dict[str, Any]], raw: Any, loc: str, required: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Answers to the graded questions only (a gold item's known answers, a reviewer's decision): each
+    checked like an annotator's, the `required` keys present; pairwise "A" means the item's rollout_a."""
+    if not isinstance(raw, dict) or not raw:
+        raise InvalidInput.one(loc, "must be an object of question key to answer, with at least one answer")
+    graded = {q["key"]: q for q in questions if q["kind"] in GRADED_KINDS}
+    errors: list[dict[str, str]] = []
+    answers: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in graded:
+            errors.append(
+                {"loc": f"{loc}.{key}"[:300], "msg": f"not a graded question (those: {', '.join(sorted(graded))})"}
+            )
+            continue
+        normalised = _answer(graded[key], value, f"{loc}.{key}", errors)
+        if normalised is not None:
+            answers[key] = normalised
+    for key in required:
+        if key not in answers and not any(e["loc"] == f"{loc}.{key}" for e in errors):
+            errors.append({"loc": f"{loc}.{key}", "msg": f"required: {graded[key]['label']}"})
+    if errors:
+        raise InvalidInput(errors)
+    return answers
+
+
 def _answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[str, str]]) -> Any:
     """The normalised answer, or None when there is none (an error is appended for a wrong one)."""
     if value is None:
@@ -213,6 +270,8 @@ def _answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[st
             errors.append({"loc": loc, "msg": f"must be one of {', '.join(PAIRWISE_CHOICES)}"})
             return None
         return value
+    if kind == "steps":
+        return _step_answer(value, loc, errors)
     if kind == "tags":
         if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
             errors.append({"loc": loc, "msg": "must be a list of tags"})
@@ -237,6 +296,21 @@ def _answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[st
         errors.append({"loc": loc, "msg": "must not contain NUL characters"})
         return None
     return text or None
+
+
+def _step_answer(value: Any, loc: str, errors: list[dict[str, str]]) -> dict[str, Any] | None:
+    """The shape of a steps answer; its indices are checked against the item's own steps by the service
+    (posttrain.review.steps.check_step_answer), which knows the response."""
+    if not isinstance(value, dict) or not set(value) <= {"first_wrong", "tokens"} or not value:
+        errors.append(
+            {
+                "loc": loc,
+                "msg": 'must be {"first_wrong": step} (from 0), {"first_wrong": null} when no step is wrong, '
+                'or {"tokens": [start, end]}',
+            }
+        )
+        return None
+    return dict(value)
 
 
 # --- pairwise answers: as shown vs as stored ---------------------------------------------------

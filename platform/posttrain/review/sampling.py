@@ -1,20 +1,38 @@
-"""Which rollout samples a campaign reviews: the source spec and the selection rules (no database).
+"""Which rollouts a campaign reviews: the source spec and the selection rules (no database). The
+rollouts come from posttrain.runs.selectors.rollouts_query as plain dicts (`Candidate.from_rollout`).
 
 The source is a JSON object:
 
     {"runs": ["<run id>", ...],          # one or more runs (pair campaigns: one or two)
      "steps": [10, 20] | "step_range": [10, 20],   # optional; default every step with samples
-     "rule": "random" | "lowest_reward" | "highest_reward" | "component_disagreement" | "reward_vs_component",
+     "rule": "random" | "lowest_reward" | "highest_reward" | "component_disagreement" | "reward_vs_component"
+             | "near_boundary" | "reward_vs_judge" | "alerts" | "one_per_group",
      "k": 4,                              # items per run and step (per step for pairs)
-     "components": ["exact_answer", "format"],      # the disagreement rules only
+     "components": ["exact_answer", "format"],      # the component rules only
+     "boundary": 0.5,                     # near_boundary only (default 0.5)
+     "judge_run": 12,                     # reward_vs_judge only: a finished judge run over these runs
+     "alerts": [{"run": "<id>", "step": 40, "indices": [3, 7], "code": "kl_blowup"}],  # alerts only
      "seed": 0,
      "pair_steps": "same" | "latest"}     # pairs across two runs only
 
-Scores (a sample without the needed reward or component is left out, except by `random`):
+Scores (a sample without the needed reward, component or judge score is left out, except by `random`):
   lowest_reward / highest_reward  the sample's reward
   component_disagreement          max − min of the listed components (two or more)
   reward_vs_component             |reward − the one listed component| (the verifier against the reward)
+  near_boundary                   |reward − boundary|, the smallest first: the samples the reward was
+                                  least sure about (a reward model's 0, a verifier's 0.5)
+  reward_vs_judge                 |reward − the judge's score| (a judge run scored the runs' rollouts
+                                  first, on a worker): where a second opinion disputes the reward
 The disagreement rules take the largest scores first.
+
+The last two rules of single campaigns pick without a score:
+  alerts          the steps a run's alerts point to (posttrain.runs.diagnostics): k samples of each
+                  alert's step, at random, or exactly the alert's `indices` when it names its examples
+                  (a hacking signal's). Without `alerts` in the source the runs' current alerts are
+                  used (the service fills them in, and the campaign keeps them); the steps come from
+                  the alerts, so `steps` and `step_range` are refused.
+  one_per_group   one sample from each of k prompt groups per run and step (GRPO's groups: k different
+                  prompts, none seen twice), the groups and the sample in each at random.
 
 Pairing rule (kind "pair"):
   one run      two different responses of one prompt group (same run, same step, same `group`).
@@ -44,20 +62,46 @@ from typing import Any
 from posttrain.core.errors import InvalidInput
 from posttrain.core.json_values import json_integer
 
-RULES: tuple[str, ...] = ("random", "lowest_reward", "highest_reward", "component_disagreement", "reward_vs_component")
+RULES: tuple[str, ...] = (
+    "random",
+    "lowest_reward",
+    "highest_reward",
+    "component_disagreement",
+    "reward_vs_component",
+    "near_boundary",
+    "reward_vs_judge",
+    "alerts",
+    "one_per_group",
+)
+SINGLE_ONLY_RULES: frozenset[str] = frozenset({"near_boundary", "reward_vs_judge", "alerts", "one_per_group"})
 PAIR_STEPS: tuple[str, ...] = ("same", "latest")
 MAX_RUNS = 20
 MAX_K = 1000
 MAX_STEPS_LISTED = 10_000
+MAX_ALERTS = 1000
 MAX_SEED = 2**31 - 1
-_SOURCE_FIELDS = {"runs", "steps", "step_range", "rule", "k", "components", "seed", "pair_steps"}
+DEFAULT_BOUNDARY = 0.5
+_SOURCE_FIELDS = {
+    "runs",
+    "steps",
+    "step_range",
+    "rule",
+    "k",
+    "components",
+    "seed",
+    "pair_steps",
+    "boundary",
+    "judge_run",
+    "alerts",
+}
+
+RolloutKey = tuple[str, int, int]  # (run id, step, index)
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A rollout sample as selection needs it."""
+    """A rollout as selection needs it (`judge`: a judge run's score of it, for reward_vs_judge)."""
 
-    id: int
     run_id: str
     step: int
     index: int
@@ -66,12 +110,34 @@ class Candidate:
     components: dict[str, Any] = field(default_factory=dict)
     prompt: str = ""
     response: str = ""
+    judge: float | None = None
+
+    @property
+    def key(self) -> RolloutKey:
+        return (self.run_id, self.step, self.index)
+
+    @classmethod
+    def from_rollout(cls, rollout: dict[str, Any], judge: float | None = None) -> Candidate:
+        return cls(
+            run_id=rollout["run"],
+            step=rollout["step"],
+            index=rollout["index"],
+            group=rollout["group"],
+            reward=rollout["reward"],
+            components=rollout["components"],
+            prompt=rollout.get("prompt", ""),
+            response=rollout.get("response", ""),
+            judge=judge,
+        )
 
 
 @dataclass(frozen=True)
 class Pick:
-    sample_a: int
-    sample_b: int | None
+    """An item to make: the key of its rollout (a RolloutKey, or a gold row's key) and, for pairs, the
+    second one's, with why it was picked."""
+
+    a: Any
+    b: Any | None
     selection: dict[str, Any]
 
 
@@ -108,6 +174,9 @@ def validate_source(raw: Any, campaign_kind: str) -> dict[str, Any]:
         "components": components,
         "seed": seed,
     }
+    if rule in SINGLE_ONLY_RULES and campaign_kind != "single":
+        errors.append({"loc": "source.rule", "msg": f"{rule} picks single responses: use a single campaign"})
+    source.update(_rule_fields(raw, rule, runs, errors))
     across_runs = campaign_kind == "pair" and len(runs) == 2
     pair_steps = raw.get("pair_steps")
     if across_runs:
@@ -120,6 +189,62 @@ def validate_source(raw: Any, campaign_kind: str) -> dict[str, Any]:
     if errors:
         raise InvalidInput(errors)
     return source
+
+
+def _rule_fields(raw: dict[str, Any], rule: Any, runs: list[str], errors: list[dict[str, str]]) -> dict[str, Any]:
+    """The fields only one rule reads: each refused under another rule, checked under its own."""
+    fields: dict[str, Any] = {}
+    own = {"boundary": "near_boundary", "judge_run": "reward_vs_judge", "alerts": "alerts"}
+    for name, owner in own.items():
+        if raw.get(name) is not None and rule != owner:
+            errors.append({"loc": f"source.{name}", "msg": f"only the {owner} rule uses {name}"})
+    if rule == "near_boundary":
+        boundary = raw.get("boundary", DEFAULT_BOUNDARY)
+        if isinstance(boundary, bool) or not isinstance(boundary, (int, float)) or not math.isfinite(boundary):
+            errors.append({"loc": "source.boundary", "msg": "must be a number: the reward's decision boundary"})
+        else:
+            fields["boundary"] = float(boundary)
+    elif rule == "reward_vs_judge":
+        judge_run = json_integer(raw.get("judge_run"))
+        if judge_run is None or judge_run < 1:
+            errors.append(
+                {"loc": "source.judge_run", "msg": "required: the id of a judge run that scored these runs' rollouts"}
+            )
+        fields["judge_run"] = judge_run
+    elif rule == "alerts":
+        if raw.get("steps") is not None or raw.get("step_range") is not None:
+            errors.append({"loc": "source.steps", "msg": "the alerts rule takes its steps from the alerts"})
+        fields["alerts"] = None if raw.get("alerts") is None else _alerts(raw["alerts"], runs, errors)
+    return fields
+
+
+def _alerts(raw: Any, runs: list[str], errors: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Alert pointers: {"run", "step", "indices" (optional: the alert's own examples), "code"}."""
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_ALERTS:
+        errors.append({"loc": "source.alerts", "msg": f"must be a list of 1 to {MAX_ALERTS} alerts"})
+        return []
+    alerts = []
+    for i, entry in enumerate(raw):
+        loc = f"source.alerts[{i}]"
+        if not isinstance(entry, dict) or not set(entry) <= {"run", "step", "indices", "code"}:
+            errors.append({"loc": loc, "msg": 'must be {"run", "step", "indices" (optional), "code" (optional)}'})
+            continue
+        run = str(entry.get("run"))
+        if run not in runs:
+            errors.append({"loc": f"{loc}.run", "msg": "must be one of the source's runs"})
+        step = json_integer(entry.get("step"))
+        if step is None or step < 0:
+            errors.append({"loc": f"{loc}.step", "msg": "must be a step number (an integer ≥ 0)"})
+        indices = entry.get("indices")
+        if indices is not None:
+            parsed = [json_integer(v) for v in indices] if isinstance(indices, list) else [None]
+            if not parsed or any(v is None or v < 0 for v in parsed):
+                errors.append({"loc": f"{loc}.indices", "msg": "must be a list of sample indices (integers ≥ 0)"})
+            else:
+                indices = sorted(set(parsed))
+        code = entry.get("code", "")
+        alerts.append({"run": run, "step": step, "indices": indices, "code": str(code)[:100]})
+    return alerts
 
 
 def _runs(raw: Any, campaign_kind: str, errors: list[dict[str, str]]) -> list[str]:
@@ -204,12 +329,16 @@ def _finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def sample_score(candidate: Candidate, rule: str, components: list[str]) -> float | None:
+def sample_score(candidate: Candidate, rule: str, components: list[str], boundary: float = 0.0) -> float | None:
     """The sample's score by the rule; None when it lacks what the rule reads."""
-    if rule == "random":
+    if rule in ("random", "alerts", "one_per_group"):
         return 0.0
     if rule in ("lowest_reward", "highest_reward"):
         return candidate.reward
+    if rule == "near_boundary":
+        return None if candidate.reward is None else abs(candidate.reward - boundary)
+    if rule == "reward_vs_judge":
+        return None if candidate.reward is None or candidate.judge is None else abs(candidate.reward - candidate.judge)
     values = [_finite(candidate.components.get(name)) for name in components]
     if None in values:
         return None
@@ -224,16 +353,19 @@ def _stable(candidate: Candidate) -> tuple[str, int, int]:
     return candidate.run_id, candidate.step, candidate.index
 
 
+_SMALLEST_FIRST = frozenset({"lowest_reward", "near_boundary"})
+
+
 def _ordered(
-    candidates: Iterable[Candidate], rule: str, components: list[str], rng: random.Random
+    candidates: Iterable[Candidate], rule: str, components: list[str], rng: random.Random, boundary: float = 0.0
 ) -> list[tuple[Candidate, float]]:
     """Candidates in the rule's order (best first) with their scores; unscorable ones dropped."""
-    scored = [(c, sample_score(c, rule, components)) for c in sorted(candidates, key=_stable)]
+    scored = [(c, sample_score(c, rule, components, boundary)) for c in sorted(candidates, key=_stable)]
     kept = [(c, s) for c, s in scored if s is not None]
-    if rule == "random":
+    if rule in ("random", "alerts", "one_per_group"):
         rng.shuffle(kept)
         return kept
-    sign = 1.0 if rule == "lowest_reward" else -1.0
+    sign = 1.0 if rule in _SMALLEST_FIRST else -1.0
     return sorted(kept, key=lambda cs: sign * cs[1])  # stable: ties keep (run, step, index) order
 
 
@@ -260,7 +392,7 @@ def _rng(seed: int, *parts: Any) -> random.Random:
 
 
 def _score_or_none(rule: str, score: float) -> float | None:
-    return None if rule == "random" else score
+    return None if rule in ("random", "alerts", "one_per_group") else score
 
 
 # --- selection --------------------------------------------------------------------------------
@@ -272,17 +404,65 @@ def select_singles(candidates: Iterable[Candidate], source: dict[str, Any]) -> l
     buckets: dict[tuple[str, int], list[Candidate]] = defaultdict(list)
     for c in candidates:
         buckets[(c.run_id, c.step)].append(c)
+    if rule == "alerts":
+        return _select_at_alerts(buckets, source)
+    if rule == "one_per_group":
+        return _select_one_per_group(buckets, source)
     picks: list[Pick] = []
+    boundary = source.get("boundary", 0.0)
     for run_id, step in sorted(buckets):
-        ordered = _ordered(buckets[(run_id, step)], rule, components, _rng(seed, run_id, step))
+        ordered = _ordered(buckets[(run_id, step)], rule, components, _rng(seed, run_id, step), boundary)
         for candidate, score in ordered[:k]:
             picks.append(
                 Pick(
-                    candidate.id,
+                    candidate.key,
                     None,
                     {"rule": rule, "score": _score_or_none(rule, score), "step": step, "pairing": "single"},
                 )
             )
+    return picks
+
+
+def _select_at_alerts(buckets: dict[tuple[str, int], list[Candidate]], source: dict[str, Any]) -> list[Pick]:
+    """k samples (or the alert's own examples) of each step an alert points to; two alerts at one step
+    share its samples."""
+    codes: dict[tuple[str, int], list[str]] = defaultdict(list)
+    named: dict[tuple[str, int], set[int] | None] = {}
+    for alert in source.get("alerts") or []:
+        where = (alert["run"], alert["step"])
+        codes[where].append(alert["code"])
+        if alert["indices"] is None:
+            named[where] = None
+        elif named.get(where, set()) is not None:
+            named[where] = (named.get(where) or set()) | set(alert["indices"])
+    picks = []
+    for where in sorted(codes):
+        chosen = sorted(buckets.get(where, []), key=_stable)
+        wanted = named[where]
+        if wanted is None:
+            _rng(source["seed"], *where).shuffle(chosen)
+            chosen = chosen[: source["k"]]
+        else:
+            chosen = [c for c in chosen if c.index in wanted]
+        for candidate in chosen:
+            selection = {"rule": "alerts", "score": None, "step": where[1], "pairing": "single", "alerts": codes[where]}
+            picks.append(Pick(candidate.key, None, selection))
+    return picks
+
+
+def _select_one_per_group(buckets: dict[tuple[str, int], list[Candidate]], source: dict[str, Any]) -> list[Pick]:
+    picks = []
+    for run_id, step in sorted(buckets):
+        rng = _rng(source["seed"], run_id, step, "groups")
+        groups: dict[int, list[Candidate]] = defaultdict(list)
+        for candidate in sorted(buckets[(run_id, step)], key=_stable):
+            groups[candidate.group].append(candidate)
+        order = sorted(groups)
+        rng.shuffle(order)
+        for group in order[: source["k"]]:
+            candidate = rng.choice(groups[group])
+            selection = {"rule": "one_per_group", "score": None, "step": step, "pairing": "single", "group": group}
+            picks.append(Pick(candidate.key, None, selection))
     return picks
 
 
@@ -315,8 +495,8 @@ def select_pairs_within_run(candidates: Iterable[Candidate], source: dict[str, A
         for a, b, score in _rank_pairs(pairs, rule, _rng(seed, step, "pairs"))[:k]:
             picks.append(
                 Pick(
-                    a.id,
-                    b.id,
+                    a.key,
+                    b.key,
                     {
                         "rule": rule,
                         "score": _score_or_none(rule, score),
@@ -330,7 +510,7 @@ def select_pairs_within_run(candidates: Iterable[Candidate], source: dict[str, A
 
 
 def select_pairs_across_runs(candidates: Iterable[Candidate], source: dict[str, Any]) -> list[Pick]:
-    """Pairs of one response from each of the two runs to the same prompt text (sample_a from the first run)."""
+    """Pairs of one response from each of the two runs to the same prompt text (`a` from the first run)."""
     rule, k, components, seed = source["rule"], source["k"], source["components"], source["seed"]
     first_run, second_run = source["runs"]
     latest = source.get("pair_steps") == "latest"
@@ -363,8 +543,8 @@ def select_pairs_across_runs(candidates: Iterable[Candidate], source: dict[str, 
             step: Any = a.step if a.step == b.step else {"a": a.step, "b": b.step}
             picks.append(
                 Pick(
-                    a.id,
-                    b.id,
+                    a.key,
+                    b.key,
                     {"rule": rule, "score": _score_or_none(rule, score), "step": step, "pairing": "across_runs"},
                 )
             )
@@ -381,8 +561,8 @@ def select(candidates: list[Candidate], source: dict[str, Any], campaign_kind: s
 
 def queue_order(picks: list[Pick], seed: int) -> list[tuple[Pick, bool]]:
     """Picks shuffled into queue order (annotators should not see a run's steps in sequence), each with
-    whether a pair shows sample_b as "A" (annotators favour the first response shown)."""
+    whether a pair shows its `b` as "A" (annotators favour the first response shown)."""
     shuffled = list(picks)
     _rng(seed, "order").shuffle(shuffled)
     swap_rng = _rng(seed, "swap")
-    return [(pick, pick.sample_b is not None and swap_rng.random() < 0.5) for pick in shuffled]
+    return [(pick, pick.b is not None and swap_rng.random() < 0.5) for pick in shuffled]

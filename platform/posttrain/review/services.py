@@ -1,4 +1,5 @@
-"""Writes of annotator review: campaigns, their state, and the queue (claim, release, skip, judge).
+"""Writes of review: campaigns, their state, the annotators' queue (claim, release, skip, judge), gold
+answers, and the reviewers' queue (adjudication).
 
 Campaign states go draft → active → closed (draft → closed too) as compare-and-set updates
 `UPDATE … WHERE state IN (…)`; whoever loses a race gets IllegalTransition with the fresh state.
@@ -10,6 +11,13 @@ A judgement is stored in the same transaction as `UPDATE … SET judgement_count
 locked_by = NULL WHERE … (same condition)`, so an item never gets more than `overlap` judgements and
 a judgement never lands on an item someone else holds. One judgement per (item, annotator) is a
 unique constraint, so "next" can never hand an annotator an item they judged.
+
+Adjudication: that UPDATE also holds the item's row until commit, so the last judgement of an item sees
+every other one and decides, in the same transaction, whether its annotators disagree
+(posttrain.review.labels.disagreeing_questions): then `review_state` becomes pending and the item is in
+its reviewers' queue. A reviewer claims a pending item with the same lock (annotators never claim a
+complete item) and decides it: `UPDATE … SET decision=…, review_state='decided' WHERE review_state IN
+(pending, decided) AND (free for the reviewer)`. Gold items are never adjudicated: their answer is known.
 
 Every function takes `now` (default: the current time) so tests can move the clock.
 """
@@ -29,21 +37,42 @@ from django.utils import timezone
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import user_roles
 from posttrain.core.errors import IllegalTransition, InvalidInput, ItemUnavailable, NotAssigned
-from posttrain.review.models import Campaign, CampaignKind, CampaignState, Judgement, ReviewItem, Skip
-from posttrain.review.questions import swap_pairwise, validate_answers, validate_questions
-from posttrain.review.sampling import Candidate, queue_order, select, validate_source
-from posttrain.runs.models import Run, Sample
+from posttrain.registry.models import Dataset
+from posttrain.review.gold import MAX_GOLD_DATASET_ROWS, GoldRow, gold_count, gold_rows, validate_gold_spec
+from posttrain.review.labels import disagreeing_questions, validate_gold_policy
+from posttrain.review.models import (
+    Campaign,
+    CampaignKind,
+    CampaignState,
+    GoldSource,
+    Judgement,
+    JudgeRun,
+    JudgeRunState,
+    JudgeScore,
+    ReviewItem,
+    ReviewRollout,
+    ReviewState,
+    Skip,
+)
+from posttrain.review.questions import swap_pairwise, validate_answers, validate_known_answers, validate_questions
+from posttrain.review.sampling import Candidate, Pick, RolloutKey, queue_order, select, validate_source
+from posttrain.review.steps import check_step_answer, split_steps
+from posttrain.runs.models import Run
+from posttrain.runs.selectors import rollouts_query, run_alerts
+from rl_engine.data import DataError, read_rows
 
 NAME_MAX_CHARS = 200
 TEXT_MAX_CHARS = 20_000
 MAX_ITEMS = 5000
 MAX_OVERLAP = 20
+MAX_RATING_SPREAD = 100
 MIN_LOCK_TTL_S = 30
 MAX_LOCK_TTL_S = 24 * 3600
 MAX_SECONDS = 24 * 3600.0
 CLAIM_BATCH = 20
 MAX_CLAIM_ROUNDS = 50
 ANNOTATOR_ROLES = frozenset({Role.ANNOTATOR, Role.ADMIN})
+REVIEWER_ROLES = frozenset({Role.REVIEWER, Role.ADMIN})
 
 
 # =============================================================================================
@@ -87,16 +116,22 @@ def _check_kind(kind: Any) -> str:
     return kind
 
 
-def _check_annotators(users: Sequence[User]) -> list[User]:
+def _check_people(users: Sequence[User], loc: str, roles: frozenset[str], role: str) -> list[User]:
     errors = []
     for i, user in enumerate(users):
-        if not user_roles(user) & ANNOTATOR_ROLES:
-            errors.append(
-                {"loc": f"annotators[{i}]", "msg": f"{user.get_username()!r} does not have the annotator role"}
-            )
+        if not user_roles(user) & roles:
+            errors.append({"loc": f"{loc}[{i}]", "msg": f"{user.get_username()!r} does not have the {role} role"})
     if errors:
         raise InvalidInput(errors)
     return list({user.pk: user for user in users}.values())
+
+
+def _check_annotators(users: Sequence[User]) -> list[User]:
+    return _check_people(users, "annotators", ANNOTATOR_ROLES, "annotator")
+
+
+def _check_reviewers(users: Sequence[User]) -> list[User]:
+    return _check_people(users, "reviewers", REVIEWER_ROLES, "reviewer")
 
 
 def _check_runs(run_ids: list[str]) -> None:
@@ -110,22 +145,56 @@ def _check_runs(run_ids: list[str]) -> None:
         raise InvalidInput(missing)
 
 
+def _alert_pointers(source: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs' current alerts as the alerts rule's pointers: each alert's step, and the rollouts that show
+    it as `indices` when the alert names examples (a hacking signal's; None: k of the step at random)."""
+    pointers = [
+        {
+            "run": run_id,
+            "step": alert.step,
+            "indices": list(alert.examples) if alert.examples else None,
+            "code": alert.code,
+        }
+        for run_id in source["runs"]
+        for alert in run_alerts(run_id)
+    ]
+    if not pointers:
+        raise InvalidInput.one("source.rule", "the runs have no alerts: choose another rule")
+    return pointers
+
+
+def _pool_scores(source: dict[str, Any]) -> dict[RolloutKey, float]:
+    """reward_vs_judge: the scores of the finished judge run over these runs' rollouts."""
+    judge = JudgeRun.objects.filter(pk=source["judge_run"], campaign__isnull=True).first()
+    if judge is None:
+        raise InvalidInput.one("source.judge_run", f"no judge run {source['judge_run']} over runs' rollouts")
+    if judge.state != JudgeRunState.DONE:
+        raise InvalidInput.one("source.judge_run", f"judge run {judge.pk} is {judge.state}: wait until it is done")
+    missing = sorted(set(source["runs"]) - set((judge.source or {}).get("runs", [])))
+    if missing:
+        raise InvalidInput.one("source.judge_run", f"judge run {judge.pk} did not score run {missing[0]}")
+    scores = JudgeScore.objects.filter(judge_run=judge, score__isnull=False).values_list(
+        "run_id", "step", "index", "score"
+    )
+    return {
+        (str(run_id), step, index): score
+        for run_id, step, index, score in scores
+        if step is not None and index is not None and score is not None  # a pool's scores have all three
+    }
+
+
 def _candidates(source: dict[str, Any], kind: str) -> list[Candidate]:
-    samples = Sample.objects.filter(run_id__in=source["runs"])
-    if source["steps"] is not None:
-        samples = samples.filter(step__in=source["steps"])
-    elif source["step_range"] is not None:
-        samples = samples.filter(step__gte=source["step_range"][0], step__lte=source["step_range"][1])
-    fields = ["id", "run_id", "step", "index", "group", "reward", "components"]
-    if kind == CampaignKind.PAIR:  # pairing compares prompt and response texts; singles never load them
-        fields += ["prompt", "response"]
-    candidates = []
-    for row in samples.values(*fields).iterator(chunk_size=2000):
-        row["run_id"] = str(row["run_id"])
-        if not isinstance(row["components"], dict):
-            row["components"] = {}
-        candidates.append(Candidate(**row))
-    return candidates
+    judge = _pool_scores(source) if source["rule"] == "reward_vs_judge" else {}
+    steps = source["steps"]
+    if source["rule"] == "alerts":
+        steps = sorted({alert["step"] for alert in source["alerts"]})
+    rollouts = rollouts_query(
+        source["runs"],
+        steps=steps,
+        step_range=None if source["step_range"] is None else tuple(source["step_range"]),
+        text=kind == CampaignKind.PAIR,  # pairing compares prompt and response texts; singles never load them
+    )
+    return [Candidate.from_rollout(r, judge.get((r["run"], r["step"], r["index"]))) for r in rollouts]
 
 
 def _nothing_selected(source: dict[str, Any], kind: str) -> str:
@@ -138,7 +207,74 @@ def _nothing_selected(source: dict[str, Any], kind: str) -> str:
             f"selects no items: no sample at these steps has a finite reward and the components "
             f"{', '.join(source['components'])}"
         )
+    if source["rule"] == "reward_vs_judge":
+        return "selects no items: no sample at these steps has both a reward and a score from the judge run"
+    if source["rule"] == "alerts":
+        return "selects no items: the runs have no samples at the steps their alerts point to"
     return "selects no items: the runs have no samples at these steps (with a reward, for the reward rules)"
+
+
+def _gold_items(spec: dict[str, Any] | None, questions: list, sampled: int, seed: int) -> list[GoldRow]:
+    """The gold rows the campaign mixes in (see posttrain.review.gold)."""
+    if spec is None:
+        return []
+    dataset = Dataset.objects.filter(pk=spec["dataset"]).first()
+    if dataset is None:
+        raise InvalidInput.one("gold.dataset", f"no dataset with id {spec['dataset']}")
+    if dataset.row_count > MAX_GOLD_DATASET_ROWS:
+        raise InvalidInput.one(
+            "gold.dataset", f"has {dataset.row_count} rows; a gold dataset has at most {MAX_GOLD_DATASET_ROWS}"
+        )
+    try:
+        rows = read_rows(dataset.path, dataset.format)
+    except (DataError, OSError, ValueError):
+        raise InvalidInput.one("gold.dataset", f"dataset {dataset.pk}'s stored file cannot be read") from None
+    return gold_rows(
+        rows,
+        spec,
+        questions,
+        prompt_field=dataset.prompt_field,
+        label_field=dataset.label_field,
+        count=gold_count(spec["share"], sampled),
+        seed=seed,
+    )
+
+
+def _rollout_copies(campaign: Campaign, picks: list[Pick], source: dict[str, Any]) -> dict[RolloutKey, ReviewRollout]:
+    """The picked rollouts copied into the campaign (text, reward, per-token view), by key."""
+    keys = {key for pick in picks for key in (pick.a, pick.b) if key is not None}
+    copies = [
+        ReviewRollout(
+            campaign=campaign,
+            run_id=rollout["run"],
+            step=rollout["step"],
+            index=rollout["index"],
+            group=rollout["group"],
+            prompt=rollout["prompt"],
+            response=rollout["response"],
+            label=rollout["label"],
+            reward=rollout["reward"],
+            components=rollout["components"],
+            finish_reason=rollout["finish_reason"] or "",
+            tokens=rollout["tokens"],
+            turns=rollout["turns"],
+        )
+        for rollout in rollouts_query(source["runs"], refs=keys, text=True, tokens=True)
+    ]
+    ReviewRollout.objects.bulk_create(copies, batch_size=500)
+    return {(str(c.run_id), int(c.step or 0), int(c.index or 0)): c for c in copies}  # copies of runs: both set
+
+
+def _gold_copies(campaign: Campaign, rows: list[GoldRow], dataset_id: int) -> dict[tuple, ReviewRollout]:
+    copies: dict[tuple, ReviewRollout] = {}
+    for row in rows:
+        for side, response in (("a", row.response_a), ("b", row.response_b)):
+            if response is not None:
+                copies[("gold", row.row, side)] = ReviewRollout(
+                    campaign=campaign, prompt=row.prompt, response=response, dataset_id=dataset_id, dataset_row=row.row
+                )
+    ReviewRollout.objects.bulk_create(list(copies.values()), batch_size=500)
+    return copies
 
 
 def campaign_create(
@@ -153,34 +289,56 @@ def campaign_create(
     overlap: int = 1,
     lock_ttl_s: int = 600,
     annotators: Sequence[User] = (),
+    reviewers: Sequence[User] = (),
+    review_rating_spread: int = 2,
+    gold: Any = None,
+    gold_policy: Any = None,
+    show_suggestions: bool = False,
     user: User | None = None,
 ) -> Campaign:
-    """A draft campaign with its items sampled from the runs (deterministic by the source's seed)."""
+    """A draft campaign with its items sampled from the runs (deterministic by the source's seed), each
+    showing its own copy of its rollouts, and the gold rows mixed in (posttrain.review.gold)."""
     errors: list[dict[str, str]] = []
     name = _collect(errors, lambda: _clean_text(name, "name", limit=NAME_MAX_CHARS, required=True))
     description = _collect(errors, lambda: _clean_text(description, "description", limit=TEXT_MAX_CHARS))
     instructions = _collect(errors, lambda: _clean_text(instructions, "instructions", limit=TEXT_MAX_CHARS))
-    if not isinstance(blind, bool):
-        errors.append({"loc": "blind", "msg": "must be true or false"})
+    for field, flag in (("blind", blind), ("show_suggestions", show_suggestions)):
+        if not isinstance(flag, bool):
+            errors.append({"loc": field, "msg": "must be true or false"})
     _collect(errors, _bounded_int, overlap, "overlap", 1, MAX_OVERLAP, "annotators per item")
     _collect(errors, _bounded_int, lock_ttl_s, "lock_ttl_s", MIN_LOCK_TTL_S, MAX_LOCK_TTL_S, "seconds")
+    _collect(errors, _bounded_int, review_rating_spread, "review_rating_spread", 1, MAX_RATING_SPREAD, "rating points")
     annotators = _collect(errors, _check_annotators, annotators)
+    reviewers = _collect(errors, _check_reviewers, reviewers)
+    gold_policy = _collect(errors, validate_gold_policy, gold_policy)
     kind = _collect(errors, _check_kind, kind)
     if kind is not None:
         questions = _collect(errors, validate_questions, questions, kind)
         source = _collect(errors, validate_source, source, kind)
         if source is not None:
             _collect(errors, _check_runs, source["runs"])
+        if questions is not None and isinstance(blind, bool):
+            gold = _collect(errors, validate_gold_spec, gold, kind, questions, blind)
     if errors:
         raise InvalidInput(errors)
 
+    if source["rule"] == "alerts" and source["alerts"] is None:
+        source["alerts"] = _alert_pointers(source)
     picks = select(_candidates(source, kind), source, kind)
     if not picks:
         raise InvalidInput.one("source", _nothing_selected(source, kind))
-    if len(picks) > MAX_ITEMS:
+    gold_picked = _gold_items(gold, questions, len(picks), source["seed"])
+    if len(picks) + len(gold_picked) > MAX_ITEMS:
         raise InvalidInput.one(
-            "source.k", f"selects {len(picks)} items; at most {MAX_ITEMS} per campaign: lower k or choose fewer steps"
+            "source.k",
+            f"selects {len(picks) + len(gold_picked)} items (gold included); at most {MAX_ITEMS} per campaign: "
+            "lower k or choose fewer steps",
         )
+    gold_picks = [
+        Pick(("gold", row.row, "a"), None if row.response_b is None else ("gold", row.row, "b"), {"rule": "gold"})
+        for row in gold_picked
+    ]
+    known = {("gold", row.row, "a"): row.answers for row in gold_picked}
     with transaction.atomic():
         campaign = Campaign.objects.create(
             name=name,
@@ -192,18 +350,30 @@ def campaign_create(
             blind=blind,
             overlap=overlap,
             lock_ttl_s=lock_ttl_s,
+            review_rating_spread=review_rating_spread,
+            gold_spec=gold,
+            gold_policy=gold_policy,
+            show_suggestions=show_suggestions,
             created_by=user if user is not None and user.is_authenticated else None,
         )
         campaign.annotators.set(annotators)
+        campaign.reviewers.set(reviewers)
+        copies: dict[Any, ReviewRollout] = {
+            **_rollout_copies(campaign, picks, source),
+            **(_gold_copies(campaign, gold_picked, gold["dataset"]) if gold else {}),
+        }
+        picks = picks + gold_picks
         ReviewItem.objects.bulk_create(
             [
                 ReviewItem(
                     campaign=campaign,
                     position=position,
-                    sample_a_id=pick.sample_a,
-                    sample_b_id=pick.sample_b,
+                    rollout_a=copies[pick.a],
+                    rollout_b=None if pick.b is None else copies[pick.b],
                     display_swap=swap,
                     selection=pick.selection,
+                    gold=known.get(pick.a),
+                    gold_source=GoldSource.DATASET if pick.a in known else GoldSource.NONE,
                 )
                 for position, (pick, swap) in enumerate(queue_order(picks, source["seed"]))
             ],
@@ -219,9 +389,28 @@ def campaign_update(
     description: str | None = None,
     instructions: str | None = None,
     annotators: Sequence[User] | None = None,
+    reviewers: Sequence[User] | None = None,
+    gold_policy: Any = None,
+    show_suggestions: bool | None = None,
+    review_rating_spread: int | None = None,
 ) -> Campaign:
-    """Edit the texts and who annotates. Questions and source are fixed: the items were drawn from them."""
+    """Edit the texts, who annotates and reviews, how gold weighs judgements and whether annotators see a
+    judge's suggestions. Questions and source are fixed: the items were drawn from them. A new rating
+    spread applies to items completed from now on."""
     fields = []
+    if gold_policy is not None:
+        campaign.gold_policy = validate_gold_policy(gold_policy)
+        fields.append("gold_policy")
+    if show_suggestions is not None:
+        if not isinstance(show_suggestions, bool):
+            raise InvalidInput.one("show_suggestions", "must be true or false")
+        campaign.show_suggestions = show_suggestions
+        fields.append("show_suggestions")
+    if review_rating_spread is not None:
+        campaign.review_rating_spread = _bounded_int(
+            review_rating_spread, "review_rating_spread", 1, MAX_RATING_SPREAD, "rating points"
+        )
+        fields.append("review_rating_spread")
     if name is not None:
         campaign.name = _clean_text(name, "name", limit=NAME_MAX_CHARS, required=True)
         fields.append("name")
@@ -240,6 +429,8 @@ def campaign_update(
                     f"an active campaign with overlap {campaign.overlap} needs at least {campaign.overlap} annotators",
                 )
             campaign.annotators.set(annotators)
+        if reviewers is not None:
+            campaign.reviewers.set(_check_reviewers(reviewers))
         if fields:
             campaign.save(update_fields=fields)
     return campaign
@@ -313,7 +504,7 @@ def _claimable(campaign: Campaign, user: User, now: datetime) -> QuerySet[Review
 
 
 def _load(pk: int) -> ReviewItem:
-    return ReviewItem.objects.select_related("campaign", "sample_a__run", "sample_b__run").get(pk=pk)
+    return ReviewItem.objects.select_related("campaign", "rollout_a__run", "rollout_b__run").get(pk=pk)
 
 
 def item_claim_next(campaign: Campaign, user: User, *, now: datetime | None = None) -> ReviewItem | None:
@@ -394,16 +585,18 @@ def judgement_submit(
     campaign = item.campaign
     _require_assigned(campaign, user)
     _require_active(campaign)
-    shown = validate_answers(campaign.questions, answers)
+    shown = _with_steps(campaign, item, validate_answers(campaign.questions, answers), "answers")
     seconds = _check_seconds(seconds)
     stored = swap_pairwise(campaign.questions, shown, item.display_swap)
     try:
         with transaction.atomic():
             existing = Judgement.objects.select_for_update().filter(item=item, annotator=user).first()
             if existing is not None:
+                ReviewItem.objects.select_for_update().filter(pk=item.pk).first()  # as the first path's UPDATE
                 existing.answers = stored
                 existing.seconds += seconds
                 existing.save(update_fields=["answers", "seconds", "updated_at"])
+                _refresh_review_state(item.pk, campaign)
                 return existing, False
             taken = (
                 ReviewItem.objects.filter(pk=item.pk, judgement_count__lt=campaign.overlap)
@@ -412,9 +605,37 @@ def judgement_submit(
             )
             if not taken:
                 raise _why_unavailable(item.pk, campaign, now)
-            return Judgement.objects.create(item=item, annotator=user, answers=stored, seconds=seconds), True
+            judgement = Judgement.objects.create(item=item, annotator=user, answers=stored, seconds=seconds)
+            _refresh_review_state(item.pk, campaign)
+            return judgement, True
     except IntegrityError:  # the same user's concurrent submission won; this one changed nothing
         raise ItemUnavailable("you have judged this item already") from None
+
+
+def _with_steps(campaign: Campaign, item: ReviewItem, answers: dict[str, Any], loc: str) -> dict[str, Any]:
+    """Steps answers checked against the item's own response and normalised (posttrain.review.steps)."""
+    questions = [q for q in campaign.questions if q["kind"] == "steps" and answers.get(q["key"]) is not None]
+    if not questions:
+        return answers
+    steps = split_steps(item.rollout_a.response, item.rollout_a.tokens)
+    return {
+        **answers,
+        **{q["key"]: check_step_answer(q, answers[q["key"]], steps, f"{loc}.{q['key']}") for q in questions},
+    }
+
+
+def _refresh_review_state(item_id: int, campaign: Campaign) -> None:
+    """Called with the item's row locked, after a judgement was stored: a complete item whose annotators
+    disagree is pending review; one they now agree on (an annotator edited their answer) is not. Decided
+    and gold items keep their state."""
+    fresh = ReviewItem.objects.values("judgement_count", "review_state", "gold").get(pk=item_id)
+    if fresh["review_state"] == ReviewState.DECIDED or fresh["gold"] or fresh["judgement_count"] < campaign.overlap:
+        return
+    answers = list(Judgement.objects.filter(item_id=item_id).values_list("answers", flat=True))
+    disagree = disagreeing_questions(campaign.questions, answers, campaign.review_rating_spread)
+    state = ReviewState.PENDING if disagree else ReviewState.NONE
+    if state != fresh["review_state"]:
+        ReviewItem.objects.filter(pk=item_id).update(review_state=state)
 
 
 def _why_unavailable(pk: int, campaign: Campaign, now: datetime) -> ItemUnavailable:
@@ -424,3 +645,120 @@ def _why_unavailable(pk: int, campaign: Campaign, now: datetime) -> ItemUnavaila
     # Released since the claim failed (locked_until cleared): held, but no longer until a known time.
     until = f" until {fresh.locked_until.isoformat()}" if fresh.locked_until is not None else ""
     return ItemUnavailable(f"another annotator holds this item{until}")
+
+
+# =============================================================================================
+# Gold answers set by the owner
+# =============================================================================================
+
+
+def item_gold_set(item: ReviewItem, answers: Any) -> ReviewItem:
+    """Mark the item as gold with its known answers (graded questions; pairwise "A" = rollout_a), or
+    unmark it (`answers` None). A gold item leaves the reviewers' queue: its answer is known."""
+    campaign = item.campaign
+    with transaction.atomic():
+        locked = ReviewItem.objects.select_for_update().select_related("rollout_a").get(pk=item.pk)
+        if answers is None:
+            if locked.gold_source == GoldSource.DATASET:
+                raise InvalidInput.one("answers", "a gold row from the campaign's dataset stays gold")
+            locked.gold, locked.gold_source = None, GoldSource.NONE
+            locked.save(update_fields=["gold", "gold_source"])
+            _refresh_review_state(locked.pk, campaign)
+        else:
+            known = _with_steps(
+                campaign, locked, validate_known_answers(campaign.questions, answers, "answers"), "answers"
+            )
+            locked.gold = known
+            if locked.gold_source != GoldSource.DATASET:
+                locked.gold_source = GoldSource.OWNER
+            fields = ["gold", "gold_source"]
+            if locked.review_state == ReviewState.PENDING:
+                locked.review_state = ReviewState.NONE
+                fields.append("review_state")
+            locked.save(update_fields=fields)
+    item.refresh_from_db()
+    return item
+
+
+# =============================================================================================
+# The reviewers' queue: adjudication
+# =============================================================================================
+
+
+def _require_reviewer(campaign: Campaign, user: User) -> None:
+    if not campaign.reviewers.filter(pk=user.pk).exists():
+        raise NotAssigned()
+
+
+def _require_reviewable(campaign: Campaign) -> None:
+    """Adjudication goes on while annotators work and after the campaign closes; a draft has no work."""
+    state = Campaign.objects.values_list("state", flat=True).get(pk=campaign.pk)
+    if state == CampaignState.DRAFT:
+        raise IllegalTransition("the campaign is draft: nothing to adjudicate before it is active", state)
+
+
+def review_items(campaign: Campaign) -> QuerySet[ReviewItem]:
+    """Items waiting for a reviewer: complete, not gold, and their annotators disagree."""
+    return campaign.items.filter(review_state=ReviewState.PENDING)
+
+
+def item_claim_for_review(campaign: Campaign, user: User, *, now: datetime | None = None) -> ReviewItem | None:
+    """Lock the reviewer's next pending item (the one they hold first) and return it; None when none is left."""
+    now = now or timezone.now()
+    _require_reviewer(campaign, user)
+    _require_reviewable(campaign)
+    until = now + timedelta(seconds=campaign.lock_ttl_s)
+    pending = review_items(campaign)
+    for _ in range(MAX_CLAIM_ROUNDS):
+        held = pending.filter(locked_by=user, locked_until__gt=now).order_by("position").values_list("pk", flat=True)
+        free = pending.filter(_free_for(user, now)).order_by("position").values_list("pk", flat=True)
+        candidates = [*held[:1], *free[:CLAIM_BATCH]]
+        if not candidates:
+            return None
+        for pk in candidates:
+            # Checked again in the UPDATE: another reviewer may have taken or decided it since.
+            if pending.filter(pk=pk).filter(_free_for(user, now)).update(locked_by=user, locked_until=until):
+                return _load(pk)
+    raise ItemUnavailable("other reviewers took every item offered to you just now; ask for the next item again")
+
+
+def item_review_release(item: ReviewItem, user: User) -> bool:
+    """Give a pending item back undecided; False when the reviewer did not hold it."""
+    _require_reviewer(item.campaign, user)
+    released = ReviewItem.objects.filter(pk=item.pk, locked_by=user, review_state=ReviewState.PENDING).update(
+        locked_by=None, locked_until=None
+    )
+    return released == 1
+
+
+def decision_submit(item: ReviewItem, user: User, answers: Any, *, now: datetime | None = None) -> ReviewItem:
+    """The reviewer's answers become the item's label (recorded with who decided and when). Pairwise "A"
+    means rollout_a (the reviewer sees the stored order). The questions the annotators disagree on are
+    required; a decided item may be decided again (the last decision stands)."""
+    now = now or timezone.now()
+    campaign = item.campaign
+    _require_reviewer(campaign, user)
+    _require_reviewable(campaign)
+    judged = list(Judgement.objects.filter(item=item).values_list("answers", flat=True))
+    required = tuple(disagreeing_questions(campaign.questions, judged, campaign.review_rating_spread))
+    decided = _with_steps(
+        campaign, item, validate_known_answers(campaign.questions, answers, "answers", required), "answers"
+    )
+    updated = (
+        ReviewItem.objects.filter(pk=item.pk, review_state__in=[ReviewState.PENDING, ReviewState.DECIDED])
+        .filter(_free_for(user, now))
+        .update(
+            decision=decided,
+            decided_by=user,
+            decided_at=now,
+            review_state=ReviewState.DECIDED,
+            locked_by=None,
+            locked_until=None,
+        )
+    )
+    if not updated:
+        fresh = ReviewItem.objects.get(pk=item.pk)
+        if fresh.review_state == ReviewState.NONE:
+            raise ItemUnavailable("this item's annotators agree (or it is gold): it needs no decision")
+        raise ItemUnavailable("another reviewer holds this item")
+    return _load(item.pk)

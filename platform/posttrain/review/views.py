@@ -1,6 +1,6 @@
-"""Server-rendered pages of annotator review. Researchers manage campaigns; annotators work their queue.
-Each page is a template plus one ES module in frontend/static/js/ that reads the review API; the views
-only check roles, resolve the campaign and embed what the page shows before its first request."""
+"""Server-rendered pages of review. Researchers manage campaigns; annotators work their queue; reviewers
+adjudicate. Each page is a template plus one ES module in frontend/static/js/ that reads the review API;
+the views only check roles, resolve the campaign and embed what the page shows before its first request."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from posttrain.review import selectors
 from posttrain.review.models import Campaign
 
 annotator_required = role_required(Role.ANNOTATOR)
+reviewer_required = role_required(Role.REVIEWER)
 
 
 @researcher_required
@@ -51,6 +52,25 @@ def work_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
     return render(
         request,
         "review/work.html",
+        {
+            "campaign": campaign,
+            "page_data": {**selectors.campaign_for_annotator(campaign), "state": campaign.state},
+        },
+    )
+
+
+@reviewer_required
+def adjudicate_queue_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "review/adjudicate_queue.html")
+
+
+@reviewer_required
+def adjudicate_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
+    # Only campaigns the user reviews, as in the API.
+    campaign = get_object_or_404(selectors.reviewer_campaigns(signed_in_user(request.user)), pk=campaign_id)
+    return render(
+        request,
+        "review/adjudicate.html",
         {
             "campaign": campaign,
             "page_data": {**selectors.campaign_for_annotator(campaign), "state": campaign.state},

@@ -8,10 +8,10 @@ from posttrain.runs.models import (
     ExperimentReward,
     MetricRow,
     Quota,
+    RolloutFile,
     Run,
     RunLog,
     RunTransition,
-    Sample,
 )
 
 
@@ -72,9 +72,10 @@ class RunAdmin(admin.ModelAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(admin.ModelAdmin):
-    """Admins set each user's and group's limits here; the scheduler reads them at every admission."""
+    """Admins set each user's and team's (group's) limits, fair-share weight and lending here; the scheduler
+    reads them at every admission (docs/SCHEDULER.md)."""
 
-    list_display = ["__str__", "max_runs", "max_cpus", "max_gpus"]
+    list_display = ["__str__", "max_runs", "max_cpus", "max_gpus", "weight", "borrowing"]
     raw_id_fields = ["user"]
 
 
@@ -84,10 +85,9 @@ class CheckpointAdmin(admin.ModelAdmin):
     raw_id_fields = ["run"]
 
 
-@admin.register(Sample)
-class SampleAdmin(admin.ModelAdmin):
-    list_display = ["run", "step", "index", "reward", "finish_reason", "length"]
-    list_filter = ["finish_reason"]
+@admin.register(RolloutFile)
+class RolloutFileAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "part", "name", "rows", "bytes"]
     raw_id_fields = ["run"]
 
 

@@ -5,7 +5,8 @@ the last server-side hop of the event path (docs/ARCHITECTURE.md, "The event pat
 Messages (`event: <kind>`, `data: <one JSON line>`):
 
     metrics     id: seq   {"seq", "step", "time", "values"}          non-finite values as null
-    samples     id: seq   {"seq", "step", "count"}                   the page re-reads samples over the REST API
+    samples     id: seq   {"seq", "step", "count"}                   a step's rollout file arrived: the page
+                                                                     re-reads its table over the REST API
     log         id: seq   {"seq", "step", "time", "level", "message"}
     checkpoint  id: seq   {"seq", "step", "path"}
     state       no id     {"state", "reason", "last_step"}           at connect and whenever it changes
@@ -36,11 +37,10 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connection
-from django.db.models import Count
 
 from posttrain.runs import live_channel
 from posttrain.runs.event_schema import finite_or_none
-from posttrain.runs.models import TERMINAL_STATES, Checkpoint, MetricRow, Run, RunLog, Sample
+from posttrain.runs.models import TERMINAL_STATES, Checkpoint, MetricRow, RolloutFile, Run, RunLog
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def event_message(event: dict[str, Any]) -> Message | None:
     if kind == "metrics":
         return metrics_message(seq, step, event["time"], data)
     if kind == "samples":
-        return samples_message(seq, step, len(data["samples"]))
+        return samples_message(seq, step, data["rows"])
     if kind == "checkpoint":
         return checkpoint_message(seq, step, data["path"])
     if kind == "log":
@@ -108,14 +108,8 @@ def stored_messages(run_id: uuid.UUID | str, after: int, upto: int) -> list[Mess
     window = {"run_id": run_id, "seq__gt": after, "seq__lte": upto}
     rows = MetricRow.objects.filter(**window).values_list("seq", "step", "time", "values")
     messages = [metrics_message(*row) for row in rows]
-    per_event = (
-        Sample.objects.filter(**window)
-        .order_by()
-        .values("seq", "step")
-        .annotate(count=Count("pk"))
-        .values_list("seq", "step", "count")
-    )
-    messages += [samples_message(*row) for row in per_event]
+    files = RolloutFile.objects.filter(**window).values_list("seq", "step", "rows")
+    messages += [samples_message(*row) for row in files]
     messages += [
         checkpoint_message(*row) for row in Checkpoint.objects.filter(**window).values_list("seq", "step", "path")
     ]

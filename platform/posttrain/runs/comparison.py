@@ -6,11 +6,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from django.db.models import Count, Max, QuerySet
+from typing import Any
 
 from posttrain.core.errors import InvalidInput
-from posttrain.runs.models import Run, Sample
+from posttrain.runs import rollouts
+from posttrain.runs.models import Run
 
 MAX_PROMPTS = 50
 
@@ -46,36 +46,41 @@ class SharedPrompt:
 
 
 def shared_prompts(runs: list[Run], q: str | None = None, limit: int = MAX_PROMPTS) -> list[SharedPrompt]:
-    """Prompts every run sampled (containing `q` when given), the most recently stored first."""
-    samples = Sample.objects.filter(run__in=runs)
+    """Prompts every run sampled (containing `q`, any case, when given), the latest sampled first: one
+    DuckDB pass over the prompt column of the runs' rollout files."""
+    files = []
+    for run in runs:
+        present = rollouts.existing_names(run.pk)
+        files += [f for f in rollouts.run_files([run.pk]) if f.name in present]
+    if not files:
+        return []
+    run_of = {f.location: f.run_id for f in files}
+    where, params = "TRUE", []
     if q:
-        samples = samples.filter(prompt__icontains=q)
-    prompts = list(
-        samples.values("prompt")
-        .annotate(runs=Count("run", distinct=True), latest=Max("id"))
-        .filter(runs=len(runs))
-        .order_by("-latest")
-        .values_list("prompt", flat=True)[:limit]
+        where, params = "regexp_matches(prompt, ?)", ["(?i)" + rollouts._regex_literal(q)]
+    sql = (
+        'SELECT prompt, filename, count(*) AS n, max(step::BIGINT * 4294967296 + "index") AS latest '
+        "FROM read_parquet(?, filename = true) "
+        f"WHERE {where} GROUP BY prompt, filename"
     )
-    counts: dict[str, dict[str, int]] = {prompt: {} for prompt in prompts}
-    per_run = (
-        Sample.objects.filter(run__in=runs, prompt__in=prompts)
-        .order_by()
-        .values("prompt", "run")
-        .annotate(n=Count("id"))
-        .values_list("prompt", "run", "n")
-    )
-    for prompt, run_id, n in per_run:
-        counts[prompt][str(run_id)] = n
+    per_prompt: dict[str, dict[str, int]] = {}
+    latest: dict[str, int] = {}
+    for row in rollouts._stream(sql, [list(run_of), *params]):
+        counts = per_prompt.setdefault(row["prompt"], {})
+        run_id = run_of[row["filename"]]
+        counts[run_id] = counts.get(run_id, 0) + row["n"]
+        latest[row["prompt"]] = max(latest.get(row["prompt"], -1), row["latest"])
     order = [str(run.pk) for run in runs]
-    return [SharedPrompt(prompt, {run_id: counts[prompt].get(run_id, 0) for run_id in order}) for prompt in prompts]
+    shared = [p for p, counts in per_prompt.items() if all(run_id in counts for run_id in order)]
+    shared.sort(key=lambda p: (-latest[p], p))
+    return [SharedPrompt(p, {run_id: per_prompt[p][run_id] for run_id in order}) for p in shared[:limit]]
 
 
 @dataclass(frozen=True)
 class PromptSamples:
     run: Run
     step: int | None  # the step shown; None when the run never sampled the prompt
-    samples: QuerySet[Sample]
+    samples: list[dict[str, Any]]
 
 
 def samples_of_prompt(runs: list[Run], prompt: str, step: int | None = None) -> list[PromptSamples]:
@@ -83,8 +88,13 @@ def samples_of_prompt(runs: list[Run], prompt: str, step: int | None = None) -> 
     has the prompt (runs seldom sample a prompt at the same steps)."""
     out = []
     for run in runs:
-        of_prompt = Sample.objects.filter(run=run, prompt=prompt)
-        shown = step if step is not None else of_prompt.aggregate(latest=Max("step"))["latest"]
-        samples = of_prompt.filter(step=shown).order_by("index") if shown is not None else Sample.objects.none()
+        shown = step
+        if shown is None:
+            steps = rollouts.rollouts_query([run.pk], filters=rollouts.RolloutFilter(prompt=prompt), columns=("step",))
+            shown = max((row["step"] for row in steps), default=None)
+        samples = []
+        if shown is not None:
+            filters = rollouts.RolloutFilter(steps=[shown], prompt=prompt)
+            samples = list(rollouts.rollouts_query([run.pk], filters=filters))
         out.append(PromptSamples(run, shown, samples))
     return out

@@ -13,7 +13,7 @@ them. Each rule raises at most one alert per metric: the first occurrence, which
 
 Most rules are of one kind, "past a limit set by the metric's early level, for PERSIST_POINTS points":
 those are the rows of LEVEL_RULES, all judged by `level_alerts`, so a new rule of that kind is one row.
-NaN/Inf and reward saturation have rules of their own.
+NaN/Inf, failing rewards and reward saturation have rules of their own.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ MISMATCH_KL_FACTOR = 5.0
 MISMATCH_KL_FLOOR = 1e-3
 
 REWARD_METRIC = "reward/mean"
+REWARD_ERRORS_METRIC = "reward/errors"
 SATURATION_WINDOW = 10
 SATURATION_NEAR_BEST = 0.1
 SATURATION_LENGTH_SHIFT = 0.5
@@ -87,6 +88,7 @@ METRICS_USED: tuple[str, ...] = tuple(
             TRUNCATION_METRIC,
             MISMATCH_KL_METRIC,
             REWARD_METRIC,
+            REWARD_ERRORS_METRIC,
         ]
     )
 )
@@ -102,6 +104,10 @@ class Alert:
     step: int
     message: str
     value: float | None = None
+    # Which rollouts of `step` show the problem (a rule of posttrain.runs.hacking_examples; None: no
+    # particular ones), and the indices of those picked (filled in by the selectors, which read rollouts).
+    examples_rule: str | None = None
+    examples: tuple[int, ...] | None = None
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -181,6 +187,37 @@ def nonfinite_alerts(series: Mapping[str, Series]) -> list[Alert]:
     return alerts
 
 
+def reward_error_alerts(series: Mapping[str, Series]) -> list[Alert]:
+    """Samples whose reward failed (critical, from a single point).
+
+    A failed sample scores 0 with its reason recorded, so a reward that breaks (user code that raises, a
+    server that is down, a score that overflows) does not show on the reward curve as an error: it shows as a
+    run that learns nothing, or learns to please the zeros. The engine fails the run when a component fails
+    on most of a step's samples (rewards[].max_error_rate); any failure below that is this alert, at the first
+    step that had one, so nobody trains on a silently broken reward. The samples' errors say why.
+    """
+    if REWARD_ERRORS_METRIC not in series:
+        return []
+    steps, values = series[REWARD_ERRORS_METRIC]
+    failed = [(step, float(value)) for step, value in zip(steps, values) if _is_finite(value) and value > 0]
+    if not failed:
+        return []
+    step, count = failed[0]
+    total = sum(value for _, value in failed)
+    return [
+        Alert(
+            code="reward_errors",
+            severity="critical",
+            metric=REWARD_ERRORS_METRIC,
+            step=step,
+            value=count,
+            message=f"{_fmt(count)} sample(s) of step {step} scored 0 because a reward failed ({_fmt(total)} over "
+            f"{len(failed)} step{'s' if len(failed) != 1 else ''} so far): read the samples' errors; a reward that "
+            "fails on more than its max_error_rate of a step's samples fails the run.",
+        )
+    ]
+
+
 @dataclass(frozen=True)
 class Crossing:
     """Where a level rule fired, its numbers formatted for the message."""
@@ -203,6 +240,7 @@ class LevelRule:
     limit: Callable[[float], float | None]  # the early level -> the limit; None: nothing to judge against
     past: Callable[[float, float], bool]  # (value, limit) -> the value is past the limit
     message: Callable[[Crossing], str]
+    examples_rule: str | None = None  # the alert's `examples_rule`
 
 
 def _kl_blowup(metric: str) -> LevelRule:
@@ -351,7 +389,8 @@ def level_alerts(series: Mapping[str, Series], rules: Sequence[LevelRule] = LEVE
         if hit:
             step, value = hit
             crossing = Crossing(rule.metric, step, _fmt(value), _fmt(early), _fmt(limit))
-            alerts.append(Alert(rule.code, rule.severity, rule.metric, step, rule.message(crossing), value))
+            message = rule.message(crossing)
+            alerts.append(Alert(rule.code, rule.severity, rule.metric, step, message, value, rule.examples_rule))
     return alerts
 
 
@@ -404,6 +443,7 @@ def reward_saturation_alerts(series: Mapping[str, Series]) -> list[Alert]:
 
 RULES: tuple[Callable[[Mapping[str, Series]], list[Alert]], ...] = (
     nonfinite_alerts,
+    reward_error_alerts,
     level_alerts,
     reward_saturation_alerts,
 )
@@ -411,7 +451,12 @@ RULES: tuple[Callable[[Mapping[str, Series]], list[Alert]], ...] = (
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
 
 
-def diagnose(series: Mapping[str, Series]) -> list[Alert]:
-    """Every rule's alerts, by step (critical first within a step)."""
-    alerts = [alert for rule in RULES for alert in rule(series)]
+def ordered(alerts: Iterable[Alert]) -> list[Alert]:
+    """Alerts by step, critical first within a step."""
     return sorted(alerts, key=lambda a: (a.step, _SEVERITY_ORDER[a.severity], a.code, a.metric))
+
+
+def diagnose(series: Mapping[str, Series]) -> list[Alert]:
+    """Every rule's alerts, by step (critical first within a step). The reward-hacking signals are in
+    posttrain.runs.hacking (`runs.selectors.run_alerts` gives both)."""
+    return ordered(alert for rule in RULES for alert in rule(series))

@@ -7,12 +7,14 @@ needs to never fail later: a batch that passes here inserts without a database e
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
 
 from posttrain.core.errors import InvalidInput
 from posttrain_sdk.event_log import EVENT_TYPES
+from posttrain_sdk.rollout_files import parse_file_name
 
 MAX_EVENTS_PER_BATCH = 10_000
 ENGINE_STATES = ("running", "succeeded", "failed", "preempted")
@@ -122,95 +124,45 @@ def _check_metrics(event: dict, data: dict, loc: str, event_loc: str, errors: _E
 
 
 def _check_samples(event: dict, data: dict, loc: str, event_loc: str, errors: _Errors) -> None:
-    if not _is_int(event.get("step")):
+    """A step's rollouts are a Parquet file in the run's rollout folder (posttrain_sdk.rollout_files): the
+    event names it and carries its statistics, never the rows."""
+    step = event.get("step")
+    if not _is_int(step):
         errors.add(f"{event_loc}.step", "a samples event needs its step")
-    samples = data.get("samples")
-    if not isinstance(samples, list):
-        errors.add(f"{loc}.samples", "required: a list of samples")
+    if "samples" in data:
+        errors.add(
+            f"{loc}.samples",
+            "rollouts are no longer sent in events: write them as a rollout file and send its reference "
+            "(posttrain_sdk.rollout_files; the SDK's log_samples does both)",
+        )
         return
-    seen: set[int] = set()
-    for j, s in enumerate(samples):
-        sloc = f"{loc}.samples[{j}]"
-        if not isinstance(s, dict):
-            errors.add(sloc, f"must be an object, got {type(s).__name__}")
-            continue
-        index = s.get("index")
-        if not _is_int(index) or not 0 <= index <= MAX_INT32:
-            errors.add(f"{sloc}.index", f"must be an integer between 0 and {MAX_INT32}, got {index!r}"[:200])
-        elif index in seen:
-            errors.add(f"{sloc}.index", f"duplicate sample index {index} in this step")
-        else:
-            seen.add(index)
-        for key in ("prompt", "response", "finish_reason"):
-            if not isinstance(s.get(key), str):
-                errors.add(f"{sloc}.{key}", "required: a string")
-        reward = s.get("reward")
-        if not _is_numberish(reward):
-            errors.add(f"{sloc}.reward", f"must be a number, got {type(reward).__name__}")
-        advantage = s.get("advantage")
-        if not _is_numberish(advantage):
-            errors.add(f"{sloc}.advantage", f"must be a number or null, got {type(advantage).__name__}")
-        length = s.get("length")
-        if not _is_int(length) or not 0 <= length <= MAX_INT32:
-            errors.add(f"{sloc}.length", f"must be an integer between 0 and {MAX_INT32}, got {length!r}"[:200])
-        group = s.get("group", 0)
-        if not _is_int(group) or not -MAX_INT32 <= group <= MAX_INT32:
-            errors.add(f"{sloc}.group", "must be a (32-bit) integer")
-        if s.get("label") is not None and not isinstance(s["label"], (str, int, float)):
-            errors.add(f"{sloc}.label", "must be a string, a number or null")
-        if not isinstance(s.get("components", {}), dict):
-            errors.add(f"{sloc}.components", "must be an object of component name to score")
-        if not isinstance(s.get("errors", []), list):
-            errors.add(f"{sloc}.errors", "must be a list of strings")
-        if not isinstance(s.get("kept", True), bool):
-            errors.add(f"{sloc}.kept", "must be true or false")
-        _check_turns(s.get("turns", []), f"{sloc}.turns", errors)
-        _check_token_view(s.get("tokens", {}), s.get("versions", []), sloc, errors)
-        env = s.get("env", {})
-        if not isinstance(env, dict) or not all(isinstance(k, str) and _is_numberish(v) for k, v in env.items()):
-            errors.add(f"{sloc}.env", "must be an object of name to number")
+    name = data.get("file")
+    parsed = parse_file_name(name) if isinstance(name, str) else None
+    if parsed is None:
+        errors.add(f"{loc}.file", "required: the rollout file's name, step_<8-digit step>[.<part>].parquet")
+    elif _is_int(step) and parsed[0] != step:
+        errors.add(f"{loc}.file", f"names step {parsed[0]}, but the event is for step {step}")
+    part = data.get("part", 0)
+    if not _is_int(part) or (parsed is not None and part != parsed[1]):
+        errors.add(f"{loc}.part", "must be the part number in the file's name (0 without one)")
+    for key in ("rows", "bytes"):
+        value = data.get(key)
+        if not _is_int(value) or not 0 <= value <= MAX_INT64:
+            errors.add(f"{loc}.{key}", "required: a non-negative integer")
+    if data.get("rows", 0) > MAX_INT32:
+        errors.add(f"{loc}.rows", f"at most {MAX_INT32}")
+    sha = data.get("sha256", "")
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{0,64}", sha):
+        errors.add(f"{loc}.sha256", "must be the file's SHA-256 in lowercase hex")
+    stats = data.get("stats", {})
+    if not isinstance(stats, dict) or len(json.dumps(stats, default=str)) > MAX_STATS_CHARS:
+        errors.add(f"{loc}.stats", f"must be an object of at most {MAX_STATS_CHARS} characters as JSON")
+    pruned = data.get("pruned", [])
+    if not isinstance(pruned, list) or not all(isinstance(p, str) and parse_file_name(p) for p in pruned):
+        errors.add(f"{loc}.pruned", "must be a list of rollout file names")
 
 
-TOKEN_VIEW_ARRAYS = ("rollout_logprob", "trainer_logprob", "entropy", "advantage")
-_BASE64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
-
-
-def _check_token_view(view: Any, versions: Any, sloc: str, errors: _Errors) -> None:
-    """A sample's per-token view (rl_engine/token_view.py): token pieces, base64 float16 arrays of as
-    many values; and its segments' policy versions, [[version, tokens]]."""
-    if not isinstance(view, dict):
-        errors.add(f"{sloc}.tokens", "must be an object")
-        return
-    pieces = view.get("text", [])
-    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
-        errors.add(f"{sloc}.tokens.text", "must be a list of strings")
-        return
-    for name in set(view) - {"text", *TOKEN_VIEW_ARRAYS}:
-        errors.add(f"{sloc}.tokens.{name}"[:200], f"unknown field (known: text, {', '.join(TOKEN_VIEW_ARRAYS)})")
-    for name in TOKEN_VIEW_ARRAYS:
-        packed = view.get(name)
-        if packed is None:
-            continue
-        if not isinstance(packed, str) or not _BASE64.match(packed) or len(packed) != 4 * -(-2 * len(pieces) // 3):
-            errors.add(f"{sloc}.tokens.{name}", f"must be base64 float16, one value per token ({len(pieces)})")
-    if not isinstance(versions, list) or not all(
-        isinstance(v, list) and len(v) == 2 and all(_is_int(x) and 0 <= x <= MAX_INT32 for x in v) for v in versions
-    ):
-        errors.add(f"{sloc}.versions", "must be a list of [policy version, tokens]")
-
-
-def _check_turns(turns: Any, loc: str, errors: _Errors) -> None:
-    """A multi-turn sample's trajectory, in order: the model's turns and the environment's answers."""
-    if not isinstance(turns, list):
-        errors.add(loc, "must be a list of {role, text, reward}")
-        return
-    for k, turn in enumerate(turns):
-        if not isinstance(turn, dict) or turn.get("role") not in ("assistant", "environment"):
-            errors.add(f"{loc}[{k}].role", "must be 'assistant' or 'environment'")
-        elif not isinstance(turn.get("text"), str):
-            errors.add(f"{loc}[{k}].text", "required: a string")
-        elif not _is_numberish(turn.get("reward")):
-            errors.add(f"{loc}[{k}].reward", "must be a number or null")
+MAX_STATS_CHARS = 2000
 
 
 def _check_checkpoint(event: dict, data: dict, loc: str, event_loc: str, errors: _Errors) -> None:

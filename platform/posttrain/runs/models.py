@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 
 
@@ -26,6 +28,12 @@ class Experiment(models.Model):
     rewards = models.ManyToManyField("registry.RewardFunction", through="ExperimentReward", related_name="experiments")
     config = models.JSONField(
         help_text="Engine run config without model/data/rewards (filled from the registry at launch)."
+    )
+    webhook_url = models.CharField(
+        max_length=2000,
+        blank=True,
+        default="",
+        help_text="Where its runs' critical alerts are POSTed (JSON, Slack-compatible); checked by the outbound policy.",
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -133,6 +141,17 @@ class Run(models.Model):
     attempt = models.PositiveIntegerField(
         default=0, help_text="Ray jobs the run took before this one: each resume after a preemption is a new job."
     )
+    placement = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='Where admission placed a holding run\'s pieces: {node id: {"CPU", "GPU"}}.',
+    )
+    queue_estimated_start = models.DateTimeField(
+        null=True, blank=True, help_text="When a waiting run is expected to start, as the last admission planned it."
+    )
+    lost_steps = models.PositiveIntegerField(
+        default=0, help_text="Steps done and lost again: a preempted run stopped at the deadline resumes before them."
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -174,6 +193,16 @@ class Quota(models.Model):
     max_runs = models.PositiveIntegerField(null=True, blank=True, help_text="Concurrent runs.")
     max_cpus = models.FloatField(null=True, blank=True, help_text="CPUs held at once.")
     max_gpus = models.FloatField(null=True, blank=True, help_text="GPUs held at once.")
+    weight = models.FloatField(
+        default=1.0,
+        validators=[MinValueValidator(0.001)],
+        help_text="Fair share: the user's or team's share of the cluster over time, relative to the others'.",
+    )
+    borrowing = models.BooleanField(
+        default=False,
+        help_text="A team's quota only: its CPU and GPU limits are a guarantee rather than a cap. Its runs may "
+        "borrow idle room beyond them, and another team within its own quota takes that room back by preemption.",
+    )
 
     class Meta:
         constraints = [
@@ -187,6 +216,10 @@ class Quota(models.Model):
     def __str__(self) -> str:
         return f"quota of {self.user or self.group}"
 
+    def clean(self) -> None:
+        if self.borrowing and self.group_id is None:
+            raise ValidationError({"borrowing": "only a team's (a group's) quota lends and borrows"})
+
 
 class ClusterSnapshot(models.Model):
     """The Ray cluster as the last admission saw it (one row): the queue page reads it, since the web
@@ -196,6 +229,36 @@ class ClusterSnapshot(models.Model):
     total = models.JSONField(default=dict)
     free = models.JSONField(default=dict)
     taken_at = models.DateTimeField(null=True, blank=True)
+
+
+class ClusterSample(models.Model):
+    """The cluster's capacity, what the platform granted and what Ray reported in use, at one moment: the
+    reconcile records one per pass (utilisation over time, /queue/ and /api/queue/metrics)."""
+
+    at = models.DateTimeField(db_index=True)
+    total = models.JSONField(default=dict)
+    granted = models.JSONField(default=dict)
+    used = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["at"]
+
+
+class Preemption(models.Model):
+    """One preemption of a run: asked, then settled when the run left (at a step boundary, or stopped at
+    the deadline), with the steps it lost."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="preemptions")
+    reason = models.TextField(blank=True)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    forced = models.BooleanField(default=False, help_text="Stopped at the deadline rather than at a step boundary.")
+    step = models.IntegerField(null=True, blank=True, help_text="The last step it had reported when it left.")
+    resumed_step = models.IntegerField(null=True, blank=True, help_text="The checkpoint step it resumes after.")
+    lost_steps = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["requested_at", "id"]
 
 
 class RunTransition(models.Model):
@@ -250,39 +313,27 @@ class MetricBlock(models.Model):
         indexes = [models.Index(fields=["run", "through_seq"], name="runs_metricblock_sealed_idx")]
 
 
-class Sample(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="samples")
-    seq = models.BigIntegerField(default=0, help_text="Seq of the samples event that carried it (live-stream replay).")
+class RolloutFile(models.Model):
+    """One step's rollout file in the store (posttrain.runs.rollouts; docs/ROLLOUTS.md): the index the
+    platform keeps per step instead of a row per rollout. Written from the `samples` event that announced
+    the file (its statistics computed by whoever wrote it), deleted when the engine's retention removed it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollout_files")
+    seq = models.BigIntegerField(help_text="Seq of the samples event that announced the file (live-stream replay).")
     step = models.IntegerField()
-    index = models.IntegerField()
-    group = models.IntegerField(default=0)
-    prompt = models.TextField()
-    response = models.TextField()
-    label = models.TextField(null=True, blank=True)
-    reward = models.FloatField(null=True, help_text="Null when the engine reported a non-finite reward.")
-    components = models.JSONField(default=dict)
-    advantage = models.FloatField(null=True)
-    length = models.IntegerField()
-    finish_reason = models.CharField(max_length=20)
-    errors = models.JSONField(default=list)
-    kept = models.BooleanField(default=True, help_text="False when dynamic sampling left the sample out of the update.")
-    turns = models.JSONField(
-        default=list,
-        blank=True,
-        help_text="Multi-turn trajectories: [{role: assistant|environment, text, reward}] in order.",
-    )
-    env = models.JSONField(default=dict, blank=True, help_text="Per-episode environment logs (turns, calls, ...).")
-    tokens = models.JSONField(
-        default=dict,
-        blank=True,
-        help_text="Per-token view: {text: [piece], rollout_logprob|trainer_logprob|entropy|advantage: base64 "
-        "float16, versions: [[policy version, tokens]]} (rl_engine/token_view.py).",
+    part = models.IntegerField(default=0, help_text="0, or the n-th further batch an external run logged for the step.")
+    name = models.CharField(max_length=40, help_text="step_<step>.parquet in the run's rollout folder.")
+    rows = models.IntegerField()
+    bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64, blank=True)
+    stats = models.JSONField(
+        default=dict, blank=True, help_text="reward and length {count, mean, min, max}, finish_reasons, kept."
     )
 
     class Meta:
-        ordering = ["step", "index"]
-        constraints = [models.UniqueConstraint(fields=["run", "step", "index"], name="unique_sample")]
-        indexes = [models.Index(fields=["run", "step"]), models.Index(fields=["run", "seq"])]
+        ordering = ["step", "part"]
+        constraints = [models.UniqueConstraint(fields=["run", "step", "part"], name="unique_rollout_file")]
+        indexes = [models.Index(fields=["run", "seq"], name="runs_rolloutfile_seq_idx")]
 
 
 class Checkpoint(models.Model):
@@ -307,3 +358,32 @@ class RunLog(models.Model):
 
     class Meta:
         ordering = ["seq"]
+
+
+class AlertDelivery(models.Model):
+    """A run's critical alert sent to its experiment's webhook, once per (run, code, metric): the alert's first
+    step is where it stays (diagnostics rules are causal). pending -> sent | failed; `attempts` counts POSTs."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alert_deliveries")
+    code = models.CharField(max_length=100)
+    metric = models.CharField(max_length=200)
+    step = models.IntegerField()
+    url = models.CharField(max_length=2000, help_text="The webhook it went to (the experiment's at the time).")
+    payload = models.JSONField(help_text="The JSON body POSTed.")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.IntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [models.UniqueConstraint(fields=["run", "code", "metric"], name="one_delivery_per_alert")]
+
+    def __str__(self) -> str:
+        return f"{self.code} of run {self.run_id} at step {self.step} ({self.state})"

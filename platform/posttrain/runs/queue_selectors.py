@@ -1,10 +1,12 @@
 """Reads of the scheduler's queue (docs/ARCHITECTURE.md, "The scheduler"): waiting runs in admission
-order, running runs with their grants, and the cluster as the last admission pass saw it. The web
-process never asks Ray: positions, reasons and the nodes are what the worker's admission stored."""
+order with their expected starts, running runs with their grants and nodes, and the cluster as the last
+admission pass saw it, with its age. The web process never asks Ray: positions, reasons, expected starts
+and the nodes are what the worker's admission stored (the reconcile reads the cluster every
+POSTTRAIN_RUN_RECONCILE_INTERVAL_S, so the snapshot is at most about that old while a worker runs)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -12,26 +14,6 @@ from django.utils import timezone
 from posttrain.runs.models import ClusterSnapshot, Run, RunKind
 from posttrain.runs.scheduling import total_of
 from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES
-
-
-def remaining_seconds(run: Run, now: datetime) -> float | None:
-    """How long a running run still needs, from its pace so far (steps done over time running)."""
-    steps = run.planned_steps
-    if not (run.started_at and run.last_step and steps):
-        return None
-    elapsed = (now - run.started_at).total_seconds()
-    return max(0.0, (steps - run.last_step) * elapsed / run.last_step)
-
-
-def estimated_starts(positions: int, running: list[Run], now: datetime) -> list[datetime | None]:
-    """When each of the first `positions` waiting runs may start: the k-th as the k-th running run ends
-    (runs of one size replacing each other); unknown past the running runs, or while one has no pace yet."""
-    paces = [remaining_seconds(run, now) for run in running]
-    known = [pace for pace in paces if pace is not None]
-    if len(known) < len(paces):
-        return [None] * positions
-    remaining = sorted(known)
-    return [now + timedelta(seconds=remaining[k]) if k < len(remaining) else None for k in range(positions)]
 
 
 def _owner(run: Run) -> str | None:
@@ -46,7 +28,6 @@ def queue_overview(now: datetime | None = None) -> dict[str, Any]:
         key=lambda r: (r.queue_position is None, r.queue_position or 0, r.created_at),
     )
     running = list(native.filter(state__in=ACTIVE_STATES).order_by("started_at", "created_at"))
-    starts = estimated_starts(len(waiting), running, now)
     snapshot = ClusterSnapshot.objects.filter(pk=1).first()
     return {
         "waiting": [
@@ -60,9 +41,9 @@ def queue_overview(now: datetime | None = None) -> dict[str, Any]:
                 "queue_position": run.queue_position,
                 "reason": run.queue_reason or "not yet seen by the scheduler",
                 "waiting_since": run.state_changed_at,
-                "estimated_start": start if run.queue_position else None,
+                "estimated_start": run.queue_estimated_start if run.queue_position else None,
             }
-            for run, start in zip(waiting, starts)
+            for run in waiting
         ],
         "running": [
             {
@@ -72,6 +53,9 @@ def queue_overview(now: datetime | None = None) -> dict[str, Any]:
                 "owner": _owner(run),
                 "priority": run.priority,
                 "preemptible": run.preemptible,
+                "attempt": run.attempt,
+                "lost_steps": run.lost_steps,
+                "placement": run.placement,
                 "grant": total_of(run),
                 "last_step": run.last_step,
                 "total_steps": run.planned_steps,
@@ -84,5 +68,6 @@ def queue_overview(now: datetime | None = None) -> dict[str, Any]:
             "total": snapshot.total if snapshot else {},
             "free": snapshot.free if snapshot else {},
             "as_of": snapshot.taken_at if snapshot else None,
+            "age_s": round((now - snapshot.taken_at).total_seconds(), 1) if snapshot and snapshot.taken_at else None,
         },
     }

@@ -1,15 +1,18 @@
 """The scheduler's rules, as plain functions over plain values (no database, no Ray): what a run
-needs, whether it fits, the order of the queue (priority with aging, then dominant-resource fairness
-between users, then age), quotas and the reason a run waits. posttrain.runs.services.scheduler applies
-them under a lock; docs/ARCHITECTURE.md, "The scheduler", tells the whole story."""
+needs, the order of the queue (priority with aging, then fair share over time between teams and users,
+then age), quotas, the plan of one admission pass (placement on nodes and backfill, posttrain.runs.backfill),
+preemption, and the reason a run waits. posttrain.runs.services.scheduler applies them under a lock;
+docs/ARCHITECTURE.md, "The scheduler", tells the whole story."""
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from posttrain.runs.backfill import Allocation, Timeline, largest_room, pack
 from posttrain.runs.models import PRIORITY_RANK, Run, RunPriority
 
 RESOURCE_KEYS = ("CPU", "GPU")
@@ -124,6 +127,14 @@ class Candidate:
     waiting_since: datetime
     created_at: datetime
     need: Resources
+    # What must each sit on one node: the driver and each bundle (default: the whole need in one piece).
+    pieces: tuple[Resources, ...] = ()
+    duration_s: float | None = None  # its expected length (None: unknown, so it never ends as far as we know)
+    team: str = ""  # the group it counts against for fair share; "" for none
+
+    @property
+    def parts(self) -> tuple[Resources, ...]:
+        return self.pieces or (self.need,)
 
 
 @dataclass
@@ -137,10 +148,48 @@ class Usage:
         return Usage(self.runs + 1, add(self.held, need))
 
 
-def _order_key(c: Candidate, usage: Mapping[str, Usage], cluster_total: Mapping[str, float], now, aging_s):
-    held = usage.get(c.owner, Usage()).held
-    waited = (now - c.waiting_since).total_seconds()
-    return (-effective_priority(c.priority, waited, aging_s), dominant_share(held, cluster_total), c.created_at)
+# An admission counts at once as this many seconds of the run's share of the cluster, so that within one
+# pass one user's runs interleave with everyone else's (Kueue's entry penalty) instead of all going first.
+ENTRY_PENALTY_S = 300.0
+
+
+@dataclass
+class FairShare:
+    """Fair share over time (Slurm's decayed usage, Kueue's admission fair sharing): each user's and each
+    team's usage, in share-seconds of the cluster decayed with a half-life (`decayed_usage`), over its
+    weight. Between runs of equal priority the team with the smaller ratio goes first, then within it the
+    user with the smaller one. A user in no team is a team of one."""
+
+    user_usage: dict[str, float] = field(default_factory=dict)
+    team_usage: dict[str, float] = field(default_factory=dict)
+    user_weight: dict[str, float] = field(default_factory=dict)
+    team_weight: dict[str, float] = field(default_factory=dict)
+
+    def key(self, c: Candidate) -> tuple[float, float]:
+        user = self.user_usage.get(c.owner, 0.0) / self.user_weight.get(c.owner, 1.0)
+        team = self.team_usage.get(c.team, 0.0) / self.team_weight.get(c.team, 1.0) if c.team else user
+        return (team, user)
+
+    def charge(self, c: Candidate, cluster_total: Mapping[str, float]) -> None:
+        cost = dominant_share(c.need, cluster_total) * ENTRY_PENALTY_S
+        self.user_usage[c.owner] = self.user_usage.get(c.owner, 0.0) + cost
+        if c.team:
+            self.team_usage[c.team] = self.team_usage.get(c.team, 0.0) + cost
+
+
+def decayed_usage(share: float, start_s: float, end_s: float, half_life_s: float) -> float:
+    """Share-seconds of holding `share` of the cluster from `start_s` to `end_s` seconds ago, each second
+    weighted 2^(-age / half-life): the integral of share * 2^(-t/H) for t from end_s to start_s."""
+    if start_s <= end_s:
+        return 0.0
+    if half_life_s <= 0:
+        return share * (start_s - end_s)
+    rate = math.log(2) / half_life_s
+    return share * (math.exp(-rate * end_s) - math.exp(-rate * start_s)) / rate
+
+
+def _order_key(c: Candidate, level: int, fair: FairShare):
+    return (-level, *fair.key(c), c.created_at)
 
 
 def quota_refusal(limits: Limits, used: Usage, need: Mapping[str, float]) -> str | None:
@@ -184,57 +233,109 @@ class Decision:
     run_id: str
     admit: bool
     reason: str  # why it waits, or what it was granted
-    blocking: bool = False  # the first run in order that did not fit: it holds everyone behind it
+    blocking: bool = False  # the first run in order that did not start: preemption may make room for it
+    expected_start_s: float | None = None  # seconds from now, as planned (None: unknown, or held)
+    placement: Allocation | None = None  # where an admitted run's pieces go, node by node
+    backfilled: bool = False  # admitted ahead of runs that wait before it in order
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one pass knows of the cluster: each node's free resources now, and when each holding run is
+    expected to end (seconds from now; None: unknown) with what it gives back on which node."""
+
+    free: dict[str, Resources]
+    total: Resources
+    ends: list[tuple[float | None, Allocation]] = field(default_factory=list)
+
+
+def _shortage(c: Candidate, free: Mapping[str, Mapping[str, float]]) -> str:
+    total = {key: sum(node.get(key, 0.0) for node in free.values()) for key in RESOURCE_KEYS}
+    short = [key for key in RESOURCE_KEYS if c.need.get(key, 0.0) > total.get(key, 0.0) + 1e-9]
+    if short:
+        return "; ".join(f"needs {amount(c.need[k], k)}, {max(0.0, total.get(k, 0.0)):g} free" for k in short)
+    if pack(c.parts, free) is None:
+        largest = max(c.parts, key=lambda p: (p.get("GPU", 0.0), p.get("CPU", 0.0)))
+        return (
+            f"fits the cluster's total but no node has {describe(largest)} free "
+            f"(the most on one node: {describe(largest_room(free))})"
+        )
+    return ""
 
 
 def admission_plan(
     waiting: Iterable[Candidate],
-    free: Mapping[str, float],
+    cluster: Plan,
     usage: Mapping[str, Usage],
     limits: Mapping[str, Limits],
-    cluster_total: Mapping[str, float],
     now: datetime,
     aging_s: float,
+    *,
+    fair: FairShare | None = None,
+    backfill: bool = True,
 ) -> list[Decision]:
-    """The queue in admission order, each run admitted now or told why it waits.
+    """The queue in admission order, each run admitted now or told why it waits and when it may start.
 
-    Order: higher (aged) priority first, then the user whose runs hold the smaller dominant share of
-    the cluster, then the older run; shares count each admission as it is made, so one user's many
-    runs interleave with everyone else's. A run held by its quota is passed over; the first run that
-    does not fit stops admission (no later, smaller run overtakes it, so it cannot starve)."""
-    remaining = list(waiting)
-    free = dict(free)
+    Order: higher (aged) priority first, then the team and then the user with the smaller decayed usage
+    over weight (FairShare), then the older run; each admission is charged as it is made, so one user's
+    many runs interleave with everyone else's. A run held by its quota is passed over. Every other run
+    gets the earliest start at which its pieces fit on real nodes for its expected length, around the
+    runs ahead of it (backfill.Timeline): it starts now when that is now, even ahead of runs that wait
+    before it, since it then takes no room they need before it ends. A run whose start cannot be known
+    (what it needs is held by runs of unknown length) stops everyone behind it, as does the first run
+    that does not start when `backfill` is off: no later run can overtake it and starve it."""
+    fair = fair or FairShare()
     usage = {owner: Usage(u.runs, dict(u.held)) for owner, u in usage.items()}
+    timeline = Timeline(cluster.free, cluster.ends)
     decisions: list[Decision] = []
     blocked = False
     waiting_ahead = 0
-    while remaining:
-        candidate = min(remaining, key=lambda c: _order_key(c, usage, cluster_total, now, aging_s))
-        remaining.remove(candidate)
+    # Keys only grow (admissions are charged), so a lazy heap keeps the order: a popped run whose key grew
+    # since it was pushed goes back in with its new key.
+    waiting = list(waiting)
+    levels = [effective_priority(c.priority, (now - c.waiting_since).total_seconds(), aging_s) for c in waiting]
+    heap = [(_order_key(c, levels[i], fair), i, c) for i, c in enumerate(waiting)]
+    heapq.heapify(heap)
+    while heap:
+        key, i, candidate = heapq.heappop(heap)
+        fresh = _order_key(candidate, levels[i], fair)
+        if fresh != key:
+            heapq.heappush(heap, (fresh, i, candidate))
+            continue
         used = usage.get(candidate.owner, Usage())
         refusal = quota_refusal(limits.get(candidate.owner, Limits()), used, candidate.need)
         if refusal:
             decisions.append(Decision(candidate.run_id, False, refusal))
             continue
-        if not blocked and fits(candidate.need, free):
-            free = subtract(free, candidate.need)
+        slot = None if blocked else timeline.earliest(candidate.parts, candidate.duration_s)
+        if slot is not None:
+            timeline.reserve(slot[0], candidate.duration_s, slot[1])
+        if slot is not None and slot[0] == 0.0:
             usage[candidate.owner] = used.plus(candidate.need)
-            decisions.append(Decision(candidate.run_id, True, f"granted {describe(candidate.need)}"))
+            fair.charge(candidate, cluster.total)
+            grant = f"granted {describe(candidate.need)}"
+            if waiting_ahead:
+                grant += (
+                    f", ahead of {waiting_ahead} waiting run{'s' if waiting_ahead != 1 else ''} "
+                    "(backfill: it ends before it could delay them)"
+                )
+            decisions.append(Decision(candidate.run_id, True, grant, placement=slot[1], backfilled=bool(waiting_ahead)))
             continue
-        blocked = True
-        short = [key for key in RESOURCE_KEYS if candidate.need.get(key, 0.0) > free.get(key, 0.0) + 1e-9]
-        shortage = "; ".join(
-            f"needs {amount(candidate.need[k], k)}, {max(0.0, free.get(k, 0.0)):g} free" for k in short
-        )
+        why = _shortage(candidate, timeline.free_now())
+        if not why:
+            why = "fits now, but would delay the runs ahead of it" if not blocked else ""
         ahead = f"{waiting_ahead} run{'s' if waiting_ahead != 1 else ''} ahead" if waiting_ahead else ""
         decisions.append(
             Decision(
                 candidate.run_id,
                 False,
-                "; ".join(p for p in (shortage, ahead) if p) or "waits its turn",
+                "; ".join(p for p in (why, ahead) if p) or "waits its turn",
                 blocking=not waiting_ahead,
+                expected_start_s=None if slot is None else slot[0],
             )
         )
+        if slot is None or not backfill:
+            blocked = True
         waiting_ahead += 1
     return decisions
 
@@ -248,25 +349,47 @@ class Holder:
     created_at: datetime
     held: Resources
     preemptible: bool
+    placement: Allocation = field(default_factory=dict)  # where it holds what (empty: unknown, never taken)
+    borrowed: bool = False  # it holds room beyond its team's quota: a team within its quota takes it back
+
+
+def _with(free: Mapping[str, Mapping[str, float]], extra: Allocation) -> dict[str, Resources]:
+    merged = {name: dict(resources) for name, resources in free.items()}
+    for name, resources in extra.items():
+        merged[name] = add(merged.get(name, {}), resources)
+    return merged
 
 
 def preemption_victims(
-    blocked: Candidate, free: Mapping[str, float], running: Iterable[Holder], coming_free: Mapping[str, float]
+    blocked: Candidate,
+    free: Mapping[str, Mapping[str, float]],
+    running: Iterable[Holder],
+    coming_free: Allocation,
+    *,
+    reclaims: bool = False,
 ) -> list[str]:
     """Which running runs to preempt so that `blocked` (the run at the head of the queue that does not
-    fit) can start: preemptible runs of a strictly lower priority, the lowest priority first and within it
-    the youngest (the least work stands to wait), only as many as it takes. None when runs already being
-    preempted (`coming_free`) will make room, or when even every eligible run would not."""
-    available = add(free, coming_free)
-    if fits(blocked.need, available):
+    start) can: preemptible runs of a strictly lower priority, and when `reclaims` (its team is within its
+    quota) runs borrowing beyond their own team's quota whatever their priority; borrowed ones first, then
+    the lowest priority, then the youngest (the least work stands to wait), only as many as it takes for
+    its pieces to fit on the nodes. None when runs already being preempted (`coming_free`) will make room,
+    or when even every eligible run would not."""
+    available = _with(free, coming_free)
+    if pack(blocked.parts, available) is not None:
         return []
     rank = PRIORITY_RANK[RunPriority(blocked.priority)]
-    eligible = [h for h in running if h.preemptible and PRIORITY_RANK[RunPriority(h.priority)] < rank]
-    eligible.sort(key=lambda h: (PRIORITY_RANK[RunPriority(h.priority)], -h.created_at.timestamp()))
+    eligible = [
+        h
+        for h in running
+        if h.preemptible
+        and h.placement  # where it holds its room must be known to count what it frees
+        and (PRIORITY_RANK[RunPriority(h.priority)] < rank or (reclaims and h.borrowed))
+    ]
+    eligible.sort(key=lambda h: (not h.borrowed, PRIORITY_RANK[RunPriority(h.priority)], -h.created_at.timestamp()))
     victims: list[str] = []
     for holder in eligible:
         victims.append(holder.run_id)
-        available = add(available, holder.held)
-        if fits(blocked.need, available):
+        available = _with(available, holder.placement)
+        if pack(blocked.parts, available) is not None:
             return victims
     return []

@@ -2,18 +2,23 @@
 
 The token is derived, not stored: HMAC-SHA256(SECRET_KEY, "posttrain-ingest:<run id>"). The database
 keeps only its sha256 (`Run.ingest_token_hash`) and the token never travels through the broker: the
-worker re-derives it when it submits the job and writes it to a 0600 file in the run folder, which the
-engine reads once and deletes (workers/ray_jobs.py; never in the job's runtime_env, which anyone who
-can list Ray jobs can read), so a retried or re-dispatched submit hands the engine the same token. Consequence: the web
-processes and the Celery workers must share SECRET_KEY (they share settings anyway).
+worker re-derives it when it submits the job and writes it to a 0600 file of its own in the run folder
+(`ingest_token.<nonce>`), which the engine reads once and deletes (workers/ray_jobs.py; never in the job's
+runtime_env, which anyone who can list Ray jobs can read). A submit whose job already existed removes the
+file it wrote, and whatever is left when the job ends is removed too (`token_files_remove`): no path leaves
+a token on disk. Consequence: the web processes and the Celery workers must share SECRET_KEY (they share
+settings anyway).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from pathlib import Path
 
 from django.conf import settings
+
+TOKEN_FILE_PREFIX = "ingest_token"
 
 
 def ingest_token(run_id: object) -> str:
@@ -29,3 +34,14 @@ def token_matches(token: str, stored_hash: str) -> bool:
     if not stored_hash:
         return False
     return hmac.compare_digest(token_hash(token), stored_hash)
+
+
+def token_files_remove(run_dir: str | Path | None) -> int:
+    """Removes every token file left in a run folder (its job ended before its engine read one); how many."""
+    if not run_dir:
+        return 0
+    removed = 0
+    for path in Path(run_dir).glob(f"{TOKEN_FILE_PREFIX}*"):
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed

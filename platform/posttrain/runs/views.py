@@ -47,6 +47,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
             "metric_catalogue": catalogue_json(),
             "algorithm": (config.get("algorithm") or {}).get("name") if not run.is_external else None,
             "resources_text": "" if run.is_external else describe(total_of(run)),
+            "probes": [] if run.is_external else selectors.experiment_probe_summaries(run.experiment),
         },
     )
 

@@ -31,7 +31,8 @@ SPEC = PolicyLossSpec(
     loss_agg="token_mean",
     dual_clip=True,
     help="Decoupled PPO (async): clip against the weights before this update, weigh by proximal / behaviour "
-    "(the rollout correction truncates or masks that weight).",
+    "(the rollout correction truncates or masks that weight); its clip engages only from a second mini-batch "
+    "or epoch on.",
     paper="Hilton et al. 2022, arXiv:2110.00641; AReaL, Fu et al. 2025, arXiv:2505.24298",
     behaviour_weighted=True,
 )

@@ -19,13 +19,18 @@ from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.demo.run_config import demo_run_config
 from rl_engine.rollout import SamplingParams
+from tests.unit.engine.helpers import rollouts_by_step
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def call(url: str, body: dict | None = None) -> tuple[int, dict]:
+def call(url: str, body: dict | None = None, token: str | None = None) -> tuple[int, dict]:
+    """A request to the endpoint, with the run's token when given (every route requires it)."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data, headers)
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.load(response)
@@ -77,14 +82,15 @@ def endpoint(tiny_demo):
 
 def test_a_session_becomes_a_trajectory_with_the_agents_messages_masked(endpoint):
     executor, prompts, tokenizer, step, outcome = endpoint
-    status, models = call(f"{executor.url}/v1/models")
+    status, models = call(f"{executor.url}/v1/models", token=executor.token)
     assert status == 200 and models["data"][0]["id"] == executor.model_name
-    sessions = [call(f"{executor.url}/sessions", {})[1] for _ in range(4)]
+    sessions = [call(f"{executor.url}/sessions", {}, token=executor.token)[1] for _ in range(4)]
     assert [s["prompt"] for s in sessions] == [prompts[0].raw, prompts[0].raw, prompts[1].raw, prompts[1].raw]
     first = sessions[0]
     status, reply = call(
         f"{first['base_url']}/chat/completions",
         {"model": first["model"], "messages": [{"role": "user", "content": first["prompt"]}], "max_tokens": 3},
+        token=executor.token,
     )
     assert status == 200 and reply["object"] == "chat.completion"
     said = reply["choices"][0]["message"]["content"]
@@ -93,15 +99,18 @@ def test_a_session_becomes_a_trajectory_with_the_agents_messages_masked(endpoint
         {"role": "assistant", "content": said},
         {"role": "user", "content": "=7"},
     ]
-    status, again = call(f"{first['base_url']}/chat/completions", {"messages": conversation})
+    status, again = call(f"{first['base_url']}/chat/completions", {"messages": conversation}, token=executor.token)
     assert status == 200
     for session, reward in zip(sessions, (1.0, 0.0, 0.5, 0.25)):
         if session is not first:
             call(
                 f"{session['base_url']}/chat/completions",
                 {"messages": [{"role": "user", "content": session["prompt"]}]},
+                token=executor.token,
             )
-        assert call(f"{executor.url}/sessions/{session['session_id']}/finish", {"reward": reward}) == (
+        assert call(
+            f"{executor.url}/sessions/{session['session_id']}/finish", {"reward": reward}, token=executor.token
+        ) == (
             200,
             {"ok": True},
         )
@@ -123,29 +132,33 @@ def test_a_session_becomes_a_trajectory_with_the_agents_messages_masked(endpoint
 
 def test_bad_requests_are_refused_naming_what_is_wrong(endpoint):
     executor, prompts, tokenizer, step, outcome = endpoint
-    session = call(f"{executor.url}/sessions", {})[1]
+    session = call(f"{executor.url}/sessions", {}, token=executor.token)[1]
     url = f"{session['base_url']}/chat/completions"
-    status, error = call(url, {"messages": [{"role": "user", "content": "something else"}]})
+
+    def ask(url: str, body: dict) -> tuple[int, dict]:  # this run's agent, with its token
+        return call(url, body, token=executor.token)
+
+    status, error = ask(url, {"messages": [{"role": "user", "content": "something else"}]})
     assert status == 400 and "first request must be the session's prompt" in error["error"]["message"]
-    status, error = call(url, {"messages": "hello"})
+    status, error = ask(url, {"messages": "hello"})
     assert status == 400 and error["error"]["message"].startswith("messages:")
-    status, error = call(url, {"messages": [{"role": "user", "content": session["prompt"]}], "max_tokens": 0})
+    status, error = ask(url, {"messages": [{"role": "user", "content": session["prompt"]}], "max_tokens": 0})
     assert status == 400 and error["error"]["message"].startswith("max_tokens:")
     finish = f"{executor.url}/sessions/{session['session_id']}/finish"
-    assert call(finish, {"reward": 1.0})[0] == 400  # nothing generated yet: nothing to train on
-    call(url, {"messages": [{"role": "user", "content": session["prompt"]}]})
-    status, error = call(
+    assert ask(finish, {"reward": 1.0})[0] == 400  # nothing generated yet: nothing to train on
+    ask(url, {"messages": [{"role": "user", "content": session["prompt"]}]})
+    status, error = ask(
         url, {"messages": [{"role": "user", "content": "rewritten history"}, {"role": "user", "content": "x"}]}
     )
     assert status == 400 and "repeat the session's conversation" in error["error"]["message"]
-    status, error = call(finish, {"reward": "high"})
+    status, error = ask(finish, {"reward": "high"})
     assert status == 400 and error["error"]["message"].startswith("reward:")
-    assert call(f"{executor.url}/sessions/{'0' * 32}/finish", {"reward": 1})[0] == 404
-    assert call(f"{executor.url}/nowhere", {})[0] == 404
+    assert call(f"{executor.url}/sessions/{'0' * 32}/finish", {"reward": 1}, token=executor.token)[0] == 404
+    assert call(f"{executor.url}/nowhere", {}, token=executor.token)[0] == 404
 
 
 def _openai_sessions(executor) -> list[dict]:
-    return [call(f"{executor.url}/sessions", {})[1] for _ in range(4)]
+    return [call(f"{executor.url}/sessions", {}, token=executor.token)[1] for _ in range(4)]
 
 
 def test_the_openai_client_sync_and_async_streamed_and_not_gets_the_recorded_tokens(endpoint):
@@ -162,7 +175,7 @@ def test_the_openai_client_sync_and_async_streamed_and_not_gets_the_recorded_tok
     usage: list[int] = []
 
     def ask_sync(session: dict, stream: bool) -> None:
-        client = OpenAI(base_url=session["base_url"], api_key="unused", max_retries=0, timeout=60)
+        client = OpenAI(base_url=session["base_url"], api_key=executor.token, max_retries=0, timeout=60)
         messages = [{"role": "user", "content": session["prompt"]}]
         if stream:
             chunks = list(
@@ -183,7 +196,7 @@ def test_the_openai_client_sync_and_async_streamed_and_not_gets_the_recorded_tok
             usage.append(reply.usage.completion_tokens)
 
     async def ask_async(session: dict, stream: bool) -> None:
-        client = AsyncOpenAI(base_url=session["base_url"], api_key="unused", max_retries=0, timeout=60)
+        client = AsyncOpenAI(base_url=session["base_url"], api_key=executor.token, max_retries=0, timeout=60)
         messages = [{"role": "user", "content": session["prompt"]}]
         if stream:
             parts, finish = [], None
@@ -212,7 +225,10 @@ def test_the_openai_client_sync_and_async_streamed_and_not_gets_the_recorded_tok
     asyncio.run(ask_async(sessions[2], stream=False))
     asyncio.run(ask_async(sessions[3], stream=True))
     for session in sessions:
-        assert call(f"{executor.url}/sessions/{session['session_id']}/finish", {"reward": 1.0})[0] == 200
+        assert (
+            call(f"{executor.url}/sessions/{session['session_id']}/finish", {"reward": 1.0}, token=executor.token)[0]
+            == 200
+        )
     step.join(timeout=60)
     samples = outcome["rollouts"].samples
     for sample, text, completion_tokens in zip(samples, texts, usage):
@@ -258,8 +274,8 @@ def test_what_the_engine_does_not_do_is_a_400_naming_the_field(endpoint, field, 
     from openai import BadRequestError, OpenAI
 
     executor, prompts, tokenizer, step, outcome = endpoint
-    session = call(f"{executor.url}/sessions", {})[1]
-    client = OpenAI(base_url=session["base_url"], api_key="unused", max_retries=0, timeout=60)
+    session = call(f"{executor.url}/sessions", {}, token=executor.token)[1]
+    client = OpenAI(base_url=session["base_url"], api_key=executor.token, max_retries=0, timeout=60)
     request = {"model": session["model"], "messages": [{"role": "user", "content": session["prompt"]}], field: value}
     with pytest.raises(BadRequestError) as refused:
         client.chat.completions.create(**request)
@@ -286,7 +302,7 @@ def test_the_example_agent_drives_a_run_end_to_end(tiny_demo, tmp_path):
     for m in metrics:
         assert m["env/finished"] == 1.0  # every session the step handed out came back with a reward
         assert {"reward/environment", "reward/digit", "env/turns"} <= set(m)
-    samples = [e for e in events if e["type"] == "samples"][-1]["data"]["samples"]
+    samples = rollouts_by_step(tmp_path)[2]
     assert len(samples) == 4 and all(s["turns"] and s["turns"][0]["role"] == "assistant" for s in samples)
     assert [s["group"] for s in samples] == [0, 0, 1, 1]
 
@@ -310,7 +326,11 @@ def test_an_agent_run_cannot_also_have_an_environment():
 AGENT_PROBE = """
 import json, os, socket, sys, urllib.request
 found = {"uid": os.getuid(), "cwd": os.getcwd(), "root": sorted(os.listdir("/"))}
-with urllib.request.urlopen(os.environ["POSTTRAIN_AGENT_URL"] + "/v1/models", timeout=30) as response:
+request = urllib.request.Request(
+    os.environ["POSTTRAIN_AGENT_URL"] + "/v1/models",
+    headers={"Authorization": "Bearer " + os.environ["POSTTRAIN_AGENT_TOKEN"]},
+)
+with urllib.request.urlopen(request, timeout=30) as response:
     found["models"] = json.load(response)["data"][0]["id"]
 try:
     socket.create_connection(("127.0.0.1", int(sys.argv[1])), 2)
@@ -347,12 +367,16 @@ def test_the_agent_command_runs_sandboxed_and_reaches_only_the_endpoint(tiny_dem
             assert executor.process.wait(timeout=60) == 0
         finally:
             executor.close()
-    line = next(line for line in capfd.readouterr().err.splitlines() if line.startswith("PROBE "))
-    found = json.loads(line.removeprefix("PROBE "))
+    # What the agent printed reaches the log marked as user code, line by line.
+    line = next(line for line in capfd.readouterr().err.splitlines() if "PROBE " in line)
+    assert line.startswith("[user code: agent] PROBE ")
+    found = json.loads(line.removeprefix("[user code: agent] PROBE "))
     assert found["models"] == executor.model_name  # the endpoint, through socat and the Unix socket
     assert found["host_port"] == "ConnectionRefusedError"  # nothing else of this host's network
     assert found["uid"] == sandbox.SANDBOX_UID and found["cwd"] == str(tmp_path)
-    assert found["secret_env"] == [] and found["run_folder"] is False and found["cwd_writable"] is False
+    # Of secrets, only its own endpoint's token (never the run's ingestion token or anything else of the host's).
+    assert found["secret_env"] == ["POSTTRAIN_AGENT_TOKEN"]
+    assert found["run_folder"] is False and found["cwd_writable"] is False
     assert "home" not in found["root"] and "var" not in found["root"]
 
 
@@ -371,3 +395,28 @@ def socket_listening():
         server.bind(("127.0.0.1", 0))
         server.listen()
         yield server.getsockname()[1]
+
+
+def test_every_route_needs_the_runs_own_token_and_a_stranger_gets_no_task(endpoint):
+    """Another run's reward or agent (anything on the machine that finds the port) is refused before the
+    endpoint reads its request: no session, no task, no model name."""
+    executor, prompts, tokenizer, step, outcome = endpoint
+    for token in (None, "a-guess", executor.token + "x"):
+        for route, body in (("/sessions", {}), ("/v1/models", None), (f"/sessions/{'0' * 32}/finish", {"reward": 1})):
+            status, error = call(f"{executor.url}{route}", body, token=token)
+            assert status == 401 and error["error"]["code"] == "invalid_api_key", (route, token)
+    status, session = call(f"{executor.url}/sessions", {}, token=executor.token)
+    assert status == 200 and session["prompt"] == prompts[0].raw  # the first task is still there for the run's agent
+
+
+def test_an_agent_the_engine_does_not_start_finds_the_token_in_the_run_folder_only(tiny_demo, tmp_path):
+    from rl_engine.agent_endpoint import AgentExecutor
+
+    executor = AgentExecutor(None, None, config(tiny_demo, logging={"eval_every": 0, "run_dir": str(tmp_path)}))
+    try:
+        token_file = tmp_path / "agent_token"
+        assert token_file.read_text() == executor.token and token_file.stat().st_mode & 0o777 == 0o600
+        assert executor.token not in executor.describe() and str(token_file) in executor.describe()
+    finally:
+        executor.close()
+    assert not token_file.exists()

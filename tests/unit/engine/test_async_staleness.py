@@ -119,3 +119,78 @@ def test_a_staleness_beyond_the_bound_is_refused_by_the_schema():
     with pytest.raises(ConfigError) as refused:
         validate_config(with_changes({"backends.max_staleness": 0}))
     assert [e["loc"] for e in refused.value.errors] == ["backends.max_staleness"]
+
+
+# --- where the policy loss's ratio is taken (algorithm.ratio_against) ---------------------------------
+
+_ASYNC = {"placement.mode": "separate", "backends.async_rollout": True, "backends.max_staleness": 4}
+
+
+@pytest.mark.parametrize(
+    ("changes", "against_behaviour"),
+    [
+        pytest.param({}, False, id="sync-auto-proximal"),
+        pytest.param(_ASYNC, True, id="async-auto-behaviour"),
+        pytest.param({**_ASYNC, "algorithm.policy_loss": "decoupled_ppo"}, False, id="async-decoupled-weighs-itself"),
+        pytest.param(
+            {**_ASYNC, "algorithm.rollout_correction": {"method": "token_tis"}}, False, id="async-tis-weighs-itself"
+        ),
+        pytest.param({**_ASYNC, "algorithm.rollout_correction": {"method": "metrics"}}, True, id="async-metrics-only"),
+        pytest.param({**_ASYNC, "algorithm.ratio_against": "proximal"}, False, id="async-proximal-asked"),
+        pytest.param({"algorithm.ratio_against": "behaviour"}, True, id="sync-behaviour-asked"),
+    ],
+)
+def test_auto_takes_the_ratio_against_the_behaviour_policy_in_async_mode_unless_something_weighs_by_it(
+    changes, against_behaviour
+):
+    assert validate_config(with_changes(changes)).ratio_against_behaviour is against_behaviour
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param({"algorithm.policy_loss": "decoupled_ppo"}, "weighs by proximal / behaviour", id="decoupled"),
+        pytest.param({"algorithm.rollout_correction": {"method": "token_tis"}}, "count twice", id="token-tis"),
+    ],
+)
+def test_a_behaviour_ratio_with_a_second_importance_weight_is_refused_naming_the_field(changes, message):
+    with pytest.raises(ConfigError) as refused:
+        validate_config(with_changes({**_ASYNC, "algorithm.ratio_against": "behaviour", **changes}))
+    assert [e["loc"] for e in refused.value.errors] == ["algorithm.ratio_against"]
+    assert message in refused.value.errors[0]["msg"]
+
+
+def test_the_ratio_denominator_is_the_rollout_engines_log_probs_in_async_mode_and_the_trainers_in_sync():
+    from rl_engine.loop import TrainingBatch, ratio_denominator
+
+    behaviour, proximal = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-0.5, -2.5]])
+    batch = TrainingBatch(torch.tensor([0]), None, torch.tensor([1.0]), behaviour, old_logprobs=proximal)  # type: ignore[arg-type]
+    assert ratio_denominator(validate_config(with_changes(_ASYNC)), batch) is behaviour
+    assert ratio_denominator(validate_config(with_changes({})), batch) is proximal
+
+
+def test_against_the_behaviour_policy_the_clip_stops_pushing_a_token_the_trainer_already_moved_past_it():
+    """A token sampled at p = 0.2 that later updates raised to 0.3 (ratio 1.5 > 1 + 0.2): against the
+    behaviour policy PPO's clip is active and its gradient is 0; against the trainer's current policy the
+    ratio is 1 and it is pushed again, as if it had just been sampled. A token still inside the trust
+    region is pushed either way."""
+    from rl_engine.algorithms.losses import policy_loss
+
+    current = torch.log(torch.tensor([[0.3, 0.3]])).requires_grad_(True)
+    behaviour = torch.log(torch.tensor([[0.2, 0.28]]))
+    advantages = torch.ones(1, 2)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+
+    def gradient(old: torch.Tensor) -> torch.Tensor:
+        current.grad = None
+        loss, _ = policy_loss(current, old, advantages, mask, 0.2, 0.2, agg="token_mean")
+        loss.backward()
+        grad = current.grad
+        assert grad is not None
+        return grad[0]
+
+    against_behaviour = gradient(behaviour)
+    against_proximal = gradient(current.detach())
+    assert against_behaviour[0] == 0.0  # ratio 1.5: clipped, no further push
+    assert against_behaviour[1] == pytest.approx(-0.5 * 0.3 / 0.28)  # ratio 1.07: -A * ratio / 2 tokens
+    assert against_proximal.tolist() == pytest.approx([-0.5, -0.5])  # ratio 1: both pushed as on-policy

@@ -102,6 +102,8 @@ def full_config() -> RunConfig:
                     "headers": {"Authorization": "Bearer x"},
                 },
                 {"type": "reward_model", "path": "models/rm", "batch_size": 4, "max_length": 512, "dtype": "float16"},
+                {"type": "reasoning_gym", "answer": "whole", "timeout_s": 5},
+                {"type": "verifiers", "files": ["my_env.py"], "timeout_s": 20},
             ],
             "algorithm": {
                 "name": "ppo",
@@ -198,7 +200,7 @@ def test_reward_spec_dump_without_weight_is_type_plus_constructor_kwargs():
     cfg = full_config()
 
     for spec in cfg.rewards:
-        kwargs = spec.model_dump(exclude={"weight"})
+        kwargs = spec.model_dump(exclude={"weight", "max_error_rate"})  # the run's, not the component's
         assert kwargs == spec.to_component_kwargs()
         assert kwargs["type"] == spec.type and kwargs["name"] == spec.name
         assert "weight" not in kwargs
@@ -592,3 +594,32 @@ def test_the_context_length_is_read_from_nested_text_configs_and_skipped_without
     check_runnable(
         validate_config(with_changes({"model.path": str(tmp_path / "missing"), "rollout.max_new_tokens": 10**9}))
     )
+
+
+@pytest.mark.parametrize("name", ["mean", "std", "errors", "task_mean", "group_all_equal_rate"])
+def test_a_reward_named_like_one_of_the_engines_own_curves_is_refused(name):
+    from rl_engine.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        validate_config(
+            {
+                "name": "x",
+                "model": {"path": "m"},
+                "data": {"path": "d.jsonl"},
+                "rewards": [{"type": "exact_match", "name": name}],
+            }
+        )
+    [error] = refused.value.errors
+    assert error["loc"] == "rewards.0.name"
+    assert error["msg"].startswith(f"{name!r} is reserved: reward/{name} is one of the engine's own curves")
+
+
+def test_max_error_rate_is_a_share_of_the_steps_samples():
+    from rl_engine.config import ConfigError
+
+    base = {"name": "x", "model": {"path": "m"}, "data": {"path": "d.jsonl"}}
+    config = validate_config({**base, "rewards": [{"type": "exact_match"}]})
+    assert config.rewards[0].max_error_rate == 0.5
+    with pytest.raises(ConfigError) as refused:
+        validate_config({**base, "rewards": [{"type": "exact_match", "max_error_rate": 1.5}]})
+    assert [e["loc"] for e in refused.value.errors] == ["rewards.0.max_error_rate"]

@@ -13,7 +13,7 @@ from posttrain_sdk.event_log import read_events
 from rl_engine.config import RunConfig, validate_config
 from rl_engine.loop import build_engine, train
 from rl_engine.trainer import Experience, TokenBatch
-from tests.unit.engine.helpers import stop_at_first_checkpoint
+from tests.unit.engine.helpers import rollouts_by_step, stop_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -157,7 +157,7 @@ def test_a_zero3_run_writes_metrics_and_a_checkpoint_plain_transformers_loads(ti
         tiny_demo,
         stage=3,
         algorithm={"name": "grpo", "kl": {"coef": 0.0}},
-        rollout={"samples_per_prompt": 4},
+        rollout={"samples_per_prompt": 4, "filters": {"zero_advantage": False}},  # every step updates
         logging={"eval_every": 2},
         train={"steps": 2, "mini_batch_size": None, "micro_batch_size": 8},
     )
@@ -223,10 +223,9 @@ def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo,
 
     for step in (3, 4):
         assert curve(resumed_events)[step] == curve(straight_events)[step], f"step {step} differs after resume"
-    samples = [
-        [e["data"] for e in events if e["type"] == "samples"][-2:] for events in (straight_events, resumed_events)
-    ]
-    assert samples[0] == samples[1]
+    straight_rollouts, resumed_rollouts = rollouts_by_step(tmp_path / "straight"), rollouts_by_step(stopped)
+    for step in (3, 4):
+        assert resumed_rollouts[step] == straight_rollouts[step], f"step {step}'s rollouts differ after resume"
 
 
 def test_a_checkpoint_from_another_backend_setting_is_refused_on_resume(tiny_demo, tmp_path):

@@ -21,7 +21,7 @@ from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.demo.run_config import demo_run_config
 from rl_engine.distributed import PlacementUnavailable, RoleDied, plan_placement
-from rl_engine.token_view import unpack_f16
+from tests.unit.engine.helpers import rollouts_by_step
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,13 @@ def run_config(demo: Path, **overrides):
             "eval_size": 8,
         },
         "rewards": [{"type": "exact_match"}, {"type": "regex", "name": "digit", "pattern": r"\d", "weight": 0.5}],
-        "rollout": {"prompts_per_step": 8, "samples_per_prompt": 4, "max_new_tokens": 6},
+        # Every step updates (tied groups too), so each step has the metrics of an update.
+        "rollout": {
+            "prompts_per_step": 8,
+            "samples_per_prompt": 4,
+            "max_new_tokens": 6,
+            "filters": {"zero_advantage": False},
+        },
         "train": {"steps": 3, "lr": 3e-3, "micro_batch_size": 16},
         "checkpoint": {"every_steps": 0, "save_final": True},
         "logging": {"eval_every": 0},
@@ -163,10 +169,10 @@ def test_colocated_engines_and_ranks_split_the_batch_and_keep_samples_prompt_maj
 
     cfg = run_config(tiny_demo, placement={"mode": "colocate", "rollout_engines": 2, "trainer_ranks": 2})
     train(cfg, tmp_path)
-    samples = [e for e in read_events(tmp_path / "events.jsonl") if e["type"] == "samples"]
-    assert len(samples) == 3
-    for event in samples:
-        groups = [s["group"] for s in event["data"]["samples"]]
+    samples = rollouts_by_step(tmp_path)
+    assert sorted(samples) == [1, 2, 3]
+    for rows in samples.values():
+        groups = [s["group"] for s in rows]
         assert groups == [g for g in range(8) for _ in range(4)]  # 2 engines x 4 prompts, back in order
     assert "trainer_1" in next(
         e["data"]["message"] for e in read_events(tmp_path / "events.jsonl") if e["type"] == "log"
@@ -193,11 +199,16 @@ def test_async_mode_trains_on_batches_generated_up_to_max_staleness_updates_behi
     assert [e["data"]["staleness/share_2"] for e in steps] == [0.0, 0.0, 1.0, 1.0]
     assert steps[0]["data"]["rollout/logprob_diff_max"] < 1e-4
     assert all(e["data"]["rollout/logprob_diff_max"] > 1e-3 for e in steps[1:])
+    # The loss's ratio is taken against the log-probs the batch was sampled with (`algorithm.ratio_against`
+    # auto): where the trainer has moved since, the ratio starts away from 1 and PPO's clip can act; against
+    # the trainer's own log-probs it would start at exactly 1 on every token.
+    assert steps[0]["data"]["policy/ratio_max"] == pytest.approx(1.0, abs=1e-4)
+    assert all(abs(e["data"]["policy/ratio_max"] - 1.0) > 1e-3 for e in steps[1:])
     for event in steps:
         assert {"kl/rollout_vs_policy", "timing/wait_rollout", "rollout/overlapped_generate_s"} <= set(event["data"])
         assert "timing/generate" not in event["data"]  # off the critical path: not a phase of the step
-    samples = [e for e in read_events(tmp_path / "events.jsonl") if e["type"] == "samples"]
-    assert {tuple(v for v, _ in s["versions"]) for s in samples[3]["data"]["samples"]} == {(1,)}
+    samples = rollouts_by_step(tmp_path)
+    assert {tuple(v for v, _ in s["versions"]) for s in samples[4]} == {(1,)}
 
 
 def test_async_staleness_four_with_partial_rollout_tis_and_decoupled_ppo_records_each_segments_version(
@@ -220,15 +231,15 @@ def test_async_staleness_four_with_partial_rollout_tis_and_decoupled_ppo_records
     assert all(0.0 <= e["data"]["staleness/max"] <= 4.0 for e in steps)
     assert sum(e["data"]["staleness/mean"] for e in steps) > 0  # generation ran ahead of training
     assert all("rollout_corr/truncated_fraction" in e["data"] for e in steps)
-    for event in (e for e in read_events(tmp_path / "events.jsonl") if e["type"] == "samples"):
-        for sample in event["data"]["samples"]:
+    for step, rows in rollouts_by_step(tmp_path).items():
+        for sample in rows:
             versions = [v for v, _ in sample["versions"]]
             assert sum(n for _, n in sample["versions"]) == sample["length"]
             # A segment is a run of one version: each one after the first is under newer weights.
             assert all(a < b for a, b in itertools.pairwise(versions))
-            assert event["step"] - 1 - versions[0] <= 4
+            assert step - 1 - versions[0] <= 4
             # The per-token view has both policies' log-probs (async mode runs the old-policy pass).
-            assert len(unpack_f16(sample["tokens"]["trainer_logprob"])) == sample["length"]
+            assert len(sample["trainer_logprob"]) == len(sample["rollout_logprob"]) == sample["length"]
 
 
 def test_a_resumed_async_run_drops_no_batch_and_continues_the_uninterrupted_one(tiny_demo, tmp_path, ray_cluster):
@@ -247,15 +258,11 @@ def test_a_resumed_async_run_drops_no_batch_and_continues_the_uninterrupted_one(
     stop_at_first_checkpoint(tmp_path / "straight", stopped, step=2)
     train(cfg, stopped, resume=stopped / "checkpoints" / "step_2")
 
-    def samples(run_dir: Path) -> dict[int, list[dict]]:
-        events = read_events(run_dir / "events.jsonl")
-        return {e["step"]: e["data"]["samples"] for e in events if e["type"] == "samples"}
-
     def deterministic(metrics: dict) -> dict:  # wall-clock figures differ between any two runs
         wall_clock = ("timing/", "throughput/", "memory/", "progress/", "rollout/overlapped_generate_s")
         return {k: v for k, v in metrics.items() if not k.startswith(wall_clock)}
 
-    straight, resumed = samples(tmp_path / "straight"), samples(stopped)
+    straight, resumed = rollouts_by_step(tmp_path / "straight"), rollouts_by_step(stopped)
     # Steps 3 and 4 were generated ahead before the checkpoint (kept in it); step 5 after the resume,
     # from the checkpoint's weights as the uninterrupted run's engines had them by then.
     assert sorted(resumed) == [1, 2, 3, 4, 5]

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from posttrain_sdk.event_log import read_events
+from posttrain_sdk.rollout_files import read_table, table_stats
 from rl_engine.__main__ import main
 from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
 from rl_engine.loop import train
 from rl_engine.metric_catalogue import lookup
-from rl_engine.token_view import unpack_f16
-from tests.unit.engine.helpers import stop_at_first_checkpoint
+from tests.unit.engine.helpers import step_rows, stop_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +73,10 @@ def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     states = [e["data"]["state"] for e in by_type(events, "status")]
     assert states == ["running", "succeeded"]
+    # The rollout files are written on a thread of their own, yet every step's is announced before the
+    # checkpoint after it and before the final status (the platform may stop listening there).
+    kinds = [e["type"] for e in events if e["type"] != "heartbeat"]
+    assert kinds[-1] == "status" and max(i for i, k in enumerate(kinds) if k == "samples") < kinds.index("checkpoint")
     metrics = by_type(events, "metrics")
     assert [m["step"] for m in metrics] == [0, 1, 2]  # step 0 is the evaluation before training
     assert uncatalogued(metrics) == []
@@ -96,8 +100,18 @@ def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint
     )
 
     samples = by_type(events, "samples")
-    assert [len(s["data"]["samples"]) for s in samples] == [16, 16]  # every sample of every step
-    for sample in samples[0]["data"]["samples"]:
+    # One file per step with every sample; the event carries the file's reference and its statistics.
+    assert [(s["step"], s["data"]["file"], s["data"]["rows"]) for s in samples] == [
+        (1, "step_00000001.parquet", 16),
+        (2, "step_00000002.parquet", 16),
+    ]
+    for event in samples:
+        path = tmp_path / "run" / "rollouts" / event["data"]["file"]
+        assert event["data"]["bytes"] == path.stat().st_size
+        assert event["data"]["stats"] == table_stats(read_table(path))
+        assert "samples" not in event["data"]
+    for sample in step_rows(tmp_path / "run", samples[0]):
+        sample["components"] = json.loads(sample["components"])
         # The rewards recorded are the rewards of the text recorded.
         expected_format = 1.0 if re.match(r"\d\d", sample["response"]) else 0.0
         assert sample["components"]["two_digits"] == expected_format
@@ -107,11 +121,22 @@ def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint
         assert sample["finish_reason"] in ("stop", "length")
         # The per-token view: a piece and the rollout's values per token; GRPO's advantage is the
         # sequence's on every token. No old-policy pass ran (one update per batch): no trainer log-probs.
-        view = sample["tokens"]
-        assert len(view["text"]) == sample["length"] and "trainer_logprob" not in view
-        assert all(lp <= 0 for lp in unpack_f16(view["rollout_logprob"]))
-        assert all(h >= 0 for h in unpack_f16(view["entropy"]))
-        assert unpack_f16(view["advantage"]) == pytest.approx([sample["advantage"]] * sample["length"], abs=2e-3)
+        assert len(sample["token_text"]) == len(sample["token_ids"]) == sample["length"]
+        assert sample["trainer_logprob"] is None and sample["prompt_token_ids"]
+        assert all(lp <= 0 for lp in sample["rollout_logprob"])
+        assert all(h >= 0 for h in sample["entropy"])
+        if sample["kept"]:
+            assert sample["token_advantage"] == pytest.approx([sample["advantage"]] * sample["length"], abs=1e-6)
+        else:  # the zero-advantage filter (on by default for GRPO) kept its tied group out of the update
+            assert sample["token_advantage"] is None and sample["advantage"] == 0.0
+    # The zero-advantage filter dropped exactly the groups whose samples all scored the same.
+    rows = step_rows(tmp_path / "run", samples[0])
+    rewards_by_group: dict[int, set[float]] = {}
+    for sample in rows:
+        rewards_by_group.setdefault(sample["group"], set()).add(sample["reward"])
+    tied = {group for group, rewards in rewards_by_group.items() if len(rewards) == 1}
+    assert {s["group"] for s in rows if not s["kept"]} == tied
+    assert metrics[1]["data"]["filter/zero_advantage/dropped"] == 4 * len(tied)
 
     checkpoints = by_type(events, "checkpoint")
     assert len(checkpoints) == 1 and checkpoints[0]["step"] == 2
@@ -197,6 +222,7 @@ def test_a_gspo_run_with_token_tis_logs_the_rollout_mismatch_every_step(tiny_dem
         tiny_config(
             tiny_demo,
             algorithm={"name": "grpo", "policy_loss": "gspo", "rollout_correction": {"method": "token_tis"}},
+            rollout={"filters": {"zero_advantage": False}},  # every step trains, tied groups or not
             logging={"eval_every": 0},
             checkpoint={"save_final": False},
         )
@@ -220,7 +246,7 @@ def test_top_k_sampling_is_a_real_mismatch_that_the_correction_measures_and_weig
         tiny_config(
             tiny_demo,
             algorithm={"rollout_correction": {"method": "token_tis"}},
-            rollout={"top_k": 3},
+            rollout={"top_k": 3, "filters": {"zero_advantage": False}},  # every step trains
             logging={"eval_every": 0},
             checkpoint={"save_final": False},
         )
@@ -280,7 +306,8 @@ def test_a_run_stopped_at_step_k_and_resumed_continues_the_same_curve(tiny_demo,
         assert comparable(resumed[step]) == comparable(straight[step]), f"step {step} differs after resume"
     samples_straight = by_type(read_events(tmp_path / "straight" / "events.jsonl"), "samples")
     samples_resumed = by_type(events, "samples")
-    assert [s["data"] for s in samples_resumed[-2:]] == [s["data"] for s in samples_straight[-2:]]
+    for resumed_event, straight_event in zip(samples_resumed[-2:], samples_straight[-2:], strict=True):
+        assert step_rows(stopped, resumed_event) == step_rows(tmp_path / "straight", straight_event)
 
 
 @pytest.mark.parametrize(
@@ -307,20 +334,28 @@ def test_bad_input_ends_with_one_clear_line_and_exit_code_2(tiny_demo, tmp_path,
 
 def test_the_per_token_view_is_recorded_every_nth_step_with_the_trainers_log_probs(tiny_demo):
     from rl_engine.loop import build_engine, run_step
+    from rl_engine.rollout_store import PieceCache, step_table
 
     cfg = validate_config(
-        tiny_config(tiny_demo, algorithm={"rollout_correction": {"method": "metrics"}}, logging={"token_view_every": 2})
+        tiny_config(
+            tiny_demo,
+            algorithm={"rollout_correction": {"method": "metrics"}},
+            # every sample trains, so every one has the trainer's log-probs
+            rollout={"filters": {"zero_advantage": False}},
+            logging={"token_view_every": 2},
+        )
     )
     engine = build_engine(cfg)
     try:
         _, first = run_step(engine, 1)
         _, second = run_step(engine, 2)
+        pieces = PieceCache(engine.tokenizer)
+        first_rows, second_rows = (step_table(r, pieces).to_pylist() for r in (first, second))
     finally:
         engine.close()
-    assert all("tokens" not in record for record in first)
-    for record in second:
-        view = record["tokens"]
-        # Same weights, fp32: the trainer's log-probs are the rollout's, to float16 precision.
-        rollout, trainer = unpack_f16(view["rollout_logprob"]), unpack_f16(view["trainer_logprob"])
-        assert len(rollout) == len(trainer) == record["length"]
-        assert trainer == pytest.approx(rollout, abs=1e-2)
+    assert all(row["token_ids"] is None and row["token_text"] is None for row in first_rows)
+    for row in second_rows:
+        # Same weights, fp32: the trainer's log-probs are the rollout's.
+        assert len(row["rollout_logprob"]) == len(row["trainer_logprob"]) == row["length"]
+        assert row["trainer_logprob"] == pytest.approx(row["rollout_logprob"], abs=1e-4)
+        assert len(row["token_text"]) == len(row["token_ids"]) == row["length"]

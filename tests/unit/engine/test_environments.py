@@ -16,7 +16,8 @@ from rl_engine.data import Prompt
 from rl_engine.demo.run_config import demo_run_config
 from rl_engine.environments import EXAMPLES, EnvironmentLoadError
 from rl_engine.executors import EnvironmentExecutor
-from rl_engine.rollout import Sample, SamplingParams
+from rl_engine.rollout import SamplingParams
+from tests.unit.engine.helpers import ScriptedRollout, rollouts_by_step
 
 
 @pytest.fixture(scope="module")
@@ -24,23 +25,6 @@ def tokenizer(tiny_demo: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_demo / "model")
-
-
-class ScriptedRollout:
-    """A rollout backend that answers each call with the next scripted texts (one per context), so the
-    executor's token layout can be checked exactly; the contexts it was given are kept."""
-
-    def __init__(self, tokenizer, turns: list[list[str]]):
-        self.tokenizer, self.turns, self.contexts = tokenizer, list(turns), []
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Sample]:
-        assert params.n == 1
-        self.contexts.append([list(p) for p in prompts])
-        texts = self.turns.pop(0)
-        return [Sample(i, self.ids(t), "stop", tuple(-0.5 for _ in self.ids(t))) for i, t in enumerate(texts)]
-
-    def ids(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def prompt(tokenizer, text: str, label: str | None) -> Prompt:
@@ -278,7 +262,7 @@ def test_a_multi_turn_run_completes_on_the_demo_model_with_turns_recorded(tiny_d
         assert {"reward/mean", "reward/environment", "reward/digit", "env/turns", "timing/environment"} <= set(m)
         assert 1 <= m["env/turns"] <= 3
     assert "eval/reward/environment" in last
-    samples = [e for e in events if e["type"] == "samples"][-1]["data"]["samples"]
+    samples = rollouts_by_step(tmp_path)[2]
     for sample in samples:
         assert sample["turns"][0]["role"] in ("assistant", "environment")
         assert sample["components"]["environment"] == pytest.approx(
@@ -286,4 +270,29 @@ def test_a_multi_turn_run_completes_on_the_demo_model_with_turns_recorded(tiny_d
         )
         assistant_turns = sum(t["role"] == "assistant" for t in sample["turns"])
         assert sample["length"] <= 4 * assistant_turns  # the policy's tokens only, observations left out
-    assert json.dumps(samples)  # the records stay plain JSON for the platform
+    assert json.dumps(samples)  # the file's rows read back as plain values (turns as objects)
+
+
+def test_a_turn_for_another_seat_stays_in_the_context_masked_out_of_the_loss(tokenizer, tmp_path):
+    path = write(
+        tmp_path,
+        "class Environment:\n"
+        "    def reset(self, prompt, label, metadata):\n"
+        "        return {'observation': None, 'next_turn_trained': False}\n"
+        "    def step(self, action):\n"
+        "        if action == 'bad':\n"
+        "            return {'observation': 'x', 'reward': 0.0, 'done': False, 'next_turn_trained': 'no'}\n"
+        "        return {'observation': ' ok', 'reward': 0.5, 'done': action == 'mine', 'next_turn_trained': True}\n",
+    )
+    run, rollout = executor(tokenizer, [["theirs", "bad"], ["mine"]], path=path, max_turns=3)
+    try:
+        out = run.run([prompt(tokenizer, "p", None), prompt(tokenizer, "q", None)], SamplingParams(n=1))
+    finally:
+        run.close()
+    ids = rollout.ids
+    first = out.samples[0]
+    assert first.response_ids == ids("theirs") + ids(" ok") + ids("mine")
+    assert first.action_mask == (0,) * len(ids("theirs")) + (0,) * len(ids(" ok")) + (1,) * len(ids("mine"))
+    assert out.turns[0][0] == {"role": "assistant", "text": "theirs", "reward": None, "trained": False}
+    assert out.final_texts[0] == "mine" and out.env_rewards[0] == pytest.approx(1.0)
+    assert "next_turn_trained must be True or False" in out.errors[1][0]

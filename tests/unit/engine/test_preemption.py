@@ -10,7 +10,14 @@ from posttrain_sdk.event_log import read_events
 from rl_engine.__main__ import main
 from rl_engine.config import dump_config, validate_config
 from rl_engine.loop import train
-from rl_engine.preemption import EXIT_PREEMPTED, preemption_requested, request_path, request_preemption
+from rl_engine.preemption import (
+    EXIT_PREEMPTED,
+    EXIT_TIME_LIMIT,
+    preemption_requested,
+    request_path,
+    request_preemption,
+    time_limit_reason,
+)
 from tests.unit.engine.test_engine_run import by_type, comparable, tiny_config
 
 pytestmark = pytest.mark.slow
@@ -69,3 +76,32 @@ def test_a_request_that_arrives_at_the_last_step_lets_the_run_finish(tiny_demo, 
     train(cfg, tmp_path / "run")
     states = [s["data"]["state"] for s in by_type(read_events(tmp_path / "run" / "events.jsonl"), "status")]
     assert states == ["running", "succeeded"]
+
+
+def test_a_run_past_its_time_limit_stops_with_a_checkpoint_and_that_reason(tiny_demo, tmp_path):
+    cfg = validate_config(
+        tiny_config(
+            tiny_demo, train={"steps": 3, "max_wall_s": 1e-6}, checkpoint={"every_steps": 0, "save_final": False}
+        )
+    )
+    config = tmp_path / "run.yaml"
+    config.write_text(dump_config(cfg))
+    run_dir = tmp_path / "limited"
+
+    assert main(["train", str(config), "--run-dir", str(run_dir), "--no-progress"]) == EXIT_TIME_LIMIT
+    events = read_events(run_dir / "events.jsonl")
+    status = by_type(events, "status")[-1]
+    assert status["data"]["state"] == "failed" and status["step"] == 1
+    assert (
+        status["data"]["reason"].startswith("time limit: ")
+        and "train.max_wall_s is 1e-06 s" in status["data"]["reason"]
+    )
+    checkpoint = by_type(events, "checkpoint")[-1]
+    assert checkpoint["step"] == 1 and status["data"]["checkpoint"] == checkpoint["data"]["path"]
+    assert [m["step"] for m in by_type(events, "metrics") if m["step"]] == [1], "no step after the limit"
+
+
+def test_the_time_limit_counts_training_time_and_is_off_when_unset():
+    assert time_limit_reason(59.9, 60.0, 3) is None
+    assert time_limit_reason(1e9, None, 3) is None
+    assert time_limit_reason(60.0, 60.0, 3).endswith("stopped after step 3 with a checkpoint (resume the run to go on)")

@@ -16,6 +16,8 @@ from rl_engine.rewards import (
     build_component,
     build_reward,
 )
+from rl_engine.rewards.base import MAX_EXTRA_LOGS, TOTAL
+from rl_engine.rewards.loud import RewardsFailed, check_error_rates
 
 
 class Fixed:
@@ -88,6 +90,49 @@ def test_extra_logs_are_prefixed_and_averaged():
     assert result.extra_logs == {"py/acc": 0.5, "py/lr": 3.0, "py/partial": 4.0}
 
 
+def test_a_total_that_overflows_is_a_per_sample_error_not_an_infinite_reward():
+    # 1.7e308 is finite, and so is 1.0; 1.7e308 x 2 is not: that sample scores 0 with the reason recorded.
+    composite = CompositeReward([(Fixed("huge", [1.7e308, 1.0]), 2.0)])
+    result = composite.score(make_batch(2))
+    assert result.total == [0.0, 2.0]
+    assert result.errors[0] == [
+        "weighted total: the weighted total of the components is not finite (a score too large for its weight)"
+    ]
+    assert result.errors[1] == []
+    assert result.component_errors[TOTAL] == [result.errors[0][0].split(": ", 1)[1], None]
+
+
+def test_extra_curves_are_bounded_per_component_and_named_safely():
+    logs = {f"curve_{i}": float(i) for i in range(100_000)}
+    logs = {"../../etc": 1.0, "x" * 65: 1.0, "spaced name": 1.0, "/lead": 1.0, **logs}
+    result = CompositeReward([(Fixed("py", [0.0]), 1.0)]).score(make_batch(1))
+    assert result.extra_logs == {}
+    result = CompositeReward([(Fixed("py", [0.0], extra_logs=logs), 1.0)]).score(make_batch(1))
+    # "../../etc" is a legal metric name below reward/py/ (it names nothing on disk); the rest are unusable names.
+    assert list(result.extra_logs) == ["py/../../etc", *(f"py/curve_{i}" for i in range(MAX_EXTRA_LOGS - 1))]
+
+
+def test_a_component_failing_on_more_than_its_max_error_rate_fails_the_step_with_its_first_error():
+    flaky = Fixed("judge", [0.0] * 4, errors=[None, "HTTP 503 (a 0-byte answer)", "timed out", None])
+    result = CompositeReward([(Fixed("fmt", [1.0] * 4), 1.0), (flaky, 1.0)]).score(make_batch(4))
+    check_error_rates(result, {"fmt": 0.5, "judge": 0.5})  # 2 of 4 is not more than half: the step goes on
+    with pytest.raises(RewardsFailed) as failed:
+        check_error_rates(result, {"fmt": 0.5, "judge": 0.25})
+    assert str(failed.value) == (
+        "reward 'judge' failed on 2 of 4 samples of the step (50%, over its max_error_rate of 0.25); "
+        "the first error: HTTP 503 (a 0-byte answer)"
+    )
+    always = Fixed("always", [0.0] * 4, errors=["boom"] * 4)
+    tolerated = CompositeReward([(always, 1.0)]).score(make_batch(4))
+    check_error_rates(tolerated, {"always": 1.0})  # 1 = never fail the run
+
+
+def test_an_overflowing_total_on_most_samples_fails_the_step():
+    result = CompositeReward([(Fixed("huge", [1.7e308] * 3), 2.0)]).score(make_batch(3))
+    with pytest.raises(RewardsFailed, match=r"^the weighted total failed on 3 of 3 samples of the step"):
+        check_error_rates(result, {"huge": 0.5})
+
+
 def test_timings_are_recorded_per_component():
     composite = CompositeReward([(Fixed("a", [1.0]), 1.0), (RegexReward("r", name="fmt"), 1.0)])
     timings = composite.score(make_batch(1)).timings
@@ -135,6 +180,9 @@ def test_build_component_maps_each_type_to_its_class(tmp_path):
         "python": ({"path": str(reward_file), "timeout_s": 5}, PythonFunctionReward),
         "http": ({"url": "http://127.0.0.1:9/score", "batch_size": 4}, HttpReward),
         "reward_model": ({"path": str(model_dir), "dtype": "bfloat16"}, RewardModelReward),
+        # the installed packages' scorers run as sandboxed python functions beside their adapters
+        "reasoning_gym": ({"answer": "whole"}, PythonFunctionReward),
+        "verifiers": ({}, PythonFunctionReward),
     }
     assert set(specs) == set(COMPONENT_TYPES)
     for kind, (params, cls) in specs.items():
@@ -186,6 +234,8 @@ def test_every_reward_type_of_the_run_config_builds_through_the_registry(tmp_pat
         {"type": "python", "path": str(reward_file)},
         {"type": "http", "url": "http://127.0.0.1:9/score"},
         {"type": "reward_model", "path": str(tmp_path)},
+        {"type": "reasoning_gym"},
+        {"type": "verifiers"},
     ]
     cfg = validate_config({"name": "t", "model": {"path": "m"}, "data": {"path": "d.jsonl"}, "rewards": specs})
     assert {s.type for s in cfg.rewards} == set(COMPONENT_TYPES)

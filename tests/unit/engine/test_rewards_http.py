@@ -1,4 +1,6 @@
-"""HttpReward against a real http.server on 127.0.0.1, speaking OpenRLHF's protocol."""
+"""HttpReward against a real http.server on 127.0.0.1, speaking OpenRLHF's protocol. Loopback is refused by the
+outbound policy unless an admin allows it: these tests allow it, as an admin running a local reward server would
+(POSTTRAIN_HTTP_ALLOW); the policy's refusals are tested in test_outbound.py."""
 
 import json
 import socket
@@ -70,6 +72,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+@pytest.fixture(autouse=True)
+def loopback_allowed(monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_HTTP_ALLOW", "127.0.0.1")
+
+
 @pytest.fixture
 def server():
     srv = RewardServer()
@@ -120,7 +127,8 @@ def test_persistent_server_error_fails_the_batch_naming_url_attempts_and_status(
     result = HttpReward(server.url, retries=2, backoff_s=0.01).score(make_batch(2))
     assert result.scores == [0.0, 0.0]
     assert (
-        result.errors == [f"POST {server.url} failed after 3 attempts: HTTP 500 Internal Server Error: overloaded"] * 2
+        result.errors
+        == [f"POST {server.url} failed after 3 attempts: HTTP 500 Internal Server Error (a 10-byte answer)"] * 2
     )
     assert len(server.requests) == 3
 
@@ -128,7 +136,7 @@ def test_persistent_server_error_fails_the_batch_naming_url_attempts_and_status(
 def test_client_error_is_not_retried(server):
     server.behaviour = "not_found"
     result = HttpReward(server.url, retries=3, backoff_s=0.01).score(make_batch(1))
-    assert result.errors == [f"POST {server.url} failed: HTTP 404 Not Found: no such route"]
+    assert result.errors == [f"POST {server.url} failed: HTTP 404 Not Found (a 13-byte answer)"]  # never the body
     assert len(server.requests) == 1
 
 
@@ -151,7 +159,7 @@ def test_unreachable_server_fails_with_the_connection_error():
 def test_response_that_is_not_json_fails_without_retry(server):
     server.behaviour = "bad_json"
     result = HttpReward(server.url, backoff_s=0.01).score(make_batch(2))
-    assert result.errors == [f"POST {server.url} failed: response is not JSON: '<html>oops</html>'"] * 2
+    assert result.errors == [f"POST {server.url} failed: response is not JSON (a 17-byte answer)"] * 2
     assert len(server.requests) == 1
 
 

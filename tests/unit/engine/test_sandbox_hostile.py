@@ -1,6 +1,6 @@
 """Every hostile program of tests/hostile_programs.py, as a reward and as an environment, in the real
-bubblewrap sandbox: each is contained (its sample fails with a clear reason, or scores without effect),
-nothing on the host changes, and this process (the engine) keeps going."""
+bubblewrap sandbox: each is contained twice in a row in the same sandbox (its sample fails with a clear
+reason, or scores without effect), nothing on the host changes, and this process (the engine) keeps going."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def quick_hard_kill(monkeypatch):
 
 
 def limits(program: HostileProgram) -> dict:
-    return {"timeout_s": 60.0 if program.heavy else 2.0, "memory_mb": 2048}
+    return {"timeout_s": program.timeout_s, "memory_mb": program.memory_mb}
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
@@ -38,16 +38,17 @@ def test_a_hostile_reward_is_contained(program, world, tmp_path, capfd):
     path.write_text(world.reward_file(program))
     component = PythonFunctionReward(str(path), **limits(program))
     try:
-        result = component.score(RewardBatch.build(["2+2="], ["4"], ["4"]))
-        # The component keeps working after whatever the program did to its sandbox.
-        assert component.score(RewardBatch.build(["2+2="], ["4"], ["4"])).scores is not None
+        # The component keeps working after whatever the program did to its sandbox, and the second call
+        # finds nothing the first one left running.
+        results = [component.score(RewardBatch.build(["2+2="], ["4"], ["4"])) for _ in range(2)]
     finally:
         component.close()
-    score, error = result.scores[0], result.errors[0]
-    assert program.contained(score, error), f"{program.name}: score {score}, error {error!r}"
+    for call, result in enumerate(results, 1):
+        score, error = result.scores[0], result.errors[0]
+        assert program.contained(score, error), f"{program.name}, call {call}: score {score}, error {error!r}"
     out, err = capfd.readouterr()
     assert len(out) + len(err) < MAX_RELAYED_BYTES
-    world.assert_untouched(program, [str(error), str(result.extra_logs), out, err])
+    world.assert_untouched(program, [*(f"{r.errors} {r.extra_logs}" for r in results), out, err])
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
@@ -55,18 +56,22 @@ def test_a_hostile_environment_is_contained(program, world, tmp_path, capfd):
     path = tmp_path / "environment.py"
     path.write_text(world.environment_file(program))
     pool = EnvironmentPool(EnvironmentConfig(path=str(path), **limits(program)))
+    values = []
     try:
-        assert pool.call("reset", [(0, {"prompt": "2+2=", "label": "4", "metadata": {}})]) == {0: (True, None)}
-        ok, value = pool.call("step", [(0, "4")])[0]
+        for episode in range(2):  # one after the other, in the same sandbox while it lasts
+            reset = pool.call("reset", [(episode, {"prompt": "2+2=", "label": "4", "metadata": {}})])
+            assert reset == {episode: (True, {"observation": None, "next_turn_trained": True})}
+            values.append(pool.call("step", [(episode, "4")])[episode])
     finally:
         pool.close()
-    score, error = (value["reward"], None) if ok else (0.0, value)
-    assert program.contained(score, error), f"{program.name}: score {score}, error {error!r}"
+    for episode, (ok, value) in enumerate(values):
+        score, error = (value["reward"], None) if ok else (0.0, value)
+        assert program.contained(score, error), f"{program.name}, episode {episode}: score {score}, error {error!r}"
     out, err = capfd.readouterr()
     assert len(out) + len(err) < MAX_RELAYED_BYTES
-    world.assert_untouched(program, [str(value), out, err])
+    world.assert_untouched(program, [*(str(value) for _, value in values), out, err])
 
 
-def test_the_table_has_at_least_thirty_programs():
-    assert len(PROGRAMS) >= 30
+def test_the_table_has_at_least_fifty_programs():
+    assert len(PROGRAMS) >= 50
     assert len({p.name for p in PROGRAMS}) == len(PROGRAMS)

@@ -17,6 +17,7 @@ import torch
 
 from rl_engine.rollout import Sample, SamplingParams, TransformersRollout
 from rl_engine.trainer import TokenBatch, response_logits, token_logprobs
+from tests.unit.engine.helpers import rollouts_by_step
 
 pytestmark = pytest.mark.slow
 
@@ -120,8 +121,9 @@ def test_a_training_run_with_the_vllm_backend_syncs_every_step_and_reports_the_l
         # Step 2 samples with the weights step 1 synced: equal to the trainer's, or the sync lost them.
         assert metrics[step]["rollout/logprob_diff_max"] < TOLERANCE, metrics[step]
     assert "eval/reward/mean" in metrics[2]
-    samples = [e["data"]["samples"] for e in events if e["type"] == "samples"]
-    assert [len(s) for s in samples] == [16, 16]
+    samples = [e["data"]["rows"] for e in events if e["type"] == "samples"]
+    assert samples == [16, 16]
+    assert [len(rows) for rows in rollouts_by_step(tmp_path / "run").values()] == [16, 16]
 
 
 def test_a_vllm_run_with_top_k_measures_and_masks_its_mismatch_with_the_trainer(vllm_demo, tmp_path):

@@ -86,3 +86,11 @@ def trials_run_here(monkeypatch):
     code still runs in the sandbox). tests/integration/test_try_it_sandbox.py runs them on a real worker."""
     trials = importlib.import_module("posttrain.registry.services.reward_try")
     monkeypatch.setattr(trials, "_dispatch", lambda trial, wait_s: trials.reward_trial_run(trial.pk))
+
+
+@pytest.fixture(autouse=True)
+def probes_run_here(monkeypatch):
+    """A reward probe goes to the user-code worker after commit; here the worker's service runs right away in
+    this process (the reward's code still runs in the sandbox), like the trials above."""
+    probes = importlib.import_module("posttrain.registry.services.reward_probes")
+    monkeypatch.setattr(probes, "_dispatch", lambda probe: probes.reward_probe_run(probe.pk))

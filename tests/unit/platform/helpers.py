@@ -44,6 +44,13 @@ def a_researcher(username: str = "ada") -> Any:
     return user_create(username, PASSWORD, "researcher")
 
 
+def grant_server_paths(user: Any) -> Any:
+    """What an admin grants a researcher who registers files on the server (`manage.py grant_server_paths`)."""
+    from posttrain.accounts.services import user_set_server_paths
+
+    return user_set_server_paths(user, True)
+
+
 def registry_rows(folder: Path, rows: list[tuple[str, str]], sha256: str = "a" * 64) -> dict[str, Any]:
     """Registry rows straight through the ORM (the registry's services are tested on their own): "model", a
     model folder that exists; "dataset", a stored JSONL dataset of (question, answer) `rows`; "exact", an
@@ -123,6 +130,57 @@ def sample_record(index: int, reward: float = 1.0, **overrides) -> dict:
     }
     record.update(overrides)
     return record
+
+
+def samples_event(run: Run, seq: int, step: int, records: list[dict], part: int = 0) -> dict:
+    """A `samples` event as the engine and the SDK send it: the step's rollouts written as a rollout file
+    in the run's folder of the store first (posttrain_sdk.rollout_files), the event naming it."""
+    from posttrain.runs.rollouts import rollout_folder
+    from posttrain_sdk import rollout_files
+
+    table = rollout_files.rows_table(records, step, _token_columns(records))
+    info = rollout_files.write_step(rollout_folder(run.id), table, step=step, part=part)
+    return event(run, seq, "samples", step, info.event_data())
+
+
+def unpack_f16(text: str) -> list[float]:
+    """The per-token dialog's wire format back to numbers: base64 little-endian float16."""
+    import base64
+
+    import numpy as np
+
+    return np.frombuffer(base64.b64decode(text), dtype="<f2").astype(float).tolist()
+
+
+def _token_columns(records: list[dict]) -> dict:
+    """Per-token columns from records that carry `tokens` ({text, <array>: base64 float16}) or plain lists."""
+    from posttrain_sdk.rollout_files import TOKEN_COLUMNS
+
+    records = [{**r, **_view_columns(r["tokens"])} if r.get("tokens") else r for r in records]
+    columns: dict = {}
+    for name in TOKEN_COLUMNS:
+        if any(name in r for r in records):
+            columns[name] = [r.get(name) for r in records]
+    return columns
+
+
+# The per-token view's names (as the dialog and the engine's records had them) -> the rollout file's columns.
+_VIEW_TO_COLUMN = {
+    "text": "token_text",
+    "rollout_logprob": "rollout_logprob",
+    "trainer_logprob": "trainer_logprob",
+    "entropy": "entropy",
+    "advantage": "token_advantage",
+}
+
+
+def _view_columns(view: dict) -> dict:
+    """A record's `tokens` view ({text: [piece], <array>: base64 float16 or a list}) as rollout-file columns."""
+    return {
+        _VIEW_TO_COLUMN[name]: unpack_f16(values) if isinstance(values, str) else values
+        for name, values in view.items()
+        if name in _VIEW_TO_COLUMN
+    }
 
 
 def post_events(client, run: Run, events: list[dict], headers: dict | None = None, slash: bool = True):
@@ -262,8 +320,7 @@ def run_with_samples(experiment: Any, steps: dict[int, list[dict[str, Any]]], na
     """A running run whose samples events (one per step) were ingested like the engine's."""
     run = make_run(experiment, RunState.RUNNING, name=name)
     events = [
-        event(run, seq, "samples", step, {"samples": samples})
-        for seq, (step, samples) in enumerate(sorted(steps.items()), start=1)
+        samples_event(run, seq, step, samples) for seq, (step, samples) in enumerate(sorted(steps.items()), start=1)
     ]
     services.events_ingest(run.id, events)
     return run
@@ -330,7 +387,7 @@ def pair_campaign(
 
 def shown_as(item: ReviewItem, sample_id: int) -> str:
     """The letter the annotator sees on the response of this sample ("A" is the one shown first)."""
-    first_shown = item.sample_b_id if item.display_swap else item.sample_a_id
+    first_shown = item.rollout_b_id if item.display_swap else item.rollout_a_id
     return "A" if sample_id == first_shown else "B"
 
 

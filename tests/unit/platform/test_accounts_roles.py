@@ -1,4 +1,4 @@
-"""Roles (admin, researcher, annotator as Django groups), API tokens and the create_user command."""
+"""Roles (admin, researcher, reviewer, annotator as Django groups), API tokens and the create_user command."""
 
 from __future__ import annotations
 
@@ -16,8 +16,28 @@ from tests.unit.platform.helpers import PASSWORD
 pytestmark = pytest.mark.django_db
 
 
+ROLES = {"admin", "researcher", "reviewer", "annotator"}
+
+
 def test_the_role_groups_exist_after_migrate():
-    assert set(Group.objects.values_list("name", flat=True)) >= {"admin", "researcher", "annotator"}
+    assert set(Group.objects.values_list("name", flat=True)) >= ROLES
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_role_groups_survive_a_flush():
+    # A flush empties every table and sends post_migrate (a transactional test's teardown does the same).
+    call_command("flush", interactive=False, verbosity=0)
+    assert set(Group.objects.values_list("name", flat=True)) >= ROLES
+
+
+def test_a_reviewer_adjudicates_but_neither_annotates_nor_manages_campaigns(client_for):
+    reviewer = client_for("reviewer")
+    assert reviewer.get("/api/review/adjudication/").status_code == 200
+    assert reviewer.get("/api/review/queue/").status_code == 403
+    refused = reviewer.get("/api/review/campaigns/")
+    assert refused.json()["errors"][0]["msg"] == (
+        "Only researchers and admins may use this endpoint; your role is reviewer."
+    )
 
 
 def test_setting_a_role_replaces_the_previous_one():

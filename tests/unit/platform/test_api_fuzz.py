@@ -25,6 +25,15 @@ EXAMPLES_PER_OPERATION = 10
 HEALTH = "GET /api/health/"
 ARTIFACT = Path(__file__).resolve().parents[3] / "test-artifacts" / "schemathesis.json"
 
+# A rollout file upload's body is Parquet: arbitrary bytes, and bytes framed like a Parquet file (its magic
+# number at both ends) that are not one.
+schemathesis.openapi.media_type(
+    "application/vnd.apache.parquet",
+    hypothesis.strategies.one_of(
+        hypothesis.strategies.binary(max_size=256),
+        hypothesis.strategies.binary(max_size=256).map(lambda body: b"PAR1" + body + b"PAR1"),
+    ),
+)
 schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
 cases: Counter[str] = Counter()
 

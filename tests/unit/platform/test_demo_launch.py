@@ -66,3 +66,11 @@ def test_the_demo_experiment_holds_two_cpus_unless_the_overrides_place_it(assets
     call_command("demo_launch", str(assets), "--set", "placement.cpus_per_trainer=1")
     placed = Run.objects.get(experiment__name=f"{DEMO}+placement.cpus_per_trainer=1")
     assert placed.resources["driver"]["CPU"] == 1.0
+
+
+def test_set_on_a_field_of_an_absent_optional_section_launches_it_with_its_defaults(assets):
+    call_command("demo_launch", str(assets), "--set", "agent.port=18123")
+
+    run = Run.objects.get(experiment__name=f"{DEMO}+agent.port=18123")
+    assert run.resolved_config["agent"]["port"] == 18123
+    assert run.resolved_config["agent"]["host"] == "127.0.0.1"  # the section's defaults for the rest

@@ -18,9 +18,22 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from tests.unit.platform.helpers import a_dataset_row, a_model_row, a_reward_row, an_experiment, write_model_folder
+from tests.unit.platform.helpers import (
+    a_dataset_row,
+    a_model_row,
+    a_reward_row,
+    an_experiment,
+    grant_server_paths,
+    write_model_folder,
+)
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _researcher_may_name_server_paths(researcher):
+    """These tests register files on the server, which an admin grants (tests/security tries it without)."""
+    grant_server_paths(researcher)
 
 
 @dataclass
@@ -65,6 +78,20 @@ def parquet_without_prompt(client: APIClient, ctx: Ctx) -> Any:
     buffer = io.BytesIO()
     pq.write_table(pa.table({"question": ["q"], "label": ["a"]}), buffer)
     return dataset(buffer.getvalue(), "d.parquet")(client, ctx)
+
+
+OUTSIDE = "is outside the server folders an admin opened for imports (POSTTRAIN_IMPORT_ROOTS)"
+PRIVATE = "is one of the platform's own files or folders, which no path may name"
+
+
+def whole_disk_open(send_of: Callable[[Ctx], Callable[[APIClient, Ctx], Any]]) -> Callable[[APIClient, Ctx], Any]:
+    """The request `send_of(ctx)` makes, with `/` as the import root (an admin who opened everything)."""
+
+    def send(client: APIClient, ctx: Ctx) -> Any:
+        ctx.settings.IMPORT_ROOTS = [Path("/")]
+        return send_of(ctx)(client, ctx)
+
+    return send
 
 
 def dataset_path(path: str) -> Callable[[APIClient, Ctx], Any]:
@@ -300,8 +327,11 @@ CASES: list[Case] = [
     ),
     Case("dataset-file-and-path", dataset(GOOD, path="/data/x.jsonl"), "not both"),
     Case(
-        "dataset-path-missing", dataset_path("/nonexistent/prompts.jsonl"), "/nonexistent/prompts.jsonl does not exist"
+        "dataset-path-missing",
+        lambda client, ctx: dataset_path(str(ctx.tmp / "prompts.jsonl"))(client, ctx),
+        "prompts.jsonl does not exist",
     ),
+    Case("dataset-path-outside-the-import-roots", dataset_path("/nonexistent/prompts.jsonl"), OUTSIDE),
     Case("dataset-path-relative", dataset_path("prompts.jsonl"), "must be an absolute path"),
     # --- rewards ---
     Case(
@@ -327,9 +357,10 @@ CASES: list[Case] = [
     Case("reward-python-no-source", reward("python", {}), "source"),
     Case(
         "reward-python-server-file-missing",
-        reward("python", {"path": "/nonexistent/reward.py"}),
-        "/nonexistent/reward.py does not exist",
+        lambda client, ctx: reward("python", {"path": str(ctx.tmp / "reward.py")})(client, ctx),
+        "reward.py does not exist",
     ),
+    Case("reward-python-server-file-outside-the-roots", reward("python", {"path": "/etc/hostname"}), OUTSIDE),
     Case("reward-unknown-builtin-type", reward("builtin", {"type": "bleu"}), "'bleu' is not a builtin reward type"),
     Case("reward-type-of-another-kind", reward("builtin", {"type": "http", "url": "http://x"}), "or use kind 'http'"),
     Case("reward-builtin-without-type", reward("builtin", {}), "required for a builtin reward"),
@@ -393,7 +424,8 @@ CASES: list[Case] = [
     Case("model-no-tokenizer", model(folder_without_tokenizer), "no tokenizer in"),
     Case("model-config-not-json", model(folder_with_broken_config), "config.json in"),
     Case("model-corrupt-safetensors-header", model(folder_with_corrupt_weights), "corrupt safetensors header"),
-    Case("model-path-does-not-exist", model(lambda ctx: "/nonexistent/model"), "/nonexistent/model does not exist"),
+    Case("model-path-does-not-exist", model(lambda ctx: ctx.tmp / "no-model"), "no-model does not exist"),
+    Case("model-path-outside-the-import-roots", model(lambda ctx: "/nonexistent/model"), OUTSIDE),
     Case("model-path-is-a-file", model(lambda ctx: ctx.file("weights.bin", b"x")), "is not a folder"),
     Case("model-duplicate-name", duplicate_model_name, "a model named 'twice' already exists"),
     Case("model-empty-name", model(folder_without_config, name=""), "This field may not be blank"),
@@ -422,32 +454,36 @@ CASES: list[Case] = [
         "rollout.max_new_tokens: 1000000000 tokens do not fit the model's context length of 128 tokens",
     ),
     Case("deep-json-reward-create", deep_json("/api/rewards/"), "nested too deeply"),
+    # Even where an admin opened the whole disk, the platform's own files stay closed.
     Case(
         "reward-from-the-secret-key-file",
-        lambda client, ctx: reward("python", {"path": str(ctx.settings.STATE_DIR / "secret_key")})(client, ctx),
-        "the platform's secret key, which the platform keeps private",
+        whole_disk_open(lambda ctx: reward("python", {"path": str(ctx.settings.STATE_DIR / "secret_key")})),
+        PRIVATE,
     ),
     Case(
         "dataset-from-another-runs-folder",
         lambda client, ctx: dataset_path(str(ctx.file("storage/runs/r1/events.jsonl", '{"prompt": "x"}\n')))(
             client, ctx
         ),
-        "the runs' folders (their events and tokens), which the platform keeps private",
+        PRIVATE,
     ),
     Case(
         "environment-file-is-the-secret-key",
-        lambda client, ctx: experiment_validate({"environment": {"path": str(ctx.settings.STATE_DIR / "secret_key")}})(
-            client, ctx
+        whole_disk_open(
+            lambda ctx: experiment_validate({"environment": {"path": str(ctx.settings.STATE_DIR / "secret_key")}})
         ),
-        "the platform's secret key, which the platform keeps private",
+        PRIVATE,
     ),
     Case(
         "agent-file-is-the-brokers-database",
-        lambda client, ctx: experiment_validate(
-            {"agent": {"command": "cat broker", "files": [str(ctx.settings.STATE_DIR / "celery-broker.sqlite3")]}}
-        )(client, ctx),
-        "the task broker's database, which the platform keeps private",
+        whole_disk_open(
+            lambda ctx: experiment_validate(
+                {"agent": {"command": "cat broker", "files": [str(ctx.settings.STATE_DIR / "celery-broker.sqlite3")]}}
+            )
+        ),
+        PRIVATE,
     ),
+    Case("dataset-from-proc", whole_disk_open(lambda ctx: dataset_path("/proc/self/environ")), PRIVATE),
     Case("deep-json-experiment-validate", deep_json("/api/experiments/validate/"), "nested too deeply"),
     Case("deep-json-review-campaign", deep_json("/api/review/campaigns/"), "nested too deeply"),
     Case("deep-json-dataset-line", dataset(GOOD + "[" * 100_000 + "\n"), "line 2: the JSON is nested too deeply"),
@@ -521,7 +557,7 @@ CASES: list[Case] = [
     Case(
         "review-export-unknown-format",
         review_export({"format": "xlsx"}),
-        "must be one of trl, openai, ratings_jsonl, ratings_csv, got 'xlsx'",
+        "must be one of trl, openai, prm, ratings_jsonl, ratings_csv, got 'xlsx'",
     ),
 ]
 

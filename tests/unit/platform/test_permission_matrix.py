@@ -24,13 +24,14 @@ from tests.unit.platform.helpers import a_dataset_row, a_model_row, a_reward_row
 
 pytestmark = pytest.mark.django_db
 
-ANONYMOUS, ANNOTATOR, RESEARCHER, ADMIN = "anonymous", "annotator", "researcher", "admin"
-ROLES = (ANONYMOUS, ANNOTATOR, RESEARCHER, ADMIN)
+ANONYMOUS, ANNOTATOR, REVIEWER, RESEARCHER, ADMIN = "anonymous", "annotator", "reviewer", "researcher", "admin"
+ROLES = (ANONYMOUS, ANNOTATOR, REVIEWER, RESEARCHER, ADMIN)
 
 EVERYONE = frozenset(ROLES)
-SIGNED_IN = frozenset({ANNOTATOR, RESEARCHER, ADMIN})
+SIGNED_IN = frozenset({ANNOTATOR, REVIEWER, RESEARCHER, ADMIN})
 RESEARCH = frozenset({RESEARCHER, ADMIN})
 ANNOTATION = frozenset({ANNOTATOR, ADMIN})  # review work: the queue and its items
+ADJUDICATION = frozenset({REVIEWER, ADMIN})  # deciding items whose annotators disagree
 
 
 # Objects for `{pk}` are made fresh for each test (a DELETE removes its own).
@@ -62,15 +63,30 @@ def a_campaign() -> Any:
 
 
 def a_review_item() -> Any:
-    from posttrain.review.models import ReviewItem
-    from posttrain.runs.models import Sample
+    from posttrain.review.models import ReviewItem, ReviewRollout
 
-    sample = Sample.objects.create(
-        run=a_run(), step=0, index=0, prompt="p", response="r", length=1, finish_reason="stop"
+    campaign = a_campaign()
+    rollout = ReviewRollout.objects.create(campaign=campaign, run=a_run(), step=0, index=0, prompt="p", response="r")
+    return ReviewItem.objects.create(campaign=campaign, position=0, rollout_a=rollout)
+
+
+def a_gold_item() -> dict[str, Any]:
+    """Route parameters of an item of a campaign (to mark it gold)."""
+    item = a_review_item()
+    return {"pk": item.campaign_id, "item_id": item.pk}
+
+
+def a_judge_run() -> Any:
+    """A finished judge run over a campaign (its agreement is empty: nobody judged)."""
+    from posttrain.review.models import JudgeRun
+
+    reward = a_reward_row()
+    return JudgeRun.objects.create(
+        campaign=a_campaign(), reward=reward, reward_name=reward.name, spec=reward.spec, state="done"
     )
-    return ReviewItem.objects.create(campaign=a_campaign(), position=0, sample_a=sample)
 
 
+ROLLOUT_FILE = "step_00000001.parquet"
 NOBODY: frozenset[str] = frozenset()  # machine-only: the run's own bearer token, never a user session
 
 
@@ -81,6 +97,32 @@ def a_reward_trial() -> dict[str, Any]:
     reward = a_reward_row()
     trial = RewardTrial.objects.create(kind="try", reward=reward, spec=reward.spec, state="done", result=None)
     return {"pk": reward.pk, "trial_id": trial.pk}
+
+
+def an_environment() -> Any:
+    from posttrain.registry.models import Environment
+
+    return Environment.objects.create(
+        name=f"env-{Environment.objects.count()}", package="reasoning_gym", env_id="basic_arithmetic", size=4
+    )
+
+
+def an_environment_trial() -> dict[str, Any]:
+    """Route parameters of a finished "Try it" of an environment."""
+    from posttrain.registry.models import EnvironmentTrial
+
+    environment = an_environment()
+    trial = EnvironmentTrial.objects.create(environment=environment, moves=["4"], state="done")
+    return {"pk": environment.pk, "trial_id": trial.pk}
+
+
+def a_reward_probe() -> dict[str, Any]:
+    """Route parameters of a finished probe of a reward."""
+    from posttrain.registry.models import RewardProbe
+
+    reward = a_reward_row()
+    probe = RewardProbe.objects.create(reward=reward, dataset=a_dataset_row(), state="failed", error="x")
+    return {"pk": reward.pk, "probe_id": probe.pk}
 
 
 @dataclass(frozen=True)
@@ -117,10 +159,21 @@ MATRIX: dict[str, Access] = {
     "DELETE /api/rewards/{pk}/": Access(RESEARCH, pk=a_reward),
     "POST /api/rewards/{pk}/try/": Access(RESEARCH, pk=a_reward),
     "GET /api/rewards/{pk}/trials/{trial_id}/": Access(RESEARCH, params=a_reward_trial),
+    "GET /api/environments/": Access(RESEARCH),
+    "POST /api/environments/": Access(RESEARCH),
+    "POST /api/environments/mix/": Access(RESEARCH),
+    "GET /api/environments/{pk}/": Access(RESEARCH, pk=an_environment),
+    "DELETE /api/environments/{pk}/": Access(RESEARCH, pk=an_environment),
+    "POST /api/environments/{pk}/try/": Access(RESEARCH, pk=an_environment),
+    "GET /api/environments/{pk}/trials/{trial_id}/": Access(RESEARCH, params=an_environment_trial),
+    "GET /api/rewards/{pk}/probes/": Access(RESEARCH, pk=a_reward),
+    "POST /api/rewards/{pk}/probes/": Access(RESEARCH, pk=a_reward),
+    "GET /api/rewards/{pk}/probes/{probe_id}/": Access(RESEARCH, params=a_reward_probe),
     # Experiments and runs: researchers and admins.
     "GET /api/experiments/": Access(RESEARCH),
     "POST /api/experiments/": Access(RESEARCH),
     "GET /api/experiments/{pk}/": Access(RESEARCH, pk=an_experiment),
+    "PATCH /api/experiments/{pk}/": Access(RESEARCH, pk=an_experiment),
     "POST /api/experiments/{pk}/launch/": Access(RESEARCH, pk=an_experiment),
     "POST /api/experiments/validate/": Access(RESEARCH),
     "GET /api/config/schema/": Access(RESEARCH),
@@ -132,12 +185,20 @@ MATRIX: dict[str, Access] = {
     "POST /api/runs/{pk}/cancel/": Access(RESEARCH, pk=a_run),
     "POST /api/runs/{pk}/priority/": Access(RESEARCH, pk=a_run),
     "GET /api/queue/": Access(RESEARCH),
+    "GET /api/queue/stats/": Access(RESEARCH),
+    "GET /api/queue/metrics": Access(RESEARCH),
+    "GET /api/queue/metrics/": Access(RESEARCH),
     "POST /api/runs/{pk}/clone/": Access(RESEARCH, pk=a_run),
     "POST /api/runs/{pk}/resume/": Access(RESEARCH, pk=a_run),
     "POST /api/runs/{pk}/register-checkpoint/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/metrics/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/samples/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/sample-tokens/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/rollouts/": Access(RESEARCH, pk=a_run),
+    "GET /api/runs/{pk}/rollouts/{name}": Access(RESEARCH, params=lambda: {"pk": a_run().pk, "name": ROLLOUT_FILE}),
+    "PUT /api/runs/{pk}/rollouts/{name}/upload": Access(
+        NOBODY, params=lambda: {"pk": a_run().pk, "name": ROLLOUT_FILE}
+    ),
     "GET /api/runs/{pk}/checkpoints/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/transitions/": Access(RESEARCH, pk=a_run),
     "GET /api/runs/{pk}/logs/": Access(RESEARCH, pk=a_run),
@@ -161,11 +222,25 @@ MATRIX: dict[str, Access] = {
     "GET /api/review/campaigns/{pk}/export/": Access(RESEARCH, pk=a_campaign),
     "POST /api/review/campaigns/{pk}/export/register/": Access(RESEARCH, pk=a_campaign),
     "GET /api/review/annotators/": Access(RESEARCH),
+    "GET /api/review/reviewers/": Access(RESEARCH),
+    "PUT /api/review/campaigns/{pk}/items/{item_id}/gold/": Access(RESEARCH, params=a_gold_item),
+    "DELETE /api/review/campaigns/{pk}/items/{item_id}/gold/": Access(RESEARCH, params=a_gold_item),
+    "GET /api/review/campaigns/{pk}/judges/": Access(RESEARCH, pk=a_campaign),
+    "POST /api/review/campaigns/{pk}/judges/": Access(RESEARCH, pk=a_campaign),
+    "GET /api/review/judge-runs/": Access(RESEARCH),
+    "POST /api/review/judge-runs/": Access(RESEARCH),
+    "GET /api/review/judge-runs/{pk}/": Access(RESEARCH, pk=a_judge_run),
+    "GET /api/review/judge-runs/{pk}/agreement/": Access(RESEARCH, pk=a_judge_run),
+    "POST /api/review/judge-runs/{pk}/register/": Access(RESEARCH, pk=a_judge_run),
     "GET /api/review/queue/": Access(ANNOTATION),
     "POST /api/review/campaigns/{pk}/next/": Access(ANNOTATION, pk=a_campaign),
     "POST /api/review/items/{pk}/judgement/": Access(ANNOTATION, pk=a_review_item),
     "POST /api/review/items/{pk}/skip/": Access(ANNOTATION, pk=a_review_item),
     "POST /api/review/items/{pk}/release/": Access(ANNOTATION, pk=a_review_item),
+    "GET /api/review/adjudication/": Access(ADJUDICATION),
+    "POST /api/review/campaigns/{pk}/adjudicate/next/": Access(ADJUDICATION, pk=a_campaign),
+    "POST /api/review/items/{pk}/decision/": Access(ADJUDICATION, pk=a_review_item),
+    "POST /api/review/items/{pk}/review-release/": Access(ADJUDICATION, pk=a_review_item),
     # Event ingestion: the engine with its run's token only; no role gets in with a session.
     "POST /api/runs/{pk}/events": Access(NOBODY, pk=a_run),
     "POST /api/runs/{pk}/events/": Access(NOBODY, pk=a_run),

@@ -8,7 +8,6 @@ import pytest
 from django.utils import timezone
 
 from posttrain.runs.models import ClusterSnapshot, Run
-from posttrain.runs.queue_selectors import estimated_starts
 from posttrain.runs.services.state_machine import S
 from tests.unit.platform.helpers import a_researcher, make_run, post
 
@@ -19,7 +18,13 @@ def test_the_queue_lists_waiting_runs_in_order_running_runs_with_grants_and_the_
     now = timezone.now()
     running = make_run(experiment, S.RUNNING, started_at=now - timedelta(seconds=100), last_step=10)
     second = make_run(experiment, queue_position=2, queue_reason="1 run ahead")
-    first = make_run(experiment, queue_position=1, queue_reason="needs 1 CPU, 0 free", created_by=researcher)
+    first = make_run(
+        experiment,
+        queue_position=1,
+        queue_reason="needs 1 CPU, 0 free",
+        created_by=researcher,
+        queue_estimated_start=now + timedelta(seconds=70),
+    )
     ClusterSnapshot.objects.create(
         pk=1,
         nodes=[
@@ -47,14 +52,9 @@ def test_the_queue_lists_waiting_runs_in_order_running_runs_with_grants_and_the_
     assert api.get(f"/api/runs/{first.pk}/").json()["queue_position"] == 1
 
 
-def test_a_waiting_run_starts_about_when_a_running_run_of_that_pace_ends():
-    from posttrain.runs.models import Run as RunModel
-
-    now = timezone.now()
-    run = RunModel(started_at=now - timedelta(seconds=30), last_step=3, total_steps=10)  # 10 s a step, 7 to go
-    assert estimated_starts(2, [run], now) == [now + timedelta(seconds=70), None]
-    no_pace_yet = RunModel(started_at=now, last_step=None, total_steps=10)
-    assert estimated_starts(1, [run, no_pace_yet], now) == [None]
+def test_the_cluster_snapshot_says_how_old_it_is(api):
+    ClusterSnapshot.objects.create(pk=1, taken_at=timezone.now() - timedelta(seconds=42))
+    assert 42 <= api.get("/api/queue/").json()["cluster"]["age_s"] < 60
 
 
 def test_the_owner_raises_priority_within_low_to_high_and_the_queue_is_ordered_again(

@@ -12,9 +12,15 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from posttrain.registry.models import Dataset
 from posttrain.registry.services import dataset_upload
-from tests.unit.platform.helpers import an_experiment
+from tests.unit.platform.helpers import an_experiment, grant_server_paths
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _researcher_may_name_server_paths(researcher):
+    """These tests register files on the server, which an admin grants (tests/security tries it without)."""
+    grant_server_paths(researcher)
 
 
 def jsonl(rows: list[dict]) -> bytes:

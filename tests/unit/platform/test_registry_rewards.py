@@ -10,9 +10,16 @@ import pytest
 
 from posttrain.registry.models import RewardFunction
 from rl_engine.config import validate_config
-from tests.unit.platform.helpers import an_experiment
+from tests.unit.platform.helpers import an_experiment, grant_server_paths
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _researcher_may_name_server_paths(researcher):
+    """These tests register files on the server, which an admin grants (tests/security tries it without)."""
+    grant_server_paths(researcher)
+
 
 VERL_SOURCE = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -46,6 +53,7 @@ def test_a_builtin_reward_stores_the_engines_full_spec_named_for_metrics(researc
         "full_match": False,
         "score_match": 1.0,
         "score_miss": 0.0,
+        "max_error_rate": 0.5,
     }
     # The stored spec, plus a weight, is a valid reward of a run config.
     validate_config(
@@ -127,7 +135,8 @@ def test_a_syntax_error_in_python_source_names_the_line(researcher_client, stora
     assert not (storage / "rewards").exists() or not list((storage / "rewards").iterdir())
 
 
-def test_http_reward_is_checked_by_the_engine_schema(researcher_client):
+def test_http_reward_is_checked_by_the_engine_schema(researcher_client, settings):
+    settings.HTTP_ALLOW = ["127.0.0.1"]  # an admin allowed reward servers on this machine
     ok = create(
         researcher_client,
         name="server",
@@ -203,9 +212,10 @@ def test_rewards_filter_by_kind(researcher_client):
 
 
 @pytest.mark.timeout(30)
-def test_try_bounds_the_retries_of_an_http_reward_so_the_request_answers_quickly(researcher_client):
+def test_try_bounds_the_retries_of_an_http_reward_so_the_request_answers_quickly(researcher_client, settings):
     from tests.conftest import free_port
 
+    settings.HTTP_ALLOW = ["127.0.0.1"]  # an admin allowed reward servers on this machine
     spec = {"url": f"http://127.0.0.1:{free_port()}/score", "retries": 6, "backoff_s": 10}
     reward = create(researcher_client, name="patient", kind="http", spec=spec).json()
     body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "r"}]).json()
@@ -266,3 +276,53 @@ def test_without_a_sandbox_python_rewards_are_refused_saying_what_to_install(res
     assert create(researcher_client, name="allowed", kind="python", source=VERL_SOURCE).status_code == 201
     body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "7", "label": "7"}]).json()
     assert body["scores"] == [1.0]
+
+
+@pytest.mark.parametrize(("name", "spec", "loc"), [("errors", {}, "name"), ("mine", {"name": "mean"}, "spec.name")])
+def test_a_reward_named_like_one_of_the_engines_curves_is_refused_where_the_name_came_from(
+    researcher_client, name, spec, loc
+):
+    response = create(researcher_client, name=name, kind="builtin", spec={"type": "exact_match", **spec})
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert error["loc"] == loc and "is reserved: reward/" in error["msg"]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/api/runs/", "http://169.254.169.254/latest/meta-data/", "http://[::1]:8265/"]
+)
+def test_an_http_reward_aimed_inside_the_cluster_is_refused_at_registration(researcher_client, url):
+    response = create(researcher_client, name="ssrf", kind="http", spec={"url": url})
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert error["loc"] == "spec.url" and "an admin may allow it (POSTTRAIN_HTTP_ALLOW)" in error["msg"]
+    assert not RewardFunction.objects.filter(name="ssrf").exists()
+
+
+def test_a_server_files_failed_import_check_never_quotes_it(researcher_client, tmp_path):
+    secret = tmp_path / "notes.py"
+    secret.write_text("hunter2 is the password\n")  # a NameError would name 'hunter2'
+    response = create(researcher_client, name="leak", kind="python", spec={"path": str(secret)})
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert error["loc"] == "spec.path" and "the file does not import as a reward" in error["msg"]
+    assert "hunter2" not in response.content.decode()
+
+
+def test_trials_no_worker_finished_are_failed_by_the_periodic_check(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from posttrain.registry.models import RewardTrial
+    from posttrain.registry.services import reward_trials_expire
+
+    stale = timezone.now() - timedelta(seconds=settings.USER_CODE_TIME_LIMIT_S + settings.REWARD_TRY_WAIT_S + 31)
+    running = RewardTrial.objects.create(kind="try", spec={"type": "python"}, state="running")
+    fresh = RewardTrial.objects.create(kind="try", spec={"type": "python"}, state="running")
+    RewardTrial.objects.filter(pk=running.pk).update(created_at=stale)
+    assert reward_trials_expire() == 1
+    running.refresh_from_db()
+    fresh.refresh_from_db()
+    assert running.state == "failed" and "the user-code worker stops user code after 150s" in running.error
+    assert fresh.state == "running"

@@ -104,16 +104,22 @@ def test_a_researcher_creates_a_draft_campaign_with_its_items(researcher_client,
     assert set(first) == {
         "id",
         "position",
-        "sample_a",
-        "sample_b",
+        "rollout_a",
+        "rollout_b",
         "display_swap",
         "selection",
         "judgement_count",
         "locked_by",
         "locked_until",
         "skip_count",
+        "gold",
+        "gold_source",
+        "review_state",
+        "decision",
+        "decided_by",
+        "decided_at",
     }
-    assert first["sample_a"]["run_name"] == "secret-run-name"
+    assert first["rollout_a"]["run_name"] == "secret-run-name"
     listed = researcher_client.get(CAMPAIGNS, {"state": "draft"}).json()
     assert [c["id"] for c in listed["results"]] == [body["id"]]
 
@@ -165,7 +171,8 @@ def test_a_blind_item_shows_no_reward_run_step_or_sample(researcher_client, clie
         "kind": "single",
         "blind": True,
         "instructions": "Pass if the answer is right.",
-        "questions": campaign["questions"],
+        "instructions_html": "<p>Pass if the answer is right.</p>\n",
+        "questions": [{**q, "help_html": "", "rubric_html": []} for q in campaign["questions"]],
     }
     item = body["item"]
     assert set(item) == {
@@ -176,10 +183,12 @@ def test_a_blind_item_shows_no_reward_run_step_or_sample(researcher_client, clie
         "prompt",
         "reference",
         "responses",
+        "suggestion",
         "locked_until",
         "my_answers",
     }
-    assert [set(r) for r in item["responses"]] == [{"label", "text"}]
+    assert item["suggestion"] is None  # no judge ran, and the campaign does not show suggestions
+    assert [set(r) for r in item["responses"]] == [{"label", "text", "steps"}]
     text = response.content.decode()
     assert not _keys(body) & {"reward", "components", "run", "run_name", "step", "sample", "judgements"}
     assert str(run.id) not in text and "secret-run-name" not in text
@@ -382,3 +391,22 @@ def test_export_downloads_and_registers_as_a_dataset(researcher_client, clients,
 def test_the_annotator_list_offers_only_annotators(researcher_client, users, make_user):
     make_user("researcher", "rita")
     assert [u["username"] for u in researcher_client.get("/api/review/annotators/").json()] == ["ann", "bob", "eve"]
+
+
+def test_a_multi_turn_episode_reaches_the_annotator_turn_by_turn_its_rewards_hidden_when_blind(
+    researcher_client, clients, experiment
+):
+    turns = [
+        {"role": "assistant", "text": "[5]", "reward": None},
+        {"role": "environment", "text": "higher", "reward": 0.0},
+        {"role": "assistant", "text": "[9]", "reward": None},
+        {"role": "environment", "text": "", "reward": 1.0},
+    ]
+    episode = run_with_samples(experiment, {1: [sample(0, 1.0, "guess 1-10:", "[5]higher[9]", turns=turns)]})
+    for blind in (False, True):
+        campaign = active(researcher_client, episode, name=f"episodes {blind}", blind=blind, overlap=1)
+        item = clients["ann"].post(f"{CAMPAIGNS}{campaign['id']}/next/").json()["item"]
+        shown = item["responses"][0]["turns"]
+        assert [(t["role"], t["text"]) for t in shown] == [(t["role"], t["text"]) for t in turns]
+        assert [t["reward"] for t in shown] == ([None] * 4 if blind else [None, 0.0, None, 1.0])
+        clients["ann"].post(f"/api/review/items/{item['id']}/release/")

@@ -35,19 +35,19 @@ def judged_pairs(experiment, annotators):
     run = run_with_samples(experiment, {1: samples})
     campaign = pair_campaign([run], annotators, overlap=2)
     preferred = {"2+2=": ("4", "4"), "3+3=": ("6", "9"), "1+1=": ("2", "2"), "5+5=": ("tie", "tie")}
-    for item in campaign.items.select_related("sample_a", "sample_b"):
-        for user, choice in zip(annotators, preferred[item.sample_a.prompt]):
+    for item in campaign.items.select_related("rollout_a", "rollout_b"):
+        for user, choice in zip(annotators, preferred[item.rollout_a.prompt]):
             if choice == "tie":
                 answer = "tie"
             else:
-                chosen = item.sample_a if item.sample_a.response == choice else item.sample_b
+                chosen = item.rollout_a if item.rollout_a.response == choice else item.rollout_b
                 answer = shown_as(item, chosen.pk)
             review.judgement_submit(item, user, {"better": answer})
     return campaign
 
 
 def _positions(campaign) -> dict[str, int]:
-    return {item.sample_a.prompt: item.position for item in campaign.items.select_related("sample_a")}
+    return {item.rollout_a.prompt: item.position for item in campaign.items.select_related("rollout_a")}
 
 
 def test_trl_export_has_one_line_per_majority_preference(judged_pairs):
@@ -103,29 +103,35 @@ def rated(experiment, annotators):
 
 def test_ratings_jsonl_has_one_exact_line_per_judgement(rated):
     campaign, item, run = rated
-    s = item.sample_a
+    s = item.rollout_a
     lines = export_campaign(campaign, "ratings_jsonl").lines
+    # The item's labels: pass/fail split 1-1 (no label), the ratings' mean 3.
+    tail = '"weight": 1.0, "gold": false, "labels": {"stars": 3.0}, "label_sources": {"stars": "annotators"}, '
+    tail += '"decided_by": null}\n'
     assert lines == [
         f'{{"campaign": {campaign.pk}, "item": {item.pk}, "position": 0, "annotator": "ann", "prompt": "2+2=", '
-        f'"sample_a": {s.pk}, "run_a": "{run.id}", "step_a": 1, "reward_a": 1.0, "components_a": {{"exact": 1.0}}, '
-        f'"response_a": "4", "sample_b": null, "run_b": null, "step_b": null, "reward_b": null, "components_b": null, '
-        f'"response_b": null, "answers": {{"correct": true, "stars": 4, "issues": ["rude", "wrong"], '
-        f'"note": "fine, mostly"}}, "seconds": 12.5}}\n',
+        f'"sample_a": {s.pk}, "run_a": "{run.id}", "step_a": 1, "index_a": 0, "reward_a": 1.0, '
+        f'"components_a": {{"exact": 1.0}}, "response_a": "4", "sample_b": null, "run_b": null, "step_b": null, '
+        f'"index_b": null, "reward_b": null, "components_b": null, "response_b": null, "answers": {{"correct": true, '
+        f'"stars": 4, "issues": ["rude", "wrong"], "note": "fine, mostly"}}, "seconds": 12.5, ' + tail,
         f'{{"campaign": {campaign.pk}, "item": {item.pk}, "position": 0, "annotator": "bob", "prompt": "2+2=", '
-        f'"sample_a": {s.pk}, "run_a": "{run.id}", "step_a": 1, "reward_a": 1.0, "components_a": {{"exact": 1.0}}, '
-        f'"response_a": "4", "sample_b": null, "run_b": null, "step_b": null, "reward_b": null, "components_b": null, '
-        f'"response_b": null, "answers": {{"correct": false, "stars": 2, "issues": []}}, "seconds": 3.0}}\n',
+        f'"sample_a": {s.pk}, "run_a": "{run.id}", "step_a": 1, "index_a": 0, "reward_a": 1.0, '
+        f'"components_a": {{"exact": 1.0}}, "response_a": "4", "sample_b": null, "run_b": null, "step_b": null, '
+        f'"index_b": null, "reward_b": null, "components_b": null, "response_b": null, "answers": {{"correct": false, '
+        f'"stars": 2, "issues": []}}, "seconds": 3.0, ' + tail,
     ]
 
 
 def test_ratings_csv_has_a_column_per_question(rated):
     campaign, item, run = rated
-    s = item.sample_a
+    s = item.rollout_a
     assert export_campaign(campaign, "ratings_csv").lines == [
-        "campaign,item,position,annotator,prompt,sample_a,run_a,step_a,reward_a,response_a,sample_b,run_b,step_b,"
-        "reward_b,response_b,seconds,answer.correct,answer.stars,answer.issues,answer.note\n",
-        f'{campaign.pk},{item.pk},0,ann,2+2=,{s.pk},{run.id},1,1.0,4,,,,,,12.5,true,4,rude|wrong,"fine, mostly"\n',
-        f"{campaign.pk},{item.pk},0,bob,2+2=,{s.pk},{run.id},1,1.0,4,,,,,,3.0,false,2,,\n",
+        "campaign,item,position,annotator,prompt,sample_a,run_a,step_a,index_a,reward_a,response_a,sample_b,run_b,"
+        "step_b,index_b,reward_b,response_b,seconds,weight,gold,decided_by,answer.correct,answer.stars,"
+        "answer.issues,answer.note,label.stars\n",
+        f"{campaign.pk},{item.pk},0,ann,2+2=,{s.pk},{run.id},1,0,1.0,4,,,,,,,12.5,1.0,false,,true,4,rude|wrong,"
+        '"fine, mostly",3.0\n',
+        f"{campaign.pk},{item.pk},0,bob,2+2=,{s.pk},{run.id},1,0,1.0,4,,,,,,,3.0,1.0,false,,false,2,,,3.0\n",
     ]
 
 

@@ -92,9 +92,10 @@ def test_the_work_page_embeds_the_questions_and_nothing_about_the_runs(client, a
         "id": campaign.pk,
         "name": "review",
         "instructions": "",
+        "instructions_html": "",
         "kind": "single",
         "blind": True,
-        "questions": campaign.questions,
+        "questions": [{**q, "help_html": "", "rubric_html": []} for q in campaign.questions],
         "state": "active",
     }
     run_id = campaign.source["runs"][0]

@@ -13,7 +13,16 @@ from posttrain.core.errors import IllegalTransition, InvalidInput, ItemUnavailab
 from posttrain.review import selectors
 from posttrain.review import services as review
 from posttrain.review.models import CampaignState, Judgement, ReviewItem
-from tests.unit.platform.helpers import PASS_FAIL, pair_campaign, run_with_samples, sample, shown_as, single_campaign
+from posttrain.review.selectors import campaign_for_annotator
+from tests.unit.platform.helpers import (
+    PASS_FAIL,
+    PREFERENCE,
+    pair_campaign,
+    run_with_samples,
+    sample,
+    shown_as,
+    single_campaign,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 
@@ -46,7 +55,7 @@ def run(experiment):
 
 
 def _picked(campaign) -> set[tuple[int, int]]:
-    return {(item.sample_a.step, item.sample_a.index) for item in campaign.items.select_related("sample_a")}
+    return {(item.rollout_a.step, item.rollout_a.index) for item in campaign.items.select_related("rollout_a")}
 
 
 # --- sampling ---------------------------------------------------------------------------------
@@ -85,7 +94,8 @@ def test_random_selection_is_deterministic_by_seed(run, annotators):
     def draw(seed: int) -> list[tuple[int, int]]:
         campaign = single_campaign([run], annotators, k=2, activate=False, source={"seed": seed})
         return [
-            (i.sample_a.step, i.sample_a.index) for i in campaign.items.select_related("sample_a").order_by("position")
+            (i.rollout_a.step, i.rollout_a.index)
+            for i in campaign.items.select_related("rollout_a").order_by("position")
         ]
 
     assert draw(1) == draw(1)
@@ -102,10 +112,10 @@ def test_steps_limit_the_selection(run, annotators):
 
 def test_pairs_within_a_run_are_two_different_responses_of_one_prompt_group(run, annotators):
     campaign = pair_campaign([run], annotators, k=10, activate=False)
-    items = list(campaign.items.select_related("sample_a", "sample_b"))
+    items = list(campaign.items.select_related("rollout_a", "rollout_b"))
     assert len(items) == 4  # two groups of two, at two steps
     for item in items:
-        a, b = item.sample_a, item.sample_b
+        a, b = item.rollout_a, item.rollout_b
         assert (a.step, a.group, a.prompt) == (b.step, b.group, b.prompt)
         assert a.pk != b.pk and a.response != b.response
         assert item.selection["pairing"] == "same_group"
@@ -119,12 +129,12 @@ def test_pairs_across_two_runs_match_the_same_prompt_text(experiment, annotators
         name="b",
     )
     same = pair_campaign([first, second], annotators, activate=False)
-    (item,) = same.items.select_related("sample_a__run", "sample_b__run")
-    assert (item.sample_a.run_id, item.sample_b.run_id) == (first.id, second.id)
-    assert (item.sample_a.response, item.sample_b.response) == ("4", "5")
+    (item,) = same.items.select_related("rollout_a__run", "rollout_b__run")
+    assert (item.rollout_a.run_id, item.rollout_b.run_id) == (first.id, second.id)
+    assert (item.rollout_a.response, item.rollout_b.response) == ("4", "5")
     latest = pair_campaign([first, second], annotators, activate=False, source={"pair_steps": "latest"})
-    (item,) = latest.items.select_related("sample_b")
-    assert item.sample_b.response == "four" and item.selection["step"] == {"a": 1, "b": 3}
+    (item,) = latest.items.select_related("rollout_b")
+    assert item.rollout_b.response == "four" and item.selection["step"] == {"a": 1, "b": 3}
 
 
 def test_pairs_skip_responses_with_the_same_text(experiment, annotators):
@@ -141,8 +151,8 @@ def test_pairs_skip_responses_with_the_same_text(experiment, annotators):
         },
     )
     campaign = pair_campaign([run], annotators, activate=False)
-    (item,) = campaign.items.select_related("sample_a", "sample_b")
-    assert {item.sample_a.response, item.sample_b.response} == {"same", "other"}
+    (item,) = campaign.items.select_related("rollout_a", "rollout_b")
+    assert {item.rollout_a.response, item.rollout_b.response} == {"same", "other"}
 
 
 def test_pair_sources_take_one_run_or_two(run, experiment, annotators):
@@ -185,6 +195,44 @@ def test_every_invalid_field_is_reported_at_once(run, annotators, researcher):
         "questions[0].max",
         "source.k",
         "source.components",
+    }
+
+
+def test_guidelines_are_markdown_and_a_rubric_has_one_description_per_point(run, annotators, researcher):
+    rating = {"key": "q", "kind": "rating", "label": "Q", "min": 1, "max": 3, "help": "Mind **units**."}
+    with pytest.raises(InvalidInput) as refused:
+        single_campaign([run], annotators, questions=[{**rating, "rubric": ["bad", "good"]}], activate=False)
+    assert refused.value.errors == [
+        {"loc": "questions[0].rubric", "msg": "must be a list of 3 descriptions, one per point from 1 to 3"}
+    ]
+    campaign = single_campaign(
+        [run],
+        annotators,
+        questions=[{**rating, "rubric": ["Wrong.", "", "Right <script>x</script>."]}],
+        instructions="# Read\n<b>raw</b> [link](javascript:alert(1))",
+        activate=False,
+    )
+    shown = campaign_for_annotator(campaign)
+    assert shown["instructions_html"] == (
+        "<h1>Read</h1>\n<p>&lt;b&gt;raw&lt;/b&gt; [link](javascript:alert(1))</p>\n"
+    )  # raw HTML escaped, a script link left as text
+    (question,) = shown["questions"]
+    assert question["help_html"] == "<p>Mind <strong>units</strong>.</p>\n"
+    assert question["rubric_html"] == ["<p>Wrong.</p>\n", "", "<p>Right &lt;script&gt;x&lt;/script&gt;.</p>\n"]
+
+
+def test_a_campaign_has_at_most_one_steps_question_and_only_for_single_responses(run, annotators):
+    steps = {"key": "s", "kind": "steps", "label": "S"}
+    with pytest.raises(InvalidInput) as refused:
+        single_campaign([run], annotators, questions=[steps, {**steps, "key": "t"}], activate=False)
+    assert refused.value.errors == [
+        {"loc": "questions", "msg": "at most one steps question (the first wrong step) per campaign"}
+    ]
+    with pytest.raises(InvalidInput) as refused:
+        pair_campaign([run], annotators, questions=[steps, *PREFERENCE], activate=False)
+    assert refused.value.errors[0] == {
+        "loc": "questions[0].kind",
+        "msg": "steps questions label one response: a single campaign",
     }
 
 
@@ -381,8 +429,8 @@ def test_pairwise_answers_are_stored_relative_to_the_items_samples(run, annotato
     ReviewItem.objects.filter(pk=straight.pk).update(display_swap=False)
     for item in (swapped, straight):
         item.refresh_from_db()
-        review.judgement_submit(item, ann, {"better": shown_as(item, item.sample_a_id)})
-        assert Judgement.objects.get(item=item).answers == {"better": "A"}  # A = sample_a, whatever was shown
+        review.judgement_submit(item, ann, {"better": shown_as(item, item.rollout_a_id)})
+        assert Judgement.objects.get(item=item).answers == {"better": "A"}  # A = rollout_a, whatever was shown
 
 
 def test_pairs_show_their_responses_in_a_seeded_random_order(experiment, annotators):

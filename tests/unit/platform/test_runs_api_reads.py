@@ -10,7 +10,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import Checkpoint, RunState
-from tests.unit.platform.helpers import event, make_run, sample_record
+from tests.unit.platform.helpers import event, make_run, sample_record, samples_event
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -31,7 +31,7 @@ def run(experiment):
         ]
         events += [
             event(run, seq, "metrics", step, metrics),
-            event(run, seq + 1, "samples", step, {"samples": samples}),
+            samples_event(run, seq + 1, step, samples),
         ]
         seq += 2
     services.events_ingest(run.id, events)
@@ -72,8 +72,10 @@ def test_samples_are_paginated_and_filtered(api, run):
     assert get(api, f"/api/runs/{run.id}/samples/", min_reward=0.5)[1]["count"] == 6
     assert get(api, f"/api/runs/{run.id}/samples/", max_reward=0.5, step=1)[1]["count"] == 2
     assert get(api, f"/api/runs/{run.id}/samples/", finish_reason="length")[1]["count"] == 3
-    _, found = get(api, f"/api/runs/{run.id}/samples/", q="answer 3-2")
+    _, found = get(api, f"/api/runs/{run.id}/samples/", q="ANSWER 3-2")
     assert [(s["step"], s["index"]) for s in found["results"]] == [(3, 2)]
+    # A text search is not counted (that would read every response): the page pages with `next`.
+    assert found["count"] is None and found["next"] is None
 
 
 def test_nul_characters_in_text_filters_are_dropped_not_a_server_error(api, run):
@@ -87,7 +89,7 @@ def test_admin_pages_of_runs_and_experiments_open(admin_client, run):
         f"/admin/runs/run/{run.id}/change/",
         "/admin/runs/experiment/",
         f"/admin/runs/experiment/{run.experiment_id}/change/",
-        "/admin/runs/sample/",
+        "/admin/runs/rolloutfile/",
         "/admin/runs/metricrow/",
     ):
         assert admin_client.get(url).status_code == 200, url

@@ -6,7 +6,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
-from tests.unit.platform.helpers import make_run, sample_record, unknown_run_id
+from tests.unit.platform.helpers import make_run, sample_record, samples_event, unknown_run_id
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 T0 = 1_700_000_000.0
@@ -17,14 +17,7 @@ def metrics(run: Run, seq: int, step: int, data: dict) -> dict:
 
 
 def samples(run: Run, seq: int, step: int, records: list[dict]) -> dict:
-    return {
-        "run": str(run.id),
-        "seq": seq,
-        "type": "samples",
-        "step": step,
-        "time": T0 + step,
-        "data": {"samples": records},
-    }
+    return samples_event(run, seq, step, records)
 
 
 @pytest.fixture
@@ -116,6 +109,7 @@ def test_compare_downsamples_every_run(api, experiment):
         ("not-a-uuid", "'not-a-uuid' is not a run id"),
         (unknown_run_id(), "no run with id"),
     ],
+    ids=["none", "empty", "not-a-uuid", "unknown-run"],  # ids that every xdist worker collects alike
 )
 def test_compare_without_valid_runs_is_a_400_naming_runs(api, two_runs, runs, needle):
     params = {} if runs is None else {"runs": runs}
@@ -203,7 +197,7 @@ def test_samples_of_a_prompt_show_each_runs_latest_step_with_it(api, sampled):
     ]
     assert runs[0]["samples"][0]["response"] == "6"
     assert set(runs[0]["samples"][0]) == {
-        "id",
+        "run",
         "step",
         "index",
         "group",

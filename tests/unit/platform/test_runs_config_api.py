@@ -63,8 +63,10 @@ def test_validate_answers_the_config_a_launched_run_gets(api, registry, storage)
     run = Run.objects.get(pk=launched.json()["id"])
 
     expected = run.resolved_config
-    # The run folder exists only once there is a run; everything else is already known.
-    assert validated.json()["config"] == {**expected, "logging": {**expected["logging"], "run_dir": None}}
+    # The run's folders (its run folder, where its rollout files go) exist only once there is a run; everything
+    # else is already known.
+    run_folders = {"run_dir": None, "rollouts_dir": None}
+    assert validated.json()["config"] == {**expected, "logging": {**expected["logging"], **run_folders}}
     assert validated.json()["config"]["rollout"]["temperature"] == 0.7
     # The preview's resource needs are those stored on the run and handed to Ray.
     assert (

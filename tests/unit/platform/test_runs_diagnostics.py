@@ -50,6 +50,21 @@ def test_a_nan_in_a_metric_that_is_not_a_loss_is_not_a_divergence_alert():
     assert d.diagnose({"reward/mean": series(0.1, None, 0.2), "timing/step": series(None)}) == []
 
 
+# --- failing rewards ---------------------------------------------------------------------------
+
+
+def test_any_failed_reward_is_critical_at_the_first_step_that_had_one():
+    # Steps 1-2 scored every sample; step 3 had 2 failures, step 5 had 1: the alert is at step 3, 3 in all.
+    alerts = d.diagnose({"reward/errors": series(0.0, 0.0, 2.0, 0.0, 1.0)})
+    assert codes(alerts) == [("reward_errors", "reward/errors", 3)]
+    assert alerts[0].severity == "critical" and alerts[0].value == 2.0
+    assert alerts[0].message.startswith("2 sample(s) of step 3 scored 0 because a reward failed (3 over 2 steps")
+
+
+def test_a_reward_that_never_failed_raises_nothing():
+    assert d.diagnose({"reward/errors": series(0.0, 0.0, None, 0.0)}) == []
+
+
 # --- KL ----------------------------------------------------------------------------------------
 
 
@@ -272,6 +287,7 @@ def test_every_metric_a_rule_reads_is_listed_for_the_callers():
         "response/truncated_rate",
         "rollout_corr/k3_kl",
         "reward/mean",
+        "reward/errors",
     }
 
 
@@ -304,7 +320,7 @@ def test_the_alerts_endpoint_lists_the_runs_alerts_by_step(api, experiment):
         ("kl_blowup", "critical", "kl/mean", 8, 1.5),
         ("nonfinite", "critical", "policy/loss", 9, None),
     ]
-    assert set(alerts[0]) == {"code", "severity", "metric", "step", "message", "value"}
+    assert set(alerts[0]) == {"code", "severity", "metric", "step", "message", "value", "examples_rule", "examples"}
 
 
 @pytest.mark.django_db

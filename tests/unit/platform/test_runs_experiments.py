@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -141,7 +142,8 @@ def test_clone_copies_the_source_runs_config_with_an_optional_new_seed(api, expe
     assert response.status_code == 201, response.json()
     clone = Run.objects.get(pk=response.json()["id"])
     assert clone.state == RunState.QUEUED and clone.seed == 11 and clone.parent_id == source.id
-    strip = lambda c: {**c, "seed": None, "logging": {**c["logging"], "run_dir": None}}  # noqa: E731
+    # Each run's own folders (its run folder, where its rollout files go) differ; the rest is the source's.
+    strip = lambda c: {**c, "seed": None, "logging": {**c["logging"], "run_dir": None, "rollouts_dir": None}}  # noqa: E731
     assert strip(clone.resolved_config) == strip(source.resolved_config)
     assert clone.resolved_config["logging"]["run_dir"].endswith(str(clone.id))
     assert post(api, f"/api/runs/{source.id}/clone/", {}).json()["seed"] == source.seed
@@ -170,7 +172,7 @@ def test_ray_reserves_for_the_driver_exactly_the_resources_stored_at_launch(expe
     run = make_run(experiment)
     assert run.resources["total"] == {"CPU": 1.0, "GPU": 0.0}
     assert entrypoint_resources(run) == {"entrypoint_num_cpus": 1.0}  # the CPU default
-    assert engine_env(run)["OMP_NUM_THREADS"] == "1"
+    assert engine_env(run, Path("ingest_token"))["OMP_NUM_THREADS"] == "1"
 
     def with_placement(**placement):
         run.resolved_config["placement"] = placement
@@ -182,7 +184,7 @@ def test_ray_reserves_for_the_driver_exactly_the_resources_stored_at_launch(expe
         "entrypoint_num_cpus": 2,
         "entrypoint_num_gpus": 1,
     }
-    assert engine_env(run)["OMP_NUM_THREADS"] == "2"  # the engine's threads are its grant
+    assert engine_env(run, Path("ingest_token"))["OMP_NUM_THREADS"] == "2"  # the engine's threads are its grant
     # Actors: their placement group holds the CPUs and GPUs; the driver reserves nothing.
     assert with_placement(mode="separate", gpus_per_trainer=1, gpus_per_rollout_engine=1) == {}
 
@@ -191,10 +193,10 @@ def test_all_at_once_reserves_no_driver_cpus_and_keeps_the_workers_threads(exper
     from workers.ray_jobs import engine_env, entrypoint_resources
 
     run = make_run(experiment)
-    settings.SCHEDULER = "all-at-once"  # the behaviour before the scheduler, for bench/queue.py
+    settings.SCHEDULER = "all-at-once"  # the behaviour before the scheduler, for bench/queue_admission.py
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert entrypoint_resources(run) == {}
-    assert engine_env(run)["OMP_NUM_THREADS"] == "3"
+    assert engine_env(run, Path("ingest_token"))["OMP_NUM_THREADS"] == "3"
 
 
 def test_the_job_gets_where_its_token_is_never_the_token_and_the_file_is_private(experiment, settings):
@@ -202,15 +204,16 @@ def test_the_job_gets_where_its_token_is_never_the_token_and_the_file_is_private
     from workers.ray_jobs import engine_env, write_token_file
 
     run = make_run(experiment)
-    env = engine_env(run)
+    path = write_token_file(run)
+    env = engine_env(run, path)
     assert ingest_token(run.id) not in json.dumps(env) and "POSTTRAIN_INGEST_TOKEN" not in env
     assert "POSTTRAIN_ALLOW_UNSANDBOXED_CODE" not in env
-    path = write_token_file(run)
     assert env["POSTTRAIN_INGEST_TOKEN_FILE"] == str(path)
     assert path.read_text() == ingest_token(run.id)
     assert path.stat().st_mode & 0o777 == 0o600
+    assert write_token_file(run) != path  # a file per submission: removing one never removes another's
     settings.ALLOW_UNSANDBOXED_CODE = True  # the admin's choice reaches the run's engine
-    assert engine_env(run)["POSTTRAIN_ALLOW_UNSANDBOXED_CODE"] == "1"
+    assert engine_env(run, path)["POSTTRAIN_ALLOW_UNSANDBOXED_CODE"] == "1"
 
 
 def test_resume_refuses_a_checkpoint_of_another_run_an_unfinished_run_and_a_pruned_folder(api, experiment, storage):
@@ -220,9 +223,17 @@ def test_resume_refuses_a_checkpoint_of_another_run_an_unfinished_run_and_a_prun
     response = post(api, f"/api/runs/{source.id}/resume/", {"checkpoint": foreign.pk})
     assert response.status_code == 400 and locs(response) == ["checkpoint"]
 
-    pruned = Checkpoint.objects.create(run=source, step=1, path=str(storage / "runs" / "gone" / "step_1"))
+    pruned = Checkpoint.objects.create(
+        run=source, step=1, path=str(storage / "runs" / str(source.id) / "checkpoints" / "step_1")
+    )
     response = post(api, f"/api/runs/{source.id}/resume/", {"checkpoint": pruned.pk})
     assert response.status_code == 400 and "no longer exists" in response.json()["errors"][0]["msg"]
+
+    # A checkpoint event names a folder the engine wrote: one outside the run's own folder (another run's, or
+    # anything else a forged event could name) is never resumed from.
+    elsewhere = Checkpoint.objects.create(run=source, step=2, path=str(storage / "runs" / str(other.id)))
+    response = post(api, f"/api/runs/{source.id}/resume/", {"checkpoint": elsewhere.pk})
+    assert response.status_code == 400 and "is not a checkpoint folder of run" in response.json()["errors"][0]["msg"]
 
     running = make_run(experiment, RunState.RUNNING)
     own = Checkpoint.objects.create(run=running, step=1, path=str(storage))

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from posttrain.runs import services
 from posttrain.runs.models import Experiment, Run, RunState
-from tests.unit.platform.helpers import FakeJobs, event, make_run, post_events, sample_record
+from tests.unit.platform.helpers import FakeJobs, event, make_run, post_events, sample_record, samples_event
 
 pytestmark = pytest.mark.django_db
 
@@ -71,14 +71,14 @@ def test_the_clients_events_and_final_status_drive_the_run(client, api):
     events = [
         event(run, 1, "status", data={"state": "running"}),
         event(run, 2, "metrics", step=0, data={"reward/mean": 0.25, "kl/mean": 0.0}),
-        event(run, 3, "samples", step=0, data={"samples": [sample_record(0), sample_record(1, reward=0.0)]}),
+        samples_event(run, 3, 0, [sample_record(0), sample_record(1, reward=0.0)]),
         event(run, 4, "log", data={"level": "info", "message": "hello from trl"}),
         event(run, 5, "status", data={"state": "succeeded"}),
     ]
     assert post_events(client, run, events).json() == {"acknowledged_seq": 5, "stored": 5}
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED and run.summary["reward/mean"]["last"] == 0.25
-    assert run.samples.count() == 2
+    assert run.rollout_files.get().rows == 2
     logs = api.get(f"/api/runs/{run.pk}/logs/").json()
     assert logs == {"logs": "[info] hello from trl\n", "truncated": False, "job": None}
 
@@ -154,13 +154,10 @@ def test_a_review_campaign_pairs_an_external_runs_answers_with_a_native_runs(cli
     native = run_with_samples(experiment, {1: [sample(0, 1.0, "2+2=", "4"), sample(1, 0.0, "3+3=", "7")]})
     external = Run.objects.get(pk=track(api)["run"]["id"])
     answers = [sample(0, 0.0, "2+2=", "5"), sample(1, 1.0, "3+3=", "6")]
-    assert (
-        post_events(client, external, [event(external, 1, "samples", step=1, data={"samples": answers})]).status_code
-        == 200
-    )
+    assert post_events(client, external, [samples_event(external, 1, 1, answers)]).status_code == 200
     campaign = pair_campaign([native, external], [make_user("annotator")], k=2)
     items = ReviewItem.objects.filter(campaign=campaign)
     assert items.count() == 2
     for item in items:
-        assert {item.sample_a.run_id, item.sample_b.run_id} == {native.pk, external.pk}
-        assert item.sample_a.prompt == item.sample_b.prompt
+        assert {item.rollout_a.run_id, item.rollout_b.run_id} == {native.pk, external.pk}
+        assert item.rollout_a.prompt == item.rollout_b.prompt

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from posttrain.runs import live_channel
-from posttrain.runs.models import Checkpoint, MetricRow, Run, RunLog, RunState, Sample
-from tests.unit.platform.helpers import auth, event, make_run, post_events, sample_record
+from posttrain.runs.models import Checkpoint, MetricRow, RolloutFile, Run, RunLog, RunState
+from tests.unit.platform.helpers import auth, event, make_run, post_events, sample_record, samples_event
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 S = RunState
@@ -22,7 +22,7 @@ def run(experiment) -> Run:
 def a_step(run: Run, first_seq: int, step: int, n_samples: int = 4) -> list[dict]:
     return [
         event(run, first_seq, "metrics", step, {"reward/mean": 0.25 * step, "kl/mean": "nan"}),
-        event(run, first_seq + 1, "samples", step, {"samples": [sample_record(i) for i in range(n_samples)]}),
+        samples_event(run, first_seq + 1, step, [sample_record(i) for i in range(n_samples)]),
         event(run, first_seq + 2, "heartbeat", step),
     ]
 
@@ -44,7 +44,7 @@ def test_events_land_in_their_tables_and_move_the_run(client, run):
     assert list(run.transitions.values_list("to_state", flat=True)) == ["queued", "running", "succeeded"]
     metric = MetricRow.objects.get(run=run)
     assert (metric.step, metric.seq, metric.values["reward/mean"]) == (1, 3, 0.25)
-    assert Sample.objects.filter(run=run, step=1).count() == 4
+    assert RolloutFile.objects.get(run=run, step=1).rows == 4  # one index row per step, not one per rollout
     assert Checkpoint.objects.get(run=run).path.endswith("step_1")
     assert RunLog.objects.get(run=run).message.startswith("policy Qwen2")
 
@@ -56,7 +56,7 @@ def test_the_same_event_batch_posted_twice_is_stored_once(client, run):
     assert first.json() == {"acknowledged_seq": 4, "stored": 4}
     assert second.status_code == 200 and second.json() == {"acknowledged_seq": 4, "stored": 0}
     assert MetricRow.objects.filter(run=run).count() == 1
-    assert Sample.objects.filter(run=run).count() == 4
+    assert RolloutFile.objects.filter(run=run).count() == 1
     assert run.transitions.filter(to_state=S.RUNNING).count() == 1
 
 
@@ -140,112 +140,33 @@ BAD_BATCHES = [
         "events[0].data.reward/mean",
     ),
     (
-        "samples not a list",
-        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": 3})]},
+        "samples with rows",
+        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [sample_record(0)]})]},
         "events[0].data.samples",
     ),
     (
-        "sample reward a string",
+        "samples without a file",
+        lambda r: {"events": [_bad(r, 0, type="samples", data={"rows": 1, "bytes": 9})]},
+        "events[0].data.file",
+    ),
+    (
+        "a file of another step",
         lambda r: {
-            "events": [
-                _bad(r, 0, type="samples", data={"samples": [sample_record(0), sample_record(1, reward="high")]})
-            ]
+            "events": [_bad(r, 0, type="samples", data={"file": "step_00000002.parquet", "rows": 1, "bytes": 9})]
         },
-        "events[0].data.samples[1].reward",
+        "events[0].data.file",
     ),
     (
-        "sample index repeated",
-        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [sample_record(0), sample_record(0)]})]},
-        "events[0].data.samples[1].index",
+        "a path for a file name",
+        lambda r: {"events": [_bad(r, 0, type="samples", data={"file": "../../etc/passwd", "rows": 1, "bytes": 9})]},
+        "events[0].data.file",
     ),
     (
-        "sample without response",
+        "negative rows",
         lambda r: {
-            "events": [
-                _bad(
-                    r,
-                    0,
-                    type="samples",
-                    data={"samples": [{k: v for k, v in sample_record(0).items() if k != "response"}]},
-                )
-            ]
+            "events": [_bad(r, 0, type="samples", data={"file": "step_00000001.parquet", "rows": -1, "bytes": 9})]
         },
-        "events[0].data.samples[0].response",
-    ),
-    (
-        "turn with an unknown role",
-        lambda r: {
-            "events": [
-                _bad(
-                    r,
-                    0,
-                    type="samples",
-                    data={
-                        "samples": [
-                            sample_record(
-                                0,
-                                turns=[
-                                    {"role": "assistant", "text": "1+1", "reward": None},
-                                    {"role": "tool", "text": "=2", "reward": 0},
-                                ],
-                            )
-                        ]
-                    },
-                )
-            ]
-        },
-        "events[0].data.samples[0].turns[1].role",
-    ),
-    (
-        "turn text missing",
-        lambda r: {
-            "events": [
-                _bad(
-                    r,
-                    0,
-                    type="samples",
-                    data={"samples": [sample_record(0, turns=[{"role": "assistant", "reward": None}])]},
-                )
-            ]
-        },
-        "events[0].data.samples[0].turns[0].text",
-    ),
-    (
-        "env log not a number",
-        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [sample_record(0, env={"turns": "two"})]})]},
-        "events[0].data.samples[0].env",
-    ),
-    (
-        "turns not a list",
-        lambda r: {
-            "events": [
-                _bad(
-                    r, 0, type="samples", data={"samples": [sample_record(0, turns={"role": "assistant", "text": "2"})]}
-                )
-            ]
-        },
-        "events[0].data.samples[0].turns",
-    ),
-    (
-        "turn reward not a number",
-        lambda r: {
-            "events": [
-                _bad(
-                    r,
-                    0,
-                    type="samples",
-                    data={
-                        "samples": [sample_record(0, turns=[{"role": "environment", "text": "ok", "reward": "high"}])]
-                    },
-                )
-            ]
-        },
-        "events[0].data.samples[0].turns[0].reward",
-    ),
-    (
-        "env not an object",
-        lambda r: {"events": [_bad(r, 0, type="samples", data={"samples": [sample_record(0, env=[3])]})]},
-        "events[0].data.samples[0].env",
+        "events[0].data.rows",
     ),
     ("checkpoint without path", lambda r: {"events": [_bad(r, 0, type="checkpoint", data={})]}, "events[0].data.path"),
     (
@@ -303,41 +224,46 @@ def test_a_multi_turn_sample_keeps_its_turns_and_environment_logs(client, run, r
         {"role": "environment", "text": "", "reward": 1.0},
     ]
     record = sample_record(0, turns=turns, env={"turns": 2, "calls": 1, "correct": 1.0})
-    assert (
-        post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record, sample_record(1)]})]).status_code
-        == 200
-    )
-    stored = {s.index: s for s in Sample.objects.filter(run=run)}
-    assert stored[0].turns == turns and stored[0].env == {"turns": 2, "calls": 1, "correct": 1.0}
-    assert stored[1].turns == [] and stored[1].env == {}  # single-turn samples carry none
+    assert post_events(client, run, [samples_event(run, 1, 1, [record, sample_record(1)])]).status_code == 200
     client.force_login(researcher)
     page = client.get(f"/api/runs/{run.id}/samples/").json()["results"]
-    assert page[0]["turns"] == turns and page[0]["env"]["calls"] == 1
+    assert page[0]["turns"] == turns and page[0]["env"] == {"turns": 2, "calls": 1, "correct": 1.0}
+    assert page[1]["turns"] == [] and page[1]["env"] == {}  # single-turn samples carry none
 
 
-def test_turns_keep_role_text_and_reward_only_and_non_finite_values_become_null(client, run):
-    turns = [
-        {"role": "assistant", "text": "gu\x00ess 50", "reward": None, "token_ids": [1, 2]},
-        {"role": "environment", "text": "higher", "reward": "nan"},
-        {"role": "assistant", "text": "75"},
-    ]
-    record = sample_record(0, turns=turns, env={"turns": 2, "env_time_s": "inf"})
-    assert post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record]})]).status_code == 200
-    sample = Sample.objects.get(run=run)
-    assert sample.turns == [
-        {"role": "assistant", "text": "guess 50", "reward": None},
-        {"role": "environment", "text": "higher", "reward": None},
-        {"role": "assistant", "text": "75", "reward": None},
-    ]
-    assert sample.env == {"turns": 2, "env_time_s": None}
-
-
-def test_non_finite_values_and_nul_characters_are_stored_safely(client, run):
-    record = sample_record(0, reward="nan", advantage="-inf", response="4\x002", errors=["exact: boom\x00"])
-    response = post_events(client, run, [event(run, 1, "samples", 1, {"samples": [record]})])
+def test_non_finite_values_read_back_as_null(client, run, researcher):
+    record = sample_record(0, reward="nan", advantage="-inf", env={"turns": 2, "env_time_s": "inf"})
+    response = post_events(client, run, [samples_event(run, 1, 1, [record])])
     assert response.status_code == 200, response.content
-    sample = Sample.objects.get(run=run)
-    assert (sample.reward, sample.advantage, sample.response, sample.errors) == (None, None, "42", ["exact: boom"])
+    client.force_login(researcher)
+    (row,) = client.get(f"/api/runs/{run.id}/samples/").json()["results"]
+    assert (row["reward"], row["advantage"], row["env"]) == (None, None, {"turns": 2, "env_time_s": None})
+
+
+def test_a_file_the_store_lacks_is_named_as_a_gap_on_the_page(client, run, researcher, storage):
+    post_events(client, run, [*a_step(run, 1, 1), *a_step(run, 4, 2)])
+    (storage / "runs" / str(run.id) / "rollouts" / "step_00000001.parquet").unlink()
+    client.force_login(researcher)
+    page = client.get(f"/api/runs/{run.id}/samples/").json()
+    assert [(r["step"], r["index"]) for r in page["results"]] == [(2, i) for i in range(4)]
+    assert [g["step"] for g in page["gaps"]] == [1] and "never arrived" in page["gaps"][0]["reason"]
+    files = client.get(f"/api/runs/{run.id}/rollouts/").json()
+    assert [(f["step"], f["available"]) for f in files["files"]] == [(1, False), (2, True)]
+
+
+def test_a_step_the_engine_never_announced_is_a_gap(client, run, researcher):
+    post_events(client, run, [*a_step(run, 1, 1), *a_step(run, 4, 3)])  # step 2's file never came
+    client.force_login(researcher)
+    gaps = client.get(f"/api/runs/{run.id}/rollouts/").json()["gaps"]
+    assert [g["step"] for g in gaps] == [2] and "never announced" in gaps[0]["reason"]
+
+
+def test_retention_removes_the_index_rows_of_pruned_files(client, run):
+    post_events(client, run, [*a_step(run, 1, 1), *a_step(run, 4, 2)])
+    pruned = samples_event(run, 7, 3, [sample_record(0)])
+    pruned["data"]["pruned"] = ["step_00000001.parquet"]
+    assert post_events(client, run, [pruned]).status_code == 200
+    assert list(RolloutFile.objects.filter(run=run).values_list("step", flat=True)) == [2, 3]
 
 
 def test_the_engines_failure_reason_becomes_the_state_reason(client, run):
@@ -385,4 +311,4 @@ def test_an_accepted_batch_is_published_on_the_runs_live_channel_after_commit(
             post_events(client, run, batch)  # a repeat stores nothing and publishes nothing
         assert again == [] and subscription.get(timeout=0.1) is None
     assert [e["seq"] for e in published] == [1, 2, 3]
-    assert published[1]["data"]["samples"][0]["response"] == "1"
+    assert published[1]["data"]["file"] == "step_00000001.parquet" and published[1]["data"]["rows"] == 4

@@ -59,8 +59,10 @@ def test_each_listed_run_names_its_algorithm_model_dataset_and_summary(api, expe
         "preemptible",
         "queue_position",
         "queue_reason",
+        "queue_estimated_start",
         "attempt",
         "ray_job_id",
+        "lost_steps",
     }
 
 
@@ -96,3 +98,32 @@ def test_listing_more_runs_takes_no_more_queries(api, experiment, registry):
     assert queries_of_a_list() == one
     names = {r["model_name"] for r in api.get("/api/runs/").json()["results"]}
     assert names == {"tiny", "model-0", "model-1", "model-2"}
+
+
+def test_id_prefix_finds_the_runs_whose_id_starts_with_it(api, experiment):
+    import uuid
+
+    ids = ["3f2a1b9c-0000-4000-8000-000000000001", "3f2a1b9c-ffff-4fff-bfff-ffffffffffff", "3f2b0000-0000-4000-8000-0"]
+    ids[2] += "0" * (36 - len(ids[2]))
+    for i, run_id in enumerate(ids):
+        Run.objects.create(id=uuid.UUID(run_id), experiment=experiment, name=f"run {i}", state=RunState.SUCCEEDED)
+
+    def found(prefix: str) -> list[str]:
+        response = api.get("/api/runs/", {"id_prefix": prefix})
+        assert response.status_code == 200, response.json()
+        return sorted(r["id"] for r in response.json()["results"])
+
+    assert found("3f2a1b9c") == ids[:2]  # a short id, as the CLI shows it
+    assert found("3F2A") == ids[:2]  # hex digits in either case
+    assert found("3f2a1b9c-ffff") == [ids[1]] == found("3f2a1b9cffff")  # dashes optional
+    assert found("3f2") == ids
+    assert found(ids[2]) == [ids[2]]  # a whole id is its own prefix
+    assert found("0") == []
+
+
+@pytest.mark.parametrize("prefix", ["xyz", "3f2a/..", "0" * 33, "-"])
+def test_an_id_prefix_that_is_no_start_of_an_id_is_refused_naming_the_parameter(api, prefix):
+    response = api.get("/api/runs/", {"id_prefix": prefix})
+    assert response.status_code == 400
+    (error,) = response.json()["errors"]
+    assert error["loc"] == "id_prefix" and "hex digits" in error["msg"]

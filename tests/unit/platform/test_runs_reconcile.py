@@ -69,6 +69,31 @@ def test_a_driver_that_died_of_a_full_disk_fails_the_run_saying_no_space_left(ex
     assert run.state_reason.endswith("No space left on device: 'events.jsonl'")
 
 
+def test_what_user_code_printed_cannot_set_the_headline(experiment, jobs):
+    # A reward printed a full disk (marked as user code in the log, rl_engine/user_output.py); the engine's own
+    # last line is a reward failure quoting the same words: neither is the engine running out of disk.
+    run = make_run(experiment, S.RUNNING, last_event_at=timezone.now())
+    jobs.job_logs[str(run.id)] = (
+        "[user code: reward.py] OSError: [Errno 28] No space left on device: 'x'\n"
+        "rl_engine.rewards.loud.RewardsFailed: reward 'r' failed on 8 of 8 samples of the step (100%, over its "
+        "max_error_rate of 0.5); the first error: r: OSError: [Errno 28] No space left on device\n"
+    )
+    jobs.exit_codes[str(run.id)] = 1
+    run = reconciled(run, jobs, "FAILED")
+    assert run.state_reason.startswith("driver died: the engine process exited with code 1 without reporting why;")
+    assert "[user code: reward.py]" in run.state_reason  # the tail shows it, marked
+
+
+def test_a_job_that_ended_leaves_no_token_file_in_the_run_folder(experiment, jobs, storage):
+    run = make_run(experiment, S.RUNNING, last_event_at=timezone.now())
+    folder = Path(run.resolved_config["logging"]["run_dir"])
+    folder.mkdir(parents=True)
+    (folder / "ingest_token.0f0f0f0f").write_text("an engine that died before reading it")
+    (folder / "events.jsonl").write_text("")
+    reconciled(run, jobs, "FAILED")
+    assert sorted(p.name for p in folder.iterdir()) == ["events.jsonl"]
+
+
 def test_a_stopped_job_ends_a_cancelling_run_cancelled(experiment, jobs):
     run = reconciled(make_run(experiment, S.CANCELLING), jobs, "STOPPED")
     assert (run.state, run.state_reason) == (S.CANCELLED, "cancelled")
@@ -195,6 +220,31 @@ def test_under_admission_the_reconcile_admits_waiting_runs(experiment, jobs):
 def test_an_admitted_run_whose_submit_was_lost_is_submitted_again_not_failed(experiment, jobs):
     run = reconciled(make_run(experiment, S.STARTING), jobs, None)
     assert run.state == S.STARTING and jobs.submitted == [str(run.id)]
+
+
+def test_celery_beat_fails_stale_reward_trials_every_30_seconds_on_the_runs_worker():
+    from workers.celery_app import app
+
+    entry = django_settings.CELERY_BEAT_SCHEDULE["reward-trials-expire"]
+    assert entry["task"] == "workers.reward_trials_expire" and entry["schedule"] == 30
+    app.loader.import_default_modules()
+    assert "workers.reward_trials_expire" in app.tasks
+    # User code goes to its own queue, with Celery's time limits; everything else stays on the default one.
+    trial = app.tasks["workers.reward_trial_run"]
+    assert (trial.soft_time_limit, trial.time_limit) == (120, 150)
+    judge = app.tasks["workers.review_judge_run"]
+    assert (judge.soft_time_limit, judge.time_limit) == (1800, 1830)
+    probe = app.tasks["workers.reward_probe_run"]
+    assert (probe.soft_time_limit, probe.time_limit) == (120, 150)
+    for name in ("workers.environment_generate", "workers.environment_trial_run"):
+        assert app.tasks[name].time_limit is not None
+    assert django_settings.CELERY_TASK_ROUTES == {
+        "workers.reward_trial_run": {"queue": "user_code"},
+        "workers.reward_probe_run": {"queue": "user_code"},
+        "workers.review_judge_run": {"queue": "user_code"},
+        "workers.environment_generate": {"queue": "user_code"},
+        "workers.environment_trial_run": {"queue": "user_code"},
+    }
 
 
 def test_celery_beat_runs_the_reconcile_every_15_seconds():

@@ -22,7 +22,7 @@ from django.test import AsyncClient
 from posttrain.runs import browser_stream, live_channel, services
 from posttrain.runs.event_schema import parse_batch
 from posttrain.runs.models import Run, RunState
-from tests.unit.platform.helpers import event, make_run, sample_record
+from tests.unit.platform.helpers import event, make_run, sample_record, samples_event
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 S = RunState
@@ -80,12 +80,12 @@ def a_run_history(run: Run) -> list[dict]:
         event(run, 1, "status", None, {"state": "running"}),
         event(run, 2, "log", 0, {"level": "info", "message": "policy loaded\nsecond line"}),
         event(run, 3, "metrics", 1, {"reward/mean": 0.25, "kl/mean": "nan", "policy/entropy": 2}),
-        event(run, 4, "samples", 1, {"samples": [sample_record(i) for i in range(3)]}),
+        samples_event(run, 4, 1, [sample_record(i) for i in range(3)]),
         event(run, 5, "heartbeat", 1),
         event(run, 6, "metrics", 2, {"reward/mean": 0.5, "kl/mean": "inf", "policy/entropy": 1.5}),
         event(run, 7, "checkpoint", 2, {"path": "/storage/runs/x/checkpoints/step_2"}),
         event(run, 8, "log", None, {"level": "warning", "message": "slow step"}),
-        event(run, 9, "samples", 2, {"samples": [sample_record(i) for i in range(2)]}),
+        samples_event(run, 9, 2, [sample_record(i) for i in range(2)]),
     ]
 
 
@@ -100,7 +100,7 @@ def expected(history: list[dict], after: int = 0) -> list[tuple[int, str, dict]]
             values = {k: (None if isinstance(v, str) else v) for k, v in data.items()}
             out.append((seq, "metrics", {"seq": seq, "step": step, "time": e["time"], "values": values}))
         elif e["type"] == "samples":
-            out.append((seq, "samples", {"seq": seq, "step": step, "count": len(data["samples"])}))
+            out.append((seq, "samples", {"seq": seq, "step": step, "count": data["rows"]}))
         elif e["type"] == "checkpoint":
             out.append((seq, "checkpoint", {"seq": seq, "step": step, "path": data["path"]}))
         elif e["type"] == "log":

@@ -9,7 +9,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.event_schema import parse_batch
-from posttrain.runs.models import Run
+from posttrain.runs.models import Preemption, Run
 from posttrain.runs.services.scheduler import runs_admit
 from posttrain.runs.services.state_machine import S
 from tests.unit.platform.helpers import FakeJobs, event
@@ -78,6 +78,9 @@ def test_a_preempted_run_waits_in_the_queue_and_resumes_as_its_next_ray_job(expe
     checkpoint = f"{low.resolved_config['logging']['run_dir']}/checkpoints/step_1"
     engine_says(low, {"state": "preempted", "reason": "checkpointed after step 1 (…)", "checkpoint": checkpoint})
     assert state(low) == S.PREEMPTED and low.state_reason == "preempted: checkpointed after step 1 (…)"
+    record = Preemption.objects.get(run=low)
+    assert (record.forced, record.resumed_step, record.lost_steps) == (False, 1, 0) and record.settled_at
+    assert "high priority" in record.reason
 
     # The room it made goes to the high-priority run; the preempted one waits behind it.
     assert runs_admit(cluster=cluster(1.0), jobs=jobs) == [str(high.pk)]
@@ -140,3 +143,17 @@ def test_the_run_api_shows_the_attempt_and_its_ray_job(api, experiment, research
     run = running(experiment, researcher, "low", attempt=2)
     body = api.get(f"/api/runs/{run.pk}/").json()
     assert (body["attempt"], body["ray_job_id"]) == (2, f"{run.pk}-2")
+
+
+def test_a_preempted_run_admitted_again_is_not_lost_for_the_time_it_waited_in_the_queue(experiment, researcher):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    long_ago = timezone.now() - timedelta(seconds=600)  # its last event, before it was preempted and waited
+    run = running(experiment, researcher, "low", state=S.PREEMPTED, attempt=0, last_event_at=long_ago)
+    jobs = FakeJobs()
+    assert runs_admit(cluster=cluster(1.0), jobs=jobs) == [str(run.pk)]
+    jobs.statuses[f"{run.pk}-1"] = "RUNNING"  # its new job runs; the engine is still loading
+    services.run_reconcile(run, jobs=jobs)
+    assert state(run) == S.STARTING and jobs.stopped == []

@@ -8,8 +8,10 @@ import pytest
 
 from posttrain.runs.scheduling import (
     Candidate,
+    FairShare,
     Holder,
     Limits,
+    Plan,
     Usage,
     admission_plan,
     dominant_share,
@@ -24,13 +26,27 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CLUSTER = {"CPU": 4.0, "GPU": 2.0}
 
 
-def cand(run_id: str, owner: str = "a", priority: str = "normal", age_s: float = 0, cpus: float = 1, gpus: float = 0):
+def cand(
+    run_id: str,
+    owner: str = "a",
+    priority: str = "normal",
+    age_s: float = 0,
+    cpus: float = 1,
+    gpus: float = 0,
+    duration_s: float | None = None,
+    team: str = "",
+):
     at = T0 - timedelta(seconds=age_s)
-    return Candidate(run_id, owner, priority, at, at, {"CPU": cpus, "GPU": gpus})
+    return Candidate(run_id, owner, priority, at, at, {"CPU": cpus, "GPU": gpus}, duration_s=duration_s, team=team)
 
 
-def plan(waiting, free=None, usage=None, limits=None, now=T0, aging_s=1800.0):
-    decisions = admission_plan(waiting, free or dict(CLUSTER), usage or {}, limits or {}, CLUSTER, now, aging_s)
+def one_node(free=None, ends=()):
+    """The cluster as one node of CLUSTER's size with `free` left."""
+    return Plan({"n0": {"GPU": 0.0, **(free or CLUSTER)}}, dict(CLUSTER), list(ends))
+
+
+def plan(waiting, free=None, usage=None, limits=None, now=T0, aging_s=1800.0, fair=None):
+    decisions = admission_plan(waiting, one_node(free), usage or {}, limits or {}, now, aging_s, fair=fair)
     return [(d.run_id, d.admit, d.reason) for d in decisions]
 
 
@@ -66,11 +82,10 @@ def test_a_long_wait_lets_a_low_priority_run_overtake():
     assert got[0][:2] == ("starved", True)
 
 
-def test_fair_share_puts_the_user_with_the_smaller_dominant_share_first():
-    # User a holds 2 CPUs already and queues four more runs; b queues one later: b's starts next.
+def test_fair_share_puts_the_user_with_the_smaller_decayed_usage_first():
+    # User a has used the cluster and queues four more runs; b queues one later: b's starts next.
     waiting = [cand(f"a{i}", owner="a", age_s=100 - i) for i in range(4)] + [cand("b0", owner="b", age_s=1)]
-    usage = {"a": Usage(runs=1, held={"CPU": 2.0, "GPU": 0.0})}
-    got = plan(waiting, free={"CPU": 1.0, "GPU": 0.0}, usage=usage)
+    got = plan(waiting, free={"CPU": 1.0, "GPU": 0.0}, fair=FairShare(user_usage={"a": 600.0}))
     assert got[0][:2] == ("b0", True) and [r for r, admit, _ in got if admit] == ["b0"]
 
 
@@ -116,17 +131,17 @@ def test_a_piece_larger_than_every_node_can_never_fit_the_cluster():
     assert reason.startswith("needs 3 CPUs in one place; the cluster's largest node has 2 CPUs")
 
 
-def holder(run_id: str, priority: str = "low", age_s: float = 0, cpus: float = 1, preemptible: bool = True):
-    return Holder(run_id, priority, T0 - timedelta(seconds=age_s), {"CPU": cpus, "GPU": 0.0}, preemptible)
+def holder(run_id: str, priority: str = "low", age_s: float = 0, cpus: float = 1, preemptible: bool = True, **kw):
+    held = {"CPU": cpus, "GPU": 0.0}
+    return Holder(run_id, priority, T0 - timedelta(seconds=age_s), held, preemptible, placement={"n0": held}, **kw)
 
 
-NONE_FREE = {"CPU": 0.0, "GPU": 0.0}
+NONE_FREE = {"n0": {"CPU": 0.0, "GPU": 0.0}}
+NOTHING_COMING: dict = {}
 
 
 def test_the_run_that_stops_admission_is_marked_blocking_and_only_that_one():
-    decisions = admission_plan(
-        [cand("a", cpus=3), cand("b", cpus=3, age_s=1)], {"CPU": 4.0, "GPU": 0.0}, {}, {}, CLUSTER, T0, 1800.0
-    )
+    decisions = admission_plan([cand("a", cpus=3), cand("b", cpus=3, age_s=1)], one_node(), {}, {}, T0, 1800.0)
     assert [(d.run_id, d.admit, d.blocking) for d in decisions] == [("b", True, False), ("a", False, True)]
 
 
@@ -136,12 +151,12 @@ def test_preemption_takes_the_lowest_priority_then_the_youngest_and_only_as_many
         holder("young-low", "low", age_s=10),
         holder("normal", "normal", age_s=5),
     ]
-    assert preemption_victims(cand("h", priority="high", cpus=1), NONE_FREE, running, NONE_FREE) == ["young-low"]
-    assert preemption_victims(cand("h", priority="high", cpus=2), NONE_FREE, running, NONE_FREE) == [
+    assert preemption_victims(cand("h", priority="high", cpus=1), NONE_FREE, running, NOTHING_COMING) == ["young-low"]
+    assert preemption_victims(cand("h", priority="high", cpus=2), NONE_FREE, running, NOTHING_COMING) == [
         "young-low",
         "old-low",
     ]
-    assert preemption_victims(cand("h", priority="high", cpus=3), NONE_FREE, running, NONE_FREE) == [
+    assert preemption_victims(cand("h", priority="high", cpus=3), NONE_FREE, running, NOTHING_COMING) == [
         "young-low",
         "old-low",
         "normal",
@@ -151,13 +166,13 @@ def test_preemption_takes_the_lowest_priority_then_the_youngest_and_only_as_many
 def test_preemption_spares_equal_priorities_opted_out_runs_and_pointless_cases():
     running = [holder("normal", "normal"), holder("pinned", "low", preemptible=False), holder("low", "low")]
     # Equal priority and the opted-out run are never taken: freeing only "low" is not enough for 2 CPUs.
-    assert preemption_victims(cand("n", priority="high", cpus=2), NONE_FREE, running[1:], NONE_FREE) == []
-    assert preemption_victims(cand("n", priority="normal", cpus=1), NONE_FREE, running, NONE_FREE) == ["low"]
-    assert preemption_victims(cand("n", priority="low", cpus=1), NONE_FREE, running, NONE_FREE) == []
+    assert preemption_victims(cand("n", priority="high", cpus=2), NONE_FREE, running[1:], NOTHING_COMING) == []
+    assert preemption_victims(cand("n", priority="normal", cpus=1), NONE_FREE, running, NOTHING_COMING) == ["low"]
+    assert preemption_victims(cand("n", priority="low", cpus=1), NONE_FREE, running, NOTHING_COMING) == []
 
 
 def test_runs_already_preempting_count_as_room_on_its_way():
     running = [holder("low", "low")]
-    coming = {"CPU": 1.0, "GPU": 0.0}
+    coming = {"n0": {"CPU": 1.0, "GPU": 0.0}}
     assert preemption_victims(cand("h", priority="high", cpus=1), NONE_FREE, running, coming) == []
     assert preemption_victims(cand("h", priority="high", cpus=2), NONE_FREE, running, coming) == ["low"]

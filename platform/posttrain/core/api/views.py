@@ -23,9 +23,16 @@ _HEALTH = inline_serializer(
         "status": serializers.ChoiceField(choices=["ok", "degraded"]),
         "checks": inline_serializer(
             "HealthChecks",
-            fields={"database": _dependency, "broker": _dependency, "ray": _dependency, "sandbox": _dependency},
+            fields={
+                "database": _dependency,
+                "broker": _dependency,
+                "ray": _dependency,
+                "sandbox": _dependency,
+                "sandbox_limits": _dependency,
+            },
         ),
         "unsandboxed_code_allowed": serializers.BooleanField(),
+        "warnings": serializers.ListField(child=serializers.CharField()),
     },
 )
 
@@ -34,7 +41,9 @@ _HEALTH = inline_serializer(
     summary="Reachability of the database, the Celery broker and Ray; the sandbox for user code",
     description="`status` counts the database, the broker and Ray: when one is down the same body comes with a "
     "503 (for load balancers). `checks.sandbox` says whether user code (python rewards, environments, agent "
-    "commands) can run in a bubblewrap sandbox on this host; `unsandboxed_code_allowed` is the admin's "
+    "commands) can run in a bubblewrap sandbox on this host; `checks.sandbox_limits` which of the kernel's limits "
+    "each sandbox gets (a cgroup for memory, pids and cpu; a seccomp filter; a fresh keyring), failing with what "
+    "cannot be enforced here, which `warnings` repeats; `unsandboxed_code_allowed` is the admin's "
     "POSTTRAIN_ALLOW_UNSANDBOXED_CODE (off by default).",
     responses={(200, "application/json"): _HEALTH},
 )

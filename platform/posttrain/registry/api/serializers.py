@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from posttrain.registry.models import Dataset, ModelAsset, RewardFunction, RewardTrial
+from posttrain.registry.models import (
+    Dataset,
+    Environment,
+    EnvironmentTrial,
+    ModelAsset,
+    RewardFunction,
+    RewardProbe,
+    RewardTrial,
+)
 from posttrain.registry.reward_specs import KINDS
 from posttrain.registry.services import MAX_TRY_SAMPLES
 
@@ -176,3 +184,142 @@ class RewardTrialSerializer(serializers.ModelSerializer):
 
     def get_url(self, trial: RewardTrial) -> str:
         return f"/api/rewards/{trial.reward_id}/trials/{trial.id}/"
+
+
+# --- environments ----------------------------------------------------------------------------------
+
+
+class EnvironmentSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
+    dataset_name = serializers.CharField(source="dataset.name", read_only=True, allow_null=True, default=None)
+    reward_name = serializers.CharField(source="reward.name", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Environment
+        fields = [
+            "id",
+            "name",
+            "description",
+            "package",
+            "env_id",
+            "arguments",
+            "files",
+            "version",
+            "size",
+            "seed",
+            "state",
+            "error",
+            "dataset",
+            "dataset_name",
+            "reward",
+            "reward_name",
+            "run_environment",
+            "created_by",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class EnvironmentCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    package = serializers.ChoiceField(choices=Environment.Package.choices)
+    env_id = serializers.CharField(
+        max_length=300,
+        help_text="reasoning-gym: a task (basic_arithmetic); verifiers: a taskset id; TextArena: a game "
+        "(GuessTheNumber-v0); OpenEnv: the server's ASGI app (module:attribute).",
+    )
+    arguments = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text="The package's settings: a reasoning-gym task's config, a taskset's arguments, TextArena's "
+        "num_players and seat, OpenEnv's action_field and observation_field.",
+    )
+    size = serializers.IntegerField(required=False, default=500, help_text="Rows to generate.")
+    seed = serializers.IntegerField(required=False, default=0)
+    files = serializers.ListField(
+        child=serializers.CharField(max_length=1000),
+        required=False,
+        default=list,
+        help_text="Server files of modules it needs that are not installed (a verifiers taskset, an OpenEnv app).",
+    )
+
+
+class EnvironmentTrySerializer(serializers.Serializer):
+    moves = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=20000),
+        min_length=1,
+        max_length=32,
+        help_text="The model's turns, in order (a single-turn environment scores the first).",
+    )
+    row = serializers.IntegerField(required=False, default=0, help_text="The dataset row the episode starts from.")
+
+
+class EnvironmentTrialSerializer(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = EnvironmentTrial
+        fields = ["id", "state", "row", "moves", "result", "error", "created_at", "finished_at", "url"]
+        read_only_fields = fields
+
+    def get_url(self, trial: EnvironmentTrial) -> str:
+        return f"/api/environments/{trial.environment_id}/trials/{trial.id}/"
+
+
+class EnvironmentMixPartSerializer(serializers.Serializer):
+    environment = serializers.CharField(max_length=200, help_text="An environment's name or id.")
+    weight = serializers.FloatField(default=1.0)
+
+
+class EnvironmentMixSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, help_text="The mixed dataset's name.")
+    environments = EnvironmentMixPartSerializer(many=True, min_length=2)  # type: ignore[call-arg]
+    size = serializers.IntegerField(default=500)
+    seed = serializers.IntegerField(default=0)
+
+
+class EnvironmentMixResultSerializer(serializers.Serializer):
+    dataset = DatasetSerializer()
+    rewards = serializers.ListField(child=serializers.CharField(), help_text="The parts' rewards, for the experiment.")
+
+
+class RewardProbeStartSerializer(serializers.Serializer):
+    dataset = serializers.PrimaryKeyRelatedField(
+        queryset=Dataset.objects.all(), help_text="The dataset whose rows the adversarial answers are built from."
+    )
+
+
+class RewardProbeSerializer(serializers.ModelSerializer):
+    dataset_name = serializers.CharField(source="dataset.name", read_only=True)
+    result = serializers.JSONField(
+        allow_null=True,
+        read_only=True,
+        help_text="The hackability report once done: honest_mean, rows, hackable, worst, note and probes "
+        "[{probe, mean, fraction (of honest_mean), flagged (fraction >= 0.5), errors}].",
+    )
+    examples = serializers.JSONField(
+        read_only=True, help_text="Each probe's answer for the first row probed, with its score."
+    )
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RewardProbe
+        fields = [
+            "id",
+            "reward",
+            "dataset",
+            "dataset_name",
+            "state",
+            "result",
+            "examples",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "url",
+        ]
+        read_only_fields = fields
+
+    def get_url(self, probe: RewardProbe) -> str:
+        return f"/api/rewards/{probe.reward_id}/probes/{probe.id}/"

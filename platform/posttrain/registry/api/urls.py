@@ -8,5 +8,6 @@ router = SimpleRouter()
 router.register("models", views.ModelAssetViewSet, basename="model")
 router.register("datasets", views.DatasetViewSet, basename="dataset")
 router.register("rewards", views.RewardFunctionViewSet, basename="reward")
+router.register("environments", views.EnvironmentViewSet, basename="environment")
 
 urlpatterns = router.urls

@@ -17,11 +17,11 @@ from rest_framework.settings import api_settings
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.parsers import JSONParser
-from posttrain.core.errors import WorkerUnavailable
+from posttrain.core.errors import InvalidInput, WorkerUnavailable
 from posttrain.registry import selectors, services
 from posttrain.registry.api import serializers as s
 from posttrain.registry.filters import DatasetFilter, ModelAssetFilter, RewardFunctionFilter
-from posttrain.registry.models import RewardTrial
+from posttrain.registry.models import Dataset, Environment, EnvironmentTrial, RewardTrial
 
 
 def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
@@ -333,3 +333,180 @@ class RewardFunctionViewSet(_RegistryViewSet):
         reward = self.get_object()
         trial = get_object_or_404(selectors.reward_trials(reward), pk=trial_id)
         return Response(s.RewardTrialSerializer(trial).data)
+
+    @extend_schema(
+        methods=["GET"],
+        summary="The reward's probes",
+        description="Its probes on every dataset (`?dataset=<id>`: on one), the newest first.",
+        responses={200: s.RewardProbeSerializer(many=True)},
+        tags=["rewards"],
+    )
+    @extend_schema(
+        methods=["POST"],
+        summary="Probe a reward for hackability",
+        description=(
+            "Scores adversarial answers built from the dataset (empty, the prompt echoed, every label listed, the "
+            "right label buried in noise, the right format with a wrong answer, very long, one word repeated, "
+            "another row's label) against the honest answers (the labels), on the user-code worker like Try it. "
+            "Answers 202 with the queued probe; follow it at its `url` until `state` is done (its `result` is the "
+            "hackability report: a probe scoring 50% or more of the honest reward is flagged) or failed."
+        ),
+        request=s.RewardProbeStartSerializer,
+        responses={202: s.RewardProbeSerializer, **_ERRORS},
+        tags=["rewards"],
+    )
+    @action(detail=True, methods=["get", "post"], url_path="probes", url_name="probes")
+    def probes(self, request: Request, pk: str | None = None) -> Response:
+        reward = self.get_object()
+        if request.method == "POST":
+            data = _valid(s.RewardProbeStartSerializer, request.data)
+            probe = services.reward_probe_start(reward, data["dataset"], user=request.user)
+            return Response(s.RewardProbeSerializer(probe).data, status=status.HTTP_202_ACCEPTED)
+        dataset = None
+        if request.query_params.get("dataset"):
+            dataset = get_object_or_404(Dataset, pk=_int_param(request, "dataset"))
+        probes = selectors.reward_probes(reward, dataset)[:50]
+        return Response(s.RewardProbeSerializer(probes, many=True).data)
+
+    @extend_schema(summary="A reward probe", responses={200: s.RewardProbeSerializer}, tags=["rewards"])
+    @action(detail=True, methods=["get"], url_path=r"probes/(?P<probe_id>[0-9a-fA-F-]{36})", url_name="probe")
+    def probe(self, request: Request, pk: str | None = None, probe_id: str | None = None) -> Response:
+        reward = self.get_object()
+        probe = get_object_or_404(selectors.reward_probes(reward), pk=probe_id)
+        return Response(s.RewardProbeSerializer(probe).data)
+
+
+# --- environments ----------------------------------------------------------------------------------
+
+
+def _environment_trial_response(trial: EnvironmentTrial) -> Response:
+    if trial.state == EnvironmentTrial.State.DONE:
+        return Response({**(trial.result or {}), "trial": str(trial.id)})
+    if trial.state == EnvironmentTrial.State.FAILED:
+        raise WorkerUnavailable(trial.error)
+    return Response(s.EnvironmentTrialSerializer(trial).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _environment_named(name_or_id: str) -> Environment:
+    found = selectors.environment_list().filter(name=name_or_id).first()
+    if found is None and name_or_id.isdigit():
+        found = selectors.environment_list().filter(pk=int(name_or_id)).first()
+    if found is None:
+        raise serializers.ValidationError({"environments": [f"no environment named {name_or_id!r}"]})
+    return found
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List environments", tags=["environments"]),
+    retrieve=extend_schema(summary="An environment", tags=["environments"]),
+)
+class EnvironmentViewSet(_RegistryViewSet):
+    serializer_class = s.EnvironmentSerializer
+
+    def get_queryset(self):
+        return selectors.environment_list()
+
+    @extend_schema(
+        summary="Register an installed environment",
+        description=(
+            "reasoning-gym, verifiers, TextArena or OpenEnv, by its id in the package and its arguments. A worker "
+            "generates its rows in the engine's sandbox (201 answers with state generating; poll until ready, or "
+            "failed with the package's own message) and registers them as a dataset, with the environment's own "
+            "scoring as a reward (reasoning-gym, verifiers) or its engine environment section (TextArena, OpenEnv)."
+        ),
+        request=s.EnvironmentCreateSerializer,
+        responses={201: s.EnvironmentSerializer, **_ERRORS},
+        examples=[
+            OpenApiExample(
+                "reasoning-gym",
+                value={"name": "spell", "package": "reasoning_gym", "env_id": "spell_backward", "size": 1000},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "TextArena",
+                value={"name": "guess", "package": "textarena", "env_id": "GuessTheNumber-v0", "size": 200},
+                request_only=True,
+            ),
+        ],
+        tags=["environments"],
+    )
+    def create(self, request: Request) -> Response:
+        data = _valid(s.EnvironmentCreateSerializer, request.data)
+        environment = services.environment_create(
+            data["name"],
+            data["package"],
+            data["env_id"],
+            data["arguments"],
+            size=data["size"],
+            seed=data["seed"],
+            files=data["files"],
+            description=data["description"],
+            user=request.user,
+        )
+        return Response(self.get_serializer(environment).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Delete an environment (its dataset and reward stay)", responses={204: None}, tags=["environments"]
+    )
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        return self._destroy(services.environment_delete)
+
+    @extend_schema(
+        summary="Try it: play one episode",
+        description=(
+            "Plays one episode from the dataset's row `row` with `moves` as the model's turns, on a Celery worker in "
+            "the engine's sandbox, and answers it turn by turn (a single-turn environment scores the first move). "
+            "Waits up to REWARD_TRY_WAIT_S: 200 with the episode, else 202 with the trial to poll at its `url`."
+        ),
+        request=s.EnvironmentTrySerializer,
+        responses={
+            200: OpenApiResponse(description="turns, reward, done, errors, logs"),
+            202: s.EnvironmentTrialSerializer,
+            503: _WORKER_UNAVAILABLE,
+            **_ERRORS,
+        },
+        tags=["environments"],
+    )
+    @action(detail=True, methods=["post"], url_path="try", url_name="try")
+    def try_(self, request: Request, pk: str | None = None) -> Response:
+        environment = self.get_object()
+        data = _valid(s.EnvironmentTrySerializer, request.data)
+        trial = services.environment_try(environment, list(data["moves"]), data["row"], user=request.user)
+        return _environment_trial_response(trial)
+
+    @extend_schema(summary="A Try it's outcome", responses={200: s.EnvironmentTrialSerializer}, tags=["environments"])
+    @action(detail=True, methods=["get"], url_path=r"trials/(?P<trial_id>[0-9a-fA-F-]{36})", url_name="trial")
+    def trial(self, request: Request, pk: str | None = None, trial_id: str | None = None) -> Response:
+        environment = self.get_object()
+        trial = get_object_or_404(selectors.environment_trials(environment), pk=trial_id)
+        return Response(s.EnvironmentTrialSerializer(trial).data)
+
+    @extend_schema(
+        summary="Mix environments into one dataset",
+        description=(
+            "A dataset whose rows come from single-turn environments chosen by weight (seeded); each row keeps its "
+            "environment's name in `env`, so a run on it keeps a curve per environment (env/<name>/reward/mean). "
+            "Use it with every part's reward (`rewards`)."
+        ),
+        request=s.EnvironmentMixSerializer,
+        responses={201: s.EnvironmentMixResultSerializer, **_ERRORS},
+        tags=["environments"],
+    )
+    @action(detail=False, methods=["post"], url_path="mix", url_name="mix")
+    def mix(self, request: Request) -> Response:
+        data = _valid(s.EnvironmentMixSerializer, request.data)
+        parts = [(_environment_named(part["environment"]), float(part["weight"])) for part in data["environments"]]
+        dataset = services.environments_mix(
+            data["name"], parts, size=data["size"], seed=data["seed"], user=request.user
+        )
+        rewards = [env.reward.name for env, _ in parts if env.reward is not None]
+        return Response(
+            {"dataset": s.DatasetSerializer(dataset).data, "rewards": rewards}, status=status.HTTP_201_CREATED
+        )
+
+
+def _int_param(request: Request, name: str) -> int:
+    try:
+        return int(request.query_params[name])
+    except ValueError:
+        raise InvalidInput.one(name, "must be an integer") from None

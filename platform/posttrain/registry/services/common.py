@@ -17,7 +17,6 @@ from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
 
 from posttrain.core.errors import AssetInUse
-from posttrain.core.private_paths import private_path_problem
 
 NAME_MAX_CHARS = 200
 CHUNK_BYTES = 1024 * 1024
@@ -28,13 +27,6 @@ CHUNK_BYTES = 1024 * 1024
 
 def invalid(field: str, message: str | list[str]) -> ValidationError:
     return ValidationError({field: message})
-
-
-def refuse_private(field: str, path: str | Path) -> None:
-    """A server path the user named that holds the platform's secrets is a field error (see core.private_paths)."""
-    problem = private_path_problem(path)
-    if problem:
-        raise invalid(field, problem)
 
 
 def clean_name(name: str | None) -> str:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
+from posttrain.core.server_paths import open_checked, resolve_user_path
 from posttrain.registry.dataset_files import DatasetError, detect_format, inspect_dataset
 from posttrain.registry.models import Dataset
 from posttrain.registry.services.common import (
@@ -21,7 +24,6 @@ from posttrain.registry.services.common import (
     clean_name,
     delete_unless_in_use,
     invalid,
-    refuse_private,
     remove_tree_after_commit,
     same_folder,
     storage_path,
@@ -64,31 +66,71 @@ def dataset_register_path(
     description: str = "",
     user: User | AnonymousUser | None = None,
 ) -> tuple[Dataset, bool]:
-    """Register a file already on the server: validated and copied into the content-addressed
-    store like an upload, so later edits of the original cannot change a dataset runs used."""
-    source = Path(path or "")
-    if not str(path or "").strip():
-        raise invalid("path", "is required")
-    if not source.is_absolute():
-        raise invalid("path", f"must be an absolute path on the server, got {path!r}")
-    if not source.exists():
-        raise invalid("path", f"{source} does not exist")
-    if not source.is_file():
-        raise invalid("path", f"{source} is not a file (give the .jsonl, .csv or .parquet file itself)")
-    refuse_private("path", source)
+    """Register a file already on the server (inside an import root, by a user an admin allowed to: see
+    posttrain.core.server_paths): validated and copied into the content-addressed store like an upload, so
+    later edits of the original cannot change a dataset runs used. Its errors never quote the file."""
+    source = resolve_user_path("path", path, user, "file")
+    size = source.stat().st_size
+    if size > settings.DATASET_MAX_BYTES:
+        raise invalid("path", _too_big(size, settings.DATASET_MAX_BYTES))
+    try:
+        with open_checked("path", source) as f:
+            return _dataset_from_file(
+                name, source, f, (format, prompt_field, label_field), description=description, user=user, quote=False
+            )
+    except OSError as exc:
+        raise invalid("path", f"cannot read {path}: {exc.strerror or 'error'}") from None
+
+
+def dataset_register_platform_file(
+    name: str,
+    path: Path,
+    format: str | None = None,
+    prompt_field: str = "prompt",
+    label_field: str | None = "label",
+    *,
+    description: str = "",
+    user: User | AnonymousUser | None = None,
+) -> tuple[Dataset, bool]:
+    """Register a file the platform itself wrote under its storage root (a review campaign's export): no user
+    named it, so it takes no permission and no import root; it is stored like any other dataset."""
+    source = Path(path)
+    if not source.resolve().is_relative_to(Path(settings.STORAGE_ROOT).resolve()):
+        raise ValueError(f"{source} is not a file the platform wrote under its storage root")
+    with source.open("rb") as f:
+        return _dataset_from_file(
+            name, source, f, (format, prompt_field, label_field), description=description, user=user, quote=True
+        )
+
+
+def _dataset_from_file(
+    name: str,
+    source: Path,
+    opened: IO[bytes],
+    fields: tuple[str | None, str | None, str | None],  # format, prompt_field, label_field as the user gave them
+    *,
+    description: str,
+    user: User | AnonymousUser | None,
+    quote: bool,
+) -> tuple[Dataset, bool]:
+    """A server file, already opened, validated and stored like an upload (errors at `path`)."""
+    format, prompt_field, label_field = fields
     fmt = _dataset_format(source.name, format)
     prompt_field, label_field = _dataset_fields(prompt_field, label_field)
-    limit = settings.DATASET_MAX_BYTES
-    size = source.stat().st_size
-    if size > limit:
-        raise invalid("path", _too_big(size, limit))
-    try:
-        with source.open("rb") as f:
-            staged = _stage(iter(lambda: f.read(CHUNK_BYTES), b""), limit, "path")
-    except OSError as exc:
-        raise invalid("path", f"cannot read {source}: {exc.strerror or exc}") from None
+    staged = _stage(iter(lambda: opened.read(CHUNK_BYTES), b""), settings.DATASET_MAX_BYTES, "path")
     name = clean_name(name or source.stem[:NAME_MAX_CHARS])
-    return _dataset_store(name, description, staged, fmt, prompt_field, label_field, user, file_field="path")
+    return _dataset_store(
+        name, description, staged, fmt, prompt_field, label_field, user, file_field="path", quote=quote
+    )
+
+
+def dataset_store_rows(
+    name: str, rows: list[dict], *, description: str = "", user: User | AnonymousUser | None = None
+) -> tuple[Dataset, bool]:
+    """Rows made on the server (an environment's generated tasks) stored as a JSONL dataset like an upload."""
+    data = b"".join(json.dumps(row, ensure_ascii=False).encode() + b"\n" for row in rows)
+    staged = _stage(iter([data]), settings.DATASET_MAX_BYTES, "rows")
+    return _dataset_store(clean_name(name), description, staged, "jsonl", "prompt", "label", user, file_field="rows")
 
 
 def _dataset_format(filename: str | None, given: str | None) -> str:
@@ -145,6 +187,7 @@ def _dataset_store(
     user: User | AnonymousUser | None,
     *,
     file_field: str,
+    quote: bool = True,
 ) -> tuple[Dataset, bool]:
     tmp, sha256, size = staged
     try:
@@ -152,7 +195,7 @@ def _dataset_store(
         if existing is not None:
             return existing, False
         try:
-            summary = inspect_dataset(tmp, fmt, prompt_field, label_field)
+            summary = inspect_dataset(tmp, fmt, prompt_field, label_field, quote=quote)
         except DatasetError as exc:
             raise invalid(file_field if exc.field == "file" else exc.field, exc.message) from None
         final = storage_path("datasets", sha256) / f"data.{fmt}"

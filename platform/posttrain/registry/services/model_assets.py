@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 
+from posttrain.core.server_paths import resolve_run_checkpoint, resolve_user_path
 from posttrain.registry.model_files import ModelFolderError, ModelFolderInfo, inspect_model_folder
 from posttrain.registry.models import ModelAsset
 from posttrain.registry.reward_specs import component_name
@@ -42,10 +43,12 @@ def _inspect_model(path: str | Path, field: str) -> ModelFolderInfo:
 def model_register(
     name: str, path: str, *, description: str = "", user: User | AnonymousUser | None = None
 ) -> ModelAsset:
-    """Register a local Hugging Face model folder (used in place: weights are not copied)."""
+    """Register a Hugging Face model folder on the server (inside an import root, by a user allowed to name
+    one: posttrain.core.server_paths), used in place: weights are not copied."""
     name = clean_name(name)
     check_unique_name(ModelAsset, name, "model")
-    return _create_model(name, description, ModelAsset.Source.FOLDER, _inspect_model(path, "path"), user)
+    folder = resolve_user_path("path", path, user, "folder")
+    return _create_model(name, description, ModelAsset.Source.FOLDER, _inspect_model(folder, "path"), user)
 
 
 def _create_model(
@@ -83,7 +86,7 @@ def model_register_checkpoint(
     """
     name = clean_name(name or f"{run.name or run.pk}-step-{step}")
     check_unique_name(ModelAsset, name, "model")
-    source = _inspect_model(path, "path")
+    source = _inspect_model(resolve_run_checkpoint("checkpoint", str(path), run.pk), "path")
     target = _copy_checkpoint(source.path, name)
     try:
         return _create_model(

@@ -1,6 +1,11 @@
 """ "Try it" and the import check of new python source: user code a web request asks for, run on a
 Celery worker in the engine's sandbox, never in the web process, which only waits for the outcome (a
-`RewardTrial` row, queued -> running -> done | failed) for a bounded time."""
+`RewardTrial` row, queued -> running -> done | failed) for a bounded time.
+
+The task goes to the `user_code` queue (settings.USER_CODE_QUEUE), which a worker of its own serves, so
+user code never delays run submission or admission; Celery's soft time limit ends a trial as a result
+("stopped at the time limit"), its hard limit kills the worker's child, and `reward_trials_expire` (beat)
+fails whatever such a kill left `running`."""
 
 from __future__ import annotations
 
@@ -9,15 +14,18 @@ import os
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
 from posttrain.core.errors import WorkerUnavailable
+from posttrain.core.outbound import outbound_policy
 from posttrain.core.task_queue import task_send
 from posttrain.registry.models import RewardFunction, RewardTrial
 from posttrain.registry.services.common import invalid, user_or_none
@@ -25,9 +33,12 @@ from rl_engine import sandbox
 from rl_engine.rewards import CompositeReward, RewardBatch, build_component, check_reward_file
 
 MAX_TRY_SAMPLES = 32
+# A trial unfinished this long after the user-code time limit and the web's wait is one no worker will finish.
+STALE_GRACE_S = 30.0
 TRY_TIMEOUT_CAP_S = 10.0  # per call, for python and http rewards in "try it"
 POLL_INTERVAL_S = 0.1
 FINISHED = (RewardTrial.State.DONE, RewardTrial.State.FAILED)
+SANDBOXED_TYPES = ("python", "reasoning_gym", "verifiers")  # reward code that runs in the engine's sandbox
 
 
 def reward_try(
@@ -41,7 +52,7 @@ def reward_try(
     trial = RewardTrial.objects.create(
         kind=RewardTrial.Kind.TRY,
         reward=reward,
-        spec=_try_spec(reward.spec),
+        spec=scoring_spec(reward.spec),
         samples=[
             {"prompt": p, "response": r, "label": lab, "metadata": m}
             for p, r, lab, m in zip(batch.prompts, batch.responses, batch.labels, batch.metadata)
@@ -60,7 +71,8 @@ def reward_import_check(source_file: Path, spec: dict[str, Any], user: User | An
         spec={**spec, "path": str(source_file)},
         created_by=user_or_none(user),
     )
-    bound = float(spec["timeout_s"]) + settings.REWARD_CHECK_QUEUE_S
+    # The worker stops a check at the user-code time limit whatever the spec's own timeout says.
+    bound = min(float(spec["timeout_s"]), settings.USER_CODE_TIME_LIMIT_S) + settings.REWARD_CHECK_QUEUE_S
     _dispatch(trial, bound)
     trial = _wait(trial, bound)
     if trial.state == RewardTrial.State.DONE:
@@ -68,8 +80,8 @@ def reward_import_check(source_file: Path, spec: dict[str, Any], user: User | An
     if trial.state == RewardTrial.State.FAILED:
         raise WorkerUnavailable(f"the worker could not check the code: {trial.error}")
     raise WorkerUnavailable(
-        f"no worker checked the code within {bound:g}s; is a Celery worker running (`celery -A workers.celery_app "
-        "worker`)? Try again"
+        f"no worker checked the code within {bound:g}s; is the user-code worker running (`celery -A "
+        f"workers.celery_app worker -Q {settings.USER_CODE_QUEUE}`)? Try again"
     )
 
 
@@ -83,9 +95,12 @@ def reward_trial_run(trial_id: Any) -> None:
         return  # already taken, or the web stopped waiting and it expired
     trial = RewardTrial.objects.get(pk=trial_id)
     try:
-        if trial.kind == RewardTrial.Kind.IMPORT_CHECK or trial.spec.get("type") == "python":
+        if trial.kind == RewardTrial.Kind.IMPORT_CHECK or trial.spec.get("type") in SANDBOXED_TYPES:
             sandbox.require()  # no sandbox here: the request says what to install, the code does not run
         result = _run_try(trial) if trial.kind == RewardTrial.Kind.TRY else _run_import_check(trial)
+    except SoftTimeLimitExceeded:
+        _finish(trial, RewardTrial.State.DONE, result=_stopped_at_time_limit(trial))
+        return
     except sandbox.SandboxUnavailable as exc:
         _finish(trial, RewardTrial.State.FAILED, error=str(exc))
         return
@@ -93,6 +108,29 @@ def reward_trial_run(trial_id: Any) -> None:
         _finish(trial, RewardTrial.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
     _finish(trial, RewardTrial.State.DONE, result=result)
+
+
+def reward_trials_expire(now: Any = None) -> int:
+    """Fail the trials no worker can finish any more: killed at the user-code hard time limit, or never taken
+    (the web stopped waiting and the task expired). Periodic (beat); returns how many."""
+    now = now or timezone.now()
+    longest_wait = max(settings.REWARD_TRY_WAIT_S, settings.REWARD_CHECK_QUEUE_S)
+    stale = now - timedelta(seconds=settings.USER_CODE_TIME_LIMIT_S + longest_wait + STALE_GRACE_S)
+    return RewardTrial.objects.filter(
+        state__in=[RewardTrial.State.QUEUED, RewardTrial.State.RUNNING], created_at__lt=stale
+    ).update(
+        state=RewardTrial.State.FAILED,
+        error=f"no worker finished it: the user-code worker stops user code after "
+        f"{settings.USER_CODE_TIME_LIMIT_S:g}s (or none took it); try again",
+        finished_at=now,
+    )
+
+
+def _stopped_at_time_limit(trial: RewardTrial) -> dict[str, Any]:
+    reason = f"stopped at the user-code time limit ({settings.USER_CODE_SOFT_TIME_LIMIT_S:g}s)"
+    if trial.kind == RewardTrial.Kind.IMPORT_CHECK:
+        return {"problems": [f"importing the file was {reason}"]}
+    return _failed_result(trial.spec.get("name", "reward"), len(trial.samples), reason)
 
 
 def _finish(trial: RewardTrial, state: str, *, result: Any = None, error: str = "") -> None:
@@ -124,18 +162,24 @@ def _run_import_check(trial: RewardTrial) -> dict[str, Any]:
 
 
 def _run_try(trial: RewardTrial) -> dict[str, Any]:
-    samples = trial.samples
+    return reward_score(trial.spec, trial.samples)
+
+
+def reward_score(spec: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Score `{prompt, response, label, metadata}` samples with one reward spec as a run would: the engine's
+    component and composite, python code in its sandbox (call `sandbox.require()` first), a reward model in
+    a separate process. Worker side only. {"scores", "components", "errors", "extra_logs"}, one entry per
+    sample; a sample the reward failed on scores 0 with its errors listed."""
     batch = RewardBatch.build(
         [s["prompt"] for s in samples],
         [s["response"] for s in samples],
         [s["label"] for s in samples],
         metadata=[s["metadata"] for s in samples],
     )
-    spec = trial.spec
     if spec.get("type") == "reward_model":
         return _score_in_subprocess(spec, batch)
     try:
-        component = build_component(spec)
+        component = build_component(spec, outbound=outbound_policy())
     except ValueError as exc:
         return _failed_result(spec.get("name", "reward"), len(batch), f"the stored reward cannot be built: {exc}")
     with CompositeReward([(component, 1.0)]) as composite:
@@ -148,9 +192,10 @@ def _run_try(trial: RewardTrial) -> dict[str, Any]:
     }
 
 
-def _try_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """The stored spec with its waiting bounded: a web request must answer in seconds, while a
-    run may wait out a server's retries or a slow per-sample call. Everything else is unchanged."""
+def scoring_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The stored spec with its waiting bounded, for scoring off a run ("Try it", probes): a web request must
+    answer in seconds and a probe finish within the user-code time limit, while a run may wait out a server's
+    retries or a slow per-sample call. Everything else is unchanged."""
     spec = dict(spec)
     if "timeout_s" in spec and spec.get("type") in ("python", "http"):
         spec["timeout_s"] = min(float(spec["timeout_s"]), TRY_TIMEOUT_CAP_S)

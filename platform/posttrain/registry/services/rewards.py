@@ -12,6 +12,8 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 
+from posttrain.core.outbound import outbound_policy
+from posttrain.core.server_paths import open_checked, resolve_user_path
 from posttrain.registry.model_files import ModelFolderError, inspect_model_folder
 from posttrain.registry.models import ModelAsset, RewardFunction
 from posttrain.registry.reward_specs import RewardSpecError, component_name, validate_reward_spec
@@ -21,12 +23,14 @@ from posttrain.registry.services.common import (
     create_named,
     delete_unless_in_use,
     invalid,
-    refuse_private,
     storage_path,
     update_name_and_description,
     user_or_none,
 )
 from posttrain.registry.services.reward_try import reward_import_check
+
+# A reward's code, not a data file: a server file over this size is refused before it is read.
+MAX_SOURCE_BYTES = 1024 * 1024
 
 
 def reward_create(
@@ -46,19 +50,27 @@ def reward_create(
     spec = {} if spec is None else spec
     source = source or ""
     staged_source: Path | None = None
+    from_server = False
     if kind == RewardFunction.Kind.PYTHON:
         if isinstance(spec, dict):  # else validation below names the problem
-            spec, source = _python_spec(spec, source)
+            from_server = bool(spec.get("path")) and not source
+            spec, source = _python_spec(spec, source, user)
     elif source:
         raise invalid("source", f"only python rewards take source code, not kind {kind!r}")
+    named = isinstance(spec, dict) and bool(spec.get("name"))
     try:
         normalized = validate_reward_spec(kind, spec, default_name=component_name(name, kind))
     except RewardSpecError as exc:
-        raise ValidationError(exc.errors) from None
+        errors = exc.errors
+        if not named and "spec.name" in errors:  # the name came from the reward's own name: say so there
+            errors = {("name" if k == "spec.name" else k): v for k, v in errors.items()}
+        raise ValidationError(errors) from None
     if kind == RewardFunction.Kind.REWARD_MODEL:
-        normalized["path"] = _reward_model_path(normalized["path"])
+        normalized["path"] = _reward_model_path(normalized["path"], user)
+    if kind == RewardFunction.Kind.HTTP:
+        _check_url(normalized["url"])
     if kind == RewardFunction.Kind.PYTHON:
-        staged_source = _check_python_source(source, normalized, user)
+        staged_source = _check_python_source(source, normalized, user, from_server=from_server)
     try:
         reward = create_named(
             RewardFunction,
@@ -79,23 +91,24 @@ def reward_create(
     return reward
 
 
-def _python_spec(spec: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
+def _python_spec(spec: dict[str, Any], source: str, user: User | AnonymousUser | None) -> tuple[dict[str, Any], str]:
     """The spec with path set to where the source will be stored, and the source text."""
     spec = dict(spec)
     given_path = spec.pop("path", None)
     if source and given_path:
         raise invalid("spec.path", "leave it out when sending source: the registry stores the code and sets the path")
     if not source and given_path:
-        # A file on the server: its text is stored like sent source, so later edits of the
-        # original cannot change what runs using this reward execute.
-        file = Path(str(given_path))
-        if not file.is_file():
-            raise invalid("spec.path", f"{file} does not exist (or send the code as source)")
-        refuse_private("spec.path", file)
+        # A file on the server (inside an import root, by a user allowed to name one): its text is stored
+        # like sent source, so later edits of the original cannot change what runs using this reward execute.
+        file = resolve_user_path("spec.path", given_path, user, "file")
+        if file.stat().st_size > MAX_SOURCE_BYTES:
+            raise invalid("spec.path", f"{given_path} is over {MAX_SOURCE_BYTES // 1024} KiB: not a reward's code")
+        with open_checked("spec.path", file) as handle:
+            raw = handle.read(MAX_SOURCE_BYTES + 1)
         try:
-            source = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise invalid("spec.path", f"cannot read {file} as UTF-8 text: {exc}") from None
+            source = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise invalid("spec.path", f"{given_path} is not UTF-8 text") from None
     if not source.strip():
         raise invalid(
             "source", "is required for a python reward: code defining reward_func (OpenRLHF) or compute_score (verl)"
@@ -105,9 +118,12 @@ def _python_spec(spec: dict[str, Any], source: str) -> tuple[dict[str, Any], str
     return spec, source
 
 
-def _check_python_source(source: str, spec: dict[str, Any], user: User | AnonymousUser | None) -> Path:
+def _check_python_source(
+    source: str, spec: dict[str, Any], user: User | AnonymousUser | None, *, from_server: bool = False
+) -> Path:
     """Write the code to a temporary file and have a worker import it in the engine's sandbox; returns
-    the file, to be moved to spec.path once the reward row exists."""
+    the file, to be moved to spec.path once the reward row exists. The problems of a file from the server
+    are not shown (they quote it: a NameError names its first word); sent source is the user's own."""
     final = Path(spec["path"])
     final.parent.mkdir(parents=True, exist_ok=True)
     staged = final.with_name(f".{uuid.uuid4().hex}.py")
@@ -119,18 +135,35 @@ def _check_python_source(source: str, spec: dict[str, Any], user: User | Anonymo
         raise
     if problems:
         staged.unlink(missing_ok=True)
+        if from_server:
+            raise invalid(
+                "spec.path",
+                f"the file does not import as a reward ({len(problems)} problem(s): a syntax error, an exception "
+                "at import, or no reward_func / compute_score); the messages quote the file, so they are shown "
+                "only for code sent as source",
+            )
         raise invalid("source", problems)
     return staged
 
 
-def _reward_model_path(path: str) -> str:
-    """A registered model's name or a HF folder on the server, as the folder's absolute path."""
+def _reward_model_path(path: str, user: User | AnonymousUser | None) -> str:
+    """A registered model's name or a HF folder on the server (an import root's), as the folder's path."""
     registered = ModelAsset.objects.filter(name=path).first()
-    folder = registered.path if registered is not None else path
+    folder = registered.path if registered is not None else str(resolve_user_path("spec.path", path, user, "folder"))
     try:
         return str(inspect_model_folder(folder).path)
     except ModelFolderError as exc:
         raise invalid("spec.path", f"{exc} (give a registered model's name or a Hugging Face model folder)") from None
+
+
+def _check_url(url: str) -> None:
+    """A reward server's URL under the outbound policy now (it is checked again at every request)."""
+    from rl_engine.outbound import OutboundRefused
+
+    try:
+        outbound_policy().check_url(url, resolve="if_possible")
+    except OutboundRefused as exc:
+        raise invalid("spec.url", str(exc)) from None
 
 
 def reward_update(reward: RewardFunction, *, name: str | None = None, description: str | None = None) -> RewardFunction:

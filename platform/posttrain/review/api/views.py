@@ -1,8 +1,10 @@
-"""REST API of annotator review: thin views over posttrain.review services, selectors and export.
+"""REST API of review: thin views over posttrain.review services, selectors, judging and export.
 
-Researchers and admins manage campaigns (CampaignViewSet, AnnotatorListView). Annotators and admins work
-their queue (QueueView and the item views) and reach only campaigns they are assigned to: anything
-else is a 404, as if it did not exist.
+Researchers and admins manage campaigns (CampaignViewSet, AnnotatorListView, ReviewerListView) and judges
+(JudgeRunViewSet, the campaign's `judges`). Annotators and admins work their queue (QueueView and the item
+views); reviewers and admins adjudicate (AdjudicationQueueView, CampaignAdjudicateNextView,
+ItemDecisionView). Annotators and reviewers reach only campaigns they are assigned to: anything else is a
+404, as if it did not exist.
 """
 
 from __future__ import annotations
@@ -25,16 +27,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from posttrain.accounts.permissions import IsAnnotator, IsResearcher
+from posttrain.accounts.permissions import IsAnnotator, IsResearcher, IsReviewer
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import signed_in_user
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.negotiation import FileFormatNegotiation
 from posttrain.core.errors import InvalidInput
-from posttrain.registry.api.serializers import DatasetSerializer
-from posttrain.review import export, selectors, services
+from posttrain.registry.api.serializers import DatasetSerializer, RewardFunctionSerializer
+from posttrain.review import export, judging, selectors, services
 from posttrain.review.api import serializers as s
-from posttrain.review.models import Campaign, ReviewItem
+from posttrain.review.models import Campaign, JudgeRun, ReviewItem
 from posttrain.review.questions import swap_pairwise
 from posttrain.runs.api.params import text_param
 
@@ -200,6 +202,73 @@ class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         )
         return Response(DatasetSerializer(dataset).data, status=201 if created else 200)
 
+    @extend_schema(
+        methods=["PUT"],
+        summary="Mark an item as gold with its known answers (or change them)",
+        description='Graded questions only (pass_fail, rating, pairwise with "A" = rollout_a, steps). A gold '
+        "item is shown like any other, scores its annotators' accuracy and leaves the reviewers' queue.",
+        request=s.GoldBodySerializer,
+        responses={200: s.ReviewItemSerializer, 400: ERRORS_RESPONSE},
+    )
+    @extend_schema(
+        methods=["DELETE"],
+        summary="Unmark an owner-set gold item",
+        request=None,
+        responses={200: s.ReviewItemSerializer, 400: ERRORS_RESPONSE},
+    )
+    @action(
+        detail=True,
+        methods=["put", "delete"],
+        url_path=r"items/(?P<item_id>\d+)/gold",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def gold(self, request: Request, pk: str | None = None, item_id: str | None = None) -> Response:
+        campaign = self.get_object()
+        item = get_object_or_404(campaign.items.select_related("campaign", "rollout_a"), pk=item_id)
+        if request.method == "DELETE":
+            answers = None
+        else:
+            body = s.GoldBodySerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            answers = body.validated_data["answers"]
+            if answers is None:
+                raise InvalidInput.one("answers", "give the known answers (DELETE unmarks the item)")
+        services.item_gold_set(item, answers)
+        return Response(s.ReviewItemSerializer(selectors.campaign_items(campaign).get(pk=item.pk)).data)
+
+    @extend_schema(methods=["GET"], summary="The campaign's judge runs", responses=s.JudgeRunSerializer(many=True))
+    @extend_schema(
+        methods=["POST"],
+        summary="Pre-score the campaign's items with a registered reward (a judge run, on a worker)",
+        description="202: the run is queued; poll `GET /api/review/judge-runs/{id}/`. The worker scores every "
+        "rollout the items show (user code runs in the sandbox, on the user_code queue).",
+        request=s.JudgeCreateSerializer,
+        responses={202: s.JudgeRunSerializer, 400: ERRORS_RESPONSE},
+    )
+    @action(detail=True, methods=["get", "post"], pagination_class=None, filter_backends=[])
+    def judges(self, request: Request, pk: str | None = None) -> Response:
+        campaign = self.get_object()
+        if request.method == "GET":
+            return Response(s.JudgeRunSerializer(selectors.judge_runs(campaign), many=True).data)
+        body = s.JudgeCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        judge = judging.judge_run_create(
+            campaign,
+            data["reward"],
+            signed_in_user(request.user),
+            threshold=data["threshold"],
+            score_min=data["score_min"],
+            score_max=data["score_max"],
+        )
+        return Response(s.JudgeRunSerializer(judge).data, status=202)
+
+
+def _people_with_role(role: str) -> Response:
+    users = get_user_model().objects.filter(is_active=True, groups__name=role).order_by("username").distinct()
+    return Response([{"id": user.pk, "username": user.get_username()} for user in users])
+
 
 class AnnotatorListView(APIView):
     permission_classes = [IsResearcher]
@@ -208,10 +277,90 @@ class AnnotatorListView(APIView):
         summary="Users who may be assigned to campaigns (annotator role)", responses=s.AnnotatorSerializer(many=True)
     )
     def get(self, request: Request) -> Response:
-        users = (
-            get_user_model().objects.filter(is_active=True, groups__name=Role.ANNOTATOR).order_by("username").distinct()
+        return _people_with_role(Role.ANNOTATOR)
+
+
+class ReviewerListView(APIView):
+    permission_classes = [IsResearcher]
+
+    @extend_schema(
+        summary="Users who may adjudicate campaigns (reviewer role)", responses=s.AnnotatorSerializer(many=True)
+    )
+    def get(self, request: Request) -> Response:
+        return _people_with_role(Role.REVIEWER)
+
+
+# --- judges ---------------------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Judge runs", description="Filter with `campaign` (an id) or `pool=true`."),
+    retrieve=extend_schema(summary="One judge run: state and progress"),
+)
+class JudgeRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = [IsResearcher]
+    serializer_class = s.JudgeRunSerializer
+    filterset_fields = ["campaign", "state"]
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        runs = selectors.judge_runs()
+        if (text_param(self.request, "pool") or "").lower() in ("1", "true", "yes"):
+            runs = runs.filter(campaign__isnull=True)
+        return runs
+
+    @extend_schema(
+        summary="Score runs' rollouts with a registered reward (a pool for the reward_vs_judge rule)",
+        description="202: queued on a worker. A campaign created with `source.rule` reward_vs_judge and "
+        "`source.judge_run` this id then picks the rollouts where the reward and this judge disagree most.",
+        request=s.JudgePoolCreateSerializer,
+        responses={202: s.JudgeRunSerializer, 400: ERRORS_RESPONSE},
+    )
+    def create(self, request: Request) -> Response:
+        body = s.JudgePoolCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        judge = judging.judge_pool_create(
+            data["reward"],
+            data["source"],
+            signed_in_user(request.user),
+            threshold=data["threshold"],
+            score_min=data["score_min"],
+            score_max=data["score_max"],
         )
-        return Response([{"id": user.pk, "username": user.get_username()} for user in users])
+        return Response(s.JudgeRunSerializer(judge).data, status=202)
+
+    @extend_schema(
+        summary="The judge's agreement with the humans, per question",
+        description="Cohen's kappa (quadratic-weighted for ratings), raw agreement, true/false positive rates "
+        "with the humans as the truth (pass; a rating above the midpoint; pairwise per side), the confusion "
+        "counts, and the items it gets wrong. Humans: each item's label (gold, decision, weighted vote).",
+        responses=OpenApiTypes.OBJECT,
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def agreement(self, request: Request, pk: str | None = None) -> Response:
+        return Response(selectors.judge_agreement(self.get_object()))
+
+    @extend_schema(
+        summary="Register the judge's reward under a new name, with its measured agreement",
+        description="Refused unless the judge ran over a campaign, finished, and its kappa with the humans is at "
+        f"least {judging.MIN_REGISTER_KAPPA}. The new reward's description carries the figures.",
+        request=s.JudgeRegisterSerializer,
+        responses={201: RewardFunctionSerializer, 400: ERRORS_RESPONSE},
+    )
+    @action(detail=True, methods=["post"])
+    def register(self, request: Request, pk: str | None = None) -> Response:
+        judge: JudgeRun = self.get_object()
+        body = s.JudgeRegisterSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        reward = judging.judge_register_reward(
+            judge,
+            body.validated_data["name"],
+            selectors.judge_agreement(judge),
+            question=body.validated_data["question"],
+            user=signed_in_user(request.user),
+        )
+        return Response(RewardFunctionSerializer(reward).data, status=201)
 
 
 # --- annotators -----------------------------------------------------------------------------------
@@ -304,10 +453,15 @@ class ItemJudgementView(_AnnotatorView):
                 "updated_at": judgement.updated_at,
             },
             "created": created,
-            "progress": selectors.annotator_progress(item.campaign, signed_in_user(request.user)),
         }
         if data["claim_next"]:
             payload["next"] = _next_payload(item.campaign, request)
+        # The progress after the next item was claimed, read once for both (the page's one request per item).
+        payload["progress"] = (
+            payload["next"]["progress"]
+            if payload.get("next")
+            else selectors.annotator_progress(item.campaign, signed_in_user(request.user))
+        )
         return Response(payload, status=201 if created else 200)
 
 
@@ -339,3 +493,91 @@ class ItemReleaseView(_AnnotatorView):
     )
     def post(self, request: Request, pk: int) -> Response:
         return Response({"released": services.item_release(self._item(request, pk), signed_in_user(request.user))})
+
+
+# --- reviewers ------------------------------------------------------------------------------------
+
+
+def _queue_entry(campaign: Campaign, user) -> dict[str, Any]:
+    return next(entry for entry in selectors.reviewer_queue(user) if entry["id"] == campaign.pk)
+
+
+def _next_review(campaign: Campaign, request: Request) -> dict[str, Any] | None:
+    user = signed_in_user(request.user)
+    item = services.item_claim_for_review(campaign, user)
+    if item is None:
+        return None
+    return {
+        "campaign": selectors.campaign_for_annotator(campaign),
+        "item": selectors.item_for_reviewer(item, user),
+        "queue": _queue_entry(campaign, user),
+    }
+
+
+class _ReviewerView(APIView):
+    permission_classes = [IsReviewer]
+
+    def _item(self, request: Request, pk: int) -> ReviewItem:
+        return get_object_or_404(selectors.reviewer_items(signed_in_user(request.user)), pk=pk)
+
+
+class AdjudicationQueueView(_ReviewerView):
+    @extend_schema(
+        summary="My campaigns to adjudicate (active or closed), with what is left",
+        responses=s.ReviewerQueueEntrySerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        return Response(selectors.reviewer_queue(signed_in_user(request.user)))
+
+
+class CampaignAdjudicateNextView(_ReviewerView):
+    @extend_schema(
+        summary="Claim my next item to adjudicate (its annotators disagree)",
+        description="Every judgement of the item comes with it, responses in stored order (A = rollout_a). 204 "
+        "when nothing is left for me now.",
+        request=None,
+        responses={
+            200: s.NextReviewSerializer,
+            204: OpenApiResponse(description="Nothing left for me now."),
+            404: ERRORS_RESPONSE,
+            409: ERRORS_RESPONSE,
+        },
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        campaign = get_object_or_404(selectors.reviewer_campaigns(signed_in_user(request.user)), pk=pk)
+        payload = _next_review(campaign, request)
+        return Response(status=204) if payload is None else Response(payload)
+
+
+class ItemDecisionView(_ReviewerView):
+    @extend_schema(
+        summary="Decide an item: my answers become its label (recorded with my name)",
+        request=s.DecisionBodySerializer,
+        responses={200: s.DecisionResponseSerializer, 400: ERRORS_RESPONSE, 404: ERRORS_RESPONSE, 409: ERRORS_RESPONSE},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        item = self._item(request, pk)
+        body = s.DecisionBodySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        user = signed_in_user(request.user)
+        decided = services.decision_submit(item, user, body.validated_data["answers"])
+        payload: dict[str, Any] = {
+            "item": decided.pk,
+            "decision": decided.decision,
+            "decided_by": user.get_username(),
+            "queue": _queue_entry(item.campaign, user),
+        }
+        if body.validated_data["claim_next"]:
+            payload["next"] = _next_review(item.campaign, request)
+        return Response(payload)
+
+
+class ItemReviewReleaseView(_ReviewerView):
+    @extend_schema(
+        summary="Give an item back undecided (idempotent)",
+        request=None,
+        responses={200: s.ReleaseResponseSerializer, 404: ERRORS_RESPONSE},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        item = self._item(request, pk)
+        return Response({"released": services.item_review_release(item, signed_in_user(request.user))})

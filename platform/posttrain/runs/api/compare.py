@@ -163,7 +163,7 @@ class CompareSamplesView(APIView):
                     {
                         "id": str(item.run.pk),
                         "step": item.step,
-                        "samples": s.SampleSerializer(item.samples, many=True).data,
+                        "samples": item.samples,
                     }
                     for item in shown
                 ]

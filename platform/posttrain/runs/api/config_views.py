@@ -135,6 +135,8 @@ class ExperimentValidateView(APIView):
             dataset=data["dataset"],
             rewards=[(item["reward"], item["weight"]) for item in data["rewards"]],
             config=data["config"],
+            user=request.user,
+            webhook_url=data["webhook_url"],
         )
         return Response(
             {"config": checked.engine_config, "yaml": config_to_yaml(data["config"]), "resources": checked.resources}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 
 from django.shortcuts import get_object_or_404
@@ -13,21 +12,30 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
-from posttrain.runs import diagnostics
 from posttrain.runs.models import Run
-from posttrain.runs.series import read_series
+from posttrain.runs.selectors import run_alerts
 
 
 class AlertSerializer(serializers.Serializer):
     code = serializers.CharField(
-        help_text="nonfinite, kl_blowup, entropy_collapse, length_runaway, "
-        "truncation_rising or reward_saturation_length_shift."
+        help_text="nonfinite, reward_errors, kl_blowup, entropy_collapse, entropy_blowup, length_runaway, "
+        "truncation_rising, mismatch_kl_rising, reward_saturation_length_shift; reward-hacking signals: "
+        "train_heldout_divergence, reward_with_length, component_carries_reward, repetition_rising, "
+        "gibberish_rising, compression_rising, zero_advantage_rising, format_only_pattern (docs/REWARD_HACKING.md)."
     )
     severity = serializers.ChoiceField(choices=["warning", "critical"])
     metric = serializers.CharField()
     step = serializers.IntegerField(help_text="First step where the condition holds.")
     message = serializers.CharField()
     value = serializers.FloatField(allow_null=True, help_text="The metric at `step`; null when it was NaN/Inf.")
+    examples_rule = serializers.CharField(
+        allow_null=True, help_text="How the example rollouts were picked (null: the alert names none)."
+    )
+    examples = serializers.ListField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        help_text="Indices of rollouts of `step` that show the problem (the run's samples at that step).",
+    )
 
 
 class RunAlertsSerializer(serializers.Serializer):
@@ -40,18 +48,12 @@ class RunAlertsView(APIView):
     @extend_schema(
         summary="Diagnostic alerts of a run",
         description="Known RL failure signs in the run's metrics (NaN/Inf losses, KL blow-up, entropy collapse, "
-        "runaway length, rising truncation, reward saturated while length shifts), sorted by step.",
+        "runaway length, rising truncation, reward saturated while length shifts) and reward-hacking signals "
+        "(training reward up while held-out falls, reward following length, one component carrying the reward, "
+        "repetition, gibberish, tied groups, a format-only answer spreading), sorted by step; a signal names "
+        "example rollouts of its step.",
         responses={200: RunAlertsSerializer},
     )
     def get(self, request: Request, pk) -> Response:
         run = get_object_or_404(Run.objects.only("id"), pk=pk)
-        # The column store: a long run's alerts cost a few block reads, not a scan of every step's row.
-        stored, _, _ = read_series([run.pk], diagnostics.METRICS_USED)
-        series = {
-            name: (
-                [int(step) for step in points.steps],
-                [None if math.isnan(value) else value for value in points.values.tolist()],
-            )
-            for (_, name), points in stored.items()
-        }
-        return Response({"alerts": [asdict(alert) for alert in diagnostics.diagnose(series)]})
+        return Response({"alerts": [asdict(alert) for alert in run_alerts(run.pk)]})

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rest_framework import serializers
 
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
-from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunPriority, RunTransition, Sample
+from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunPriority, RunTransition
+from posttrain.runs.selectors import experiment_probe_summaries
 
 # --- experiments -----------------------------------------------------------------------------
 
@@ -24,6 +26,10 @@ class ExperimentSerializer(serializers.ModelSerializer):
     rewards = ExperimentRewardSerializer(source="experimentreward_set", many=True, read_only=True)
     run_count = serializers.IntegerField(read_only=True, default=0)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
+    probes = serializers.SerializerMethodField(
+        help_text="Per reward, its newest probe on the experiment's dataset (null probe: never probed there): "
+        "state, hackable, the worst probe and its fraction of the honest reward."
+    )
 
     class Meta:
         model = Experiment
@@ -34,12 +40,17 @@ class ExperimentSerializer(serializers.ModelSerializer):
             "model",
             "dataset",
             "rewards",
+            "probes",
+            "webhook_url",
             "config",
             "run_count",
             "created_by",
             "created_at",
         ]
         read_only_fields = fields
+
+    def get_probes(self, experiment: Experiment) -> list[dict[str, Any]]:
+        return experiment_probe_summaries(experiment)
 
 
 class RewardWeightSerializer(serializers.Serializer):
@@ -52,10 +63,26 @@ class ExperimentCreateSerializer(serializers.Serializer):
     description = serializers.CharField(required=False, allow_blank=True, default="")
     model = serializers.PrimaryKeyRelatedField(queryset=ModelAsset.objects.all())
     dataset = serializers.PrimaryKeyRelatedField(queryset=Dataset.objects.all())
-    rewards = RewardWeightSerializer(many=True, allow_empty=False)
+    rewards = RewardWeightSerializer(
+        many=True, allow_empty=True, help_text="Empty only with a multi-turn environment or an agent in config."
+    )
     config = serializers.JSONField(
         help_text="Engine run config (rl_engine.config) without model.path, the dataset's data fields, "
         "rewards and logging.run_dir: those come from the registry and the platform.",
+    )
+    webhook_url = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=2000,
+        help_text="Where the runs' critical alerts are POSTed (JSON with a Slack-compatible `text`); the outbound "
+        "policy must allow it (POSTTRAIN_HTTP_ALLOW for a private address).",
+    )
+
+
+class ExperimentUpdateSerializer(serializers.Serializer):
+    webhook_url = serializers.CharField(
+        allow_blank=True, max_length=2000, help_text="Where the runs' critical alerts are POSTed; empty: nowhere."
     )
 
 
@@ -136,8 +163,10 @@ class RunSerializer(serializers.ModelSerializer):
             "preemptible",
             "queue_position",
             "queue_reason",
+            "queue_estimated_start",
             "attempt",
             "ray_job_id",
+            "lost_steps",
         ]
         read_only_fields = fields
 
@@ -235,27 +264,35 @@ class RunUpdateSerializer(serializers.Serializer):
     note = serializers.CharField(required=False, allow_blank=True)
 
 
-class SampleSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Sample
-        fields = [
-            "id",
-            "step",
-            "index",
-            "group",
-            "prompt",
-            "response",
-            "label",
-            "reward",
-            "components",
-            "advantage",
-            "length",
-            "finish_reason",
-            "errors",
-            "kept",
-            "turns",
-            "env",
-        ]
+class SampleSerializer(serializers.Serializer):
+    """One rollout as the API gives it (a row of the step's rollout file; posttrain.runs.rollouts)."""
+
+    run = serializers.CharField(help_text="The run's id.")
+    step = serializers.IntegerField()
+    index = serializers.IntegerField()
+    group = serializers.IntegerField()
+    prompt = serializers.CharField()
+    response = serializers.CharField()
+    label = serializers.CharField(allow_null=True)
+    reward = serializers.FloatField(allow_null=True)
+    components = serializers.DictField(child=serializers.FloatField(allow_null=True))
+    advantage = serializers.FloatField(allow_null=True)
+    length = serializers.IntegerField()
+    finish_reason = serializers.CharField()
+    errors = serializers.ListField(child=serializers.CharField())
+    kept = serializers.BooleanField()
+    turns = serializers.ListField(child=serializers.DictField(), allow_null=True)
+    env = serializers.DictField(child=serializers.FloatField(allow_null=True))
+
+
+class SamplePageSerializer(serializers.Serializer):
+    count = serializers.IntegerField(allow_null=True, help_text="Null when only reading every file could tell.")
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = SampleSerializer(many=True)
+    gaps = serializers.ListField(
+        child=serializers.DictField(), help_text="[{step, reason}]: steps whose rollout file is missing."
+    )
 
 
 class SampleRefSerializer(serializers.Serializer):
@@ -356,6 +393,9 @@ class QueuedRunSerializer(serializers.Serializer):
 
 class GrantedRunSerializer(serializers.Serializer):
     id = serializers.CharField()
+    attempt = serializers.IntegerField()
+    lost_steps = serializers.IntegerField()
+    placement = serializers.DictField(child=ResourcesSerializer(), allow_null=True)
     name = serializers.CharField()
     state = serializers.CharField()
     owner = serializers.CharField(allow_null=True)
@@ -380,6 +420,7 @@ class ClusterSerializer(serializers.Serializer):
     total = serializers.DictField(child=serializers.FloatField())
     free = serializers.DictField(child=serializers.FloatField())
     as_of = serializers.DateTimeField(allow_null=True)
+    age_s = serializers.FloatField(allow_null=True, help_text="Seconds since the scheduler read the cluster.")
 
 
 class QueueSerializer(serializers.Serializer):

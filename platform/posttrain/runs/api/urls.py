@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from posttrain.runs.api import compare, config_views, views
+from posttrain.runs.api import compare, config_views, rollout_views, views
 from posttrain.runs.api.browser_stream_view import run_stream_view
 from posttrain.runs.api.diagnostics import RunAlertsView
 
@@ -20,8 +20,19 @@ urlpatterns = [
     path("runs/<uuid:pk>/events", views.RunEventsNoSlashView.as_view(), name="run-events-no-slash"),
     path("runs/<uuid:pk>/events/", views.RunEventsView.as_view(), name="run-events"),
     path("runs/<uuid:pk>/stream/", run_stream_view, name="run-stream"),
+    path("runs/<uuid:pk>/rollouts/", rollout_views.RunRolloutFilesView.as_view(), name="run-rollout-files"),
+    path("runs/<uuid:pk>/rollouts/<str:name>", rollout_views.RunRolloutFileView.as_view(), name="run-rollout-file"),
+    path(
+        "runs/<uuid:pk>/rollouts/<str:name>/upload",
+        rollout_views.RolloutUploadView.as_view(),
+        name="run-rollout-upload",
+    ),
     path("runs/<uuid:pk>/alerts/", RunAlertsView.as_view(), name="run-alerts"),
     path("queue/", views.QueueView.as_view(), name="api-queue"),
+    path("queue/stats/", views.QueueStatsView.as_view(), name="api-queue-stats"),
+    # Prometheus scrapes `…/metrics` as it is written: with or without the slash.
+    path("queue/metrics", views.QueueMetricsView.as_view(), name="api-queue-metrics"),
+    path("queue/metrics/", views.QueueMetricsView.as_view(), name="api-queue-metrics-slash"),
     path("compare/", compare.CompareView.as_view(), name="api-compare"),
     path("compare/prompts/", compare.ComparePromptsView.as_view(), name="api-compare-prompts"),
     path("compare/samples/", compare.CompareSamplesView.as_view(), name="api-compare-samples"),

@@ -8,7 +8,7 @@ from typing import Any
 
 import django_filters
 from django.conf import settings
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -31,12 +31,15 @@ from posttrain.core.api.negotiation import FileFormatNegotiation
 from posttrain.core.errors import IngestAuthError, InvalidInput, PayloadTooLarge
 from posttrain.registry.api.serializers import ModelAssetSerializer
 from posttrain.registry.services import model_register_checkpoint
-from posttrain.runs import selectors, services
+from posttrain.runs import rollouts, selectors, services
 from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
 from posttrain.runs.api.params import float_param, int_param, text_param
 from posttrain.runs.event_schema import parse_batch
 from posttrain.runs.models import Run, RunKind, RunState
+from posttrain.runs.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from posttrain.runs.prometheus import exposition
+from posttrain.runs.queue_metrics import DEFAULT_WINDOW_S, MAX_WINDOW_S, MIN_WINDOW_S, queue_metrics
 from posttrain.runs.queue_selectors import queue_overview
 from posttrain.runs.services.scheduler import run_set_priority
 from posttrain.runs.tokens import token_matches
@@ -44,6 +47,15 @@ from posttrain.runs.tokens import token_matches
 # Researchers and admins only: annotators never see or call any of these endpoints.
 RESEARCHER_PERMISSIONS = [IsResearcher]
 MAX_SERIES_NAMES = 200
+MAX_SAMPLES_PAGE = 500
+
+
+def _with_query(request: Request, **changes: int) -> str:
+    """This request's path with some query parameters replaced (a page's next/previous link)."""
+    query = request.query_params.copy()
+    for key, value in changes.items():
+        query[key] = str(value)
+    return f"{request.path}?{query.urlencode()}"
 
 
 @dataclass(frozen=True)
@@ -148,8 +160,23 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             rewards=[(item["reward"], item["weight"]) for item in data["rewards"]],
             config=data["config"],
             user=request.user,
+            webhook_url=data["webhook_url"],
         )
         return Response(s.ExperimentSerializer(selectors.experiment_list().get(pk=experiment.pk)).data, status=201)
+
+    @extend_schema(
+        summary="Set an experiment's alert webhook",
+        description="Where its runs' critical alerts are POSTed (JSON: Slack's `text` plus `run` and `alert`), by "
+        "a Celery task that retries with backoff; checked now and at every POST by the outbound policy. Empty: none.",
+        request=s.ExperimentUpdateSerializer,
+        responses={200: s.ExperimentSerializer, 400: ERRORS_RESPONSE},
+    )
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        experiment = self.get_object()
+        body = s.ExperimentUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.experiment_set_webhook(experiment, body.validated_data["webhook_url"])
+        return Response(s.ExperimentSerializer(selectors.experiment_list().get(pk=experiment.pk)).data)
 
     @extend_schema(
         summary="Launch a run of the experiment",
@@ -174,13 +201,21 @@ class RunFilter(django_filters.FilterSet):
     experiment = django_filters.NumberFilter(field_name="experiment_id")
     tag = django_filters.CharFilter(method="filter_tag", help_text="Runs carrying this tag.")
     parent = django_filters.UUIDFilter(field_name="parent_id")
+    id_prefix = django_filters.CharFilter(
+        method="filter_id_prefix",
+        validators=[selectors.validate_run_id_prefix],
+        help_text="Runs whose id starts with this (a short id, as the CLI shows it; dashes optional).",
+    )
 
     class Meta:
         model = Run
-        fields = ["state", "kind", "experiment", "tag", "parent"]
+        fields = ["state", "kind", "experiment", "tag", "parent", "id_prefix"]
 
     def filter_tag(self, queryset, name, value):
         return selectors.runs_with_tag(queryset, value)
+
+    def filter_id_prefix(self, queryset, name, value):
+        return selectors.runs_with_id_prefix(queryset, value)
 
 
 @extend_schema_view(
@@ -283,29 +318,58 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response({"series": series})
 
     @extend_schema(
-        summary="Rollout samples of a run (paginated)",
+        summary="Rollout samples of a run (paginated; read from the run's rollout files)",
+        description="`count` is null when only reading every file could tell it (a filter other than `step`): "
+        "page with `next`. `gaps` names the steps whose rollout file is missing.",
         parameters=[
             OpenApiParameter("step", OpenApiTypes.INT),
             OpenApiParameter("min_reward", OpenApiTypes.FLOAT),
             OpenApiParameter("max_reward", OpenApiTypes.FLOAT),
             OpenApiParameter("finish_reason", OpenApiTypes.STR, description="stop or length"),
-            OpenApiParameter("q", OpenApiTypes.STR, description="Text in the prompt, response or label."),
+            OpenApiParameter("q", OpenApiTypes.STR, description="Text in the prompt, response or label (any case)."),
+            OpenApiParameter("group", OpenApiTypes.INT, description="One prompt group of the step (GRPO)."),
+            OpenApiParameter("prompt", OpenApiTypes.STR, description="The exact prompt, across steps."),
+            OpenApiParameter("limit", OpenApiTypes.INT, description=f"At most {MAX_SAMPLES_PAGE} (default 50)."),
+            OpenApiParameter("offset", OpenApiTypes.INT),
         ],
-        responses={200: s.SampleSerializer(many=True), 400: ERRORS_RESPONSE},
+        responses={200: s.SamplePageSerializer, 400: ERRORS_RESPONSE},
     )
-    @action(detail=True, methods=["get"], filter_backends=[])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def samples(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        queryset = selectors.run_samples(
-            run,
-            step=int_param(request, "step"),
+        step = int_param(request, "step")
+        filters = rollouts.RolloutFilter(
+            steps=None if step is None else [step],
             min_reward=float_param(request, "min_reward"),
             max_reward=float_param(request, "max_reward"),
             finish_reason=text_param(request, "finish_reason"),
             q=text_param(request, "q"),
+            group=int_param(request, "group"),
+            prompt=text_param(request, "prompt"),
         )
-        page = self.paginate_queryset(queryset)
-        return self.get_paginated_response(s.SampleSerializer(page, many=True).data)
+        limit = int_param(request, "limit") or 50
+        offset = int_param(request, "offset") or 0
+        if not 1 <= limit <= MAX_SAMPLES_PAGE:
+            raise InvalidInput.one("limit", f"must be between 1 and {MAX_SAMPLES_PAGE}")
+        if offset < 0:
+            raise InvalidInput.one("offset", "must be 0 or more")
+        listing = rollouts.run_rollout_files(run)
+        present = {(str(run.pk), f["name"]) for f in listing.files if f["available"]}
+        # One row more than the page says whether there is a next page without counting every match.
+        rows = list(rollouts.rollouts_query([run.pk], filters=filters, limit=limit + 1, offset=offset, present=present))
+        more = len(rows) > limit
+        page_url = request.build_absolute_uri
+        return Response(
+            {
+                "count": rollouts.rollouts_count([run.pk], filters, present),
+                "next": page_url(_with_query(request, offset=offset + limit, limit=limit)) if more else None,
+                "previous": page_url(_with_query(request, offset=max(0, offset - limit), limit=limit))
+                if offset
+                else None,
+                "results": rows[:limit],
+                "gaps": [{"step": gap.step, "reason": gap.reason} for gap in listing.gaps],
+            }
+        )
 
     @extend_schema(
         summary="One sample's per-token view and the same prompt's responses across steps",
@@ -324,7 +388,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         ]
         if missing or step is None or index is None:
             raise InvalidInput(missing)
-        view = selectors.sample_token_view(run, step=step, index=index)
+        view = rollouts.rollout_token_view(run.pk, step, index)
         return Response(s.SampleTokensSerializer(view).data)
 
     @extend_schema(summary="Checkpoints of a run", responses=s.CheckpointSerializer(many=True))
@@ -435,6 +499,62 @@ class QueueView(APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(s.QueueSerializer(queue_overview()).data)
+
+
+WINDOW_PARAMETER = OpenApiParameter(
+    "window_s",
+    OpenApiTypes.NUMBER,
+    description=f"The window in seconds, {MIN_WINDOW_S:g} to {MAX_WINDOW_S:g} (default {DEFAULT_WINDOW_S:g}: a day).",
+)
+
+
+def _window(request: Request) -> float:
+    window = float_param(request, "window_s")
+    if window is None:
+        return DEFAULT_WINDOW_S
+    if not MIN_WINDOW_S <= window <= MAX_WINDOW_S:
+        raise InvalidInput.one("window_s", f"must be between {MIN_WINDOW_S:g} and {MAX_WINDOW_S:g} seconds")
+    return window
+
+
+class QueueStatsView(APIView):
+    """`GET /api/queue/stats/`: the scheduler's metrics over a window (the /queue/ page's panel)."""
+
+    permission_classes = RESEARCHER_PERMISSIONS
+
+    @extend_schema(
+        summary="The scheduler's metrics over a window",
+        description="`queue_wait`: per priority, admissions in the window with the p50 and p95 of their wait (s). "
+        "`admission_to_first_step`: the same for the time from a run's first admission to its first step. "
+        "`utilisation`: the cluster's CPUs and GPUs granted by the platform and used as Ray reported, as fractions "
+        "of capacity over the window and as a `series` over time. `preemptions`: asked in the window, `forced` "
+        "(stopped at the deadline) and their `lost_steps`. `shares`: each user's and team's share of the decayed "
+        "usage against its share of the weights. `totals`: preemptions and lost steps ever.",
+        parameters=[WINDOW_PARAMETER],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(queue_metrics(_window(request)))
+
+
+class QueueMetricsView(APIView):
+    """`GET /api/queue/metrics`: the same metrics in Prometheus's text format, for a lab's own dashboards."""
+
+    permission_classes = RESEARCHER_PERMISSIONS
+    content_negotiation_class = FileFormatNegotiation  # Prometheus asks for its own types; errors answer JSON
+
+    @extend_schema(
+        summary="The scheduler's metrics for Prometheus",
+        description="Prometheus text exposition format (0.0.4): `posttrain_queue_wait_seconds{priority,quantile}`, "
+        "`posttrain_admission_to_first_step_seconds{quantile}`, `posttrain_queue_waiting_runs`, "
+        "`posttrain_cluster_utilisation_ratio{resource,kind}`, `posttrain_preemptions_total{forced}`, "
+        "`posttrain_preemption_lost_steps_total`, `posttrain_fair_share_ratio{kind,name,of}`. Scrape it with an "
+        "API token (`authorization: {type: Token, credentials: …}` in the scrape config).",
+        parameters=[WINDOW_PARAMETER],
+        responses={(200, "text/plain"): OpenApiTypes.STR},
+    )
+    def get(self, request: Request) -> HttpResponse:
+        return HttpResponse(exposition(queue_metrics(_window(request))), content_type=PROMETHEUS_CONTENT_TYPE)
 
 
 class ExternalRunCreateView(APIView):

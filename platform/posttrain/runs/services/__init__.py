@@ -5,9 +5,16 @@
 - `launch.py`: launch, clone, resume, edit and cancel (web side; tasks dispatched after commit);
 - `ingestion.py`: the engine's events stored exactly once, published on the live channel;
 - `jobs.py`: submit, stop and reconcile Ray jobs (Celery worker side; the web never imports ray);
-- `external.py`: runs of other engines tracked through the SDK (no job; lost when their client goes silent).
+- `external.py`: runs of other engines tracked through the SDK (no job; lost when their client goes silent);
+- `alert_webhooks.py`: critical alerts POSTed to an experiment's webhook (Celery tasks, retries, outbound policy).
 """
 
+from posttrain.runs.services.alert_webhooks import (
+    alert_deliver,
+    alerts_notify,
+    experiment_set_webhook,
+    webhook_url_checked,
+)
 from posttrain.runs.services.experiments import (
     PLATFORM_FIELDS,
     CheckedExperiment,
@@ -30,11 +37,14 @@ __all__ = [
     "ExternalRun",
     "IngestResult",
     "JobsClient",
+    "alert_deliver",
+    "alerts_notify",
     "build_engine_config",
     "events_ingest",
     "experiment_check",
     "experiment_create",
     "experiment_engine_config",
+    "experiment_set_webhook",
     "external_run_create",
     "external_runs_fail_lost",
     "run_cancel",
@@ -48,4 +58,5 @@ __all__ = [
     "run_transition",
     "run_update",
     "runs_reconcile",
+    "webhook_url_checked",
 ]

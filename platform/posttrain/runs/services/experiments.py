@@ -13,13 +13,14 @@ from typing import Any
 from django.db import transaction
 
 from posttrain.core.errors import InvalidInput
-from posttrain.core.private_paths import private_path_problem
+from posttrain.core.server_paths import run_config_check_user_paths, run_config_paths_resolve
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.registry.reward_specs import component_name
 from posttrain.runs.models import (
     Experiment,
     ExperimentReward,
 )
+from posttrain.runs.services.alert_webhooks import webhook_url_checked
 from posttrain.runs.services.run_fields import clean_seed
 
 # Set by the platform, never by the experiment's config (they come from the registry or the launch).
@@ -31,6 +32,7 @@ _PLATFORM_FIELDS = {
     "data.label_field": "comes from the experiment's registry dataset",
     "rewards": "comes from the experiment's rewards (registry reward functions with weights)",
     "logging.run_dir": "is set per run by the platform (<storage>/runs/<run id>)",
+    "logging.rollouts_dir": "is set per run by the platform (<rollout store>/runs/<run id>/rollouts)",
 }
 PLATFORM_FIELDS: tuple[str, ...] = tuple(_PLATFORM_FIELDS)  # the launch form leaves these out
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\- ]+")
@@ -74,9 +76,13 @@ def build_engine_config(
     return full
 
 
-def validated_engine_config_and_needs(full: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def validated_engine_config_and_needs(
+    full: dict[str, Any], *, user: Any = None, check_user_paths: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The engine's own validation (rl_engine.config; a ConfigError becomes a 400 naming each `loc`) and the
-    run's resource needs, from the one validated config."""
+    run's resource needs, from the one validated config. Every server path in it is resolved and checked
+    against the import roots as they are now (posttrain.core.server_paths; the engine reads the resolved
+    ones); `check_user_paths`: also whether `user` may name the paths typed into the config (create, validate)."""
     from rl_engine.config import ConfigError, check_runnable, validate_config
     from rl_engine.distributed.placement import resource_needs
 
@@ -85,21 +91,9 @@ def validated_engine_config_and_needs(full: dict[str, Any]) -> tuple[dict[str, A
         check_runnable(config)  # refused at launch, not as a failed run later
     except ConfigError as exc:
         raise InvalidInput(exc.errors) from None
-    _refuse_private_code_paths(config)
-    return config.model_dump(mode="json"), resource_needs(config)
-
-
-def _refuse_private_code_paths(config: Any) -> None:
-    """The files a run's sandboxed code gets (its environment, its agent's files) never hold the platform's
-    secrets: the code could print them into the run's logs."""
-    named = []
-    if config.environment is not None:
-        named.append(("environment.path", config.environment.path))
-    if config.agent is not None:
-        named += [(f"agent.files.{i}", path) for i, path in enumerate(config.agent.files)]
-    errors = [{"loc": loc, "msg": problem} for loc, path in named if (problem := private_path_problem(path))]
-    if errors:
-        raise InvalidInput(errors)
+    if check_user_paths:
+        run_config_check_user_paths(config, user)
+    return run_config_paths_resolve(config.model_dump(mode="json"), config), resource_needs(config)
 
 
 def nul_at(value: Any, loc: str = "") -> str | None:
@@ -133,8 +127,12 @@ def _check_platform_fields(config: dict[str, Any]) -> None:
         raise InvalidInput(errors)
 
 
-def _check_rewards(rewards: Sequence[tuple[RewardFunction, float]]) -> list[tuple[RewardFunction, float]]:
-    if not rewards:
+def _check_rewards(
+    rewards: Sequence[tuple[RewardFunction, float]], config: dict[str, Any]
+) -> list[tuple[RewardFunction, float]]:
+    # A multi-turn environment or an agent scores its episodes itself; the engine checks the rest.
+    plays_episodes = isinstance(config, dict) and bool(config.get("environment") or config.get("agent"))
+    if not rewards and not plays_episodes:
         raise InvalidInput.one("rewards", "at least one reward function is required")
     errors, seen = [], set()
     for i, (reward, weight) in enumerate(rewards):
@@ -164,9 +162,12 @@ def experiment_check(
     dataset: Dataset,
     rewards: Sequence[tuple[RewardFunction, float]],
     config: dict[str, Any],
+    user: Any = None,
+    webhook_url: str = "",
 ) -> CheckedExperiment:
     """Every check `experiment_create` makes, writing nothing: the launch form validates with it as
-    the researcher types, so the form and the create can never disagree."""
+    the researcher types, so the form and the create can never disagree. `user` names the server paths of
+    the config (None: the platform itself, e.g. a management command)."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidInput.one("name", "required")
     if len(name) > 200:
@@ -176,12 +177,13 @@ def experiment_check(
     nul = nul_at(config)
     if nul is not None:
         raise InvalidInput.one(nul or "config", "contains a NUL character")
-    rewards = _check_rewards(rewards)
+    rewards = _check_rewards(rewards, config)
+    webhook_url_checked(webhook_url)
     _check_platform_fields(config)
     if "seed" in config:  # the launch defaults to it, so a seed the launch refuses is refused here already
         clean_seed(config["seed"], 0)
     engine_config, resources = validated_engine_config_and_needs(
-        build_engine_config(config, model, dataset, rewards, name=name)
+        build_engine_config(config, model, dataset, rewards, name=name), user=user, check_user_paths=True
     )
     return CheckedExperiment(rewards, engine_config, resources)
 
@@ -195,11 +197,15 @@ def experiment_create(
     config: dict[str, Any],
     user=None,
     description: str = "",
+    webhook_url: str = "",
 ) -> Experiment:
     """An experiment whose config, completed from the registry, passes the engine's validation.
 
-    `config` is stored as given (without model.path, data.* of the dataset, rewards, logging.run_dir)."""
-    rewards = experiment_check(name=name, model=model, dataset=dataset, rewards=rewards, config=config).rewards
+    `config` is stored as given (without model.path, data.* of the dataset, rewards, logging.run_dir).
+    `webhook_url`: where its runs' critical alerts go (services.alert_webhooks), checked by the outbound policy."""
+    rewards = experiment_check(
+        name=name, model=model, dataset=dataset, rewards=rewards, config=config, user=user, webhook_url=webhook_url
+    ).rewards
     with transaction.atomic():
         experiment = Experiment.objects.create(
             name=name.strip(),
@@ -207,6 +213,7 @@ def experiment_create(
             model=model,
             dataset=dataset,
             config=config,
+            webhook_url=webhook_url_checked(webhook_url),
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
         ExperimentReward.objects.bulk_create(

@@ -13,14 +13,14 @@ from django.utils import timezone
 
 from posttrain.core.errors import SeqConflict
 from posttrain.runs import live_channel, series
-from posttrain.runs.event_schema import finite_or_none
 from posttrain.runs.models import (
     Checkpoint,
     MetricRow,
+    RolloutFile,
     Run,
     RunLog,
-    Sample,
 )
+from posttrain.runs.services.alert_webhooks import alerts_notify_after_commit
 from posttrain.runs.services.state_machine import S, run_transition
 
 
@@ -64,6 +64,8 @@ def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touc
                 _apply_engine_status(run.pk, event["data"])
         if new:
             transaction.on_commit(lambda: live_channel.publish(run.pk, new))
+            if any(event["type"] == "metrics" for event in new):
+                alerts_notify_after_commit(run)  # critical alerts to the experiment's webhook, if it has one
         return IngestResult(acknowledged_seq=update.get("last_seq", run.last_seq), stored=len(new))
 
 
@@ -71,14 +73,16 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
     """Insert the events' rows; returns the run summary with the batch's metrics (the same object
     when the batch has none)."""
     metrics, metric_events, checkpoints, logs = [], [], [], []
-    samples: list[Sample] = []
+    files: list[RolloutFile] = []
+    pruned: list[str] = []
     for e in events:
         kind, data, step = e["type"], e["data"], e.get("step")
         if kind == "metrics":
             metrics.append(MetricRow(run=run, seq=e["seq"], step=step, time=e["time"], values=data))
             metric_events.append(e)
-        elif kind == "samples":
-            samples.extend(_sample_row(run, e["seq"], step, record) for record in data["samples"])
+        elif kind == "samples":  # a reference to the step's rollout file: no row per rollout
+            files.append(_rollout_file(run, e["seq"], step, data))
+            pruned.extend(data.get("pruned") or [])
         elif kind == "checkpoint":
             checkpoints.append(Checkpoint(run=run, seq=e["seq"], step=step, path=data["path"]))
         elif kind == "log":
@@ -94,47 +98,28 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
             )
     MetricRow.objects.bulk_create(metrics, batch_size=1000)
     summary = series.append_metrics(run.pk, run.summary, metric_events)  # the column store the charts read
-    # (run, step, index) and (run, step) are unique: a step recorded twice (an engine re-running a
-    # step into the same run) keeps its first rows rather than refusing the whole batch.
-    Sample.objects.bulk_create(samples, batch_size=1000, ignore_conflicts=True)
+    # (run, step, part) is unique: a step recorded twice (an engine re-running a step into the same run)
+    # keeps its first file rather than refusing the whole batch.
+    RolloutFile.objects.bulk_create(files, ignore_conflicts=True)
+    if pruned:  # the engine's retention (logging.rollouts_keep) removed these files
+        RolloutFile.objects.filter(run=run, name__in=pruned).delete()
     Checkpoint.objects.bulk_create(checkpoints, ignore_conflicts=True)
     RunLog.objects.bulk_create(logs, batch_size=1000)
     return summary
 
 
-def _sample_row(run: Run, seq: int, step: int, r: dict[str, Any]) -> Sample:
-    label = r.get("label")
-    return Sample(
+def _rollout_file(run: Run, seq: int, step: int, data: dict[str, Any]) -> RolloutFile:
+    return RolloutFile(
         run=run,
         seq=seq,
         step=step,
-        index=r["index"],
-        group=r.get("group", 0),
-        prompt=r["prompt"],
-        response=r["response"],
-        label=None if label is None else str(label),
-        reward=finite_or_none(r.get("reward")),
-        components=r.get("components") or {},
-        advantage=finite_or_none(r.get("advantage")),
-        length=r["length"],
-        finish_reason=r["finish_reason"][:20],
-        errors=r.get("errors") or [],
-        kept=r.get("kept", True),
-        turns=[
-            {"role": t["role"], "text": t["text"], "reward": finite_or_none(t.get("reward"))}
-            for t in r.get("turns") or []
-        ],
-        env={k: finite_or_none(v) for k, v in (r.get("env") or {}).items()},
-        tokens=_token_view(r),
+        part=data.get("part", 0),
+        name=data["file"],
+        rows=data["rows"],
+        bytes=data["bytes"],
+        sha256=data.get("sha256", ""),
+        stats=data.get("stats") or {},
     )
-
-
-def _token_view(record: dict[str, Any]) -> dict[str, Any]:
-    """The sample's per-token view as the engine packed it, with its segments' policy versions (async)."""
-    view = dict(record.get("tokens") or {})
-    if record.get("versions"):
-        view["versions"] = record["versions"]
-    return view
 
 
 def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
@@ -158,11 +143,23 @@ def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
     elif state == "preempted":
         # Asked by the scheduler (preempting), or by someone else's request file while running: either
         # way the engine checkpointed and is leaving, and the run goes back to the queue to resume.
+        from posttrain.runs.services.scheduler import run_preemption_settle
+
         run_transition(run_id, [S.RUNNING], S.PREEMPTING, "the engine stopped for a preemption request")
-        if not run_transition(run_id, [S.PREEMPTING], S.PREEMPTED, f"preempted: {reason}" if reason else "preempted"):
+        note = f"preempted: {reason}" if reason else "preempted"
+        if not run_preemption_settle(run_id, forced=False, checkpoint=data.get("checkpoint"), note=note):
             run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: preempted, {reason})")
+    elif state == "failed" and _stopped_at_preemption_deadline(run_id):
+        return  # its job was stopped for the scheduler: the reconcile settles it as preempted
     elif state == "failed" and not run_transition(
         run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.PREEMPTING], S.FAILED, reason or "engine reported a failure"
     ):
         # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
         run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled")
+
+
+def _stopped_at_preemption_deadline(run_id: uuid.UUID) -> bool:
+    from posttrain.runs.services.scheduler import preemption_forced
+
+    run = Run.objects.filter(pk=run_id, state=S.PREEMPTING).first()
+    return run is not None and preemption_forced(run)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import signal
 import time
 import uuid
@@ -25,13 +26,17 @@ from posttrain.runs.services.ingestion import events_ingest
 from posttrain.runs.services.jobs_client import JobsClient
 from posttrain.runs.services.jobs_client import default_jobs as _default_jobs
 from posttrain.runs.services.state_machine import ACTIVE_STATES, S, run_transition
-from rl_engine.preemption import EXIT_PREEMPTED
+from posttrain.runs.tokens import token_files_remove
+from rl_engine.preemption import EXIT_PREEMPTED, EXIT_TIME_LIMIT
+from rl_engine.user_output import is_user_output
 
 logger = logging.getLogger(__name__)
 
 
 JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
-_NO_SPACE = "No space left on device"  # strerror(ENOSPC), as a Python traceback prints it
+# The last line of a Python traceback for ENOSPC (`OSError: [Errno 28] No space left on device: '...'`), as the
+# engine itself prints it; user code's lines are marked (rl_engine.user_output) and never count.
+_NO_SPACE = re.compile(r"^(?:[\w.]+\.)?\w*Error: \[Errno 28\] No space left on device")
 
 
 def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None) -> None:
@@ -117,6 +122,8 @@ def _recover_from_run_folder(run: Run) -> int:
 
 def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None:
     """Bring one active run (starting, running, cancelling, preempting) in line with its Ray job."""
+    from posttrain.runs.services.scheduler import preemption_forced, run_preemption_deadline, run_preemption_settle
+
     jobs = jobs or _default_jobs()
     run.refresh_from_db()
     if run.state not in ACTIVE_STATES:
@@ -127,6 +134,8 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         return
     active = [S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING]
     if status is None or status in JOB_TERMINAL:
+        # An engine that died before reading its token left the file: no job will read it now.
+        token_files_remove((run.resolved_config or {}).get("logging", {}).get("run_dir"))
         _recover_from_run_folder(run)
         run.refresh_from_db()
         if run.state not in ACTIVE_STATES:
@@ -143,6 +152,8 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
             )
     elif status == "SUCCEEDED":
         run_transition(run.pk, active, S.SUCCEEDED, "the Ray job succeeded (the engine's final status never arrived)")
+    elif status in ("STOPPED", "FAILED") and run.state == S.PREEMPTING and preemption_forced(run):
+        run_preemption_settle(run.pk, forced=True)  # stopped at the deadline (STOPPED, or killed: FAILED)
     elif status == "STOPPED":
         reason = "cancelled" if run.state == S.CANCELLING else "the Ray job was stopped outside Posttrain"
         run_transition(run.pk, active, S.CANCELLED, reason)
@@ -151,8 +162,8 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         if run.state == S.CANCELLING:
             run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
         elif run.state == S.PREEMPTING and code == EXIT_PREEMPTED:
-            run_transition(
-                run.pk, [S.PREEMPTING], S.PREEMPTED, "preempted: the engine checkpointed and exited for the scheduler"
+            run_preemption_settle(
+                run.pk, forced=False, note="preempted: the engine checkpointed and exited for the scheduler"
             )
         else:
             tail = _log_tail(jobs.logs(run))
@@ -166,18 +177,23 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
     elif run.state == S.CANCELLING:
         jobs.stop(run)  # the cancel task may have died before Ray stopped it; ask again
     elif status == "RUNNING":
-        if run.state == S.PREEMPTING:
+        now = now or timezone.now()
+        if run.state == S.PREEMPTING and not run_preemption_deadline(run, jobs, now):
             jobs.preempt(run, run.state_reason)  # idempotent: a request lost with a worker is made again
-        _fail_if_lost(run, jobs, now or timezone.now())
+        _fail_if_lost(run, jobs, now)
 
 
 def _job_failure_headline(exit_code: int | None, log_tail: str) -> str:
     """A failed job whose engine reported no final status: its driver (the engine process) died, and how.
-    A full disk is named first: the engine cannot report it (its event log is on that disk)."""
-    if _NO_SPACE in log_tail:
+    A full disk is named first: the engine cannot report it (its event log is on that disk). Only the engine's
+    own lines count: what user code printed is marked in the log and cannot set the headline."""
+    engine_lines = [line for line in log_tail.splitlines() if not is_user_output(line)]
+    if any(_NO_SPACE.match(line.strip()) for line in engine_lines):
         return f"no space left on device: the run folder's disk ({settings.STORAGE_ROOT}) is full"
     if exit_code is None:
         return "the Ray job failed"
+    if exit_code == EXIT_TIME_LIMIT:
+        return "stopped at its time limit (train.max_wall_s) with a checkpoint"
     if exit_code < 0:
         try:
             name = signal.Signals(-exit_code).name
@@ -194,9 +210,13 @@ def _admitted_moments_ago(run: Run) -> bool:
 
 def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
     """A job Ray calls running whose engine sent nothing for RUN_HEARTBEAT_TIMEOUT_S is lost: the
-    platform can no longer tell what it does, so the run fails and the job is stopped."""
+    platform can no longer tell what it does, so the run fails and the job is stopped. A starting run's
+    silence counts from its admission when that is later: a preempted run admitted again has events from
+    before it waited in the queue, and its new job has not spoken yet."""
     timeout = float(settings.RUN_HEARTBEAT_TIMEOUT_S)
     last = run.last_event_at or run.state_changed_at
+    if run.state == S.STARTING and last is not None and run.state_changed_at is not None:
+        last = max(last, run.state_changed_at)
     if last is None or now - last < timedelta(seconds=timeout):
         return
     hint = "" if run.last_event_at else f" (no event ever arrived: can the engine reach {settings.PUBLIC_URL}?)"
@@ -225,7 +245,7 @@ def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float | No
         from posttrain.runs.services.scheduler import runs_admit
 
         try:
-            runs_admit(cluster=cluster, jobs=jobs)
+            runs_admit(cluster=cluster, jobs=jobs, refresh=True)
         except JobsUnavailable as exc:
             logger.info("admission skipped: %s", exc)  # the next check tries again
         return checked

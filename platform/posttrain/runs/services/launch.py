@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 
 from posttrain.core.errors import IllegalTransition, InvalidInput
+from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Checkpoint,
@@ -20,6 +21,7 @@ from posttrain.runs.models import (
     Run,
     RunTransition,
 )
+from posttrain.runs.rollouts import rollout_folder
 from posttrain.runs.services import dispatch
 from posttrain.runs.services.experiments import experiment_engine_config, validated_engine_config_and_needs
 from posttrain.runs.services.external import external_run_cancel, refuse_external
@@ -55,7 +57,11 @@ def _create_queued_run(
     run_id = uuid.uuid4()
     full = copy.deepcopy(config)
     full["seed"] = seed
-    full["logging"] = {**(full.get("logging") or {}), "run_dir": str(run_dir_for(run_id))}
+    full["logging"] = {
+        **(full.get("logging") or {}),
+        "run_dir": str(run_dir_for(run_id)),
+        "rollouts_dir": rollout_folder(run_id),
+    }
     resolved, resources = validated_engine_config_and_needs(full)
     with transaction.atomic():
         number = Run.objects.filter(experiment=experiment).count() + 1
@@ -146,9 +152,10 @@ def run_resume(run: Run, checkpoint: Checkpoint, *, user=None) -> Run:
         raise InvalidInput.one("checkpoint", f"checkpoint {checkpoint.pk} belongs to another run")
     if run.state not in TERMINAL_STATES:
         raise IllegalTransition(f"only a finished run can be resumed; this one is {run.state}", run.state)
-    path = Path(checkpoint.path)
-    storage = Path(settings.STORAGE_ROOT)
-    if path.is_relative_to(storage) and not path.exists():  # outside our storage we cannot tell
+    # The engine's checkpoint event names the folder: it must be this run's own (the resolver refuses another
+    # run's folder, or anything else on the server a forged event could name).
+    path = resolve_run_checkpoint("checkpoint", checkpoint.path, run.pk)
+    if not path.is_dir():
         raise InvalidInput.one("checkpoint", f"the folder {path} no longer exists (pruned by checkpoint.keep_last?)")
     return _create_queued_run(
         experiment=run.experiment,

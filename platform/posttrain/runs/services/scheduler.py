@@ -27,12 +27,14 @@ placement group, is the last word).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext, suppress
 from datetime import timedelta
 from importlib import import_module
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -41,13 +43,27 @@ from django.db.models import F
 from django.utils import timezone
 
 from posttrain.core.errors import IllegalTransition, JobsUnavailable, PermissionDenied
-from posttrain.runs.models import TERMINAL_STATES, ClusterSnapshot, Quota, Run, RunKind, RunTransition
+from posttrain.runs.backfill import Allocation
+from posttrain.runs.durations import expected_length, expected_remaining, experiment_paces
+from posttrain.runs.fair_share import fair_share
+from posttrain.runs.models import (
+    TERMINAL_STATES,
+    ClusterSample,
+    ClusterSnapshot,
+    Preemption,
+    Quota,
+    Run,
+    RunKind,
+    RunTransition,
+)
 from posttrain.runs.scheduling import (
     RESOURCE_KEYS,
     Candidate,
     ClusterView,
+    Decision,
     Holder,
     Limits,
+    Plan,
     Resources,
     Usage,
     add,
@@ -61,6 +77,7 @@ from posttrain.runs.scheduling import (
 )
 from posttrain.runs.services import dispatch
 from posttrain.runs.services.jobs_client import default_jobs
+from posttrain.runs.services.rewind import run_rewind
 from posttrain.runs.services.run_fields import clean_priority, may_set_urgent
 from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES, S, run_transition
 
@@ -89,6 +106,9 @@ def quota_limits(user_ids: Iterable[int | None]) -> dict[str, Limits]:
             quotas[quota.user_id].append(quota)
     memberships = get_user_model().groups.through.objects.filter(user_id__in=known)
     group_quotas = {q.group_id: q for q in Quota.objects.filter(group_id__in=memberships.values("group_id"))}
+    for quota in group_quotas.values():
+        if quota.borrowing:  # a lending team's CPU and GPU limits are a guarantee, not a cap
+            quota.max_cpus = quota.max_gpus = None
     for membership in memberships:
         if membership.group_id in group_quotas:
             quotas[membership.user_id].append(group_quotas[membership.group_id])
@@ -123,19 +143,78 @@ def _sqlite_guard():
     return _SQLITE_PASS if connection.vendor == "sqlite" else nullcontext()
 
 
-def _free_now(view: ClusterView, holding: list[Run], now) -> Resources:
-    granted = {key: 0.0 for key in RESOURCE_KEYS}
-    for run in holding:
-        granted = add(granted, total_of(run))
-    released = {key: 0.0 for key in RESOURCE_KEYS}
+def _placement_of(run: Run, view: ClusterView) -> Allocation:
+    """Where a holding run holds its resources: as admission placed it; on a one-node cluster, that node;
+    otherwise unknown (empty), and Ray's report shows its use as another job's."""
+    if run.placement:
+        return {node: {key: float(r.get(key, 0.0)) for key in RESOURCE_KEYS} for node, r in run.placement.items()}
+    if len(view.nodes) == 1:
+        return {view.nodes[0].node_id: total_of(run)}
+    return {}
+
+
+def _sum_by_node(allocations: Iterable[Allocation]) -> dict[str, Resources]:
+    summed: dict[str, Resources] = {}
+    for allocation in allocations:
+        for node, resources in allocation.items():
+            summed[node] = add(summed.get(node, {}), resources)
+    return summed
+
+
+def _free_by_node(view: ClusterView, holding: list[Run], now) -> dict[str, Resources]:
+    """Each node's total, less what the platform granted there, less what Ray reports in use there beyond
+    those grants and beyond the runs that stopped holding within Ray's report lag (other jobs)."""
+    granted = _sum_by_node(_placement_of(run, view) for run in holding)
     stopped_holding = RunTransition.objects.filter(
         run__kind=RunKind.NATIVE, from_state__in=ACTIVE_STATES, at__gte=now - timedelta(seconds=RAY_REPORT_LAG_S)
     ).exclude(to_state__in=ACTIVE_STATES)
-    for run in Run.objects.filter(pk__in=stopped_holding.values("run_id")):
-        released = add(released, total_of(run))
-    ray_used = subtract(view.total, view.free)
-    foreign = {key: max(0.0, ray_used[key] - granted[key] - released[key]) for key in RESOURCE_KEYS}
-    return subtract(subtract(view.total, granted), foreign)
+    released = _sum_by_node(
+        _placement_of(run, view)
+        for run in Run.objects.filter(pk__in=stopped_holding.values("run_id")).exclude(state__in=ACTIVE_STATES)
+    )
+    free: dict[str, Resources] = {}
+    for node in view.nodes:
+        mine, gone = granted.get(node.node_id, {}), released.get(node.node_id, {})
+        ray_used = subtract(node.total, node.free)
+        foreign = {key: max(0.0, ray_used[key] - mine.get(key, 0.0) - gone.get(key, 0.0)) for key in RESOURCE_KEYS}
+        free[node.node_id] = subtract(subtract(node.total, mine), foreign)
+    return free
+
+
+TeamQuota = dict[str, float | None]  # "CPU", "GPU": the lending quota's limits (None: no limit)
+
+
+def _teams(team_of: dict[str, str], holding: list[Run]) -> tuple[dict[str, TeamQuota], dict[str, Resources]]:
+    """Each lending team's quota (its CPU and GPU limits) and what its runs hold now."""
+    nominal: dict[str, TeamQuota] = {
+        q.group.name: {"CPU": q.max_cpus, "GPU": q.max_gpus}
+        for q in Quota.objects.filter(group__isnull=False, borrowing=True).select_related("group")
+        if q.group is not None
+    }
+    held: dict[str, Resources] = {}
+    for run in holding:
+        team = team_of.get(_owner(run))
+        if team is not None and team in nominal:
+            held[team] = add(held.get(team, {}), total_of(run))
+    return nominal, held
+
+
+def _over(held: Resources, quota: TeamQuota) -> bool:
+    return any((limit := quota.get(k)) is not None and held.get(k, 0.0) > limit + 1e-9 for k in RESOURCE_KEYS)
+
+
+def _borrowed(holding: list[Run], team_of: dict[str, str], nominal: dict, held: dict) -> set[str]:
+    """The runs that hold room beyond their team's quota: the team's youngest, until the rest is within it."""
+    borrowed: set[str] = set()
+    for team, quota in nominal.items():
+        left = dict(held.get(team, {}))
+        mine = sorted((r for r in holding if team_of.get(_owner(r)) == team), key=lambda r: r.created_at, reverse=True)
+        for run in mine:
+            if not _over(left, quota):
+                break
+            borrowed.add(str(run.pk))
+            left = subtract(left, total_of(run))
+    return borrowed
 
 
 def runs_admit(
@@ -143,12 +222,15 @@ def runs_admit(
     cluster: Callable[[], ClusterView] | None = None,
     jobs=None,
     now=None,
+    refresh: bool = False,
 ) -> list[str]:
-    """One admission pass: admit and submit the waiting runs that fit now, in order; tell the others
-    why they wait. Returns the ids of the runs admitted."""
+    """One admission pass: admit and submit the waiting runs that can start now (in order, and behind it
+    by backfill), place each on nodes, tell the others why they wait and when they are expected to start.
+    `refresh` (the periodic reconcile) reads the cluster and records it even with nobody waiting.
+    Returns the ids of the runs admitted."""
     if settings.SCHEDULER != "admission":
         return []
-    if not Run.objects.filter(kind=RunKind.NATIVE, state__in=WAITING_STATES).exists():
+    if not refresh and not Run.objects.filter(kind=RunKind.NATIVE, state__in=WAITING_STATES).exists():
         return []  # nothing to admit: Ray is not asked
     view = (cluster or _default_cluster)()  # an HTTP call: before the lock, never while holding it
     now = now or timezone.now()
@@ -160,47 +242,88 @@ def runs_admit(
         for run in holding:
             usage[_owner(run)] = usage.get(_owner(run), Usage()).plus(total_of(run))
         limits = quota_limits(r.created_by_id for r in waiting)
+        fair, team_of = fair_share(
+            [_owner(r) for r in waiting + holding], view.total, now, settings.SCHEDULER_USAGE_HALF_LIFE_S
+        )
+        paces = experiment_paces(r.experiment_id for r in waiting + holding)
         held: dict[str, str] = {}  # run id -> why it can never start as it is
         candidates = []
         node_totals = [n.total for n in view.nodes]
         for run in waiting:
             needs = run.resources or {}
+            pieces = [needs.get("driver", {}), *needs.get("bundles", [])]
             never = over_quota_alone(total_of(run), limits.get(_owner(run), Limits())) or too_large_for_cluster(
-                [needs.get("driver", {}), *needs.get("bundles", [])], node_totals
+                pieces, node_totals
             )
             if never:
                 held[str(run.pk)] = f"can never start as it is: {never}"
                 continue
             candidates.append(
-                Candidate(str(run.pk), _owner(run), run.priority, run.state_changed_at, run.created_at, total_of(run))
+                Candidate(
+                    str(run.pk),
+                    _owner(run),
+                    run.priority,
+                    run.state_changed_at,
+                    run.created_at,
+                    total_of(run),
+                    pieces=tuple({k: float(p.get(k, 0.0)) for k in RESOURCE_KEYS} for p in pieces if p)
+                    if needs
+                    else (),
+                    duration_s=expected_length(run, paces.get(run.experiment_id)),
+                    team=team_of.get(_owner(run), ""),
+                )
             )
-        free_left = _free_now(view, holding, now)
-        decisions = admission_plan(candidates, free_left, usage, limits, view.total, now, settings.SCHEDULER_AGING_S)
+        grace = settings.SCHEDULER_PREEMPT_GRACE_S
+        free = _free_by_node(view, holding, now)
+        plan = Plan(
+            free,
+            view.total,
+            [
+                (expected_remaining(run, now, paces.get(run.experiment_id), grace), _placement_of(run, view))
+                for run in holding
+            ],
+        )
+        decisions = admission_plan(
+            candidates,
+            plan,
+            usage,
+            limits,
+            now,
+            settings.SCHEDULER_AGING_S,
+            fair=fair,
+            backfill=settings.SCHEDULER_BACKFILL,
+        )
         by_id = {str(run.pk): run for run in waiting}
         candidate_of = {c.run_id: c for c in candidates}
         admitted: list[str] = []
         preempted: list[str] = []
+        head: Decision | None = None
+        for decision in decisions:
+            if decision.admit:
+                placement = decision.placement or {}
+                free = {node: subtract(r, placement.get(node, {})) for node, r in free.items()}
+                if _admit(by_id[decision.run_id], decision.reason, placement):
+                    admitted.append(decision.run_id)
+            elif decision.blocking:
+                head = decision
+        if head is not None and settings.SCHEDULER_PREEMPTION:
+            # After every admission of the pass: the room a backfilled run took is not the head's to count.
+            preempted = _preempt_for(candidate_of[head.run_id], by_id[head.run_id].name, free, holding, view, team_of)
         position = 0
         for decision in decisions:
-            run = by_id[decision.run_id]
             if decision.admit:
-                free_left = subtract(free_left, total_of(run))
-                if _admit(run, decision.reason):
-                    admitted.append(decision.run_id)
                 continue
             position += 1
             reason = decision.reason
-            if decision.blocking and settings.SCHEDULER_PREEMPTION:
-                victims = _preempt_for(candidate_of[decision.run_id], run.name, free_left, holding)
-                preempted += victims
-                if victims or any(h.state == S.PREEMPTING for h in holding):
-                    reason += "; preempting lower-priority runs to make room"
-            Run.objects.filter(pk=decision.run_id).update(queue_position=position, queue_reason=reason)
+            if decision is head and (preempted or any(h.state == S.PREEMPTING for h in holding)):
+                reason += "; preempting lower-priority runs to make room"
+            start = None if decision.expected_start_s is None else now + timedelta(seconds=decision.expected_start_s)
+            Run.objects.filter(pk=decision.run_id).update(
+                queue_position=position, queue_reason=reason, queue_estimated_start=start
+            )
         for run_id, reason in held.items():
-            Run.objects.filter(pk=run_id).update(queue_position=None, queue_reason=reason)
-        snapshot.nodes = view.as_dict()["nodes"]
-        snapshot.total, snapshot.free, snapshot.taken_at = view.total, view.free, now
-        snapshot.save()
+            Run.objects.filter(pk=run_id).update(queue_position=None, queue_reason=reason, queue_estimated_start=None)
+        _record_cluster(snapshot, view, free, holding, admitted, by_id, now)
     for run_id in preempted:
         run_request_preemption(run_id, jobs=jobs)
     for run_id in admitted:
@@ -208,32 +331,87 @@ def runs_admit(
     return admitted
 
 
-def _admit(run: Run, grant: str) -> bool:
+def _record_cluster(
+    snapshot: ClusterSnapshot,
+    view: ClusterView,
+    free: dict[str, Resources],
+    holding: list[Run],
+    admitted: list[str],
+    by_id: dict[str, Run],
+    now,
+) -> None:
+    """The snapshot the queue page and `posttrain queue ls` read (each node's free room after this pass's
+    grants, not Ray's lagging report), and a sample of the cluster's use over time."""
+    nodes = view.as_dict()["nodes"]
+    for node in nodes:
+        node["free"] = {key: max(0.0, free.get(node["node_id"], node["free"]).get(key, 0.0)) for key in RESOURCE_KEYS}
+    snapshot.nodes = nodes
+    snapshot.total = view.total
+    snapshot.free = {key: sum(n["free"][key] for n in nodes) for key in RESOURCE_KEYS}
+    snapshot.taken_at = now
+    snapshot.save()
+    granted = {key: 0.0 for key in RESOURCE_KEYS}
+    for run in [*holding, *(by_id[run_id] for run_id in admitted)]:
+        granted = add(granted, total_of(run))
+    ClusterSample.objects.create(at=now, total=view.total, granted=granted, used=subtract(view.total, view.free))
+    ClusterSample.objects.filter(at__lt=now - timedelta(seconds=settings.SCHEDULER_SAMPLES_KEEP_S)).delete()
+
+
+def _admit(run: Run, grant: str, placement: Allocation) -> bool:
     """waiting → starting by compare-and-set; a preempted run's next Ray job is its next attempt."""
     resumes = run.state == S.PREEMPTED
     note = f"admitted: {grant}" + ("; resumes from its preemption checkpoint" if resumes else "")
     if not run_transition(run.pk, [run.state], S.STARTING, note):
         return False  # cancelled meanwhile
-    fields: dict = {"queue_position": None, "queue_reason": ""}
+    fields: dict = {"queue_position": None, "queue_reason": "", "queue_estimated_start": None, "placement": placement}
     if resumes:
         fields["attempt"] = F("attempt") + 1
     Run.objects.filter(pk=run.pk).update(**fields)
     return True
 
 
-def _preempt_for(blocked: Candidate, name: str, free: Resources, holding: list[Run]) -> list[str]:
+def _preempt_for(
+    blocked: Candidate,
+    name: str,
+    free: dict[str, Resources],
+    holding: list[Run],
+    view: ClusterView,
+    team_of: dict[str, str],
+) -> list[str]:
     """Move the running runs that must make room for `blocked` to `preempting` (compare-and-set); their
-    engines are asked after commit. Runs already preempting count as room on its way."""
-    coming_free = {key: 0.0 for key in RESOURCE_KEYS}
-    for run in holding:
-        if run.state == S.PREEMPTING:
-            coming_free = add(coming_free, total_of(run))
+    engines are asked after commit. Runs already preempting count as room on its way. A run of a team
+    within its lending quota also takes back room other teams borrowed (docs/SCHEDULER.md, "Quotas")."""
+    coming_free = _sum_by_node(_placement_of(run, view) for run in holding if run.state == S.PREEMPTING)
+    nominal, team_held = _teams(team_of, holding)
+    borrowed = _borrowed(holding, team_of, nominal, team_held)
+    team = team_of.get(blocked.owner)
+    reclaims = team in nominal and not _over(add(team_held.get(team, {}), blocked.need), nominal[team])
     running = [
-        Holder(str(r.pk), r.priority, r.created_at, total_of(r), r.preemptible) for r in holding if r.state == S.RUNNING
+        Holder(
+            str(r.pk),
+            r.priority,
+            r.created_at,
+            total_of(r),
+            r.preemptible,
+            placement=_placement_of(r, view),
+            borrowed=str(r.pk) in borrowed and team_of.get(_owner(r)) != team,
+        )
+        for r in holding
+        if r.state == S.RUNNING
     ]
-    victims = preemption_victims(blocked, free, running, coming_free)
-    reason = f"preempted for {name or blocked.run_id} ({blocked.priority} priority, needs {describe(blocked.need)})"
-    return [run_id for run_id in victims if run_transition(run_id, [S.RUNNING], S.PREEMPTING, reason)]
+    victims = preemption_victims(blocked, free, running, coming_free, reclaims=reclaims)
+    lent = {h.run_id for h in running if h.borrowed}
+    made = []
+    for run_id in victims:
+        why = (
+            f"preempted for {name or blocked.run_id}: its team {team} takes back the quota this run borrowed"
+            if run_id in lent and reclaims
+            else f"preempted for {name or blocked.run_id} ({blocked.priority} priority, needs {describe(blocked.need)})"
+        )
+        if run_transition(run_id, [S.RUNNING], S.PREEMPTING, why):
+            Preemption.objects.create(run_id=run_id, reason=why)
+            made.append(run_id)
+    return made
 
 
 def run_request_preemption(run_id: uuid.UUID | str, *, jobs=None) -> None:
@@ -281,3 +459,87 @@ def run_set_priority(run: Run, priority, *, user) -> Run:
         transaction.on_commit(lambda: dispatch.run_task("admit_runs", run.pk))
     run.refresh_from_db()
     return run
+
+
+_STEP_DIR = re.compile(r"step_(\d+)$")
+
+
+def checkpoint_step(path: str | Path | None) -> int | None:
+    """The step of a checkpoint folder (`…/checkpoints/step_<n>`)."""
+    found = _STEP_DIR.search(str(path).rstrip("/")) if path else None
+    return int(found.group(1)) if found else None
+
+
+def _resume_point(run: Run) -> int:
+    """The step the run resumes after: its latest checkpoint in its run folder, else the checkpoint it was
+    launched from, else 0 (it starts over)."""
+    from rl_engine.checkpoint import latest_checkpoint  # the worker's side only: it imports torch
+
+    run_dir = (run.resolved_config or {}).get("logging", {}).get("run_dir")
+    own = checkpoint_step(latest_checkpoint(Path(run_dir))) if run_dir else None
+    if own is not None:
+        return own
+    return run.resume_from.step if run.resume_from_id is not None and run.resume_from else 0
+
+
+def run_preemption_settle(
+    run_id: uuid.UUID | str, *, forced: bool, checkpoint: str | None = None, note: str | None = None
+) -> bool:
+    """preempting → preempted, with the preemption's record: the step the run reached and the checkpoint
+    step it resumes after. A run stopped at the deadline (`forced`) loses the steps between them: they are
+    counted, said in its history and rewound from its store (it records them again when it resumes)."""
+    run = Run.objects.filter(pk=run_id, state=S.PREEMPTING).select_related("resume_from").first()
+    if run is None:
+        return False
+    reached = run.last_step or 0
+    resumes_after = checkpoint_step(checkpoint) if checkpoint else None
+    if resumes_after is None:
+        resumes_after = _resume_point(run) if forced else reached
+    lost = max(0, reached - resumes_after)
+    grace = f"{settings.SCHEDULER_PREEMPT_GRACE_S:g}"
+    reason = (
+        f"preempted: still running {grace} s after the request (scheduler.preempt_grace_s), so its job was "
+        f"stopped; resumes after step {resumes_after}, {lost} step{'s' if lost != 1 else ''} lost"
+        if forced
+        else note or f"preempted: checkpointed after step {resumes_after}"
+    )
+    if not run_transition(run.pk, [S.PREEMPTING], S.PREEMPTED, reason):
+        return False
+    if lost:
+        run_rewind(run.pk, resumes_after)
+        Run.objects.filter(pk=run.pk).update(lost_steps=F("lost_steps") + lost)
+    record_preemption_settled(run.pk, forced=forced, step=reached, resumed_step=resumes_after, lost=lost)
+    return True
+
+
+def record_preemption_settled(run_id, *, forced: bool, step: int | None, resumed_step: int | None, lost: int) -> None:
+    """Close the run's open preemption record (or make one: the engine may stop for a request file alone)."""
+    fields = {
+        "settled_at": timezone.now(),
+        "forced": forced,
+        "step": step,
+        "resumed_step": resumed_step,
+        "lost_steps": lost,
+    }
+    open_one = Preemption.objects.filter(run_id=run_id, settled_at__isnull=True).order_by("-requested_at").first()
+    if open_one is None:
+        Preemption.objects.create(run_id=run_id, reason="the engine stopped for a preemption request", **fields)
+    else:
+        Preemption.objects.filter(pk=open_one.pk).update(**fields)
+
+
+def run_preemption_deadline(run: Run, jobs, now) -> bool:
+    """A preempting run whose job still runs past the deadline has its job stopped (Ray: SIGTERM, then
+    SIGKILL); the reconcile settles it when the job has ended. True when this call stopped it."""
+    waited = (now - run.state_changed_at).total_seconds()
+    if run.state != S.PREEMPTING or waited < settings.SCHEDULER_PREEMPT_GRACE_S:
+        return False
+    if not Preemption.objects.filter(run=run, settled_at__isnull=True).update(forced=True):
+        Preemption.objects.create(run=run, reason=run.state_reason, forced=True)
+    jobs.stop(run)
+    return True
+
+
+def preemption_forced(run: Run) -> bool:
+    """Whether the run's open preemption is past its deadline (its job was, or is being, stopped)."""
+    return Preemption.objects.filter(run=run, settled_at__isnull=True, forced=True).exists()

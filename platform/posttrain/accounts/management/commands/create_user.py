@@ -15,7 +15,7 @@ PASSWORD_ENV = "POSTTRAIN_NEW_USER_PASSWORD"
 
 
 class Command(BaseCommand):
-    help = "Create a user with a role (admin, researcher or annotator) and print the login and API token."
+    help = "Create a user with a role (admin, researcher, reviewer or annotator) and print the login and API token."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")

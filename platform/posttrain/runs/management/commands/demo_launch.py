@@ -20,13 +20,11 @@ from posttrain.registry.models import ModelAsset, RewardFunction
 from posttrain.registry.services import dataset_register_path, model_register, reward_create
 from posttrain.runs.models import TERMINAL_STATES, Experiment
 from posttrain.runs.services import experiment_create, run_launch
+from posttrain.runs.services.experiments import PLATFORM_FIELDS
 
-# Fields the platform fills from the registry and per run; the rest of the demo config is the experiment's.
-_FROM_REGISTRY = {
-    "model": ["path", "tokenizer_path"],
-    "data": ["path", "format", "prompt_field", "label_field"],
-    "logging": ["run_dir"],
-}
+# Fields the platform fills from the registry and per run (an experiment's config may not name them), and
+# the tokenizer path the registry model carries; the rest of the demo config is the experiment's.
+_FROM_REGISTRY = ("model.tokenizer_path", *PLATFORM_FIELDS)
 
 
 class Command(BaseCommand):
@@ -80,9 +78,13 @@ class Command(BaseCommand):
         name = "+".join([engine_config["name"], *overrides])
         experiment = Experiment.objects.filter(name=name).first()
         if experiment is None:
-            config = {k: v for k, v in engine_config.items() if k != "rewards"}
-            for section, keys in _FROM_REGISTRY.items():
-                config[section] = {k: v for k, v in config[section].items() if k not in keys}
+            config = dict(engine_config)
+            for field in _FROM_REGISTRY:
+                section, _, key = field.partition(".")
+                if key:
+                    config[section] = {k: v for k, v in config[section].items() if k != key}
+                else:
+                    config.pop(section, None)
             config["data"]["eval_path"] = str(assets / "data" / "test.jsonl")
             if not any(item.startswith("placement.") for item in overrides):
                 config["placement"] = {**config.get("placement", {}), **demo_placement()}

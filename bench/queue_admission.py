@@ -1,6 +1,6 @@
 """The scheduler against the old all-at-once submission: four demo-size runs of a fixed length launched at once.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/queue.py [--steps 20] [--runs 4] [--timeout-s 1800]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/queue_admission.py [--steps 20] [--runs 4] [--timeout-s 1800]
         [--assets .demo/assets] [--keep-home]
 
 The stack is the one `make demo` starts (bench/stack_memory.py's helpers: a temporary POSTTRAIN_HOME on free
@@ -25,36 +25,30 @@ did not succeed or a phase timed out.
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
-# `python bench/queue.py` puts this folder first on sys.path, where this file would stand in for the
-# standard library's `queue` (urllib3 and concurrent.futures import it): look in this folder last.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
-
 import argparse
 import json
-import shutil
-import signal
+import os
 import statistics
-import tempfile
+import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from stack_memory import (
-    PYTHON,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
+
+from bench import _servers
+from bench.stack_memory import (
+    DEMO_SH,
     REPO,
     TERMINAL,
     Api,
     BenchError,
     demo_sh,
-    interrupted,
+    ensure_demo_build,
     line_value,
     manage,
-    run_checked,
+    measure_in_a_home,
     stack_env,
 )
 
@@ -153,9 +147,9 @@ def verdict(report: dict[str, Any]) -> dict[str, Any]:
 
 def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> None:
     base_env = stack_env(home)
+    base_env["POSTTRAIN_IMPORT_ROOTS"] = str(args.assets)  # the platform registers server files from there only
     log(f"demo assets in {args.assets}")
-    if not (args.assets / "manifest.json").exists():
-        run_checked([str(PYTHON), "-m", "rl_engine", "demo", "build", str(args.assets)], base_env)
+    ensure_demo_build(args.assets, base_env)
     report["model_size"] = json.loads((args.assets / "manifest.json").read_text()).get("model_size")
     manage(base_env, "migrate", "--noinput", "-v0")
     manage(base_env, "ensure_admin")
@@ -167,9 +161,10 @@ def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> Non
     for mode in MODES:
         env = {**base_env, "POSTTRAIN_SCHEDULER": mode}
         log(f"starting the stack with POSTTRAIN_SCHEDULER={mode}")
-        if demo_sh(env, "start") != 0:
-            raise BenchError(f"scripts/demo.sh start failed; see {home / 'logs'} (--keep-home keeps it)")
-        try:
+        stack_stopped = _servers.on_stop_run([str(DEMO_SH), "stop"], env=env)
+        try:  # a stack that failed to start whole is stopped too
+            if demo_sh(env, "start") != 0:
+                raise BenchError(f"scripts/demo.sh start failed; see {home / 'logs'} (--keep-home keeps it)")
             deadline = time.monotonic() + args.timeout_s
             if experiment_id is None:  # the solo run, on the idle cluster
                 load_before = load_average()
@@ -188,10 +183,11 @@ def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> Non
         finally:
             log("stopping the stack")
             demo_sh(env, "stop")
+            stack_stopped()
     report.update(verdict(report))
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description="Admission against all-at-once: makespan and step times.")
     parser.add_argument("--steps", type=int, default=20, help="training steps of every run")
     parser.add_argument("--runs", type=int, default=4, help="runs launched at once in each mode")
@@ -209,35 +205,14 @@ def main() -> None:
         parser.error("--steps and --runs must be at least 1")
     args.assets = args.assets.resolve()
 
-    signal.signal(signal.SIGTERM, interrupted)  # unwinds through measure(), which stops the stack
-    json_out = os.fdopen(os.dup(1), "w")  # stdout carries the JSON only; the commands' output goes to stderr
-    os.dup2(2, 1)
-    started = time.monotonic()
-    home = Path(tempfile.mkdtemp(prefix="pt-queue-bench-"))
     report: dict[str, Any] = {
-        "bench": "queue",
+        "bench": "queue_admission",
         "steps": args.steps,
         "runs": args.runs,
         "cpus": os.cpu_count(),
-        "error": None,
     }
-    try:
-        measure(args, home, report)
-    except (BenchError, OSError) as exc:  # OSError: the platform's API did not answer
-        report["error"] = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
-        log(f"error: {report['error']}")
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, after measure() stopped the stack
-        report["error"] = "interrupted"
-    finally:
-        shutil.rmtree(stack_env(home)["POSTTRAIN_RAY_TMP"], ignore_errors=True)
-        if args.keep_home:
-            report["home"] = str(home)
-        else:
-            shutil.rmtree(home, ignore_errors=True)
-    report["wall_s"] = round(time.monotonic() - started, 1)
-    print(json.dumps(report, indent=1), file=json_out, flush=True)
-    sys.exit(1 if report["error"] else 0)
+    return measure_in_a_home(measure, args, report, "pt-queue-bench-")
 
 
 if __name__ == "__main__":
-    main()
+    _servers.run_bench(main)
