@@ -124,10 +124,12 @@ def driver_node(ray_address: str, run_id: str) -> str:
 
 
 def test_runs_are_placed_on_either_node_and_the_queue_counts_both(api, registry, stack):  # noqa: F811
-    # Long enough (~20 s alone) that both first runs are still running when the queue is read: 8 steps ended
-    # between two polls of a test on a busy machine.
-    experiment = create_experiment(api, registry, "one cpu each", run_config(300))
-    runs = [api.post(f"/api/experiments/{experiment['id']}/launch/", {"seed": seed}) for seed in (1, 2, 3)]
+    # The first two hold a CPU each until the test cancels them, so the queue is read while they surely run
+    # (runs of a fixed length, 8 steps and then 300, ended between two polls of a test on a busy machine).
+    holders = create_experiment(api, registry, "one cpu each, until cancelled", run_config(100_000))
+    short = create_experiment(api, registry, "one cpu, short", run_config(8))
+    runs = [api.post(f"/api/experiments/{holders['id']}/launch/", {"seed": seed}) for seed in (1, 2)]
+    runs.append(api.post(f"/api/experiments/{short['id']}/launch/", {"seed": 3}))
 
     # Two fit, one per node; the third waits for a CPU of either.
     waiting = api.wait_for(runs[2]["id"], lambda r: r["queue_position"] == 1, what="first in the queue")
@@ -138,8 +140,14 @@ def test_runs_are_placed_on_either_node_and_the_queue_counts_both(api, registry,
     assert sorted(n["head"] for n in queue["cluster"]["nodes"]) == [False, True]
     assert {r["id"] for r in queue["running"]} == {r["id"] for r in started}
     assert driver_node(stack.ray, started[0]["id"]) != driver_node(stack.ray, started[1]["id"])
+    assert api.get(f"/api/runs/{runs[2]['id']}/")["state"] == "queued"
 
-    finished = [api.wait_until_finished(r["id"], timeout_s=300) for r in runs]
-    assert [r["state"] for r in finished] == ["succeeded"] * 3, [r["state_reason"] for r in finished]
-    assert min(r["finished_at"] for r in finished[:2]) <= admitted_at(api, runs[2]["id"])
+    # A CPU comes free on one node: the waiting run takes it.
+    api.post(f"/api/runs/{runs[0]['id']}/cancel/", expect=200)
+    cancelled = api.wait_until_finished(runs[0]["id"], timeout_s=120)
+    third = api.wait_until_finished(runs[2]["id"], timeout_s=300)
+    api.post(f"/api/runs/{runs[1]['id']}/cancel/", expect=200)
+    assert (cancelled["state"], third["state"]) == ("cancelled", "succeeded"), third["state_reason"]
+    assert cancelled["finished_at"] <= admitted_at(api, runs[2]["id"])
     assert driver_node(stack.ray, runs[2]["id"]) in {n["node_id"] for n in queue["cluster"]["nodes"]}
+    assert api.wait_until_finished(runs[1]["id"], timeout_s=120)["state"] == "cancelled"
