@@ -425,11 +425,24 @@ class Runs(_Section):
         step: int | None = None,
         min_reward: float | None = None,
         max_reward: float | None = None,
+        min_advantage: float | None = None,
+        max_advantage: float | None = None,
+        min_length: int | None = None,
+        max_length: int | None = None,
         q: str | None = None,
         limit: int | None = None,
     ) -> list[Sample]:
         items = self.client.pages(
-            f"/api/runs/{run_id}/samples/", limit=limit, step=step, min_reward=min_reward, max_reward=max_reward, q=q
+            f"/api/runs/{run_id}/samples/",
+            limit=limit,
+            step=step,
+            min_reward=min_reward,
+            max_reward=max_reward,
+            min_advantage=min_advantage,
+            max_advantage=max_advantage,
+            min_length=min_length,
+            max_length=max_length,
+            q=q,
         )
         return [Sample.from_api(item) for item in items]
 

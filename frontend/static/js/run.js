@@ -290,6 +290,8 @@ function sampleFilters() {
   }
   return {
     step, min_reward: form.elements.min_reward.value, max_reward: form.elements.max_reward.value,
+    min_advantage: form.elements.min_advantage.value, max_advantage: form.elements.max_advantage.value,
+    min_length: form.elements.min_length.value, max_length: form.elements.max_length.value,
     finish_reason: form.elements.finish_reason.value, q: form.elements.q.value.trim(),
   };
 }

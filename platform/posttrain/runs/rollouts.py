@@ -212,6 +212,10 @@ class RolloutFilter:
     step_range: tuple[int, int] | None = None
     min_reward: float | None = None
     max_reward: float | None = None
+    min_advantage: float | None = None
+    max_advantage: float | None = None
+    min_length: int | None = None  # response tokens
+    max_length: int | None = None
     finish_reason: str | None = None
     q: str | None = None  # a case-insensitive substring of the prompt, the response or the label
     prompt: str | None = None  # the exact prompt
@@ -225,12 +229,17 @@ class RolloutFilter:
         if self.step_range is not None:
             clauses.append("step BETWEEN ? AND ?")
             params += list(self.step_range)
-        if self.min_reward is not None:
-            clauses.append("reward >= ?")
-            params.append(self.min_reward)
-        if self.max_reward is not None:
-            clauses.append("reward <= ?")
-            params.append(self.max_reward)
+        for column, low, high in (
+            ("reward", self.min_reward, self.max_reward),
+            ("advantage", self.min_advantage, self.max_advantage),
+            ("length", self.min_length, self.max_length),
+        ):
+            if low is not None:
+                clauses.append(f"{_quoted(column)} >= ?")
+                params.append(low)
+            if high is not None:
+                clauses.append(f"{_quoted(column)} <= ?")
+                params.append(high)
         if self.finish_reason:
             clauses.append("finish_reason = ?")
             params.append(self.finish_reason)
@@ -263,6 +272,10 @@ class RolloutFilter:
                 self.step_range,
                 self.min_reward,
                 self.max_reward,
+                self.min_advantage,
+                self.max_advantage,
+                self.min_length,
+                self.max_length,
                 self.finish_reason,
                 self.q,
                 self.prompt,

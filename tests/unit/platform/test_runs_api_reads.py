@@ -25,7 +25,12 @@ def run(experiment):
             metrics["kl/mean"] = "nan"
         samples = [
             sample_record(
-                i, reward=float(i % 2), finish_reason="length" if i == 3 else "stop", response=f"answer {step}-{i}"
+                i,
+                reward=float(i % 2),
+                advantage=i - 1.5,
+                length=i + 1,
+                finish_reason="length" if i == 3 else "stop",
+                response=f"answer {step}-{i}",
             )
             for i in range(4)
         ]
@@ -78,6 +83,17 @@ def test_samples_are_paginated_and_filtered(api, run):
     assert found["count"] is None and found["next"] is None
 
 
+def test_samples_are_filtered_by_advantage_and_response_length(api, run):
+    # Each step's four samples have advantages -1.5, -0.5, 0.5, 1.5 and lengths 1, 2, 3, 4.
+    assert get(api, f"/api/runs/{run.id}/samples/", min_advantage=0)[1]["count"] == 6
+    _, lowest = get(api, f"/api/runs/{run.id}/samples/", max_advantage=-1, step=1)
+    assert [(s["index"], s["advantage"]) for s in lowest["results"]] == [(0, -1.5)]
+    _, three = get(api, f"/api/runs/{run.id}/samples/", min_length=3, max_length=3)
+    assert [(s["step"], s["index"]) for s in three["results"]] == [(1, 2), (2, 2), (3, 2)]
+    assert get(api, f"/api/runs/{run.id}/samples/", min_advantage=1, min_length=4, min_reward=1)[1]["count"] == 3
+    assert get(api, f"/api/runs/{run.id}/samples/", min_length=5)[1]["count"] == 0
+
+
 def test_nul_characters_in_text_filters_are_dropped_not_a_server_error(api, run):
     assert get(api, f"/api/runs/{run.id}/samples/", q="answer\x00 3-2")[0] == 200
     assert get(api, f"/api/runs/{run.id}/metrics/", names="reward/mean\x00")[0] == 200
@@ -95,7 +111,18 @@ def test_admin_pages_of_runs_and_experiments_open(admin_client, run):
         assert admin_client.get(url).status_code == 200, url
 
 
-@pytest.mark.parametrize(("param", "value"), [("step", "x"), ("min_reward", "high"), ("max_reward", "inf")])
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("step", "x"),
+        ("min_reward", "high"),
+        ("max_reward", "inf"),
+        ("min_advantage", "nan"),
+        ("max_advantage", "big"),
+        ("min_length", "-1"),
+        ("max_length", "99999999999999999999"),
+    ],
+)
 def test_bad_sample_filters_are_400_naming_them(api, run, param, value):
     status, body = get(api, f"/api/runs/{run.id}/samples/", **{param: value})
     assert status == 400 and body["errors"][0]["loc"] == param

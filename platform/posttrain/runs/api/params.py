@@ -7,14 +7,17 @@ from rest_framework.request import Request
 from posttrain.core.errors import InvalidInput
 
 
-def int_param(request: Request, name: str) -> int | None:
+def int_param(request: Request, name: str, *, low: int | None = None, high: int | None = None) -> int | None:
     raw = request.query_params.get(name)
     if raw in (None, ""):
         return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise InvalidInput.one(name, f"must be an integer, got {raw[:50]!r}") from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise InvalidInput.one(name, f"must be between {low} and {high}, got {raw[:50]}")
+    return value
 
 
 def text_param(request: Request, name: str) -> str | None:

@@ -35,7 +35,7 @@ from posttrain.runs import rollouts, selectors, services
 from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
 from posttrain.runs.api.params import float_param, int_param, text_param
-from posttrain.runs.event_schema import parse_batch
+from posttrain.runs.event_schema import MAX_INT32, parse_batch
 from posttrain.runs.models import Run, RunKind, RunState
 from posttrain.runs.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from posttrain.runs.prometheus import exposition
@@ -325,6 +325,10 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             OpenApiParameter("step", OpenApiTypes.INT),
             OpenApiParameter("min_reward", OpenApiTypes.FLOAT),
             OpenApiParameter("max_reward", OpenApiTypes.FLOAT),
+            OpenApiParameter("min_advantage", OpenApiTypes.FLOAT),
+            OpenApiParameter("max_advantage", OpenApiTypes.FLOAT),
+            OpenApiParameter("min_length", OpenApiTypes.INT, description="Response length in tokens, at least."),
+            OpenApiParameter("max_length", OpenApiTypes.INT, description="Response length in tokens, at most."),
             OpenApiParameter("finish_reason", OpenApiTypes.STR, description="stop or length"),
             OpenApiParameter("q", OpenApiTypes.STR, description="Text in the prompt, response or label (any case)."),
             OpenApiParameter("group", OpenApiTypes.INT, description="One prompt group of the step (GRPO)."),
@@ -342,6 +346,10 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             steps=None if step is None else [step],
             min_reward=float_param(request, "min_reward"),
             max_reward=float_param(request, "max_reward"),
+            min_advantage=float_param(request, "min_advantage"),
+            max_advantage=float_param(request, "max_advantage"),
+            min_length=int_param(request, "min_length", low=0, high=MAX_INT32),
+            max_length=int_param(request, "max_length", low=0, high=MAX_INT32),
             finish_reason=text_param(request, "finish_reason"),
             q=text_param(request, "q"),
             group=int_param(request, "group"),
