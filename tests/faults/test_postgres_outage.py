@@ -124,7 +124,10 @@ def test_postgres_stopped_for_10_s_answers_503_loses_no_event_and_the_worker_rec
     from posttrain_sdk.event_log import read_events
 
     api, stack, postgres = outage.api, outage.stack, outage.postgres
-    experiment = create_experiment(api, outage.registry, "postgres outage", run_config(120), rewards=(("exact", 1.0),))
+    # Long enough (~20 s alone) to outlast the SDK's start, the sign-in and the 10-second outage: 120 steps ended
+    # before the outage under a loaded suite.
+    config = run_config(400)
+    experiment = create_experiment(api, outage.registry, "postgres outage", config, rewards=(("exact", 1.0),))
     run = launch(api, experiment)
     api.wait_for(run["id"], lambda r: r["state"] == "running" and (r["last_step"] or 0) >= 1, what="a step")
     sdk = start_simulated_run(api, tmp_path, "sdk during the outage", steps=300, rate=20.0)

@@ -58,7 +58,8 @@ def stored_seq(run_id: str) -> int:
 def test_redis_killed_and_restarted_mid_run_loses_nothing_and_the_live_page_catches_up(
     api, registry, stack, private_redis
 ):
-    experiment = create_experiment(api, registry, "redis restart", run_config(25))
+    # Long enough (~10 s alone) to still be training after Redis is killed: 25 steps took ~1 s.
+    experiment = create_experiment(api, registry, "redis restart", run_config(200))
     run = launch(api, experiment)
     api.wait_for(run["id"], lambda r: r["state"] == "running" and (r["last_step"] or 0) >= 2, what="two steps")
     page = LivePage(api, run["id"])
