@@ -386,7 +386,8 @@ def test_a_run_with_separate_placement_runs_its_roles_as_actors_of_its_job_and_c
 
 
 def test_the_engine_keeps_its_events_through_a_10_second_web_outage_and_delivers_them_all(api, registry, stack):
-    experiment = create_experiment(api, registry, "outage", run_config(100))  # still training when the server goes down
+    # Still training when the server goes down and through the 10 s it is away (~15 s of steps alone).
+    experiment = create_experiment(api, registry, "outage", run_config(300))
     run = launch(api, experiment)
     api.wait_for(run["id"], lambda r: r["state"] == "running" and (r["last_step"] or 0) >= 1, what="running")
 
