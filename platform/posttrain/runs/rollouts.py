@@ -41,24 +41,9 @@ FETCH_ROWS = 256
 DUCKDB_THREADS = 2
 DUCKDB_MEMORY_LIMIT = "512MB"
 MAX_SAME_PROMPT = 2000
-# The columns of the rollout table (the per-token view is read on its own, for one rollout).
-TABLE_COLUMNS = (
-    "step",
-    "index",
-    "group",
-    "prompt",
-    "response",
-    "label",
-    "reward",
-    "components",
-    "advantage",
-    "length",
-    "finish_reason",
-    "errors",
-    "kept",
-    "turns",
-    "env",
-)
+# The columns of the rollout table: a rollout file's, less the async segments' policy versions (the per-token
+# view is read on its own, for one rollout).
+TABLE_COLUMNS = tuple(c for c in rollout_files.ROLLOUT_COLUMNS if c != "versions")
 _JSON_COLUMNS = ("components", "env")
 
 
