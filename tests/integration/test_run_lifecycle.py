@@ -59,9 +59,11 @@ def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Ite
 
 
 @pytest.fixture(autouse=True)
-def _after_each_test(stack):
-    """No request may have been a 500; a failed test must not leave an engine running into the next one."""
+def _after_each_test(stack, api):
+    """No request may have been a 500; a failed test must not leave a run going into the next one (its
+    events and the worker's admission of what it left queued would race the database's flush)."""
     yield
+    api.cancel_unfinished()
     stop_ray_jobs(stack.ray)
     errors = [line for line in stack.web.log().splitlines() if '" 500 ' in line]
     stack.web.log_path.write_text("")  # each test checks its own requests
@@ -96,6 +98,16 @@ class Api:
 
     def wait_until_finished(self, run_id: str, timeout_s: float = RUN_TIMEOUT_S) -> dict:
         return self.wait_for(run_id, lambda r: r["state"] in TERMINAL, timeout_s, "a final state")
+
+    def cancel_unfinished(self) -> None:
+        """Cancels every run not yet in a final state and waits until each is in one."""
+        from posttrain.runs.models import Run
+
+        unfinished = [str(pk) for pk in Run.objects.exclude(state__in=TERMINAL).values_list("pk", flat=True)]
+        for run_id in unfinished:
+            self.session.post(f"{self.base}/api/runs/{run_id}/cancel/", json={}, timeout=30)
+        for run_id in unfinished:
+            self.wait_until_finished(run_id, timeout_s=120)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ stand in for Ray here; tests/integration/test_scheduler.py runs the same against
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
@@ -12,7 +13,7 @@ from django.db import connection
 from posttrain.runs import services
 from posttrain.runs.models import ClusterSnapshot, Quota, Run
 from posttrain.runs.scheduling import ClusterNode, ClusterView
-from posttrain.runs.services.scheduler import runs_admit
+from posttrain.runs.services.scheduler import RAY_REPORT_LAG_S, runs_admit
 from posttrain.runs.services.state_machine import S
 from tests.unit.platform.helpers import FakeJobs, a_researcher, make_run
 
@@ -70,6 +71,52 @@ def test_resources_other_jobs_use_are_not_given_away(experiment, researcher):
     assert runs_admit(cluster=cluster(2.0, free=0.5), jobs=FakeJobs()) == []  # 1.5 CPUs held outside Posttrain
     run.refresh_from_db()
     assert run.queue_reason == "needs 1 CPU, 0.5 free"
+
+
+def two_nodes_ray_reports(used_cpus: dict[str, float]):
+    """Two 1-CPU nodes as Ray's report shows them: n0 and n1, each with the CPUs in use given."""
+    view = ClusterView(
+        [
+            ClusterNode(
+                name, f"10.0.0.{i}", {"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0 - used_cpus.get(name, 0.0), "GPU": 0.0}
+            )
+            for i, name in enumerate(("n0", "n1"))
+        ]
+    )
+    return lambda: view
+
+
+def test_a_run_ray_placed_on_another_node_than_predicted_does_not_hold_both(experiment, researcher):
+    # Admission placed the first run on n0; Ray put its driver on n1 and reports n0 idle.
+    first = launch(experiment, researcher)
+    assert runs_admit(cluster=two_nodes_ray_reports({}), jobs=FakeJobs()) == [str(first.pk)]
+    first.refresh_from_db()
+    assert first.placement == {"n0": {"CPU": 1.0, "GPU": 0.0}}
+    second = launch(experiment, researcher)
+    ray_put_it_on_n1 = two_nodes_ray_reports({"n1": 1.0})
+
+    # Within Ray's report lag the use on n1 may be another job's: the second run waits.
+    assert runs_admit(cluster=ray_put_it_on_n1, jobs=FakeJobs()) == []
+    second.refresh_from_db()
+    assert second.queue_reason == "needs 1 CPU, 0 free"
+
+    # Past it, the idle grant on n0 and the use on n1 are the same run: n0 is free.
+    later = first.state_changed_at + timedelta(seconds=RAY_REPORT_LAG_S + 1)
+    assert runs_admit(cluster=ray_put_it_on_n1, jobs=FakeJobs(), now=later) == [str(second.pk)]
+    second.refresh_from_db()
+    assert second.placement == {"n0": {"CPU": 1.0, "GPU": 0.0}}
+
+
+def test_an_idle_grant_frees_nothing_when_no_other_node_shows_use_beyond_its_grants(experiment, researcher):
+    first = launch(experiment, researcher)
+    runs_admit(cluster=two_nodes_ray_reports({}), jobs=FakeJobs())
+    first.refresh_from_db()
+    second, third = launch(experiment, researcher), launch(experiment, researcher)
+    later = first.state_changed_at + timedelta(seconds=RAY_REPORT_LAG_S + 1)
+    # Ray shows nothing in use yet (its job still pending): the first run's CPU stays granted, one is left.
+    assert runs_admit(cluster=two_nodes_ray_reports({}), jobs=FakeJobs(), now=later) == [str(second.pk)]
+    third.refresh_from_db()
+    assert third.queue_reason.startswith("needs 1 CPU, 0 free")
 
 
 def test_a_run_larger_than_any_node_is_held_with_the_reason_and_blocks_no_one(experiment, researcher):

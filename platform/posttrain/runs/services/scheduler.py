@@ -163,21 +163,50 @@ def _sum_by_node(allocations: Iterable[Allocation]) -> dict[str, Resources]:
 
 def _free_by_node(view: ClusterView, holding: list[Run], now) -> dict[str, Resources]:
     """Each node's total, less what the platform granted there, less what Ray reports in use there beyond
-    those grants and beyond the runs that stopped holding within Ray's report lag (other jobs)."""
+    those grants and beyond the runs that stopped holding within Ray's report lag (other jobs).
+
+    Ray picks the node of a job's driver itself, so a run may hold its CPU on another node than admission
+    predicted: its grant sits idle on one node while another shows use beyond its grants. Grants older than
+    Ray's report lag that are idle are matched against such use elsewhere, which then counts as the
+    platform's own, and the idle grant is free again (without this, one run held two nodes' room)."""
     granted = _sum_by_node(_placement_of(run, view) for run in holding)
+    lag = timedelta(seconds=RAY_REPORT_LAG_S)
+    settled = _sum_by_node(
+        _placement_of(run, view) for run in holding if run.state_changed_at and now - run.state_changed_at >= lag
+    )
     stopped_holding = RunTransition.objects.filter(
-        run__kind=RunKind.NATIVE, from_state__in=ACTIVE_STATES, at__gte=now - timedelta(seconds=RAY_REPORT_LAG_S)
+        run__kind=RunKind.NATIVE, from_state__in=ACTIVE_STATES, at__gte=now - lag
     ).exclude(to_state__in=ACTIVE_STATES)
     released = _sum_by_node(
         _placement_of(run, view)
         for run in Run.objects.filter(pk__in=stopped_holding.values("run_id")).exclude(state__in=ACTIVE_STATES)
     )
-    free: dict[str, Resources] = {}
+    foreign: dict[str, Resources] = {}
+    idle: dict[str, Resources] = {}
     for node in view.nodes:
         mine, gone = granted.get(node.node_id, {}), released.get(node.node_id, {})
         ray_used = subtract(node.total, node.free)
-        foreign = {key: max(0.0, ray_used[key] - mine.get(key, 0.0) - gone.get(key, 0.0)) for key in RESOURCE_KEYS}
-        free[node.node_id] = subtract(subtract(node.total, mine), foreign)
+        foreign[node.node_id] = {
+            key: max(0.0, ray_used[key] - mine.get(key, 0.0) - gone.get(key, 0.0)) for key in RESOURCE_KEYS
+        }
+        old_grants = settled.get(node.node_id, {})
+        idle[node.node_id] = {
+            key: max(0.0, min(old_grants.get(key, 0.0), mine.get(key, 0.0) - ray_used[key])) for key in RESOURCE_KEYS
+        }
+    misplaced = {
+        key: min(sum(r[key] for r in foreign.values()), sum(r[key] for r in idle.values())) for key in RESOURCE_KEYS
+    }
+    free: dict[str, Resources] = {}
+    for node in view.nodes:
+        # Each idle grant is freed in proportion to its share of the idle grants, up to what was misplaced.
+        given_back = {
+            key: misplaced[key] * idle[node.node_id][key] / sum(r[key] for r in idle.values())
+            if misplaced[key]
+            else 0.0
+            for key in RESOURCE_KEYS
+        }
+        held_here = add(granted.get(node.node_id, {}), foreign[node.node_id])
+        free[node.node_id] = add(subtract(node.total, held_here), given_back)
     return free
 
 
