@@ -811,6 +811,7 @@ def _rollout_metrics(
         "reward/group_all_equal_rate": float((grouped.max(1).values == grouped.min(1).values).float().mean()),
         "response/length_mean": float(lengths.mean()),
         "response/length_max": float(lengths.max()),
+        "response/length_min": float(lengths.min()),
         "response/truncated_rate": sum(s.finish_reason == "length" for s in samples) / len(samples),
     }
     for name, values in reward.components.items():
@@ -972,6 +973,9 @@ def _run(
         counters["progress/tokens"] += sum(r["length"] for r in rollouts.records)
         counters["progress/train_time_s"] += metrics["timing/step"]
         metrics.update(counters)
+        metrics["progress/epoch"] = counters["progress/samples"] / (
+            cfg.rollout.samples_per_prompt * len(engine.data.train)
+        )
         metrics.update(engine.peak_memory())
         due_eval = cfg.logging.eval_every > 0 and (step % cfg.logging.eval_every == 0 or step == cfg.train.steps)
         if due_eval and eval_prompts:

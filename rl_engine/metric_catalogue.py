@@ -168,6 +168,7 @@ PANELS: tuple[Panel, ...] = (
         (
             Metric("response/length_mean", "Mean response length", False, headline=True),
             Metric("response/length_max", "Longest response of the step", False),
+            Metric("response/length_min", "Shortest response of the step", None),
             Metric("eval/response/length_mean", "Mean response length on the held-out prompts (greedy)", False),
         ),
     ),
@@ -356,6 +357,17 @@ ON_DEMAND: tuple[Metric, ...] = (
     Metric("reward/<component>/<log>", "An extra log a reward function returned", None, unit="as logged"),
     Metric("policy/ratio_max", "Largest probability ratio new/old policy in the update", False, unit="ratio"),
     Metric("policy/lr", "Learning rate of the step", None, unit="lr"),
+    Metric("critic/lr", "Learning rate of the value model (PPO)", None, unit="lr"),
+    Metric("critic/values_mean", "Mean value prediction over the trained tokens (PPO)", None, unit="return"),
+    Metric(
+        "returns/mean", "Mean return the value model is fitted to, over the trained tokens (PPO)", None, unit="return"
+    ),
+    Metric(
+        "sequence/length_mean",
+        "Mean prompt plus response length (other engines log it; Posttrain logs the response's)",
+        None,
+        unit="tokens",
+    ),
     Metric("advantages/mean", "Mean advantage over the trained tokens", None, unit="advantage"),
     Metric("advantages/abs_mean", "Mean absolute advantage (how much signal the step carries)", None, unit="advantage"),
     Metric(
@@ -370,6 +382,7 @@ ON_DEMAND: tuple[Metric, ...] = (
     Metric("progress/samples", "Samples generated so far (an x axis)", None, unit="samples"),
     Metric("progress/tokens", "Tokens generated so far (an x axis)", None, unit="tokens"),
     Metric("progress/train_time_s", "Seconds of training so far (an x axis)", None, unit="s"),
+    Metric("progress/epoch", "Passes over the training prompts so far (an x axis)", None, unit="epochs"),
     Metric("env/episode_errors", "Episodes the environment failed", False, unit="episodes"),
     Metric(
         "env/<log>", "A log of the run's environment (turns, tool calls, ...), mean per episode", None, unit="as logged"

@@ -392,6 +392,8 @@ class TorchTrainer:
             torch.cuda.synchronize(self.device)  # the optimizer's last kernels belong to this update's time
         seconds = time.perf_counter() - started
         metrics["policy/lr"] = self.optimizer.param_groups[0]["lr"]
+        if self.critic_optimizer is not None:
+            metrics["critic/lr"] = self.critic_optimizer.param_groups[0]["lr"]
         if self.peak_flops:
             metrics["throughput/train_mfu"] = mfu(flops, seconds, self.peak_flops)
         return metrics
@@ -489,6 +491,8 @@ class TorchTrainer:
             self._backward(alg.value_coef * v_loss * share, "critic")
             out["critic/loss"] = v_loss.detach()
             out["critic/clip_ratio"] = v_stats["clip_ratio"]
+            out["critic/values_mean"] = masked_mean(values.detach(), mask)
+            out["returns/mean"] = masked_mean(exp.returns, mask)
         return out
 
     # --- the hooks a backend replaces ----------------------------------------------------------

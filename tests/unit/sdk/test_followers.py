@@ -9,9 +9,11 @@ import math
 
 import pytest
 
+from posttrain_sdk import metric_names
 from posttrain_sdk.errors import PosttrainError
 from posttrain_sdk.followers import TensorBoardFollower, VerlJsonlFollower, follower_for
 from posttrain_sdk.metric_names import openrlhf_name, tensorboard_name, trl_name, verl_name
+from rl_engine.metric_catalogue import lookup
 
 
 def test_tensorboard_event_files_are_followed_while_the_writer_appends(tmp_path):
@@ -105,3 +107,9 @@ def test_an_unknown_file_kind_asks_for_the_format(tmp_path):
 )
 def test_metric_names_map_to_posttrains(engine_name, ours, rename):
     assert rename(engine_name) == ours
+
+
+@pytest.mark.parametrize("engine", ["TRL", "VERL", "OPENRLHF"])
+def test_every_name_the_sdk_maps_to_is_in_the_metric_catalogue(engine):
+    unknown = {theirs: ours for theirs, ours in getattr(metric_names, engine).items() if lookup(ours) is None}
+    assert not unknown, f"{engine}'s names mapped to metrics the catalogue does not describe: {unknown}"
