@@ -129,6 +129,41 @@ class EnvironmentExecutor:
         episodes = [
             _Episode(next(self._keys), i, list(p.token_ids)) for i, p in enumerate(prompts) for _ in range(params.n)
         ]
+        self._reset(episodes, prompts)
+        one = replace(params, n=1)
+        for turn in range(1, self.cfg.max_turns + 1):
+            active = [e for e in episodes if not e.done]
+            if not active:
+                break
+            samples = self.rollout.generate([e.prompt_ids + e.trajectory.tokens for e in active], one)
+            texts = self.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
+            for episode, sample, text in zip(active, samples, texts):
+                episode.trajectory.act(sample, trained=episode.next_trained)
+                episode.finish_reason = sample.finish_reason
+                if episode.next_trained:  # the reward functions score the learner's last turn
+                    episode.last_action = text
+                action = {"role": "assistant", "text": text, "reward": None}
+                episode.turns.append(action if episode.next_trained else {**action, "trained": False})
+            self._step(active, texts, last_turn=turn == self.cfg.max_turns)
+            if self.pool.lost:  # the process went down: the other open episodes went with it
+                for episode in episodes:
+                    if not episode.done:
+                        episode.fail("the environment process was restarted")
+        self.pool.call("end", [(e.key, None) for e in episodes if not self.pool.lost])
+        for episode in episodes:
+            episode.logs["turns"] = float(sum(1 for t in episode.turns if t["role"] == "assistant"))
+        return Rollouts(
+            samples=[e.trajectory.sample(e.prompt_index, e.finish_reason) for e in episodes],
+            env_rewards=[e.reward for e in episodes],
+            errors=[e.errors for e in episodes],
+            turns=[e.turns for e in episodes],
+            logs=[e.logs for e in episodes],
+            final_texts=[e.last_action for e in episodes],
+            env_seconds=self.pool.seconds,
+        )
+
+    def _reset(self, episodes: list[_Episode], prompts: list[Prompt]) -> None:
+        """Opens each episode; the environment's first observation, if any, starts its trajectory."""
         by_key = {e.key: e for e in episodes}
         first = self.pool.call(
             "reset",
@@ -152,54 +187,25 @@ class EnvironmentExecutor:
             if value["observation"]:
                 by_key[key].trajectory.observe(self._tokens(value["observation"]))
                 by_key[key].turns.append({"role": "environment", "text": value["observation"], "reward": None})
-        one = replace(params, n=1)
-        for turn in range(1, self.cfg.max_turns + 1):
-            active = [e for e in episodes if not e.done]
-            if not active:
-                break
-            samples = self.rollout.generate([e.prompt_ids + e.trajectory.tokens for e in active], one)
-            texts = self.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
-            for episode, sample, text in zip(active, samples, texts):
-                episode.trajectory.act(sample, trained=episode.next_trained)
-                episode.finish_reason = sample.finish_reason
-                if episode.next_trained:  # the reward functions score the learner's last turn
-                    episode.last_action = text
-                action = {"role": "assistant", "text": text, "reward": None}
-                episode.turns.append(action if episode.next_trained else {**action, "trained": False})
-            replies = self.pool.call("step", [(e.key, text) for e, text in zip(active, texts)])
-            for episode in active:
-                ok, value = replies[episode.key]
-                if not ok:
-                    episode.fail(value)
-                    continue
-                episode.reward += value["reward"]
-                episode.logs.update(value["logs"])
-                episode.next_trained = value["next_turn_trained"]
-                episode.turns.append(
-                    {"role": "environment", "text": value["observation"] or "", "reward": value["reward"]}
-                )
-                if value["done"]:
-                    episode.done = True
-                elif turn == self.cfg.max_turns:
-                    episode.done, episode.finish_reason = True, "length"  # out of turns
-                elif value["observation"]:
-                    episode.trajectory.observe(self._tokens(value["observation"]))
-            if self.pool.lost:  # the process went down: the other open episodes went with it
-                for episode in episodes:
-                    if not episode.done:
-                        episode.fail("the environment process was restarted")
-        self.pool.call("end", [(e.key, None) for e in episodes if not self.pool.lost])
-        for episode in episodes:
-            episode.logs["turns"] = float(sum(1 for t in episode.turns if t["role"] == "assistant"))
-        return Rollouts(
-            samples=[e.trajectory.sample(e.prompt_index, e.finish_reason) for e in episodes],
-            env_rewards=[e.reward for e in episodes],
-            errors=[e.errors for e in episodes],
-            turns=[e.turns for e in episodes],
-            logs=[e.logs for e in episodes],
-            final_texts=[e.last_action for e in episodes],
-            env_seconds=self.pool.seconds,
-        )
+
+    def _step(self, active: list[_Episode], texts: list[str], last_turn: bool) -> None:
+        """Sends each open episode's action; its reply scores it, ends it or observes for the next turn."""
+        replies = self.pool.call("step", [(e.key, text) for e, text in zip(active, texts)])
+        for episode in active:
+            ok, value = replies[episode.key]
+            if not ok:
+                episode.fail(value)
+                continue
+            episode.reward += value["reward"]
+            episode.logs.update(value["logs"])
+            episode.next_trained = value["next_turn_trained"]
+            episode.turns.append({"role": "environment", "text": value["observation"] or "", "reward": value["reward"]})
+            if value["done"]:
+                episode.done = True
+            elif last_turn:
+                episode.done, episode.finish_reason = True, "length"  # out of turns
+            elif value["observation"]:
+                episode.trajectory.observe(self._tokens(value["observation"]))
 
     def close(self) -> None:
         self.pool.close()

@@ -27,10 +27,11 @@ DUAL_CLIP_LOSSES = tuple(name for name, spec in POLICY_LOSSES.items() if spec.du
 
 def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
     """Rules spanning sections. Each error names the field the user should change."""
-    errors: list[tuple[str, str]] = []
-    alg, ro, tr, be = c.algorithm, c.rollout, c.train, c.backends
-    n = c.samples_per_step
+    return [*_reward_errors(c), *_algorithm_errors(c), *_batch_errors(c), *_backend_errors(c), *_device_errors(c)]
 
+
+def _reward_errors(c: RunConfig) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
     if not c.rewards and c.environment is None and c.agent is None:
         errors.append(
             ("rewards", "at least one reward component is needed (or an environment or agent that gives rewards)")
@@ -44,7 +45,12 @@ def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
         if r.name in seen:
             errors.append((f"rewards.{i}.name", f"duplicate reward name {r.name!r}; give each component its own name"))
         seen.add(r.name)
+    return errors
 
+
+def _algorithm_errors(c: RunConfig) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    alg, ro = c.algorithm, c.rollout
     if alg.is_group_estimator and ro.samples_per_prompt < 2:
         errors.append(
             ("rollout.samples_per_prompt", f"group estimator {alg.name!r} needs more than one sample per prompt")
@@ -103,7 +109,13 @@ def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
                 f"must be smaller than rollout.max_new_tokens ({ro.max_new_tokens}), or every response is penalised",
             )
         )
+    return errors
 
+
+def _batch_errors(c: RunConfig) -> list[tuple[str, str]]:
+    """The step's samples split into whole mini-batches, of whole prompt groups, of whole micro-batches."""
+    errors: list[tuple[str, str]] = []
+    ro, tr, n = c.rollout, c.train, c.samples_per_step
     if tr.mini_batch_size is not None:
         mb = tr.mini_batch_size
         if n % mb:
@@ -129,12 +141,16 @@ def cross_field_errors(c: RunConfig) -> list[tuple[str, str]]:
                 f"must divide the samples per step ({ro.prompts_per_step} x {ro.samples_per_prompt} = {n})",
             )
         )
+    return errors
 
+
+def _backend_errors(c: RunConfig) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    be = c.backends
     if be.zero_stage > 0 and be.training != "deepspeed":
         errors.append(("backends.zero_stage", "ZeRO stages above 0 need backends.training = 'deepspeed'"))
     if be.offload and (be.training != "deepspeed" or be.zero_stage == 0):
         errors.append(("backends.offload", "CPU offload needs backends.training = 'deepspeed' and zero_stage >= 1"))
-    errors.extend(_device_errors(c))
     return errors
 
 

@@ -133,16 +133,9 @@ def simulate(
         for decision in decisions:
             if not decision.admit:
                 continue
-            outcome = outcomes[decision.run_id]
-            if outcome.start_s is None:
-                outcome.start_s = now_s
-            outcome.placement = decision.placement or {}
-            outcome.end_s = now_s + outcome.left_s
-            for name, resources in outcome.placement.items():
-                free[name] = subtract(free[name], resources)
-                if any(free[name][key] < -1e-9 for key in RESOURCE_KEYS):
-                    raise AssertionError(f"{decision.run_id} over-committed node {name}: {free[name]}")
-            running[decision.run_id] = outcome
+            outcome = running[decision.run_id] = _start(
+                outcomes[decision.run_id], decision.placement or {}, free, now_s
+            )
             del waiting[decision.run_id]
             heapq.heappush(events, (outcome.end_s, 0, "end", decision.run_id))
         head = next((d for d in decisions if d.blocking), None)
@@ -151,6 +144,19 @@ def simulate(
                 waiting[victim] = outcomes[victim].run
                 heapq.heappush(events, (now_s, 2, "arrive-again", victim))  # one more pass at this instant
     return SimResult(outcomes, timings, capacity)
+
+
+def _start(outcome: Outcome, placement: Allocation, free: dict[str, Resources], now_s: float) -> Outcome:
+    """An admitted run takes its room on the nodes; AssertionError when that over-commits one."""
+    if outcome.start_s is None:
+        outcome.start_s = now_s
+    outcome.placement = placement
+    outcome.end_s = now_s + outcome.left_s
+    for name, resources in placement.items():
+        free[name] = subtract(free[name], resources)
+        if any(free[name][key] < -1e-9 for key in RESOURCE_KEYS):
+            raise AssertionError(f"{outcome.run.run_id} over-committed node {name}: {free[name]}")
+    return outcome
 
 
 def _preempt(head, candidates, running: dict[str, Outcome], free: dict[str, Resources], now_s: float) -> list[str]:

@@ -122,7 +122,7 @@ def _recover_from_run_folder(run: Run) -> int:
 
 def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None:
     """Bring one active run (starting, running, cancelling, preempting) in line with its Ray job."""
-    from posttrain.runs.services.scheduler import preemption_forced, run_preemption_deadline, run_preemption_settle
+    from posttrain.runs.services.scheduler import run_preemption_deadline
 
     jobs = jobs or _default_jobs()
     run.refresh_from_db()
@@ -132,7 +132,6 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
     if status is None and _admitted_moments_ago(run):
         jobs.submit(run)  # admitted, and the pass that admitted it has not submitted it (yet, or it died)
         return
-    active = [S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING]
     if status is None or status in JOB_TERMINAL:
         # An engine that died before reading its token left the file: no job will read it now.
         token_files_remove((run.resolved_config or {}).get("logging", {}).get("run_dir"))
@@ -140,6 +139,21 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
         run.refresh_from_db()
         if run.state not in ACTIVE_STATES:
             return  # the engine's own final status was among the recovered events
+        _settle_ended_job(run, status, jobs)
+    elif run.state == S.CANCELLING:
+        jobs.stop(run)  # the cancel task may have died before Ray stopped it; ask again
+    elif status == "RUNNING":
+        now = now or timezone.now()
+        if run.state == S.PREEMPTING and not run_preemption_deadline(run, jobs, now):
+            jobs.preempt(run, run.state_reason)  # idempotent: a request lost with a worker is made again
+        _fail_if_lost(run, jobs, now)
+
+
+def _settle_ended_job(run: Run, status: str | None, jobs: JobsClient) -> None:
+    """An active run whose Ray job is gone (None) or ended, and whose engine reported no final status."""
+    from posttrain.runs.services.scheduler import preemption_forced, run_preemption_settle
+
+    active = [S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING]
     if status is None:
         if run.state == S.CANCELLING:
             run_transition(run.pk, [S.CANCELLING], S.CANCELLED, "cancelled")
@@ -174,13 +188,6 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
                 S.FAILED,
                 f"{headline}; its last log lines:\n{tail}" if tail else f"{headline} (no logs)",
             )
-    elif run.state == S.CANCELLING:
-        jobs.stop(run)  # the cancel task may have died before Ray stopped it; ask again
-    elif status == "RUNNING":
-        now = now or timezone.now()
-        if run.state == S.PREEMPTING and not run_preemption_deadline(run, jobs, now):
-            jobs.preempt(run, run.state_reason)  # idempotent: a request lost with a worker is made again
-        _fail_if_lost(run, jobs, now)
 
 
 def _job_failure_headline(exit_code: int | None, log_tail: str) -> str:

@@ -275,33 +275,7 @@ def runs_admit(
             [_owner(r) for r in waiting + holding], view.total, now, settings.SCHEDULER_USAGE_HALF_LIFE_S
         )
         paces = experiment_paces(r.experiment_id for r in waiting + holding)
-        held: dict[str, str] = {}  # run id -> why it can never start as it is
-        candidates = []
-        node_totals = [n.total for n in view.nodes]
-        for run in waiting:
-            needs = run.resources or {}
-            pieces = [needs.get("driver", {}), *needs.get("bundles", [])]
-            never = over_quota_alone(total_of(run), limits.get(_owner(run), Limits())) or too_large_for_cluster(
-                pieces, node_totals
-            )
-            if never:
-                held[str(run.pk)] = f"can never start as it is: {never}"
-                continue
-            candidates.append(
-                Candidate(
-                    str(run.pk),
-                    _owner(run),
-                    run.priority,
-                    run.state_changed_at,
-                    run.created_at,
-                    total_of(run),
-                    pieces=tuple({k: float(p.get(k, 0.0)) for k in RESOURCE_KEYS} for p in pieces if p)
-                    if needs
-                    else (),
-                    duration_s=expected_length(run, paces.get(run.experiment_id)),
-                    team=team_of.get(_owner(run), ""),
-                )
-            )
+        candidates, held = _candidates(waiting, limits, team_of, paces, view)
         grace = settings.SCHEDULER_PREEMPT_GRACE_S
         free = _free_by_node(view, holding, now)
         plan = Plan(
@@ -338,26 +312,66 @@ def runs_admit(
         if head is not None and settings.SCHEDULER_PREEMPTION:
             # After every admission of the pass: the room a backfilled run took is not the head's to count.
             preempted = _preempt_for(candidate_of[head.run_id], by_id[head.run_id].name, free, holding, view, team_of)
-        position = 0
-        for decision in decisions:
-            if decision.admit:
-                continue
-            position += 1
-            reason = decision.reason
-            if decision is head and (preempted or any(h.state == S.PREEMPTING for h in holding)):
-                reason += "; preempting lower-priority runs to make room"
-            start = None if decision.expected_start_s is None else now + timedelta(seconds=decision.expected_start_s)
-            Run.objects.filter(pk=decision.run_id).update(
-                queue_position=position, queue_reason=reason, queue_estimated_start=start
-            )
-        for run_id, reason in held.items():
-            Run.objects.filter(pk=run_id).update(queue_position=None, queue_reason=reason, queue_estimated_start=None)
+        preempting = bool(preempted) or any(h.state == S.PREEMPTING for h in holding)
+        _record_queue(decisions, head, preempting, held, now)
         _record_cluster(snapshot, view, free, holding, admitted, by_id, now)
     for run_id in preempted:
         run_request_preemption(run_id, jobs=jobs)
     for run_id in admitted:
         run_start(run_id, jobs=jobs)
     return admitted
+
+
+def _candidates(
+    waiting: list[Run], limits: dict, team_of: dict[str, str], paces: dict, view: ClusterView
+) -> tuple[list[Candidate], dict[str, str]]:
+    """The waiting runs as the plan sees them, and those held out (run id -> why it can never start as it is)."""
+    held: dict[str, str] = {}
+    candidates = []
+    node_totals = [n.total for n in view.nodes]
+    for run in waiting:
+        needs = run.resources or {}
+        pieces = [needs.get("driver", {}), *needs.get("bundles", [])]
+        never = over_quota_alone(total_of(run), limits.get(_owner(run), Limits())) or too_large_for_cluster(
+            pieces, node_totals
+        )
+        if never:
+            held[str(run.pk)] = f"can never start as it is: {never}"
+            continue
+        candidates.append(
+            Candidate(
+                str(run.pk),
+                _owner(run),
+                run.priority,
+                run.state_changed_at,
+                run.created_at,
+                total_of(run),
+                pieces=tuple({k: float(p.get(k, 0.0)) for k in RESOURCE_KEYS} for p in pieces if p) if needs else (),
+                duration_s=expected_length(run, paces.get(run.experiment_id)),
+                team=team_of.get(_owner(run), ""),
+            )
+        )
+    return candidates, held
+
+
+def _record_queue(
+    decisions: list[Decision], head: Decision | None, preempting: bool, held: dict[str, str], now
+) -> None:
+    """Each waiting run's position, the reason it waits and when it is expected to start."""
+    position = 0
+    for decision in decisions:
+        if decision.admit:
+            continue
+        position += 1
+        reason = decision.reason
+        if decision is head and preempting:
+            reason += "; preempting lower-priority runs to make room"
+        start = None if decision.expected_start_s is None else now + timedelta(seconds=decision.expected_start_s)
+        Run.objects.filter(pk=decision.run_id).update(
+            queue_position=position, queue_reason=reason, queue_estimated_start=start
+        )
+    for run_id, reason in held.items():
+        Run.objects.filter(pk=run_id).update(queue_position=None, queue_reason=reason, queue_estimated_start=None)
 
 
 def _record_cluster(
