@@ -268,7 +268,7 @@ def runs_show(ctx, run_id: str, as_json: bool) -> None:
     if as_json:
         _emit_json(run)
         return
-    facts = [
+    facts: list[tuple[str, str | None]] = [
         ("id", run.id),
         ("name", run.name),
         ("state", f"{run.state} — {run.state_reason}" if run.state_reason else run.state),

@@ -13,11 +13,12 @@ Every refusal raises APIError (AuthError, NotFound, Conflict) whose `errors` nam
 
 from __future__ import annotations
 
+import builtins
 import string
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import yaml
@@ -34,7 +35,9 @@ from posttrain_sdk.errors import (
     field_errors,
 )
 from posttrain_sdk.sse import Message, read_stream
-from posttrain_sdk.types import Campaign, Dataset, Experiment, Model, Reward, Run, Sample
+from posttrain_sdk.types import ApiObject, Campaign, Dataset, Experiment, Model, Reward, Run, Sample
+
+_ApiT = TypeVar("_ApiT", bound=ApiObject)
 
 DEFAULT_TIMEOUT_S = 60.0
 PAGE_SIZE = 200
@@ -152,7 +155,7 @@ class _Section:
         self.client = client
 
 
-def _one_by_name(section: str, client: Client, path: str, name_or_id: str | int, kind: type) -> Any:
+def _one_by_name(section: str, client: Client, path: str, name_or_id: str | int, kind: type[_ApiT]) -> _ApiT:
     """A registry object by id, or by its exact name (the list filter matches parts of names)."""
     if isinstance(name_or_id, int) or str(name_or_id).isdigit():
         return kind.from_api(client.get(f"{path}{int(name_or_id)}/"))
@@ -315,6 +318,7 @@ class Experiments(_Section):
 
 
 class Runs(_Section):
+    # In this class body `list` is the method below: annotations after it name the builtin `builtins.list`.
     def list(
         self,
         *,
@@ -361,12 +365,17 @@ class Runs(_Section):
         experiment: int,
         *,
         seed: int | None = None,
-        tags: list[str] | None = None,
+        tags: builtins.list[str] | None = None,
         note: str = "",
         priority: str | None = None,
     ) -> Run:
         """A new run; `priority` low, normal (the default), high, or urgent (admins)."""
-        body = {"seed": seed, "tags": tags or [], "note": note, **({"priority": priority} if priority else {})}
+        body: dict[str, Any] = {
+            "seed": seed,
+            "tags": tags or [],
+            "note": note,
+            **({"priority": priority} if priority else {}),
+        }
         return Run.from_api(self.client.post(f"/api/experiments/{int(experiment)}/launch/", body))
 
     def set_priority(self, run_id: str, priority: str) -> Run:
@@ -379,7 +388,9 @@ class Runs(_Section):
     def cancel(self, run_id: str) -> Run:
         return Run.from_api(self.client.post(f"/api/runs/{run_id}/cancel/", {}))
 
-    def clone(self, run_id: str, *, seed: int | None = None, tags: list[str] | None = None, note: str = "") -> Run:
+    def clone(
+        self, run_id: str, *, seed: int | None = None, tags: builtins.list[str] | None = None, note: str = ""
+    ) -> Run:
         body = {"seed": seed, "tags": tags, "note": note}
         return Run.from_api(self.client.post(f"/api/runs/{run_id}/clone/", body))
 
@@ -392,15 +403,20 @@ class Runs(_Section):
             checkpoint = available[-1]["id"]
         return Run.from_api(self.client.post(f"/api/runs/{run_id}/resume/", {"checkpoint": checkpoint}))
 
-    def checkpoints(self, run_id: str) -> list[dict[str, Any]]:
+    def checkpoints(self, run_id: str) -> builtins.list[dict[str, Any]]:
         return self.client.get(f"/api/runs/{run_id}/checkpoints/")
 
-    def transitions(self, run_id: str) -> list[dict[str, Any]]:
+    def transitions(self, run_id: str) -> builtins.list[dict[str, Any]]:
         return self.client.get(f"/api/runs/{run_id}/transitions/")
 
     def metrics(
-        self, run_id: str, names: list[str] | None = None, *, step_min: int | None = None, step_max: int | None = None
-    ) -> dict[str, dict[str, list]]:
+        self,
+        run_id: str,
+        names: builtins.list[str] | None = None,
+        *,
+        step_min: int | None = None,
+        step_max: int | None = None,
+    ) -> dict[str, dict[str, builtins.list]]:
         """Every stored point: {name: {"steps": [...], "values": [...]}} (non-finite values as None)."""
         answer = self.client.get(
             f"/api/runs/{run_id}/metrics/",
@@ -411,7 +427,7 @@ class Runs(_Section):
         return answer["series"]
 
     def series(
-        self, run_id: str, names: list[str] | None = None, *, x: str = "step", max_points: int | None = None
+        self, run_id: str, names: builtins.list[str] | None = None, *, x: str = "step", max_points: int | None = None
     ) -> dict[str, Any]:
         """Chart series, downsampled on the server (M4) past `max_points`."""
         return self.client.get(
@@ -431,7 +447,7 @@ class Runs(_Section):
         max_length: int | None = None,
         q: str | None = None,
         limit: int | None = None,
-    ) -> list[Sample]:
+    ) -> builtins.list[Sample]:
         items = self.client.pages(
             f"/api/runs/{run_id}/samples/",
             limit=limit,
@@ -446,7 +462,9 @@ class Runs(_Section):
         )
         return [Sample.from_api(item) for item in items]
 
-    def rollouts(self, run_id: str, directory: str | Path, *, steps: Iterable[int] | None = None) -> list[Path]:
+    def rollouts(
+        self, run_id: str, directory: str | Path, *, steps: Iterable[int] | None = None
+    ) -> builtins.list[Path]:
         """The run's rollout files (Parquet, one per step; `steps` narrows them) into `directory`, as
         stored: `datasets.load_dataset("parquet", data_files=...)`, pandas or DuckDB read them as they are."""
         wanted = None if steps is None else set(steps)

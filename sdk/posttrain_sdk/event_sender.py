@@ -209,7 +209,8 @@ class EventSender:
         self._offset += end + 1
 
     def _next_batch(self) -> list[bytes]:
-        batch, size = [], 0
+        batch: list[bytes] = []
+        size = 0
         for _, line in self._pending:
             if batch and (len(batch) >= self.batch_size or size + len(line) > self.max_batch_bytes):
                 break

@@ -17,7 +17,9 @@ class Message:
 
 
 def read_stream(lines: Iterable[str]) -> Iterator[Message]:
-    event, data, message_id = "message", [], None
+    event = "message"
+    data: list[str] = []
+    message_id: int | None = None
     for line in lines:
         line = line.rstrip("\r\n")
         if not line:

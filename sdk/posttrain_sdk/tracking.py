@@ -271,7 +271,7 @@ class TrackedRun:
         if exc is None:
             self.finish()
         else:
-            self.finish("failed", "interrupted" if kind is KeyboardInterrupt else f"{kind.__name__}: {exc}")
+            self.finish("failed", "interrupted" if kind is KeyboardInterrupt else f"{type(exc).__name__}: {exc}")
 
 
 def init(

@@ -78,7 +78,7 @@ class PosttrainCallback(TrainerCallback):
         step = int(state.global_step)
         self.run.log(metrics, step=step)
         if self.send_samples and self.trainer is not None:
-            self._log_completions(step)
+            self._log_completions(self.run, step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.run is not None:
@@ -86,7 +86,7 @@ class PosttrainCallback(TrainerCallback):
 
     # -- samples ------------------------------------------------------------------------------------
 
-    def _log_completions(self, step: int) -> None:
+    def _log_completions(self, run: TrackedRun, step: int) -> None:
         logged = getattr(self.trainer, "_logs", None)  # what TRL sends W&B/Trackio as its completions table
         if not isinstance(logged, dict) or not logged.get("completion"):
             return
@@ -117,7 +117,7 @@ class PosttrainCallback(TrainerCallback):
                     "finish_reason": "length" if max_length and lengths[i] >= max_length else "stop",
                 }
             )
-        self.run.log_samples(rows, step=step)
+        run.log_samples(rows, step=step)
 
     def _reward_weights(self, names: list[str]) -> dict[str, float]:
         weights = getattr(self.trainer, "reward_weights", None)
