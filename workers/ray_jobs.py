@@ -51,7 +51,9 @@ def _not_found(exc: Exception) -> bool:
 
 
 def run_dir(run: Run) -> Path:
-    return Path(run.resolved_config["logging"]["run_dir"])
+    config = run.resolved_config
+    assert config is not None  # a native run's config is stored when launch creates the run (services.launch)
+    return Path(config["logging"]["run_dir"])
 
 
 def write_config(run: Run) -> Path:
@@ -106,9 +108,9 @@ def resume_path(run: Run) -> str | None:
         own = latest_checkpoint(run_dir(run))
         if own is not None:
             return str(own)
-    if run.resume_from_id is None:
-        return None
     checkpoint = run.resume_from
+    if checkpoint is None:
+        return None
     return str(resolve_run_checkpoint("checkpoint", checkpoint.path, checkpoint.run_id))
 
 

@@ -14,8 +14,9 @@ from rl_engine.config.errors import ConfigError
 from rl_engine.config.schema import RunConfig
 
 
-def validate_config(data: dict[str, Any]) -> RunConfig:
-    """Validate a plain dict (form, API body, parsed YAML) into a RunConfig or raise ConfigError."""
+def validate_config(data: object) -> RunConfig:
+    """Validate a plain dict (form, API body, parsed YAML) into a RunConfig or raise ConfigError (anything
+    but a dict included)."""
     if not isinstance(data, dict):
         raise ConfigError([{"loc": "", "msg": f"a run config must be a mapping, got {type(data).__name__}"}])
     try:

@@ -289,15 +289,17 @@ def _steps(raw: dict[str, Any], errors: list[dict[str, str]]) -> tuple[list[int]
         if bad is not None:
             errors.append({"loc": f"source.steps[{bad}]", "msg": "must be a step number (an integer ≥ 0)"})
             return None, None
-        return sorted(set(parsed)), None
+        return sorted({s for s in parsed if s is not None}), None  # every one is a step past the check above
     if step_range is not None:
-        bounds = (
-            [json_integer(s) for s in step_range] if isinstance(step_range, list) and len(step_range) == 2 else [None]
+        first, last = (
+            (json_integer(step_range[0]), json_integer(step_range[1]))
+            if isinstance(step_range, list) and len(step_range) == 2
+            else (None, None)
         )
-        if None in bounds or bounds[0] < 0 or bounds[1] < bounds[0]:
+        if first is None or last is None or first < 0 or last < first:
             errors.append({"loc": "source.step_range", "msg": "must be [first, last], steps ≥ 0, first ≤ last"})
             return None, None
-        return None, [int(bound) for bound in bounds]
+        return None, [first, last]
     return None, None
 
 
@@ -339,8 +341,9 @@ def sample_score(candidate: Candidate, rule: str, components: list[str], boundar
         return None if candidate.reward is None else abs(candidate.reward - boundary)
     if rule == "reward_vs_judge":
         return None if candidate.reward is None or candidate.judge is None else abs(candidate.reward - candidate.judge)
-    values = [_finite(candidate.components.get(name)) for name in components]
-    if None in values:
+    found = [_finite(candidate.components.get(name)) for name in components]
+    values = [value for value in found if value is not None]
+    if len(values) < len(found):
         return None
     if rule == "component_disagreement":
         return max(values) - min(values)
@@ -527,15 +530,16 @@ def select_pairs_across_runs(candidates: Iterable[Candidate], source: dict[str, 
             runs = by_prompt[bucket][prompt]
             if first_run not in runs or second_run not in runs:
                 continue
-            best = []
+            best: list[tuple[Candidate, float]] = []  # each run's best sample and its score
             for run_id in (first_run, second_run):
                 samples = runs[run_id]
                 if latest:
                     last_step = max(c.step for c in samples)
                     samples = [c for c in samples if c.step == last_step]
                 ordered = _ordered(samples, rule, components, _rng(seed, bucket, prompt, run_id))
-                best.append(ordered[0] if ordered else None)
-            if None in best or best[0][0].response == best[1][0].response:
+                if ordered:
+                    best.append(ordered[0])
+            if len(best) < 2 or best[0][0].response == best[1][0].response:
                 continue
             (a, sa), (b, sb) = best
             pairs.append((a, b, _pair_score(rule, sa, sb)))

@@ -91,15 +91,16 @@ def checkpoint_message(seq: int, step: int, path: str) -> Message:
 
 def event_message(event: dict[str, Any]) -> Message | None:
     """The message of one engine event as published on the live channel (validated, as stored)."""
-    kind, data, seq, step = event["type"], event["data"], event["seq"], event.get("step")
+    kind, data, seq = event["type"], event["data"], event["seq"]
+    # Metrics, samples and checkpoint events have their step (event_schema requires it); a log's is optional.
     if kind == "metrics":
-        return metrics_message(seq, step, event["time"], data)
+        return metrics_message(seq, event["step"], event["time"], data)
     if kind == "samples":
-        return samples_message(seq, step, data["rows"])
+        return samples_message(seq, event["step"], data["rows"])
     if kind == "checkpoint":
-        return checkpoint_message(seq, step, data["path"])
+        return checkpoint_message(seq, event["step"], data["path"])
     if kind == "log":
-        return log_message(seq, step, event["time"], data.get("level", "info"), data["message"])
+        return log_message(seq, event.get("step"), event["time"], data.get("level", "info"), data["message"])
     return None  # heartbeat, status
 
 
@@ -115,7 +116,12 @@ def stored_messages(run_id: uuid.UUID | str, after: int, upto: int) -> list[Mess
     ]
     logs = RunLog.objects.filter(**window).values_list("seq", "step", "time", "level", "message")
     messages += [log_message(*row) for row in logs]
-    return sorted(messages, key=lambda m: m.seq)
+    return sorted(messages, key=_stored_seq)
+
+
+def _stored_seq(message: Message) -> int:
+    assert message.seq is not None  # a stored row's message carries the row's seq (the builders above)
+    return message.seq
 
 
 @dataclass(frozen=True)

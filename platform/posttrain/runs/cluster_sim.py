@@ -133,11 +133,10 @@ def simulate(
         for decision in decisions:
             if not decision.admit:
                 continue
-            outcome = running[decision.run_id] = _start(
-                outcomes[decision.run_id], decision.placement or {}, free, now_s
-            )
+            end_s = _start(outcomes[decision.run_id], decision.placement or {}, free, now_s)
+            running[decision.run_id] = outcomes[decision.run_id]
             del waiting[decision.run_id]
-            heapq.heappush(events, (outcome.end_s, 0, "end", decision.run_id))
+            heapq.heappush(events, (end_s, 0, "end", decision.run_id))
         head = next((d for d in decisions if d.blocking), None)
         if preemption and head is not None:
             for victim in _preempt(head, candidates, running, free, now_s):
@@ -146,17 +145,18 @@ def simulate(
     return SimResult(outcomes, timings, capacity)
 
 
-def _start(outcome: Outcome, placement: Allocation, free: dict[str, Resources], now_s: float) -> Outcome:
-    """An admitted run takes its room on the nodes; AssertionError when that over-commits one."""
+def _start(outcome: Outcome, placement: Allocation, free: dict[str, Resources], now_s: float) -> float:
+    """An admitted run takes its room on the nodes; returns when it ends. AssertionError when that
+    over-commits a node."""
     if outcome.start_s is None:
         outcome.start_s = now_s
     outcome.placement = placement
-    outcome.end_s = now_s + outcome.left_s
+    end_s = outcome.end_s = now_s + outcome.left_s
     for name, resources in placement.items():
         free[name] = subtract(free[name], resources)
         if any(free[name][key] < -1e-9 for key in RESOURCE_KEYS):
             raise AssertionError(f"{outcome.run.run_id} over-committed node {name}: {free[name]}")
-    return outcome
+    return end_s
 
 
 def _preempt(head, candidates, running: dict[str, Outcome], free: dict[str, Resources], now_s: float) -> list[str]:

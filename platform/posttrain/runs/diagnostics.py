@@ -382,7 +382,9 @@ def level_alerts(series: Mapping[str, Series], rules: Sequence[LevelRule] = LEVE
             continue
         points = _finite_points(series[rule.metric])
         early = _early_level(points)
-        limit = None if early is None else rule.limit(early)
+        if early is None:
+            continue
+        limit = rule.limit(early)
         if limit is None:
             continue
         hit = _first_persistent(points, _past_limit(rule.past, limit))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from posttrain.core.errors import InvalidInput
 from posttrain_sdk.event_log import EVENT_TYPES
@@ -24,7 +24,7 @@ MAX_INT32 = 2**31 - 1  # steps, sample indexes and lengths are 32-bit columns
 MAX_INT64 = 2**63 - 1  # seq is a 64-bit column
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

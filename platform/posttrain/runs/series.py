@@ -473,7 +473,9 @@ def chart_series(
     if x_axis == "step":
         x = steps
     elif x_axis == "time":
-        x = series.times - (t0 if t0 is not None else series.times[0])
+        times = series.times
+        assert times is not None  # series for the time axis are read with their times (runs_series)
+        x = times - (t0 if t0 is not None else times[0])
     else:
         x = progress_x(steps, progress)
         placed = np.isfinite(x)

@@ -76,21 +76,22 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
     files: list[RolloutFile] = []
     pruned: list[str] = []
     for e in events:
-        kind, data, step = e["type"], e["data"], e.get("step")
+        kind, data = e["type"], e["data"]
+        # Metrics, samples and checkpoint events have their step (event_schema requires it); a log's is optional.
         if kind == "metrics":
-            metrics.append(MetricRow(run=run, seq=e["seq"], step=step, time=e["time"], values=data))
+            metrics.append(MetricRow(run=run, seq=e["seq"], step=e["step"], time=e["time"], values=data))
             metric_events.append(e)
         elif kind == "samples":  # a reference to the step's rollout file: no row per rollout
-            files.append(_rollout_file(run, e["seq"], step, data))
+            files.append(_rollout_file(run, e["seq"], e["step"], data))
             pruned.extend(data.get("pruned") or [])
         elif kind == "checkpoint":
-            checkpoints.append(Checkpoint(run=run, seq=e["seq"], step=step, path=data["path"]))
+            checkpoints.append(Checkpoint(run=run, seq=e["seq"], step=e["step"], path=data["path"]))
         elif kind == "log":
             logs.append(
                 RunLog(
                     run=run,
                     seq=e["seq"],
-                    step=step,
+                    step=e.get("step"),
                     time=e["time"],
                     level=data.get("level", "info"),
                     message=data["message"],

@@ -157,9 +157,11 @@ def run_resume(run: Run, checkpoint: Checkpoint, *, user=None) -> Run:
     path = resolve_run_checkpoint("checkpoint", checkpoint.path, run.pk)
     if not path.is_dir():
         raise InvalidInput.one("checkpoint", f"the folder {path} no longer exists (pruned by checkpoint.keep_last?)")
+    config = run.resolved_config
+    assert config is not None  # a native run's config is stored when launch creates the run (_create_queued_run)
     return _create_queued_run(
         experiment=run.experiment,
-        config=run.resolved_config,
+        config=config,
         seed=run.seed,
         tags=list(run.tags),
         note="",
