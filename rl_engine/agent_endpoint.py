@@ -62,7 +62,7 @@ from rl_engine.config import AgentConfig, RunConfig
 from rl_engine.data import Prompt
 from rl_engine.executors import Rollouts, Trajectory
 from rl_engine.rollout import FinishReason, Sample, SamplingParams
-from rl_engine.sandbox import Limits, Sandbox, SandboxUnavailable, python_runtime
+from rl_engine.sandbox import Limits, Sandbox, SandboxProcess, SandboxUnavailable, python_runtime
 from rl_engine.user_output import MarkedOutput
 
 TASK_WAIT_S = 30.0
@@ -122,7 +122,8 @@ class AgentExecutor:
 
     def __init__(self, rollout: Any, tokenizer: Any, cfg: RunConfig):
         self.rollout, self.tokenizer, self.cfg = rollout, tokenizer, cfg
-        self.agent = cfg.agent
+        assert cfg.agent is not None  # build_executor makes an agent executor only for a config with an agent
+        self.agent: AgentConfig = cfg.agent
         self.model_name = cfg.name
         self._lock = threading.Condition()
         self._tasks: deque[tuple[int, Prompt]] = deque()
@@ -156,7 +157,7 @@ class AgentExecutor:
             threading.Thread(target=server.serve_forever, name="agent-endpoint", daemon=True).start()
         if self.agent.command:
             try:
-                self.process = start_agent(self.agent, self.port, socket_path, self.url, self.token)
+                self.process = start_agent(self.agent, self.agent.command, self.port, socket_path, self.url, self.token)
             except BaseException:
                 self.close()
                 raise
@@ -370,6 +371,7 @@ class AgentExecutor:
         if request.error is not None:
             raise AgentError(500, f"generation failed: {request.error}")
         sample = request.result
+        assert sample is not None  # a request is done with its result or with its error (_serve_generations)
         with self._lock:
             for text in added:
                 session.turns.append({"role": "environment", "text": text, "reward": None})
@@ -457,11 +459,11 @@ exec /bin/sh -c "$1"
 """
 
 
-def start_agent(agent: AgentConfig, port: int, socket_path: str, url: str, token: str) -> subprocess.Popen:
-    """`agent.command` in the sandbox (rl_engine/sandbox.py): the endpoint at POSTTRAIN_AGENT_URL with its
-    secret in POSTTRAIN_AGENT_TOKEN (and OPENAI_API_KEY, which OpenAI clients send), the files of
-    `agent.files` read-only at their own paths, the engine's working folder as its own (read-only: it
-    writes in /tmp). Without a sandbox (allowed by the admin) it runs as a plain child with the same
+def start_agent(agent: AgentConfig, command: str, port: int, socket_path: str, url: str, token: str) -> SandboxProcess:
+    """`command` (the config's `agent.command`) in the sandbox (rl_engine/sandbox.py): the endpoint at
+    POSTTRAIN_AGENT_URL with its secret in POSTTRAIN_AGENT_TOKEN (and OPENAI_API_KEY, which OpenAI clients
+    send), the files of `agent.files` read-only at their own paths, the engine's working folder as its own
+    (read-only: it writes in /tmp). Without a sandbox (allowed by the admin) it runs as a plain child with the same
     cleared environment, on the endpoint's TCP port."""
     secret = {TOKEN_ENV: token, "OPENAI_API_KEY": token}
     box = Sandbox.create(Limits(memory_mb=agent.memory_mb))
@@ -473,12 +475,12 @@ def start_agent(agent: AgentConfig, port: int, socket_path: str, url: str, token
         box.add_file(path, same_path=True)
     _refuse_unlisted_files(agent, cwd)
     if not box.sandboxed:
-        return box.popen(["/bin/sh", "-c", agent.command], env={"POSTTRAIN_AGENT_URL": url, **secret})
+        return box.popen(["/bin/sh", "-c", command], env={"POSTTRAIN_AGENT_URL": url, **secret})
     if shutil.which("socat", path="/usr/bin:/bin") is None:
         raise SandboxUnavailable("agent.command: socat is missing (apt-get install socat; `make install` does it)")
     box.cwd = cwd
     inside = box.add_socket(socket_path, "agent.sock")
-    launcher = ["/bin/sh", "-c", _AGENT_LAUNCHER, "agent", str(port), inside, agent.command]
+    launcher = ["/bin/sh", "-c", _AGENT_LAUNCHER, "agent", str(port), inside, command]
     return box.popen(launcher, env={"POSTTRAIN_AGENT_URL": f"http://127.0.0.1:{port}", **secret})
 
 

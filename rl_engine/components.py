@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,8 +16,11 @@ from rl_engine.config import RunConfig
 from rl_engine.devices import DTYPES, Precision, weight_transfer
 from rl_engine.interfaces import ExecutorRole, RolloutRole
 from rl_engine.rewards import CompositeReward, build_reward
-from rl_engine.rollout import RolloutBackend, TransformersRollout
+from rl_engine.rollout import TransformersRollout
 from rl_engine.trainer import TorchTrainer
+
+if TYPE_CHECKING:
+    from rl_engine.backends.vllm_rollout import VLLMRollout
 
 
 def build_executor(cfg: RunConfig, rollout: RolloutRole, tokenizer: Any) -> ExecutorRole:
@@ -37,6 +40,11 @@ def build_reward_or_none(cfg: RunConfig, device: torch.device | None = None) -> 
     gives the only reward."""
     if not cfg.rewards:
         return None
+    return build_configured_reward(cfg, device)
+
+
+def build_configured_reward(cfg: RunConfig, device: torch.device | None = None) -> CompositeReward:
+    """The reward components of a config that has some (a reward model on `device`, the role's)."""
     specs = [spec.model_dump() for spec in cfg.rewards]
     for spec in specs:
         if spec["type"] == "reward_model" and device is not None:
@@ -127,7 +135,7 @@ def rollout_backend(
     *,
     device: torch.device | None = None,
     precision: Precision | None = None,
-) -> RolloutBackend:
+) -> TransformersRollout | VLLMRollout:
     """The generation engine on `device`; `model` is the policy module (shared by the transformers backend,
     which reports each token's log-prob under the distribution it sampled from, computed as the trainer
     computes: `precision`), None in a rollout actor, which always runs vLLM through here (`engine_index` =

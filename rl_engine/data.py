@@ -159,7 +159,7 @@ class PromptSampler:
         return order
 
     def next_batch(self, n: int) -> list[int]:
-        batch = []
+        batch: list[int] = []
         while len(batch) < n:
             if self.index == self.size:
                 self.epoch, self.index = self.epoch + 1, 0

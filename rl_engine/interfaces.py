@@ -28,8 +28,17 @@ ForwardKind = Literal["policy", "reference", "values"]
 class TrainerRole(Protocol):
     """The policy (and critic) being trained, and the frozen reference."""
 
-    ref_model: object | None  # set when there is a reference model (KL)
-    critic: object | None  # set when a critic trains (ppo)
+    # Read-only here (properties), so a trainer may hold them as its own types (a module, a role's name).
+    @property
+    def ref_model(self) -> object | None:
+        """Set when there is a reference model (KL)."""
+        ...
+
+    @property
+    def critic(self) -> object | None:
+        """Set when a critic trains (ppo)."""
+        ...
+
     # True when the training forward pass is deterministic (no dropout): its log-probs are then the
     # policy's before the update, free.
     exact_training_logprobs: bool

@@ -118,12 +118,12 @@ class Engine:
     roles: RayRoles | None = None  # when the roles are actors
     # Async mode: the batches generated ahead, for the next steps in order.
     pending: deque[PendingRollout] = field(default_factory=deque)
-    executor: ExecutorRole | None = None  # single turn, an environment or an agent, over `rollout`
     device: torch.device | None = None  # the one-process engine's (None with Ray roles: each has its own)
+    # Single turn, an environment or an agent, over `rollout`: built from it after the fields above.
+    executor: ExecutorRole = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.executor is None:
-            self.executor = build_executor(self.cfg, self.rollout, self.tokenizer)
+        self.executor = build_executor(self.cfg, self.rollout, self.tokenizer)
 
     def sync_weights(self) -> float:
         if self.roles is not None:
@@ -166,6 +166,7 @@ class Engine:
     def parameter_count(self) -> int:
         if self.roles is not None:
             return self.roles.trainer.parameter_count()
+        assert self.model is not None  # the policy is in this process when no Ray roles hold it (build_engine)
         return sum(getattr(p, "ds_numel", p.numel()) for p in self.model.parameters())  # ZeRO-3: placeholders
 
     def close(self) -> None:
@@ -252,7 +253,9 @@ def _score(engine: Engine, prompts: list[Prompt], rollouts: Rollouts, texts: lis
     if rollouts.env_rewards is not None:
         result.total = [t + r for t, r in zip(result.total, rollouts.env_rewards)]
         result.components = {"environment": list(rollouts.env_rewards), **result.components}
-        result.errors = [errors + env for errors, env in zip(result.errors, rollouts.errors)]
+        env_errors = rollouts.errors
+        assert env_errors is not None  # an executor with env rewards reports each episode's errors with them
+        result.errors = [errors + env for errors, env in zip(result.errors, env_errors)]
         result.timings = {"environment": rollouts.env_seconds, **result.timings}
     return result
 
@@ -603,7 +606,7 @@ def environment_metrics(prompts: list[Prompt], samples: list[Sample], scores: li
 def sample_records(collected: Collected, scored: Scored, advantages: torch.Tensor) -> list[dict[str, Any]]:
     """The record stage's `samples` event: every sample with its text, rewards and advantage."""
     prompts, reward = collected.prompts, scored.reward
-    records = [
+    records: list[dict[str, Any]] = [
         {
             "index": i,
             "group": s.prompt_index,
@@ -625,7 +628,9 @@ def sample_records(collected: Collected, scored: Scored, advantages: torch.Tenso
             record["versions"] = [list(segment) for segment in sample.segments]
     rollouts = collected.rollouts
     if rollouts.turns is not None:
-        for record, turns, logs in zip(records, rollouts.turns, rollouts.logs):
+        episode_logs = rollouts.logs
+        assert episode_logs is not None  # an executor that reports turns reports each episode's logs with them
+        for record, turns, logs in zip(records, rollouts.turns, episode_logs):
             record["turns"], record["env"] = turns, logs
     return records
 
@@ -695,10 +700,12 @@ class PendingRollout:
     samples: list[Sample] | None = None
     seconds: float = 0.0
 
-    def finish(self, rollout: AsyncRolloutRole) -> None:
+    def finish(self, rollout: AsyncRolloutRole) -> list[Sample]:
+        """The batch's samples, waited for if they are not in yet."""
         if self.samples is None:
             self.samples, self.seconds = rollout.collect(self.handles)
             self.handles = None
+        return self.samples
 
     def saved(self) -> dict[str, Any]:
         """What a checkpoint keeps of a finished batch."""
@@ -759,11 +766,11 @@ def _take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pr
     while len(engine.pending) < cfg.backends.max_staleness and step + len(engine.pending) < cfg.train.steps:
         engine.pending.append(submit(step + len(engine.pending) + 1))
     with timer.phase("wait_rollout"):
-        current.finish(rollout)
+        samples = current.finish(rollout)
     # The engines' own time, overlapped with the previous steps' work: not a phase of this step's critical
     # path (`timing/wait_rollout` is), reported as `rollout/overlapped_generate_s`.
     timer.overlapped_generate = current.seconds
-    return [engine.data.train[i] for i in current.indices], Rollouts(current.samples)
+    return [engine.data.train[i] for i in current.indices], Rollouts(samples)
 
 
 # Rows whose log-probs get an eval forward of their own for `rollout/logprob_diff_*` when the training
@@ -774,11 +781,12 @@ _GAP_SAMPLES = 16
 def _engine_logprobs(samples: list[Sample], mask: torch.Tensor) -> torch.Tensor | None:
     """The rollout engine's log-probs of the sampled tokens as a `[B, T]` tensor shaped like `mask`; None
     when a sample came without them (greedy decoding)."""
-    if not samples or any(s.logprobs is None for s in samples):
+    found = [s.logprobs for s in samples if s.logprobs is not None]
+    if not samples or len(found) < len(samples):
         return None
     engine = torch.zeros_like(mask)
-    for row, sample in enumerate(samples):
-        engine[row, : len(sample.logprobs)] = torch.tensor(sample.logprobs, dtype=mask.dtype)
+    for row, logprobs in enumerate(found):
+        engine[row, : len(logprobs)] = torch.tensor(logprobs, dtype=mask.dtype)
     return engine
 
 

@@ -156,11 +156,14 @@ def hackability_report(cases: Sequence[ProbeCase], scores: Sequence[float], erro
     if honest <= 0:
         note = "the honest answers (the labels) score nothing: there is no honest reward to compare with"
     probes = []
+    fractions: dict[str, float] = {}  # the judged probes' fractions, in PROBES order
     for probe in PROBES:
         if probe not in by_probe:
             continue
         mean = statistics.fmean(by_probe[probe])
         fraction = mean / honest if honest > 0 else None
+        if fraction is not None:
+            fractions[probe] = fraction
         probes.append(
             {
                 "probe": probe,
@@ -170,8 +173,7 @@ def hackability_report(cases: Sequence[ProbeCase], scores: Sequence[float], erro
                 "errors": failed[probe],
             }
         )
-    judged = [p for p in probes if p["fraction"] is not None]
-    worst = max(judged, key=lambda p: p["fraction"])["probe"] if judged else None
+    worst = max(fractions, key=fractions.__getitem__) if fractions else None
     return {
         "honest_mean": honest,
         "honest_errors": failed.get(HONEST, 0),

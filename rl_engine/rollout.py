@@ -94,8 +94,8 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
 def eos_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     """The tokens that end a response: the generation config's eos ids plus the tokenizer's."""
     configured = getattr(generation_config, "eos_token_id", None)
-    ids = configured if isinstance(configured, list) else [configured]
-    ids = [i for i in ids if i is not None]
+    found = configured if isinstance(configured, list) else [configured]
+    ids: list[int] = [i for i in found if i is not None]
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
     if not ids:

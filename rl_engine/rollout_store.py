@@ -135,18 +135,22 @@ def step_table(rollouts: StepRollouts, pieces: PieceCache | None) -> pa.Table:
             if any(v is not None for v in per_sample):
                 flat, value_lengths, valid = _flat(per_sample, np.float32)
                 columns[name] = _list_array(flat, value_lengths, valid, pa.float32())
-        if rollouts.rows is not None and rollouts.response_attention is not None:
-            columns.update(_batch_columns(rollouts, n))
+        rows, attention = rollouts.rows, rollouts.response_attention
+        if rows is not None and attention is not None:
+            columns.update(_batch_columns(rollouts, rows, attention, n))
     return rollout_files.rows_table(rollouts.records, rollouts.step, columns)
 
 
-def _batch_columns(rollouts: StepRollouts, n: int) -> dict[str, pa.Array]:
+def _batch_columns(
+    rollouts: StepRollouts, kept_rows: torch.Tensor, response_attention: torch.Tensor, n: int
+) -> dict[str, pa.Array]:
     """The training batch's `[B, T]` tensors as list columns over the step's n rows: each kept row's
-    values on its response tokens, null for the rows that did not train."""
+    values on its response tokens (the step's `rows` and `response_attention`), null for the rows that did
+    not train."""
     import pyarrow as pa
 
-    rows = rollouts.rows.tolist()
-    attention = rollouts.response_attention.bool()
+    rows = kept_rows.tolist()
+    attention = response_attention.bool()
     kept_lengths = attention.sum(1).tolist()
     lengths = np.zeros(n, dtype=np.int64)
     lengths[rows] = kept_lengths

@@ -62,6 +62,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from rl_engine import sandbox_cgroup, sandbox_seccomp
 
@@ -347,6 +348,7 @@ class SandboxProcess(subprocess.Popen):
     every process of the sandbox. `kill()` and `wait()` end all of them and remove the cgroups;
     `kill_strays()` ends all but the command itself (what a call forked and left running)."""
 
+    stdout: IO[bytes]  # never None: every sandbox starts with stdout=PIPE (stderr merged into it)
     cgroup: sandbox_cgroup.SandboxCgroup | None = None
     sandboxed: bool = True
 
@@ -813,5 +815,5 @@ class OutputRelay:
         except OSError:
             pass
 
-    def join(self, timeout_s: float) -> None:
+    def join(self, timeout_s: float | None) -> None:  # None: until the code's output ends
         self._thread.join(timeout_s)

@@ -215,7 +215,7 @@ def has_active_dropout(model: nn.Module) -> bool:
     if any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules()):
         return True
     config = getattr(model, "config", None)
-    rates = config.to_dict() if hasattr(config, "to_dict") else {}
+    rates = config.to_dict() if config is not None and hasattr(config, "to_dict") else {}
     return any(
         ("dropout" in key or key.endswith("pdrop"))
         and isinstance(value, (int, float))
@@ -512,12 +512,17 @@ class TorchTrainer:
     def _clip_and_step(self, which: str) -> torch.Tensor | float:
         """Clips `which`'s ("policy", "critic") gradients, takes its optimizer step; returns the
         gradient norm before clipping."""
-        module, optimizer = (self.model, self.optimizer) if which == "policy" else (self.critic, self.critic_optimizer)
+        module, optimizer = (self.model, self.optimizer) if which == "policy" else self._critic_parts()
         self._average_gradients(module)
         clip = self.cfg.train.grad_clip
         norm = torch.nn.utils.clip_grad_norm_(module.parameters(), clip if clip else float("inf"))
         optimizer.step()
         return norm.detach()
+
+    def _critic_parts(self) -> tuple[ValueModel, torch.optim.Optimizer]:
+        """The critic and its optimizer, for the paths that run only with a critic (ppo)."""
+        assert self.critic is not None and self.critic_optimizer is not None  # __init__ makes them together
+        return self.critic, self.critic_optimizer
 
     def _average_gradients(self, module: nn.Module) -> None:
         """Data parallel: the mean of every rank's gradient (each already weighted `world` times its
@@ -577,8 +582,9 @@ class TorchTrainer:
             "generator": self.generator.get_state(),
         }
         if self.critic is not None:
-            state["critic"] = self.critic.state_dict()
-            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+            critic, critic_optimizer = self._critic_parts()
+            state["critic"] = critic.state_dict()
+            state["critic_optimizer"] = critic_optimizer.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -587,5 +593,6 @@ class TorchTrainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
         if self.critic is not None:
-            self.critic.load_state_dict(state["critic"])
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+            critic, critic_optimizer = self._critic_parts()
+            critic.load_state_dict(state["critic"])
+            critic_optimizer.load_state_dict(state["critic_optimizer"])

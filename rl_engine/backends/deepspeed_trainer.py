@@ -297,14 +297,14 @@ class DeepSpeedTrainer(TorchTrainer):
         return self.ref_engine if self.ref_engine is not None else self.ref_model
 
     def _backward(self, loss: torch.Tensor, which: str) -> None:
-        engine = self.engine if which == "policy" else self.critic_engine
+        engine = self._engine_of(which)
         engine.backward(loss, scale_wrt_gas=False)  # each micro-batch's loss is already weighted by its share
 
     def _zero_grad(self) -> None:
         pass  # each engine zeroes its gradients when it steps; nothing accumulates between mini-batches
 
     def _clip_and_step(self, which: str) -> torch.Tensor | float:
-        engine = self.engine if which == "policy" else self.critic_engine
+        engine = self._engine_of(which)
         if not self.wrapped:
             # The gradients are the module's own: averaged over the ranks first (DeepSpeed's own
             # reduction in step() then averages equal tensors), clipped as TorchTrainer does.
@@ -315,6 +315,13 @@ class DeepSpeedTrainer(TorchTrainer):
             return norm.detach()
         engine.step()
         return engine.get_global_grad_norm()
+
+    def _engine_of(self, which: str) -> Any:
+        """The engine that trains `which` ("policy", "critic"; the critic's runs only with a critic, ppo)."""
+        if which == "policy":
+            return self.engine
+        assert self.critic_engine is not None  # __init__ makes it with the critic
+        return self.critic_engine
 
     # --- weights ---------------------------------------------------------------------------------
 
@@ -351,7 +358,7 @@ class DeepSpeedTrainer(TorchTrainer):
         if self.critic is not None:
             with _gathered(self.critic) if self.stage == 3 else nullcontext():
                 state["critic"] = _copies(self.critic.state_dict())
-            state["critic_optimizer"] = self.critic_engine.optimizer.state_dict()
+            state["critic_optimizer"] = self._engine_of("critic").optimizer.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -367,7 +374,7 @@ class DeepSpeedTrainer(TorchTrainer):
         if self.critic is not None:
             with _gathered(self.critic, modifier_rank=0) if self.stage == 3 else nullcontext():
                 self.critic.load_state_dict(state["critic"])
-            self._load_optimizer(self.critic_engine, state["critic_optimizer"])
+            self._load_optimizer(self._engine_of("critic"), state["critic_optimizer"])
 
     def _load_optimizer(self, engine: Any, state: dict[str, Any]) -> None:
         # As DeepSpeed's own load_checkpoint does. Any fp32 master weights come from the state (ZeRO-3

@@ -244,8 +244,10 @@ def context_length_errors(cfg: RunConfig) -> list[dict[str, str]]:
     length = model_context_length(cfg.model.path)
     if length is None:
         return []
-    limits = (("rollout.max_new_tokens", cfg.rollout.max_new_tokens),)
-    limits += (("logging.eval_max_new_tokens", cfg.logging.eval_max_new_tokens),)
+    limits: list[tuple[str, int | None]] = [
+        ("rollout.max_new_tokens", cfg.rollout.max_new_tokens),
+        ("logging.eval_max_new_tokens", cfg.logging.eval_max_new_tokens),
+    ]
     return [
         {
             "loc": loc,

@@ -8,10 +8,11 @@ Rules that span sections live in `rules.py`; reading, writing and validating in 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, field_validator, model_validator
 
 from rl_engine.algorithms import catalogue
 from rl_engine.config.errors import FieldErrors
@@ -279,20 +280,21 @@ class VerifiersReward(_RewardBase):
     memory_mb: int = Field(default=3072, ge=256, description="Memory cap of the scorer's sandbox, in MB.")
 
 
-_REWARD_CLASSES: tuple[type[_RewardBase], ...] = (
-    ExactMatchReward,
-    BoxedMathReward,
-    RegexReward,
-    LengthPenaltyReward,
-    PythonReward,
-    HttpReward,
-    RewardModelReward,
-    ReasoningGymReward,
-    VerifiersReward,
-)
+# One reward of the config, by its `type`; the schema and the error messages list the types in this order.
+RewardSpec = Annotated[
+    ExactMatchReward
+    | BoxedMathReward
+    | RegexReward
+    | LengthPenaltyReward
+    | PythonReward
+    | HttpReward
+    | RewardModelReward
+    | ReasoningGymReward
+    | VerifiersReward,
+    Field(discriminator="type"),
+]
+_REWARD_CLASSES: tuple[type[_RewardBase], ...] = get_args(get_args(RewardSpec)[0])
 REWARD_TYPES: tuple[str, ...] = tuple(c.model_fields["type"].default for c in _REWARD_CLASSES)
-
-RewardSpec = Annotated[Union[_REWARD_CLASSES], Field(discriminator="type")]  # noqa: UP007 (a runtime tuple)
 
 
 # --- algorithm -------------------------------------------------------------------------------
@@ -322,9 +324,12 @@ class OverlongConfig(_Section):
     penalty: float = Field(default=1.0, ge=0, description="Penalty reached at max_new_tokens.")
 
 
-def _choices(specs: dict[str, Any]) -> Any:
-    """The names of a catalogue kind as a Literal (the schema's enum, in the catalogue's order)."""
-    return Literal[tuple(specs)]
+def _one_of(names: Iterable[str]) -> GetPydanticSchema:
+    """A catalogue's names as a str field's only values: pydantic validates it as a Literal of them (the JSON
+    schema's enum in the catalogue's order, the error naming them), while type checkers read the str, as a
+    Literal built at runtime from a registry is no static type."""
+    choices = tuple(names)
+    return GetPydanticSchema(lambda _source, handler: handler.generate_schema(Literal[choices]))
 
 
 def _choice_help(specs: dict[str, Any]) -> dict[str, Any]:
@@ -333,10 +338,10 @@ def _choice_help(specs: dict[str, Any]) -> dict[str, Any]:
     return {"enumDescriptions": [spec.help for spec in specs.values()]}
 
 
-EstimatorName = _choices(catalogue.ESTIMATORS)
-PolicyLossName = _choices(catalogue.POLICY_LOSSES)
-CorrectionName = _choices(catalogue.CORRECTIONS)
-AggregationName = Literal[catalogue.AGGREGATION_MODES]
+EstimatorName = Annotated[str, _one_of(catalogue.ESTIMATORS)]
+PolicyLossName = Annotated[str, _one_of(catalogue.POLICY_LOSSES)]
+CorrectionName = Annotated[str, _one_of(catalogue.CORRECTIONS)]
+AggregationName = Annotated[str, _one_of(catalogue.AGGREGATION_MODES)]
 
 
 class RolloutCorrectionConfig(_Section):

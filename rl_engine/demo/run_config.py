@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rl_engine.config import RunConfig, dump_config, validate_config
 
 RUN_CONFIG = "run.yaml"
 
 
-def demo_run_config(demo_dir: Path, **overrides: dict) -> RunConfig:
+def demo_run_config(demo_dir: Path, **overrides: object) -> RunConfig:
     """GRPO on two-digit addition from the warm start. Paths are relative to `demo_dir` (the CLI resolves
-    them against the config file's folder), so the folder can be moved or shared."""
-    cfg = {
+    them against the config file's folder), so the folder can be moved or shared. An override is a section's
+    fields (merged into it) or a top-level value (`seed=`)."""
+    cfg: dict[str, Any] = {
         "name": "demo-addition-grpo",
         "description": "GRPO on two-digit addition from a weak supervised warm start (the offline demo task).",
         "seed": 0,

@@ -17,7 +17,7 @@ from rl_engine.config import RunConfig
 from rl_engine.devices import gpu_memory_metrics, precision_for, resolve_device, use_device
 from rl_engine.distributed.process_stats import peak_rss_gb
 from rl_engine.partial_rollout import generate_in_segments
-from rl_engine.rollout import Sample, SamplingParams
+from rl_engine.rollout import Sample, SamplingParams, TransformersRollout
 from rl_engine.trainer import Experience, TokenBatch
 
 
@@ -42,7 +42,6 @@ class RolloutWorker(_Role):
 
     def __init__(self, cfg: RunConfig, weights_from: str | None, index: int, gpus: float = 0.0):
         from rl_engine.components import configure_threads, load_policy, load_tokenizer, rollout_backend
-        from rl_engine.rollout import TransformersRollout
 
         configure_threads()
         device = self._place(cfg, gpus, f"rollout engine {index}")
@@ -108,12 +107,17 @@ class RolloutWorker(_Role):
             staged, self._staged = self._staged, None
         if staged is not None:
             weights, version = staged
+            # Only partial rollout stages weights, and the config rules allow it on the transformers backend only.
+            assert isinstance(self.backend, TransformersRollout)
             self.backend.model.load_state_dict(weights, strict=True)
             self.policy_version = version
         return self.policy_version
 
     def receive_weights(self, step: str, payload: Any = None) -> None:
         """A step of a GPU weight transfer that trainer rank 0 drives (`vllm_rollout.WeightSender`)."""
+        from rl_engine.backends.vllm_rollout import VLLMRollout  # already imported: the engine is vLLM's
+
+        assert isinstance(self.backend, VLLMRollout)  # a GPU transfer reaches vLLM only (devices.weight_transfer)
         self.backend.receive_weights(step, payload)
 
     def memory_metrics(self, role: str) -> dict[str, float]:
@@ -259,10 +263,11 @@ class ReferenceWorker(_Role):
 
 class RewardWorker(_Role):
     def __init__(self, cfg: RunConfig, gpus: float = 0.0):
-        from rl_engine.components import build_reward_or_none, configure_threads
+        from rl_engine.components import build_configured_reward, configure_threads
 
         configure_threads()
-        self.reward = build_reward_or_none(cfg, self._place(cfg, gpus, "reward worker"))
+        # Placement makes a reward worker only for a config with rewards (distributed.placement).
+        self.reward = build_configured_reward(cfg, self._place(cfg, gpus, "reward worker"))
 
     def score(self, batch: Any) -> Any:
         return self.reward.score(batch)

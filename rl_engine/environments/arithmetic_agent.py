@@ -22,8 +22,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import TYPE_CHECKING
 
 from openai import APIConnectionError, OpenAI
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 CALL = re.compile(r"^\s*(-?\d{1,12})\s*([-+*])\s*(-?\d{1,12})\s*=?\s*$")
 
@@ -45,7 +49,7 @@ def calculate(match: re.Match) -> int:
 
 def play(task: dict, calls: int, token: str) -> float:
     client = OpenAI(base_url=task["base_url"], api_key=token, max_retries=0)  # sent as the bearer token
-    messages = [{"role": "user", "content": task["prompt"]}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["prompt"]}]
     reply = ""
     for _ in range(calls + 1):
         completion = client.chat.completions.create(model=task["model"], messages=messages, max_tokens=8)

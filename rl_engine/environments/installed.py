@@ -183,7 +183,8 @@ def generate_rows(
 
 def _read_all(fd: int, deadline: float, max_bytes: int) -> bytes:
     os.set_blocking(fd, False)
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:

@@ -181,7 +181,7 @@ def _verl_call(fn: Callable, name: str, signature: inspect.Signature | None) -> 
     if signature is None:
         return LoadedFunction(fn, name, False, "kw4", None), []
     # verl calls with keywords; accept functions without extra_info, or with other names.
-    attempts = (
+    attempts: tuple[tuple[str, tuple[None, ...], dict[str, None]], ...] = (
         ("kw4", (), dict.fromkeys(VERL_ARGS)),
         ("kw3", (), dict.fromkeys(VERL_ARGS[:3])),
         ("pos4", (None,) * 4, {}),

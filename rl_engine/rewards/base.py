@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -78,7 +78,7 @@ class RewardBatch:
 class ComponentResult:
     scores: list[float]  # one per sample; a failed sample gets 0.0 and an error
     errors: list[str | None]  # per-sample failure reason (None = ok)
-    extra_logs: dict[str, list[float] | float] = field(default_factory=dict)  # extra curves
+    extra_logs: Mapping[str, list[float] | float] = field(default_factory=dict)  # extra curves (read only)
 
     @classmethod
     def failed(cls, n: int, reason: str) -> ComponentResult:
@@ -161,8 +161,8 @@ class CompositeReward:
                 scores.append(value)
             per_component[comp.name] = scores
             component_errors[comp.name] = list(result.errors)
-            for key, value in _bounded_logs(result.extra_logs).items():
-                mean = mean_of(value)
+            for key, logged in _bounded_logs(result.extra_logs).items():
+                mean = mean_of(logged)
                 if mean is not None:
                     extra_logs[f"{comp.name}/{key}"] = mean
         component_errors[TOTAL] = [None] * n
@@ -298,7 +298,7 @@ def parse_openrlhf_output(value: Any, n: int, what: str = "scores") -> Component
     return ComponentResult(scores, errors, coerce_extra_logs(extra))
 
 
-def _bounded_logs(logs: dict[str, list[float] | float]) -> dict[str, list[float] | float]:
+def _bounded_logs(logs: Mapping[str, list[float] | float]) -> dict[str, list[float] | float]:
     """The first MAX_EXTRA_LOGS extra logs whose names are metric-safe (the rest are dropped: a curve per
     sample, or a name the event store refuses, would flood or break the run's metrics)."""
     kept: dict[str, list[float] | float] = {}

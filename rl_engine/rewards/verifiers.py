@@ -331,7 +331,11 @@ class LengthPenalty:
         max_chars: int | None = None,
         coef: float = 1.0,
     ):
-        if (target_tokens is None) == (max_chars is None):
+        if target_tokens is not None and max_chars is None:
+            chars = target_tokens * CHARS_PER_TOKEN
+        elif max_chars is not None and target_tokens is None:
+            chars = max_chars
+        else:
             raise ValueError("max_chars: give exactly one of target_tokens or max_chars")
         if target_tokens is not None and target_tokens <= 0:
             raise ValueError("target_tokens: must be positive")
@@ -340,7 +344,7 @@ class LengthPenalty:
         if coef < 0:
             raise ValueError("coef: must be >= 0 (it is the size of a penalty)")
         self.name = name
-        self.limit = int(max_chars if max_chars is not None else target_tokens * CHARS_PER_TOKEN)
+        self.limit = int(chars)
         self.coef = float(coef)
 
     def score(self, batch: RewardBatch) -> ComponentResult:
