@@ -1,4 +1,5 @@
-"""e2e fixtures: the real ASGI server (uvicorn) on the test database, and Debian's headless Chromium."""
+"""e2e fixtures: the real ASGI server (uvicorn) on the test database, and Debian's headless Chromium. The
+helpers that are not fixtures (signing in, screenshots) are tests/support/browser.py's."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, UvicornServer, postgres_url
+from tests.support.browser import SCREENSHOTS
+from tests.support.stack import UvicornServer, postgres_url
 
-SCREENSHOTS = REPO_ROOT / "test-artifacts" / "screenshots"
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -100,27 +101,3 @@ def page(browser, request):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{request.node.name}.png"), full_page=True)
     context.close()
-
-
-def screenshot(page, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path
-
-
-PASSWORD = "correct-horse-battery"  # every e2e user's password
-
-
-def log_in(page, base: str, username: str, next_path: str = "/") -> None:
-    page.goto(f"{base}/login/?next={next_path}")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}{next_path}")
-
-
-def open_ready(page, url: str) -> None:
-    """Opens a page and waits until its script has loaded what it shows (pages set body[data-ready])."""
-    page.goto(url)
-    page.wait_for_selector("body[data-ready=true]")

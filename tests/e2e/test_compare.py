@@ -12,7 +12,7 @@ import pytest
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs import services
 from posttrain.runs.models import Run
-from tests.e2e.conftest import screenshot
+from tests.support.browser import screenshot
 from tests.unit.platform.helpers import (
     BASE_CONFIG,
     PASSWORD,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
+from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
 from tests.unit.platform.helpers import grant_server_paths
 
 pytestmark = pytest.mark.django_db(transaction=True)

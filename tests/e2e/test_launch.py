@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
+from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

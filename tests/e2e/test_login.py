@@ -1,7 +1,7 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.e2e.conftest import screenshot
+from tests.support.browser import screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

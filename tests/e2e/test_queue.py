@@ -7,8 +7,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import log_in, screenshot
-from tests.e2e.test_runs_list import a_researcher, a_run, an_experiment
+from tests.e2e.helpers import a_researcher, a_run, an_experiment
+from tests.support.browser import log_in, screenshot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
-from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
+from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
+from tests.support.stack import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
 from tests.unit.platform.helpers import grant_server_paths
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

@@ -21,7 +21,7 @@ from posttrain.registry.models import Dataset
 from posttrain.review.models import Campaign, Judgement, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run
-from tests.e2e.conftest import PASSWORD, open_ready, screenshot
+from tests.support.browser import PASSWORD, open_ready, screenshot
 from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record, samples_event
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -23,7 +23,7 @@ from posttrain.registry.models import Dataset
 from posttrain.review import services as review
 from posttrain.review.models import Campaign, Judgement, ReviewState
 from posttrain.runs import services
-from tests.e2e.conftest import PASSWORD, log_in, open_ready, screenshot
+from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
 from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record, samples_event
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import RunState
-from tests.e2e.conftest import screenshot
+from tests.support.browser import screenshot
 from tests.unit.platform.helpers import PASSWORD, make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]

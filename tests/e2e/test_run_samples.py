@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import expect
@@ -14,8 +13,8 @@ from playwright.sync_api import expect
 from posttrain.runs import services
 from posttrain.runs.models import RunState
 from posttrain.runs.rollouts import rollout_folder
-from tests.e2e.conftest import screenshot
-from tests.unit.platform.helpers import PASSWORD, make_run, sample_record, samples_event
+from tests.support.browser import open_run_page, screenshot
+from tests.unit.platform.helpers import make_run, sample_record, samples_event
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -25,16 +24,6 @@ TURNS = [
     {"role": "assistant", "text": "The answer is 85", "reward": None},
     {"role": "environment", "text": "correct", "reward": 1.0},
 ]
-
-
-def open_run_page(page, web_server: str, run) -> None:
-    """Signs in as the fixtures' researcher and opens the run's page, ready."""
-    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/runs/{run.id}/")
-    page.wait_for_selector("body[data-ready=true]")
 
 
 def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):

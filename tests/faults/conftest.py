@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (
+from tests.faults.servers import FAULT_STACK_ENV, PrivateRedis
+from tests.support.stack import (
     PlatformStack,
     platform_stack,
     postgres_url,
@@ -17,14 +18,7 @@ from tests.conftest import (
     stop_ray_jobs,
     tiny_demo_assets,
 )
-from tests.faults.servers import PrivateRedis
-from tests.integration.test_run_lifecycle import api, registry  # noqa: F401  (fixtures shared with the lifecycle tests)
-
-# Short enough that a test sees the platform react, long enough that a healthy engine never trips them.
-FAULT_STACK_ENV = {
-    "POSTTRAIN_RUN_QUEUED_GRACE_S": "3",  # a run whose submit task died with its worker is resubmitted
-    "POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S": "120",  # the production default: faults must be noticed sooner
-}
+from tests.support.stack_fixtures import api, registry  # noqa: F401  (fixtures shared with the lifecycle tests)
 
 
 @pytest.fixture(scope="package")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import PlatformStack
-from tests.integration.test_run_lifecycle import Api, assert_store_matches_the_run_folder, ray_state
+from tests.support.api import Api, assert_store_matches_the_run_folder, ray_state
+from tests.support.stack import PlatformStack
 
 SETTLE_S = 60
 

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.support.stack import REPO_ROOT, free_port
 
 
 def postgres_bindir() -> Path:

@@ -1,5 +1,6 @@
 """Private servers the fault tests may kill: the system Redis and Postgres are shared with everything else
-on the machine, so a test that stops one starts its own instead."""
+on the machine, so a test that stops one starts its own instead. Also the environment of the fault suite's
+stacks (FAULT_STACK_ENV)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from typing import Self
 
 import pytest
 
-from tests.conftest import free_port
+from tests.support.stack import free_port
+
+# The fault stacks' settings (tests/faults/conftest.py's and test_postgres_outage.py's): short enough that a test
+# sees the platform react, long enough that a healthy engine never trips them.
+FAULT_STACK_ENV = {
+    "POSTTRAIN_RUN_QUEUED_GRACE_S": "3",  # a run whose submit task died with its worker is resubmitted
+    "POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S": "120",  # the production default: faults must be noticed sooner
+}
 
 
 def wait_for_port(port: int, timeout_s: float, process: subprocess.Popen | None = None) -> None:

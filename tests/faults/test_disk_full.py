@@ -6,7 +6,7 @@ import pytest
 
 from tests.faults.invariants import assert_run_ended_truthfully
 from tests.faults.servers import SmallFilesystem
-from tests.integration.test_run_lifecycle import create_experiment, launch, run_config
+from tests.support.api import create_experiment, launch, run_config
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -15,19 +15,18 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from tests.conftest import PlatformStack, platform_stack
-from tests.faults.conftest import FAULT_STACK_ENV
 from tests.faults.invariants import assert_nothing_left_running
 from tests.faults.private_postgres import SEEDED_PASSPHRASE, PrivatePostgres, migrate_and_seed
-from tests.faults.servers import PrivateRedis
-from tests.faults.test_web_restarts import start_simulated_run
-from tests.integration.test_run_lifecycle import (
+from tests.faults.servers import FAULT_STACK_ENV, PrivateRedis
+from tests.support.api import (
     Api,
     assert_rollout_files_match,
     create_experiment,
     launch,
     run_config,
+    start_simulated_run,
 )
+from tests.support.stack import PlatformStack, platform_stack
 
 pytestmark = [pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from tests.faults.invariants import assert_run_ended_truthfully, engine_processes, wait_for_engine
-from tests.integration.test_run_lifecycle import create_experiment, launch, run_config
+from tests.support.api import create_experiment, launch, run_config
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

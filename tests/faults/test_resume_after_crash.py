@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.invariants import assert_run_ended_truthfully, wait_for_engine
-from tests.integration.test_run_lifecycle import Api, create_experiment, launch, run_config, run_folder_events
+from tests.support.api import Api, create_experiment, launch, run_config, run_folder_events
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

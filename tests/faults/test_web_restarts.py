@@ -8,28 +8,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, PlatformStack
-from tests.integration.test_run_lifecycle import Api, assert_store_matches_events
+from tests.support.api import assert_store_matches_events, start_simulated_run
+from tests.support.stack import PlatformStack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 RUNS = 4
 STEPS = 1500  # × 2 events (metrics, samples) × RUNS: 12,000 events plus each run's status events
 RATE = 60.0  # steps/s each: the stream lasts ~25 s, long enough for three restarts
-
-
-def start_simulated_run(api: Api, folder: Path, name: str, steps: int, rate: float) -> subprocess.Popen:
-    token = api.session.headers["Authorization"].split()[1]
-    command = [sys.executable, "-m", "bench.simulated_run", "--url", api.base, "--token", token, "--dir", str(folder)]
-    command += ["--name", name, "--steps", str(steps), "--rate", str(rate), "--metrics", "10", "--samples", "2"]
-    return subprocess.Popen(command, cwd=REPO_ROOT, env=os.environ, stdout=subprocess.PIPE, text=True)
 
 
 def kill_and_restart_web(stack: PlatformStack) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import PlatformStack, start_celery_worker
 from tests.faults.invariants import assert_run_ended_truthfully, wait_for_engine
-from tests.integration.test_run_lifecycle import create_experiment, launch, run_config
+from tests.support.api import create_experiment, launch, run_config
+from tests.support.stack import PlatformStack, start_celery_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

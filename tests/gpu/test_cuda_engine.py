@@ -13,25 +13,7 @@ from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.loop import build_engine, train
 from rl_engine.trainer import Experience, TokenBatch
-
-
-def gpu_config(demo: Path, **sections) -> dict:
-    cfg = {
-        "name": "gpu",
-        "seed": 3,
-        "model": {"path": str(demo / "model")},
-        "data": {"path": str(demo / "data" / "train.jsonl")},
-        "rewards": [{"type": "regex", "name": "two_digits", "pattern": r"^\d\d"}],
-        "algorithm": {"name": "ppo", "kl": {"coef": 0.05, "placement": "loss"}},
-        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 2, "max_new_tokens": 4},
-        "train": {"steps": 2, "lr": 3e-3, "micro_batch_size": 4},
-        "placement": {"device": "cuda", "gpus_per_trainer": 1},
-        "checkpoint": {"save_final": False},
-        "logging": {"eval_every": 0, "heartbeat_s": 60},
-    }
-    for section, values in sections.items():
-        cfg[section] = {**cfg.get(section, {}), **values} if isinstance(values, dict) else values
-    return cfg
+from tests.gpu.helpers import gpu_config
 
 
 def on_cuda(module: torch.nn.Module) -> bool:

@@ -10,7 +10,7 @@ import torch
 from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.loop import build_engine, train
-from tests.gpu.test_cuda_engine import gpu_config
+from tests.gpu.helpers import gpu_config
 
 pytest.importorskip("vllm")
 if not torch.cuda.is_available():

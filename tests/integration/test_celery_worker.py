@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from celery import Celery
 
-from tests.conftest import REPO_ROOT, VENV_BIN
+from tests.support.stack import REPO_ROOT, VENV_BIN
 
 
 @pytest.fixture

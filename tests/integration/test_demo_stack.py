@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO_ROOT, free_port
+from tests.support.stack import REPO_ROOT, free_port
 
 EXTERNAL_SERVERS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "RAY_ADDRESS")
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from rl_engine import sandbox
-from tests.conftest import PlatformStack, free_port, platform_stack, postgres_url
+from tests.support.stack import PlatformStack, free_port, platform_stack, postgres_url
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

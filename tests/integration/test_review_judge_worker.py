@@ -15,7 +15,7 @@ from posttrain.accounts.services import user_create
 from posttrain.review import services as review
 from posttrain.review.models import JudgeScore
 from rl_engine import sandbox
-from tests.conftest import PlatformStack, free_port, platform_stack, postgres_url
+from tests.support.stack import PlatformStack, free_port, platform_stack, postgres_url
 from tests.unit.platform.helpers import PASSWORD, run_with_samples, sample
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.usefixtures("no_dispatch")]

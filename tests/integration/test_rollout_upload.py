@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import UvicornServer, postgres_url
+from tests.support.stack import UvicornServer, postgres_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,256 +1,48 @@
 """A run's whole life on the real stack: uvicorn (the API and the engine's event endpoint) and a Celery
 worker on the test database, the Redis broker, a real Ray head running the engine as a Ray job.
 
-Every run is tiny (the tiny demo model, a few steps, two prompts per step) so the file stays short.
+Every run is tiny (the tiny demo model, a few steps, two prompts per step) so the file stays short. The API
+helpers are tests/support/api.py's, the stack and its fixtures tests/support/stack_fixtures.py's.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
-from tests.conftest import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
+from tests.support.api import (
+    ROLLOUT,
+    assert_store_matches_the_run_folder,
+    create_experiment,
+    follow_with_the_cli,
+    launch,
+    ray_job_status,
+    ray_state,
+    run_config,
+    run_folder_events,
+)
+from tests.support.stack import PlatformStack
+from tests.support.stack_fixtures import api, check_after_test, demo_assets, registry, stack  # noqa: F401  (fixtures)
+
+# A test's `api`, `registry`, `stack` or `demo_assets` parameter is pytest handing it the fixture imported above,
+# not a redefinition of the import.
+# ruff: noqa: F811
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-RUN_TIMEOUT_S = 150
-TERMINAL = {"succeeded", "failed", "cancelled"}
-ROLLOUT = {"prompts_per_step": 2, "samples_per_prompt": 4, "max_new_tokens": 4, "temperature": 1.0}
-
-
-def run_config(steps: int, **sections) -> dict:
-    config = {
-        "rollout": ROLLOUT,
-        "train": {"steps": steps, "lr": 3e-3, "micro_batch_size": 8},
-        "logging": {"eval_every": 0, "heartbeat_s": 1},
-        "checkpoint": {"save_final": False},
-    }
-    config.update(sections)
-    return config
-
-
-@pytest.fixture(scope="module")
-def demo_assets(tmp_path_factory) -> Path:
-    from rl_engine.demo.build import build_demo
-
-    out = tmp_path_factory.mktemp("tiny-demo")
-    build_demo(out, seed=0, model_size="tiny", sft_steps=10, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def stack(django_db_setup, django_db_blocker, ray_head, tmp_path_factory) -> Iterator[PlatformStack]:
-    from django.db import connection
-
-    with platform_stack(
-        ray_head, tmp_path_factory.mktemp("runs-stack"), postgres_url(connection.settings_dict)
-    ) as stack:
-        yield stack
-
 
 @pytest.fixture(autouse=True)
-def _after_each_test(stack, api):
-    """No request may have been a 500; a failed test must not leave a run going into the next one (its
-    events and the worker's admission of what it left queued would race the database's flush)."""
+def _after_each_test(stack, api) -> Iterator[None]:
+    """tests/support/stack_fixtures.py's check_after_test after each test: no request was a 500, and no run
+    is left going into the next test."""
     yield
-    api.cancel_unfinished()
-    stop_ray_jobs(stack.ray)
-    errors = [line for line in stack.web.log().splitlines() if '" 500 ' in line]
-    stack.web.log_path.write_text("")  # each test checks its own requests
-    assert not errors, "\n".join(errors)
-
-
-class Api:
-    def __init__(self, base: str, token: str):
-        self.base = base
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Token {token}"
-
-    def get(self, path: str, expect: int = 200, **params):
-        response = self.session.get(f"{self.base}{path}", params=params, timeout=30)
-        assert response.status_code == expect, response.text[:2000]
-        return response.json()
-
-    def post(self, path: str, body: dict | None = None, expect: int = 201):
-        response = self.session.post(f"{self.base}{path}", json=body or {}, timeout=30)
-        assert response.status_code == expect, response.text[:2000]
-        return response.json()
-
-    def wait_for(self, run_id: str, until, timeout_s: float = RUN_TIMEOUT_S, what: str = "") -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            run = self.get(f"/api/runs/{run_id}/")
-            if until(run):
-                return run
-            if time.monotonic() > deadline:
-                raise AssertionError(f"run {run_id} did not reach {what or 'the expected state'}: {run}")
-            time.sleep(0.5)
-
-    def wait_until_finished(self, run_id: str, timeout_s: float = RUN_TIMEOUT_S) -> dict:
-        return self.wait_for(run_id, lambda r: r["state"] in TERMINAL, timeout_s, "a final state")
-
-    def cancel_unfinished(self) -> None:
-        """Cancels every run not yet in a final state and waits until each is in one."""
-        from posttrain.runs.models import Run
-
-        unfinished = [str(pk) for pk in Run.objects.exclude(state__in=TERMINAL).values_list("pk", flat=True)]
-        for run_id in unfinished:
-            self.session.post(f"{self.base}/api/runs/{run_id}/cancel/", json={}, timeout=30)
-        for run_id in unfinished:
-            self.wait_until_finished(run_id, timeout_s=120)
-
-
-@pytest.fixture
-def api(stack) -> Api:
-    from rest_framework.authtoken.models import Token
-
-    from tests.unit.platform.helpers import a_researcher
-
-    return Api(stack.web.url, Token.objects.create(user=a_researcher()).key)
-
-
-@pytest.fixture
-def registry(demo_assets, tmp_path):
-    """Registry rows for the demo task, straight through the ORM (the registry API is tested elsewhere)."""
-    from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
-
-    train = demo_assets / "data" / "train.jsonl"
-    raising = tmp_path / "raising_reward.py"
-    raising.write_text(
-        "def reward_func(queries, prompts, labels, **kwargs):\n    raise RuntimeError('the reward server exploded')\n"
-    )
-    broken = tmp_path / "broken_reward.py"
-    broken.write_text("def reward_func(queries, prompts, labels, **kwargs)\n    return [0.0] * len(queries)\n")
-    return {
-        "model": ModelAsset.objects.create(name="tiny demo", path=str(demo_assets / "model")),
-        "dataset": Dataset.objects.create(
-            name="sums",
-            sha256="0" * 64,
-            format="jsonl",
-            path=str(train),
-            size_bytes=train.stat().st_size,
-            row_count=5000,
-            prompt_field="prompt",
-            label_field="label",
-            columns=["prompt", "label"],
-        ),
-        "exact": RewardFunction.objects.create(name="correct", kind="builtin", spec={"type": "exact_match"}),
-        "format": RewardFunction.objects.create(
-            name="two_digits", kind="builtin", spec={"type": "regex", "pattern": r"^\d\d"}
-        ),
-        "raising": RewardFunction.objects.create(
-            name="raising", kind="python", spec={"type": "python", "path": str(raising), "timeout_s": 10}
-        ),
-        "broken": RewardFunction.objects.create(
-            name="broken", kind="python", spec={"type": "python", "path": str(broken)}
-        ),
-    }
-
-
-def create_experiment(
-    api: Api, registry, name: str, config: dict, rewards=(("exact", 1.0), ("format", 0.5)), model=None
-) -> dict:
-    return api.post(
-        "/api/experiments/",
-        {
-            "name": name,
-            "model": (model or registry["model"]).pk,
-            "dataset": registry["dataset"].pk,
-            "rewards": [{"reward": registry[key].pk, "weight": weight} for key, weight in rewards],
-            "config": config,
-        },
-    )
-
-
-def launch(api: Api, experiment: dict, seed: int = 1) -> dict:
-    run = api.post(f"/api/experiments/{experiment['id']}/launch/", {"seed": seed, "tags": ["integration"]})
-    assert run["state"] == "queued"
-    return run
-
-
-def follow_with_the_cli(api: Api, run_id: str) -> subprocess.Popen:
-    """`posttrain runs follow RUN` in its own process; it ends when the run does."""
-    env = {**os.environ, "POSTTRAIN_URL": api.base, "POSTTRAIN_TOKEN": api.session.headers["Authorization"].split()[1]}
-    return subprocess.Popen(
-        [sys.executable, "-m", "posttrain_sdk", "runs", "follow", run_id],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
-def run_folder_events(run: dict) -> list[dict]:
-    from posttrain_sdk.event_log import read_events
-
-    return read_events(Path(run["resolved_config"]["logging"]["run_dir"]) / "events.jsonl")
-
-
-def ray_job_status(stack: PlatformStack, run_id: str, timeout_s: float = 30) -> str:
-    """The Ray job's final status (the engine process may still be exiting when its run already ended)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with urllib.request.urlopen(f"{stack.ray}/api/jobs/{run_id}", timeout=10) as response:
-            status = json.load(response)["status"]
-        if status in ("SUCCEEDED", "FAILED", "STOPPED") or time.monotonic() > deadline:
-            return status
-        time.sleep(0.3)
-
-
-def assert_store_matches_the_run_folder(run: dict) -> None:
-    """No gap, no duplicate: what the platform stored is exactly the run folder's events.jsonl."""
-    assert_store_matches_events(run, run_folder_events(run))
-
-
-def assert_store_matches_events(run: dict, events: list[dict], rollouts_dir: Path | None = None) -> None:
-    """What the platform stored of `run` is exactly `events` (its events.jsonl), each seq once, and the
-    rollout store (`rollouts_dir`; a native run's is in its resolved config) holds every file announced."""
-    from posttrain.runs.models import MetricRow, RolloutFile, RunLog
-
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert run["last_seq"] == len(events)
-    by_type = lambda kind: [e for e in events if e["type"] == kind]  # noqa: E731
-    assert list(MetricRow.objects.filter(run_id=run["id"]).order_by("seq").values_list("seq", flat=True)) == [
-        e["seq"] for e in by_type("metrics")
-    ]
-    assert list(RunLog.objects.filter(run_id=run["id"]).order_by("seq").values_list("seq", flat=True)) == [
-        e["seq"] for e in by_type("log")
-    ]
-    # One index row per announced rollout file, and each file in the run's rollout folder is the one its
-    # event announced: same bytes, one row per (step, index), every row of that step.
-    announced = [(e["step"], e["data"]["file"], e["data"]["rows"], e["data"]["sha256"]) for e in by_type("samples")]
-    stored = RolloutFile.objects.filter(run_id=run["id"]).order_by("seq").values_list("step", "name", "rows", "sha256")
-    assert list(stored) == announced
-    assert_rollout_files_match(rollouts_dir or Path(run["resolved_config"]["logging"]["rollouts_dir"]), announced)
-
-
-def assert_rollout_files_match(folder: Path, announced: list[tuple[int, str, int, str]]) -> None:
-    """Each announced rollout file is in the rollout folder, whole (its SHA-256), with `rows` rows of its
-    step and no (step, index) twice across the run."""
-    import hashlib
-    import io
-
-    import pyarrow.parquet as pq
-
-    seen: set[tuple[int, int]] = set()
-    for step, name, rows, sha256 in announced:
-        data = (folder / name).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == sha256, name
-        table = pq.read_table(io.BytesIO(data), columns=["step", "index"]).to_pylist()
-        keys = {(r["step"], r["index"]) for r in table}
-        assert len(table) == rows == len(keys) and {s for s, _ in keys} == {step}, name
-        assert not keys & seen, f"{name} repeats rollouts of step {step}"
-        seen |= keys
+    check_after_test(stack, api)
 
 
 # --- (a) -------------------------------------------------------------------------------------
@@ -361,12 +153,6 @@ def test_cancel_during_running_ends_cancelled_and_stops_the_ray_job(api, registr
     reasons = [t["reason"] for t in api.get(f"/api/runs/{run['id']}/transitions/")]
     assert "cancel requested by ada" in reasons
     assert api.post(f"/api/runs/{run['id']}/cancel/", expect=409)["state"] == "cancelled"
-
-
-def ray_state(stack: PlatformStack, kind: str) -> list[dict]:
-    """Ray's state API (`actors`, `placement_groups`) over HTTP, as the dashboard reads it."""
-    with urllib.request.urlopen(f"{stack.ray}/api/v0/{kind}?limit=1000", timeout=10) as response:
-        return json.load(response)["data"]["result"]["result"]
 
 
 def test_a_run_with_separate_placement_runs_its_roles_as_actors_of_its_job_and_cancel_removes_them(

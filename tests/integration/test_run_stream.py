@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from tests.conftest import UvicornServer, postgres_url
+from tests.support.stack import UvicornServer, postgres_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,34 +9,45 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.test_run_lifecycle import (  # noqa: F401  (fixtures)
+from tests.support.api import (
     Api,
-    _after_each_test,
-    api,
+    admitted_at,
     assert_store_matches_the_run_folder,
     create_experiment,
-    demo_assets,
     ray_job_status,
-    registry,
     run_config,
     run_folder_events,
-    stack,
 )
+from tests.support.stack_fixtures import api, check_after_test, demo_assets, registry, stack  # noqa: F401  (fixtures)
+
+# A test's `api`, `registry` or `stack` parameter is pytest handing it the fixture imported above, not a
+# redefinition of the import.
+# ruff: noqa: F811
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _after_each_test(stack, api) -> Iterator[None]:
+    """tests/support/stack_fixtures.py's check_after_test after each test: no request was a 500, and no run
+    is left going into the next test."""
+    yield
+    check_after_test(stack, api)
+
 
 # Each run takes both CPUs of the test head: only one fits at a time.
 WHOLE_HEAD = {"placement": {"cpus_per_trainer": 2, "cpus_per_rollout_engine": 2}}
 
 
-def launch(api: Api, experiment: dict, priority: str) -> dict:  # noqa: F811  (the lifecycle module's fixtures, imported above)
+def launch(api: Api, experiment: dict, priority: str) -> dict:
     return api.post(f"/api/experiments/{experiment['id']}/launch/", {"seed": 1, "priority": priority})
 
 
-def queue_with_the_cli(api: Api) -> dict:  # noqa: F811  (the lifecycle module's fixtures, imported above)
+def queue_with_the_cli(api: Api) -> dict:
     env = {**os.environ, "POSTTRAIN_URL": api.base, "POSTTRAIN_TOKEN": api.session.headers["Authorization"].split()[1]}
     done = subprocess.run(
         [sys.executable, "-m", "posttrain_sdk", "queue", "ls", "--json"],
@@ -49,12 +60,7 @@ def queue_with_the_cli(api: Api) -> dict:  # noqa: F811  (the lifecycle module's
     return json.loads(done.stdout)
 
 
-def admitted_at(api: Api, run_id: str) -> str:  # noqa: F811  (the lifecycle module's fixtures, imported above)
-    moves = api.get(f"/api/runs/{run_id}/transitions/")
-    return next(t["at"] for t in moves if t["to_state"] == "starting")
-
-
-def test_runs_that_do_not_fit_wait_with_a_reason_and_start_one_after_another_by_priority(api, registry):  # noqa: F811  (the lifecycle module's fixtures, imported above)
+def test_runs_that_do_not_fit_wait_with_a_reason_and_start_one_after_another_by_priority(api, registry):
     # The first run holds the head until the test cancels it: the queue is looked at while it surely runs,
     # however slow the machine (a short one could end before the other two were even ordered).
     holder = create_experiment(api, registry, "holds the head", run_config(100_000, **WHOLE_HEAD))
@@ -90,12 +96,12 @@ def test_runs_that_do_not_fit_wait_with_a_reason_and_start_one_after_another_by_
 
 def comparable_metrics(run: dict) -> dict[int, dict]:
     """The run's metrics by step from its run folder, wall-clock ones left out (they differ between runs)."""
-    from tests.unit.engine.test_engine_run import comparable
+    from tests.unit.engine.helpers import comparable
 
     return {e["step"]: comparable(e["data"]) for e in run_folder_events(run) if e["type"] == "metrics"}
 
 
-def test_a_high_priority_run_preempts_a_low_one_which_resumes_later_exactly_where_it_stopped(api, registry, stack):  # noqa: F811  (the lifecycle module's fixtures, imported above)
+def test_a_high_priority_run_preempts_a_low_one_which_resumes_later_exactly_where_it_stopped(api, registry, stack):
     # The low run must still be going when the high one's admission asks it to stop. How long that takes
     # depends on how busy the machine is, so a low run that ended first is tried again, four times longer
     # (alone on the machine 12 steps are plenty; under a loaded suite they were not).

@@ -13,17 +13,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import VENV_BIN, free_port, platform_stack, postgres_url, stop_process_group, wait_for_http
-from tests.integration.test_run_lifecycle import (  # noqa: F401  (fixtures)
-    Api,
-    _after_each_test,
-    api,
-    create_experiment,
-    demo_assets,
-    registry,
-    run_config,
-)
-from tests.integration.test_scheduler import admitted_at
+from tests.support.api import admitted_at, create_experiment, run_config
+from tests.support.stack import VENV_BIN, free_port, platform_stack, postgres_url, stop_process_group, wait_for_http
+from tests.support.stack_fixtures import api, check_after_test, demo_assets, registry  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -115,6 +107,14 @@ def stack(django_db_setup, django_db_blocker, two_nodes, tmp_path_factory):
         two_nodes, tmp_path_factory.mktemp("two-node-stack"), postgres_url(connection.settings_dict)
     ) as s:
         yield s
+
+
+@pytest.fixture(autouse=True)
+def _after_each_test(stack, api) -> Iterator[None]:  # noqa: F811  (the fixture imported above)
+    """tests/support/stack_fixtures.py's check_after_test after each test: no request was a 500, and no run
+    is left going into the next test."""
+    yield
+    check_after_test(stack, api)
 
 
 def driver_node(ray_address: str, run_id: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, UvicornServer, free_port, platform_stack, postgres_url
+from tests.support.stack import REPO_ROOT, UvicornServer, free_port, platform_stack, postgres_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from rl_engine import sandbox
-from tests.conftest import PlatformStack, free_port, platform_stack, postgres_url
 from tests.hostile_programs import PROGRAMS, HostWorld
+from tests.support.stack import PlatformStack, free_port, platform_stack, postgres_url
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PlatformStack
-from tests.security.conftest import World, api_for, assert_stack_alive, experiment_body, registry_rows
+from tests.security.helpers import World, api_for, assert_stack_alive, experiment_body, registry_rows
+from tests.support.stack import PlatformStack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

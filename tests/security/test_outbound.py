@@ -13,8 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import PlatformStack
-from tests.security.conftest import SECRET_MARK, Api, World, api_for, assert_stack_alive, server_logs
+from tests.security.helpers import SECRET_MARK, Api, World, api_for, assert_stack_alive, server_logs
+from tests.support.stack import PlatformStack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

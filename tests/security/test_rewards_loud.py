@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, PlatformStack
-from tests.security.conftest import Api, World, api_for, assert_stack_alive
+from tests.security.helpers import Api, World, api_for, assert_stack_alive
+from tests.support.stack import REPO_ROOT, PlatformStack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

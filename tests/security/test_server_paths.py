@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PlatformStack
-from tests.security.conftest import (
+from tests.security.helpers import (
     SECRET_MARK,
     Api,
     World,
@@ -26,6 +25,7 @@ from tests.security.conftest import (
     registry_rows,
     server_logs,
 )
+from tests.support.stack import PlatformStack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

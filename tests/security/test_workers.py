@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import PlatformStack
-from tests.security.conftest import (
+from tests.security.helpers import (
     HARD_LIMIT_S,
     SOFT_LIMIT_S,
     World,
@@ -19,6 +18,7 @@ from tests.security.conftest import (
     experiment_body,
     registry_rows,
 )
+from tests.support.stack import PlatformStack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

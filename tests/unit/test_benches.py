@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DISTRIBUTED_LAUNCHER_VARIABLES, REPO_ROOT
+from tests.support.stack import DISTRIBUTED_LAUNCHER_VARIABLES, REPO_ROOT
 
 BENCH = REPO_ROOT / "bench"
 PYTHON = REPO_ROOT / ".venv" / "bin" / "python"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.support.stack import REPO_ROOT
 
 HELPER = REPO_ROOT / "scripts" / "apt_install.sh"
 APT_CALL = re.compile(r"(^|[\s;&|(])(apt-get|apt)\s+\S")

@@ -11,8 +11,7 @@ from rl_engine.config import ConfigError, check_runnable, validate_config
 from rl_engine.partial_rollout import generate_in_segments, mixed_seed
 from rl_engine.rollout import Sample, SamplingParams, TransformersRollout
 from rl_engine.staleness import staleness_metrics
-from tests.unit.engine.test_config import with_changes
-from tests.unit.engine.test_rollout import _random_policy
+from tests.unit.engine.helpers import random_policy, with_changes
 
 
 def _sample(*segments: tuple[int, int]) -> Sample:
@@ -45,7 +44,7 @@ def rollout(tiny_demo):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_demo / "model")
-    return TransformersRollout(_random_policy(tokenizer), tokenizer)
+    return TransformersRollout(random_policy(tokenizer), tokenizer)
 
 
 PROMPTS = [[5, 6, 7], [8, 9]]

@@ -12,7 +12,7 @@ import pytest
 from rl_engine.algorithms import catalogue
 from rl_engine.algorithms.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
 from rl_engine.config import ConfigError, config_json_schema, validate_config
-from tests.unit.engine.test_config import minimal, with_changes
+from tests.unit.engine.helpers import minimal, with_changes
 
 
 def schema_property(section: str, field: str) -> dict:

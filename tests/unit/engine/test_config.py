@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -20,32 +19,7 @@ from rl_engine.config import (
     load_config,
     validate_config,
 )
-
-DELETE = object()
-
-
-def minimal() -> dict[str, Any]:
-    return {
-        "name": "test-run",
-        "model": {"path": "models/tiny"},
-        "data": {"path": "data/train.jsonl"},
-        "rewards": [{"type": "exact_match"}],
-    }
-
-
-def with_changes(changes: dict[str, Any]) -> dict[str, Any]:
-    """The minimal config with dotted-path changes applied ("rewards.0.pattern": ...)."""
-    cfg = copy.deepcopy(minimal())
-    for path, value in changes.items():
-        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
-        node: Any = cfg
-        for part in parents:
-            node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
-        if value is DELETE:
-            del node[last]
-        else:
-            node[last] = value
-    return cfg
+from tests.unit.engine.helpers import DELETE, minimal, with_changes
 
 
 def error_locs(data: dict[str, Any]) -> list[str]:

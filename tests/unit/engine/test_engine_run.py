@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,52 +16,14 @@ from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
 from rl_engine.loop import train
 from rl_engine.metric_catalogue import lookup
-from tests.unit.engine.helpers import step_rows, stop_at_first_checkpoint
+from tests.unit.engine.helpers import by_type, comparable, step_rows, stop_at_first_checkpoint, tiny_config
 
 pytestmark = pytest.mark.slow
-
-
-def tiny_config(demo: Path, **sections) -> dict:
-    cfg = {
-        "name": "tiny",
-        "seed": 3,
-        "model": {"path": str(demo / "model")},
-        "data": {
-            "path": str(demo / "data" / "train.jsonl"),
-            "eval_path": str(demo / "data" / "test.jsonl"),
-            "eval_size": 16,
-        },
-        # exact match alone is ~always 0 for a barely trained model; the format reward gives signal.
-        "rewards": [
-            {"type": "exact_match"},
-            {"type": "regex", "name": "two_digits", "pattern": r"^\d\d", "weight": 0.5},
-        ],
-        "algorithm": {"name": "grpo"},
-        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 4, "temperature": 1.0},
-        "train": {"steps": 2, "lr": 3e-3, "micro_batch_size": 8},
-        "logging": {"eval_every": 2, "heartbeat_s": 60},
-    }
-    for section, values in sections.items():
-        cfg[section] = {**cfg.get(section, {}), **values} if isinstance(values, dict) else values
-    return cfg
-
-
-def by_type(events: list[dict], kind: str) -> list[dict]:
-    return [e for e in events if e["type"] == kind]
 
 
 def uncatalogued(metrics: list[dict]) -> list[str]:
     """Metrics logged that rl_engine/metric_catalogue.py does not describe (the run page would not draw them)."""
     return sorted({name for event in metrics for name in event["data"] if lookup(name) is None})
-
-
-def comparable(metrics: dict) -> dict:
-    """Metrics that must be identical between equal runs (wall-clock ones excluded)."""
-    return {
-        k: v
-        for k, v in metrics.items()
-        if not k.startswith(("timing/", "throughput/", "memory/")) and k != "progress/train_time_s"
-    }
 
 
 def test_a_grpo_run_writes_status_metrics_every_sample_and_a_loadable_checkpoint(tiny_demo, tmp_path):

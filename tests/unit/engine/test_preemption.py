@@ -18,7 +18,7 @@ from rl_engine.preemption import (
     request_preemption,
     time_limit_reason,
 )
-from tests.unit.engine.test_engine_run import by_type, comparable, tiny_config
+from tests.unit.engine.helpers import by_type, comparable, tiny_config
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from rl_engine.__main__ import main
 from rl_engine.config import validate_config
 from rl_engine.loop import train
 from rl_engine.replay import COMPARED, replay_step
-from tests.unit.engine.test_engine_run import tiny_config
+from tests.unit.engine.helpers import tiny_config
 
 pytestmark = pytest.mark.slow
 

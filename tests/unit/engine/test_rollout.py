@@ -5,33 +5,14 @@ from __future__ import annotations
 import torch
 
 from rl_engine.rollout import SamplingParams, TransformersRollout
-
-
-def _random_policy(tokenizer):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=8,
-        intermediate_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model
+from tests.unit.engine.helpers import random_policy
 
 
 def test_sampling_without_top_k_is_not_truncated_to_the_50_most_likely_tokens(tiny_demo):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_demo / "model")
-    rollout = TransformersRollout(_random_policy(tokenizer), tokenizer)
+    rollout = TransformersRollout(random_policy(tokenizer), tokenizer)
     torch.manual_seed(1)
     samples = rollout.generate([[5, 6, 7]] * 64, SamplingParams(n=8, max_new_tokens=1, top_k=-1))
     first_tokens = {s.response_ids[0] for s in samples}
@@ -43,7 +24,7 @@ def test_samples_come_back_prompt_major_with_a_finish_reason(tiny_demo):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_demo / "model")
-    rollout = TransformersRollout(_random_policy(tokenizer), tokenizer, batch_size=5)
+    rollout = TransformersRollout(random_policy(tokenizer), tokenizer, batch_size=5)
     samples = rollout.generate([[5, 6], [7, 8, 9]], SamplingParams(n=3, max_new_tokens=4))
     assert [s.prompt_index for s in samples] == [0, 0, 0, 1, 1, 1]
     for sample in samples:
@@ -70,7 +51,7 @@ def test_sampled_tokens_come_with_their_logprobs_under_the_distribution_they_wer
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_demo / "model")
-    model = _random_policy(tokenizer)
+    model = random_policy(tokenizer)
     rollout = TransformersRollout(model, tokenizer, batch_size=4)
     prompts = [[5, 6, 7], [8, 9]]
     for params in (
@@ -91,6 +72,6 @@ def test_greedy_decoding_reports_no_logprobs(tiny_demo):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_demo / "model")
-    rollout = TransformersRollout(_random_policy(tokenizer), tokenizer)
+    rollout = TransformersRollout(random_policy(tokenizer), tokenizer)
     samples = rollout.generate([[5, 6]], SamplingParams(n=1, max_new_tokens=3, greedy=True))
     assert samples[0].logprobs is None

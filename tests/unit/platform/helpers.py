@@ -1,6 +1,7 @@
 """Helpers of the platform tests that are not fixtures (the fixtures are in tests/conftest.py and this
 folder's conftest.py): rows made straight through the ORM, event and sample records, a fake Ray Jobs
-client, review campaigns, and every /api/ endpoint for the permission matrix.
+client, a fake cluster view for admission, review campaigns, and every /api/ endpoint for the permission
+matrix.
 
 Registry rows come from the ORM, not the registry's services (tested on their own): a model folder that
 exists, a stored JSONL dataset, rewards with engine reward specs."""
@@ -23,6 +24,7 @@ from posttrain.review import services as review
 from posttrain.review.models import Campaign, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
+from posttrain.runs.scheduling import ClusterNode, ClusterView
 from posttrain.runs.tokens import ingest_token
 
 PASSWORD = "a-long-test-passphrase"  # every platform test user's password
@@ -236,6 +238,37 @@ class FakeJobs:
 
 def unknown_run_id() -> str:
     return str(uuid.uuid4())
+
+
+# --- admission: a fake Ray cluster view, launched runs (tests/unit/platform/test_scheduler_*.py) ---
+
+
+def cluster(cpus: float = 2.0, free: float | None = None, nodes: int = 1):
+    """A fake Ray cluster view for admission (`runs_admit(cluster=...)`): `nodes` nodes of `cpus` CPUs each,
+    `free` of them free on each (all by default)."""
+    view = ClusterView(
+        [
+            ClusterNode(
+                f"n{i}", f"10.0.0.{i}", {"CPU": cpus, "GPU": 0.0}, {"CPU": cpus if free is None else free, "GPU": 0.0}
+            )
+            for i in range(nodes)
+        ]
+    )
+    return lambda: view
+
+
+def launch(experiment, user, **fields) -> Run:
+    """A run launched by `user` (queued for admission), with `fields` set on it afterwards."""
+    run = services.run_launch(experiment, user=user)
+    if fields:
+        Run.objects.filter(pk=run.pk).update(**fields)
+    return run
+
+
+def state(run: Run) -> str:
+    """The run's state as the database has it now."""
+    run.refresh_from_db()
+    return run.state
 
 
 # --- registry rows (for tests that need an object but not the validation path) ---------------------

@@ -14,7 +14,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import AlertDelivery
-from tests.conftest import free_port
+from tests.support.stack import free_port
 from tests.unit.platform.helpers import an_experiment, make_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("storage")]

@@ -1,7 +1,7 @@
 import pytest
 from django.urls import reverse
 
-from tests.conftest import free_port
+from tests.support.stack import free_port
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from tests.conftest import free_port
+from tests.support.stack import free_port
 from tests.unit.platform.helpers import a_dataset_row, a_model_row, a_reward_row, an_experiment, api_endpoints
 
 pytestmark = pytest.mark.django_db

@@ -213,7 +213,7 @@ def test_rewards_filter_by_kind(researcher_client):
 
 @pytest.mark.timeout(30)
 def test_try_bounds_the_retries_of_an_http_reward_so_the_request_answers_quickly(researcher_client, settings):
-    from tests.conftest import free_port
+    from tests.support.stack import free_port
 
     settings.HTTP_ALLOW = ["127.0.0.1"]  # an admin allowed reward servers on this machine
     spec = {"url": f"http://127.0.0.1:{free_port()}/score", "retries": 6, "backoff_s": 10}

@@ -18,7 +18,7 @@ from posttrain.review import services as review
 from posttrain.review.agreement import judge_question_agreement
 from posttrain.review.labels import JudgeSettings, judge_answer
 from posttrain.review.models import JudgeRunState, JudgeScore
-from tests.conftest import free_port
+from tests.support.stack import free_port
 from tests.unit.platform.helpers import pair_campaign, run_with_samples, sample, shown_as, single_campaign
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]

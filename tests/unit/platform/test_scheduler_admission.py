@@ -15,33 +15,9 @@ from posttrain.runs.models import ClusterSnapshot, Quota, Run
 from posttrain.runs.scheduling import ClusterNode, ClusterView
 from posttrain.runs.services.scheduler import RAY_REPORT_LAG_S, runs_admit
 from posttrain.runs.services.state_machine import S
-from tests.unit.platform.helpers import FakeJobs, a_researcher, make_run
+from tests.unit.platform.helpers import FakeJobs, a_researcher, cluster, launch, make_run, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
-
-
-def cluster(cpus: float = 2.0, free: float | None = None, nodes: int = 1):
-    view = ClusterView(
-        [
-            ClusterNode(
-                f"n{i}", f"10.0.0.{i}", {"CPU": cpus, "GPU": 0.0}, {"CPU": cpus if free is None else free, "GPU": 0.0}
-            )
-            for i in range(nodes)
-        ]
-    )
-    return lambda: view
-
-
-def launch(experiment, user, **fields) -> Run:
-    run = services.run_launch(experiment, user=user)
-    if fields:
-        Run.objects.filter(pk=run.pk).update(**fields)
-    return run
-
-
-def state(run: Run) -> str:
-    run.refresh_from_db()
-    return run.state
 
 
 def test_runs_that_do_not_fit_wait_with_a_reason_and_start_in_order_as_others_end(experiment, researcher):

@@ -19,8 +19,7 @@ from posttrain.runs.models import ClusterSample, ClusterSnapshot, MetricRow, Pre
 from posttrain.runs.scheduling import ClusterNode, ClusterView, decayed_usage
 from posttrain.runs.services.scheduler import runs_admit
 from posttrain.runs.services.state_machine import S
-from tests.unit.platform.helpers import FakeJobs, a_researcher, event
-from tests.unit.platform.test_scheduler_admission import cluster, launch, state
+from tests.unit.platform.helpers import FakeJobs, a_researcher, cluster, event, launch, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 

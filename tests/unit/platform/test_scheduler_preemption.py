@@ -12,8 +12,7 @@ from posttrain.runs.event_schema import parse_batch
 from posttrain.runs.models import Preemption, Run
 from posttrain.runs.services.scheduler import runs_admit
 from posttrain.runs.services.state_machine import S
-from tests.unit.platform.helpers import FakeJobs, event
-from tests.unit.platform.test_scheduler_admission import cluster, launch, state
+from tests.unit.platform.helpers import FakeJobs, cluster, event, launch, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 

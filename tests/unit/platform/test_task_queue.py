@@ -11,7 +11,7 @@ from celery import Celery
 
 from posttrain.core import task_queue
 from posttrain.core.task_queue import TASK_PREFIX, celery_app
-from tests.conftest import redis_database
+from tests.support.stack import redis_database
 
 PLATFORM = Path(__file__).resolve().parents[3] / "platform" / "posttrain"
 SENDERS = {"task_send", "run_task"}  # runs.services.dispatch.run_task(name, run_id) wraps task_send
