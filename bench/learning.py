@@ -192,7 +192,7 @@ def policy_for_evaluation(engine: Any) -> Any:
         return engine.model
     from safetensors.torch import load_file
 
-    from rl_engine.loop import load_policy
+    from rl_engine.components import load_policy
 
     if not hasattr(engine, "bench_policy"):
         engine.bench_policy = load_policy(engine.cfg.model.path, engine.cfg).eval()

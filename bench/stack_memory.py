@@ -437,7 +437,7 @@ def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> Non
                 steps=detail["last_step"] or 0,
                 state=detail["state"],
                 rollout_backend=detail["resolved_config"]["backends"]["rollout"],
-                # Only the vLLM backend reports the sampled tokens' log-probs (rl_engine/loop.py: _logprob_gap).
+                # Only the vLLM backend reports the sampled tokens' log-probs (rl_engine/trainer.py: rollout_logprob_gap).
                 vllm_logprob_metric="rollout/logprob_diff_max" in detail["summary"],
                 last_eval_step=detail["summary"].get("eval/reward/mean", {}).get("step"),
             )

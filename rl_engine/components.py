@@ -17,7 +17,7 @@ from rl_engine.devices import DTYPES, Precision, weight_transfer
 from rl_engine.interfaces import ExecutorRole, RolloutRole
 from rl_engine.rewards import CompositeReward, build_reward
 from rl_engine.rollout import TransformersRollout
-from rl_engine.trainer import TorchTrainer
+from rl_engine.trainer import TorchTrainer, ValueModel
 
 if TYPE_CHECKING:
     from rl_engine.backends.vllm_rollout import VLLMRollout
@@ -102,6 +102,20 @@ def load_trainable_policy(
     if weights_from is not None:
         lora.load_adapter(model, weights_from)
     return model
+
+
+def load_critic(cfg: RunConfig, device: torch.device | None, precision: Precision) -> ValueModel | None:
+    """PPO's value model, initialised from the policy's weights in the master dtype; None for the algorithms
+    without a critic. The one-process engine and the Ray trainer ranks both build it here."""
+    if not cfg.algorithm.needs_critic:
+        return None
+    return ValueModel.from_pretrained(
+        cfg.model.path,
+        precision.master,
+        cfg.model.trust_remote_code,
+        device=device,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+    )
 
 
 def partitioned_on_load(cfg: RunConfig) -> bool:

@@ -62,9 +62,13 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rl_engine import sandbox_cgroup, sandbox_seccomp
+
+if TYPE_CHECKING:
+    from posttrain_sdk.event_log import EventLog
+    from rl_engine.config import RunConfig
 
 ALLOW_UNSANDBOXED_ENV = "POSTTRAIN_ALLOW_UNSANDBOXED_CODE"
 BWRAP_ENV = "POSTTRAIN_BWRAP"  # the bwrap binary (default: `bwrap` on PATH)
@@ -817,3 +821,30 @@ class OutputRelay:
 
     def join(self, timeout_s: float | None) -> None:  # None: until the code's output ends
         self._thread.join(timeout_s)
+
+
+# --- the gate a run passes before it starts ---------------------------------------------------
+
+
+def runs_user_code(cfg: RunConfig) -> bool:
+    """Python rewards, an installed package's scoring, an environment or an agent command: code that runs in
+    the sandbox."""
+    return (
+        any(spec.type in ("python", "reasoning_gym", "verifiers") for spec in cfg.rewards)
+        or cfg.environment is not None
+        or bool(cfg.agent is not None and cfg.agent.command)
+    )
+
+
+def require_sandbox(cfg: RunConfig, sink: EventLog) -> None:
+    """A run with user code starts only where a sandbox can be made (SandboxUnavailable says what to
+    install), or where an admin allowed unsandboxed code, which the run's log then says."""
+    if runs_user_code(cfg) and not require():
+        sink.emit(
+            "log",
+            {
+                "level": "warning",
+                "message": f"user code runs WITHOUT a sandbox ({ALLOW_UNSANDBOXED_ENV} is set)",
+            },
+            step=0,
+        )

@@ -137,13 +137,13 @@ class TrainerWorker(_Role):
     ):
         from rl_engine.components import (
             configure_threads,
+            load_critic,
             load_tokenizer,
             load_trainable_policy,
             model_construction,
             partitioned_on_load,
             trainer_class,
         )
-        from rl_engine.trainer import ValueModel
 
         configure_threads()
         device = self._place(cfg, gpus, f"trainer rank {rank}")
@@ -165,15 +165,7 @@ class TrainerWorker(_Role):
         place = None if partitioned_on_load(cfg) else device
         with model_construction(cfg, device):
             self.model = load_trainable_policy(cfg, Path(weights_from) if weights_from else None, place, precision)
-            critic = None
-            if cfg.algorithm.needs_critic:
-                critic = ValueModel.from_pretrained(
-                    cfg.model.path,
-                    precision.master,
-                    cfg.model.trust_remote_code,
-                    device=place,
-                    gradient_checkpointing=cfg.model.gradient_checkpointing,
-                )
+            critic = load_critic(cfg, place, precision)
         # The reference model is a role of its own (`ReferenceWorker`).
         self.trainer = trainer_class(cfg)(cfg, self.model, None, critic, rank=rank, world=world, device=device)
         self.sender: Any = None

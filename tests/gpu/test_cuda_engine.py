@@ -51,7 +51,7 @@ def test_a_lora_policy_trains_its_adapters_on_the_gpu(tiny_demo):
 def test_a_reward_model_scores_on_the_role_gpu(tiny_demo, tmp_path):
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    from rl_engine.loop import build_reward_or_none
+    from rl_engine.components import build_reward_or_none
     from rl_engine.rewards import RewardBatch
 
     folder = tmp_path / "rm"

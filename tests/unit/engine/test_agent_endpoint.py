@@ -61,8 +61,8 @@ def config(demo: Path, **changes):
 def endpoint(tiny_demo):
     """An executor over the real tiny policy, one step (2 prompts x 2) being served in a thread."""
     from rl_engine.agent_endpoint import AgentExecutor
+    from rl_engine.components import load_policy, load_tokenizer
     from rl_engine.data import PromptData
-    from rl_engine.loop import load_policy, load_tokenizer
     from rl_engine.rollout import TransformersRollout
 
     cfg = config(tiny_demo)
@@ -240,7 +240,7 @@ def test_the_openai_client_sync_and_async_streamed_and_not_gets_the_recorded_tok
 
 def test_the_stream_sends_one_delta_per_token_that_concatenate_to_the_reply(tiny_demo):
     from rl_engine.agent_endpoint import Completion, stream_chunks
-    from rl_engine.loop import load_tokenizer
+    from rl_engine.components import load_tokenizer
 
     tokenizer = load_tokenizer(config(tiny_demo))
     ids = tokenizer("12+30=42", add_special_tokens=False)["input_ids"]

@@ -239,7 +239,7 @@ def test_an_update_reads_nothing_back_from_the_device_per_micro_batch(tiny_demo,
     step is torch's: on the CPU its step counter is a host tensor it reads; on CUDA the fused AdamW reads
     nothing, which tests/gpu checks with CUDA's sync debug mode. transformers' own mask code reads whether a
     batch is padded; only the engine's reads count.)"""
-    from rl_engine.loop import load_policy
+    from rl_engine.components import load_policy
     from rl_engine.trainer import Experience, TokenBatch, TorchTrainer
 
     cfg = validate_config(tiny_run(tiny_demo))

@@ -1,0 +1,213 @@
+"""A run's life: start (the sandbox gate, the engine, the rollout writer), resume, the steps with their eval
+cadence and checkpoints, preemption at a step boundary, the time limit, and the final status."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from posttrain_sdk.event_log import EventLog, Heartbeat
+from posttrain_sdk.event_sender import sender_from_env
+from rl_engine.checkpoint import EngineState, capture_rng, load_engine_state, restore_rng
+from rl_engine.components import (
+    configure_threads,
+)
+from rl_engine.config import RunConfig, dump_config
+from rl_engine.loop.engine import Engine, build_engine
+from rl_engine.loop.evaluation import evaluate
+from rl_engine.loop.prefetch import resume_pending, saved_pending
+from rl_engine.loop.stages import run_step
+from rl_engine.preemption import Preempted, TimeLimitReached, clear_request, preemption_requested, time_limit_reason
+from rl_engine.rollout_store import RolloutWriter
+from rl_engine.sandbox import require_sandbox
+
+
+def train(
+    cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: str | None = None, progress: bool = False
+) -> dict[str, float]:
+    """Runs (or resumes) a whole run into `run_dir`; returns the last metrics (eval ones included)."""
+    configure_threads()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    sink = EventLog(run_dir, run_id or os.environ.get("POSTTRAIN_RUN_ID") or run_dir.name)
+    sender = sender_from_env(sink)  # the platform's run: POSTTRAIN_EVENTS_URL set, events POSTed in batches
+    engine: Engine | None = None
+    writer: RolloutWriter | None = None
+    try:
+        with Heartbeat(sink, cfg.logging.heartbeat_s) as heartbeat:
+            sink.emit("status", {"state": "running", "resumed_from": str(resume) if resume else None})
+            require_sandbox(cfg, sink)
+            engine = build_engine(cfg, weights_from=resume)
+            writer = rollout_writer(engine, run_dir, sink)
+            try:
+                return _run(engine, run_dir, sink, heartbeat, resume, progress, writer)
+            finally:
+                if writer is not None:
+                    writer.close()  # every step's file written and announced before the final status
+    except Preempted:
+        raise  # its `preempted` status event is out: not a failure
+    except BaseException as exc:
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        sink.emit("status", {"state": "failed", "reason": reason[:2000]})
+        raise
+    finally:
+        try:
+            if engine is not None:
+                engine.close()
+        finally:
+            sink.close()
+            if sender is not None:
+                sender.finish()  # bounded wait until the platform acknowledged every event
+
+
+def rollout_writer(engine: Engine, run_dir: Path, sink: EventLog) -> RolloutWriter | None:
+    """The writer of the run's rollout files (`logging.rollouts_dir`, default `<run dir>/rollouts`), or
+    None when the run records no rollouts (`logging.samples: none`)."""
+    logging_cfg = engine.cfg.logging
+    if logging_cfg.samples != "all":
+        return None
+    return RolloutWriter(
+        sink,
+        logging_cfg.rollouts_dir or str(run_dir / "rollouts"),
+        logging_cfg.rollouts_keep,
+        tokenizer=engine.tokenizer,
+        metadata={"run": sink.run_id, "pad_token_id": str(engine.rollout.pad_id)},
+    )
+
+
+def _run(
+    engine: Engine,
+    run_dir: Path,
+    sink: EventLog,
+    heartbeat: Heartbeat,
+    resume: Path | None,
+    progress: bool,
+    writer: RolloutWriter | None = None,
+) -> dict[str, float]:
+    cfg = engine.cfg
+    counters = {"progress/samples": 0.0, "progress/tokens": 0.0, "progress/train_time_s": 0.0}
+    first_step = 1
+    if resume is not None:
+        state = load_engine_state(resume)
+        engine.trainer.load_state_dict(state.trainer)
+        engine.sampler.load_state_dict(state.sampler)
+        restore_rng(state.rng)
+        counters.update(state.metrics_so_far)
+        first_step = state.step + 1
+        if cfg.backends.async_rollout:
+            resume_pending(engine, state)
+    else:
+        sink.emit("log", {"level": "info", "message": _describe(engine)}, step=0)
+
+    eval_tokens = cfg.logging.eval_max_new_tokens or cfg.rollout.max_new_tokens
+    eval_prompts = engine.data.eval[: cfg.logging.eval_size]
+    if first_step == 1 and eval_prompts and cfg.logging.eval_every > 0:
+        sink.emit("metrics", {**evaluate(engine, eval_prompts, eval_tokens), **counters}, step=0)
+
+    last: dict[str, float] = {}
+    steps = range(first_step, cfg.train.steps + 1)
+    bar = _progress_bar(steps, progress, cfg.train.steps, first_step)
+    for step in bar:
+        heartbeat.step = step
+        metrics, rollouts = run_step(engine, step)
+        counters["progress/samples"] += len(rollouts.records)
+        counters["progress/tokens"] += sum(r["length"] for r in rollouts.records)
+        counters["progress/train_time_s"] += metrics["timing/step"]
+        metrics.update(counters)
+        metrics["progress/epoch"] = counters["progress/samples"] / (
+            cfg.rollout.samples_per_prompt * len(engine.data.train)
+        )
+        metrics.update(engine.peak_memory())
+        due_eval = cfg.logging.eval_every > 0 and (step % cfg.logging.eval_every == 0 or step == cfg.train.steps)
+        if due_eval and eval_prompts:
+            started = time.perf_counter()
+            metrics.update(evaluate(engine, eval_prompts, eval_tokens))
+            metrics["timing/eval"] = time.perf_counter() - started
+        sink.emit("metrics", metrics, step=step)
+        if writer is not None:
+            writer.submit(rollouts)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(
+                reward=f"{metrics['reward/mean']:.3f}",
+                **({"eval": f"{metrics['eval/reward/mean']:.3f}"} if "eval/reward/mean" in metrics else {}),
+            )
+        due_ckpt = (cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0) or (
+            step == cfg.train.steps and cfg.checkpoint.save_final
+        )
+        path = _checkpoint(engine, run_dir, sink, step, counters, writer) if due_ckpt else None
+        last = metrics
+        preempt = preemption_requested(run_dir) if step < cfg.train.steps else None
+        if preempt is not None:
+            # The scheduler needs the room: stop at this boundary with a checkpoint to resume from exactly.
+            path = path or _checkpoint(engine, run_dir, sink, step, counters, writer)
+            clear_request(run_dir)
+            sink.emit(
+                "status",
+                {
+                    "state": "preempted",
+                    "reason": f"checkpointed after step {step} ({preempt})",
+                    "checkpoint": str(path),
+                },
+                step=step,
+            )
+            raise Preempted(step, path)
+        over = time_limit_reason(counters["progress/train_time_s"], cfg.train.max_wall_s, step)
+        if over is not None and step < cfg.train.steps:
+            path = path or _checkpoint(engine, run_dir, sink, step, counters, writer)
+            sink.emit("status", {"state": "failed", "reason": over, "checkpoint": str(path)}, step=step)
+            raise TimeLimitReached(step, path)
+    if writer is not None:
+        writer.flush()  # the last steps' files are announced before the final status, never after it
+    sink.emit("status", {"state": "succeeded"}, step=cfg.train.steps)
+    return last
+
+
+def _checkpoint(
+    engine: Engine,
+    run_dir: Path,
+    sink: EventLog,
+    step: int,
+    counters: dict[str, float],
+    writer: RolloutWriter | None = None,
+) -> Path:
+    state = EngineState(
+        step=step,
+        trainer=engine.trainer.state_dict(),
+        sampler=engine.sampler.state_dict(),
+        rng=capture_rng(),
+        metrics_so_far=dict(counters),
+        pending=saved_pending(engine),
+    )
+    path = engine.save_checkpoint(run_dir, step, state)
+    if writer is not None:
+        # The rollout files of every step up to here are announced before the checkpoint: a run resumed
+        # from it leaves no step without its file (the writer ran while the checkpoint was saved).
+        writer.flush()
+    sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
+    return path
+
+
+def _describe(engine: Engine) -> str:
+    data = engine.data
+    policy = type(engine.model).__name__ if engine.model is not None else "policy"
+    text = (
+        f"policy {policy} with {engine.parameter_count():,} parameters; {len(data.train)} training prompts, "
+        f"{len(data.eval)} held-out"
+    )
+    if engine.roles is not None:
+        text += f"; {engine.roles.describe()}"
+    if hasattr(engine.executor, "describe"):
+        text += f"; {engine.executor.describe()}"
+    if data.dropped_too_long:
+        text += f"; dropped {data.dropped_too_long} prompts longer than data.max_prompt_tokens"
+    return text
+
+
+def _progress_bar(steps: range, enabled: bool, total: int, first: int):
+    if not enabled:
+        return steps
+    from tqdm import tqdm
+
+    return tqdm(steps, total=total, initial=first - 1, desc="train", unit="step")
