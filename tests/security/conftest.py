@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.security.helpers import HARD_LIMIT_S, SECRET_MARK, SOFT_LIMIT_S, World
-from tests.support.stack import PlatformStack, free_port, platform_stack, postgres_url
+from tests.support.stack import PlatformStack, platform_stack, postgres_url
 
 
 def _plant(path: Path, what: str) -> Path:
@@ -56,12 +56,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     return World(home=home, imports=imports, targets=targets)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(django_db_setup, django_db_blocker, world: World) -> Iterator[PlatformStack]:
+    """The stack the hostile tests aim at, with no Ray cluster. Package scope: its Celery worker (with beat) must
+    not outlive these tests and write into the database under the unit tests that run next on this worker."""
     from django.conf import settings
     from django.db import connection
 
-    no_ray = f"http://127.0.0.1:{free_port()}"
+    # The discard port, which nothing here serves: a free port could later be a Ray head's dashboard (another
+    # fixture's free port), and then this worker's periodic admission would sample that cluster.
+    no_ray = "http://127.0.0.1:9"
     env = {
         # The tests mint ingestion tokens in this process: the servers derive the same ones. It is also the
         # secret their /proc/self/environ holds, which no answer may quote.
