@@ -167,3 +167,37 @@ def test_a_hacking_signals_example_link_opens_that_rollout_of_its_step(web_serve
     page.click("#sample-close")
     expect(page.locator('#samples-table tr[data-sample="8:27"]')).to_have_class("clickable example")
     screenshot(page, "run-hacking-example")
+
+
+def test_a_prompt_group_and_one_prompt_across_steps_are_shown_together(web_server, page, experiment):
+    """A group number in the table shows that GRPO group of the step alone; a sample's dialog shows its prompt
+    across every step; clearing that shows every step's rollouts again."""
+    run = make_run(experiment, RunState.STARTING)
+    now = time.time()
+    prompts_by_step = {1: ["a=", "b="], 2: ["c=", "b="]}  # prompt "b=" is asked again at step 2
+    events = [{"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}}]
+    for seq, (step, prompts) in enumerate(prompts_by_step.items(), start=2):
+        records = [sample_record(i, prompt=prompts[i // 2], group=i // 2) for i in range(4)]
+        events.append(samples_event(run, seq, step, records))
+    services.events_ingest(run.pk, events)
+
+    open_run_page(page, web_server, run)
+    rows = page.locator("#samples-table tbody tr[data-sample]")
+    expect(rows).to_have_count(4)  # the latest step, followed
+
+    page.locator('#samples-table tr[data-sample="2:2"] .group-link').click()
+    expect(rows).to_have_count(2)
+    expect(page.locator('#samples-table tr[data-sample="2:3"]')).to_have_count(1)
+    expect(page.locator("#sample-dialog")).not_to_be_visible()  # the group link filters; it opens no sample
+
+    page.locator('#samples-table tr[data-sample="2:2"]').click()
+    page.click("#same-prompt")
+    expect(page.locator("#prompt-filter")).to_be_visible()
+    expect(rows).to_have_count(4)
+    for sample in ("1:2", "1:3", "2:2", "2:3"):
+        expect(page.locator(f'#samples-table tr[data-sample="{sample}"]')).to_have_count(1)
+    screenshot(page, "run-prompt-across-steps")
+
+    page.click("#prompt-filter-clear")
+    expect(page.locator("#prompt-filter")).to_be_hidden()
+    expect(rows).to_have_count(8)  # every step: neither a step nor a prompt is chosen

@@ -293,7 +293,39 @@ function sampleFilters() {
     min_advantage: form.elements.min_advantage.value, max_advantage: form.elements.max_advantage.value,
     min_length: form.elements.min_length.value, max_length: form.elements.max_length.value,
     finish_reason: form.elements.finish_reason.value, q: form.elements.q.value.trim(),
+    group: form.elements.group.value, prompt: form.elements.prompt.value,
   };
+}
+
+// A GRPO group together: the step's rollouts of one prompt, side by side (a group number in the table).
+function showGroup(sample) {
+  const form = document.getElementById("sample-filters");
+  form.elements.follow.checked = false;
+  form.elements.step.value = sample.step;
+  form.elements.group.value = sample.group;
+  samples.offset = 0;
+  loadSamples();
+}
+
+// The same prompt across every step (a sample's dialog): how the policy's answers to it moved.
+function showPromptAcrossSteps(sample) {
+  const form = document.getElementById("sample-filters");
+  form.elements.follow.checked = false;
+  form.elements.step.value = "";
+  form.elements.group.value = "";
+  form.elements.prompt.value = sample.prompt;
+  document.getElementById("prompt-filter-text").textContent = excerpt(sample.prompt, 120);
+  document.getElementById("prompt-filter").hidden = false;
+  document.getElementById("sample-dialog").close();
+  samples.offset = 0;
+  loadSamples();
+}
+
+function clearPromptFilter() {
+  document.getElementById("sample-filters").elements.prompt.value = "";
+  document.getElementById("prompt-filter").hidden = true;
+  samples.offset = 0;
+  loadSamples();
 }
 
 function excerpt(text, length = 90) {
@@ -342,7 +374,8 @@ async function readSamplesPage() {
   const body = document.querySelector("#samples-table tbody");
   const example = (s) => samples.examples?.step === s.step && samples.examples.indices.has(s.index);
   body.replaceChildren(...page.results.map((s) => el("tr", { class: example(s) ? "clickable example" : "clickable", "data-sample": `${s.step}:${s.index}`, onclick: () => openSample(s) },
-    el("td", { class: "num" }, s.step), el("td", { class: "num" }, s.index), el("td", { class: "num" }, s.group),
+    el("td", { class: "num" }, s.step), el("td", { class: "num" }, s.index),
+    el("td", { class: "num" }, el("a", { href: "#", class: "group-link", title: "this prompt's group of the step, together", onclick: (event) => { event.preventDefault(); event.stopPropagation(); showGroup(s); } }, s.group)),
     el("td", { class: "num" }, formatNumber(s.reward)), el("td", { class: "num" }, formatNumber(s.advantage)),
     el("td", { class: "num" }, s.length),
     el("td", {}, s.finish_reason, turnsTag(s)),
@@ -413,6 +446,7 @@ function renderSample() {
       el("span", {}, "advantage ", el("strong", {}, formatNumber(s.advantage))),
       el("span", {}, `length ${s.length}`), el("span", {}, `finish ${s.finish_reason}`),
       s.kept ? null : el("span", { class: "tag" }, "left out of the update"),
+      el("button", { type: "button", class: "secondary small", id: "same-prompt", onclick: () => showPromptAcrossSteps(s) }, "This prompt across steps"),
     ),
     components.length ? el("table", { class: "data compact" },
       el("tbody", {}, components.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, formatNumber(v)))))) : null,
@@ -464,6 +498,7 @@ function setupSamples() {
   document.getElementById("samples-next").addEventListener("click", () => { samples.offset += SAMPLES_PAGE; loadSamples(); });
   document.getElementById("show-special").addEventListener("change", renderSample);
   document.getElementById("sample-close").addEventListener("click", () => document.getElementById("sample-dialog").close());
+  document.getElementById("prompt-filter-clear").addEventListener("click", clearPromptFilter);
 }
 
 // --- checkpoints, logs, history, actions ----------------------------------------------------
