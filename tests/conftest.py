@@ -4,6 +4,7 @@ helpers that start them are in tests/support/stack.py."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,35 @@ XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...; "
 for _name in ("REDIS_URL", "CELERY_BROKER_URL"):
     if XDIST_WORKER and os.environ.get(_name):
         os.environ[_name] = redis_url_for_worker(os.environ[_name], XDIST_WORKER)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def flush_retries_a_deadlock() -> Iterator[None]:
+    """A transactional test ends with a flush of the test database (TRUNCATE of every table) while its module's
+    live stack (a Celery worker with beat) may be inside a transaction of its own. TRUNCATE's exclusive locks can
+    deadlock with that transaction's reads, and Postgres then aborts the flush, which leaves the rows to the next
+    test. The flush is tried again: by then the other transaction has ended."""
+    from django.core.management.base import CommandError
+    from django.core.management.commands import flush
+
+    original = flush.Command.handle
+    attempts = 3
+
+    def handle(self, *args, **options):
+        for attempt in range(1, attempts + 1):
+            try:
+                return original(self, *args, **options)
+            except CommandError as exc:
+                if attempt == attempts or "deadlock detected" not in str(exc.__cause__):
+                    raise
+                time.sleep(1.0)
+        return None
+
+    flush.Command.handle = handle
+    try:
+        yield
+    finally:
+        flush.Command.handle = original
 
 
 @pytest.fixture(scope="session", autouse=True)

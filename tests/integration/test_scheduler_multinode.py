@@ -132,7 +132,10 @@ def test_runs_are_placed_on_either_node_and_the_queue_counts_both(api, registry,
     runs.append(api.post(f"/api/experiments/{short['id']}/launch/", {"seed": 3}))
 
     # Two fit, one per node; the third waits for a CPU of either.
-    waiting = api.wait_for(runs[2]["id"], lambda r: r["queue_position"] == 1, what="first in the queue")
+    try:
+        waiting = api.wait_for(runs[2]["id"], lambda r: r["queue_position"] == 1, what="first in the queue")
+    except AssertionError as failed:  # say what the scheduler saw: a node missing, or one run held both nodes' room
+        raise AssertionError(f"{failed}\nthe queue: {api.get('/api/queue/')}") from None
     assert waiting["state"] == "queued" and waiting["queue_reason"] == "needs 1 CPU, 0 free"
     started = [api.wait_for(r["id"], lambda r: r["state"] == "running", what="running") for r in runs[:2]]
     queue = api.get("/api/queue/")
