@@ -193,18 +193,15 @@ def _free_by_node(view: ClusterView, holding: list[Run], now) -> dict[str, Resou
         idle[node.node_id] = {
             key: max(0.0, min(old_grants.get(key, 0.0), mine.get(key, 0.0) - ray_used[key])) for key in RESOURCE_KEYS
         }
-    misplaced = {
-        key: min(sum(r[key] for r in foreign.values()), sum(r[key] for r in idle.values())) for key in RESOURCE_KEYS
+    all_idle = {key: sum(r[key] for r in idle.values()) for key in RESOURCE_KEYS}
+    all_foreign = {key: sum(r[key] for r in foreign.values()) for key in RESOURCE_KEYS}
+    # Each idle grant is freed in proportion to its share of the idle grants, up to what was misplaced.
+    freed_share = {
+        key: min(all_foreign[key], all_idle[key]) / all_idle[key] if all_idle[key] else 0.0 for key in RESOURCE_KEYS
     }
     free: dict[str, Resources] = {}
     for node in view.nodes:
-        # Each idle grant is freed in proportion to its share of the idle grants, up to what was misplaced.
-        given_back = {
-            key: misplaced[key] * idle[node.node_id][key] / sum(r[key] for r in idle.values())
-            if misplaced[key]
-            else 0.0
-            for key in RESOURCE_KEYS
-        }
+        given_back = {key: idle[node.node_id][key] * freed_share[key] for key in RESOURCE_KEYS}
         held_here = add(granted.get(node.node_id, {}), foreign[node.node_id])
         free[node.node_id] = add(subtract(node.total, held_here), given_back)
     return free
