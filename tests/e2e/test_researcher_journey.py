@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
-from tests.support.stack import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
+from tests.support.stack import PlatformStack, platform_stack, postgres_url, stop_ray_jobs, tiny_demo_assets
 from tests.unit.platform.helpers import grant_server_paths
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -30,11 +30,7 @@ REWARD_POINTS = "() => { const d = document.getElementById('chart-reward'); retu
 
 @pytest.fixture(scope="module")
 def demo_assets(tmp_path_factory) -> Path:
-    from rl_engine.demo.build import build_demo
-
-    out = tmp_path_factory.mktemp("journey-demo")
-    build_demo(out, seed=0, model_size="tiny", sft_steps=10, progress=False)
-    return out
+    return tiny_demo_assets(tmp_path_factory, "journey-demo")
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,13 @@ metric the catalogue does not know only on demand."""
 from __future__ import annotations
 
 import time
-from urllib.parse import quote
 
 import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import RunState
 from tests.support.browser import open_run_page, screenshot
-from tests.unit.platform.helpers import PASSWORD, make_run
+from tests.unit.platform.helpers import make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -39,12 +38,7 @@ def test_panels_come_from_the_catalogue_one_unit_each(web_server, page, experime
     services.events_ingest(
         run.pk, [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": now, "data": STEP}]
     )
-    page.goto(f"{web_server}/login/?next={quote(f'/runs/{run.id}/')}")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/runs/{run.id}/")
-    page.wait_for_selector("body[data-ready=true]")
+    open_run_page(page, web_server, run)
     page.wait_for_function(f"() => ({TRACES})('chart-eval') !== null")
 
     assert page.evaluate(TRACES, "chart-eval") == ["eval/reward/mean"]

@@ -5,14 +5,13 @@ the memory panel beside the resident peaks; a CPU run's memory panel has no GPU 
 from __future__ import annotations
 
 import time
-from urllib.parse import quote
 
 import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import RunState
-from tests.support.browser import screenshot
-from tests.unit.platform.helpers import PASSWORD, make_run
+from tests.support.browser import open_run_page, screenshot
+from tests.unit.platform.helpers import make_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -54,12 +53,7 @@ def open_run(page, web_server, experiment_run, metrics: dict) -> None:
             ],
         ],
     )
-    page.goto(f"{web_server}/login/?next={quote(f'/runs/{experiment_run.id}/')}")
-    page.fill("#id_username", "ada")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{web_server}/runs/{experiment_run.id}/")
-    page.wait_for_selector("body[data-ready=true]")
+    open_run_page(page, web_server, experiment_run)
 
 
 def test_a_gpu_run_shows_its_mfu_in_a_panel_of_its_own_and_its_gpu_memory_per_role(web_server, page, experiment):

@@ -16,16 +16,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api
-from tests.support.stack import PlatformStack, platform_stack, postgres_url, stop_ray_jobs
+from tests.support.stack import PlatformStack, platform_stack, postgres_url, stop_ray_jobs, tiny_demo_assets
 
 
 @pytest.fixture(scope="module")
 def demo_assets(tmp_path_factory) -> Path:
-    from rl_engine.demo.build import build_demo
-
-    out = tmp_path_factory.mktemp("tiny-demo")
-    build_demo(out, seed=0, model_size="tiny", sft_steps=10, progress=False)
-    return out
+    return tiny_demo_assets(tmp_path_factory, "tiny-demo")
 
 
 @pytest.fixture(scope="module")
