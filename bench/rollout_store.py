@@ -7,8 +7,9 @@ the engine writes them) and queried in place with DuckDB through the platform's 
 
 Figures: bytes per byte of text, the index row a step adds (the samples event's data, what Postgres keeps),
 the engine's cost of storing a step (building the table, compressing, writing; on the writer's thread), a
-step's first page, a reward filter, a text search (a word found in a few rollouts per step, and one in
-none: every response read) and the same prompt across every step, the web side's CPU to validate a
+worker's cost of building a step's search index and its size, a step's first page, a reward filter, a text
+search (a word found in a few rollouts per step, and one in none, with the index and without it: every
+response read) and the same prompt across every step, the web side's CPU to validate a
 samples event, and this process's peak memory.
 """
 
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict:
     import django
 
     django.setup()
-    from posttrain.runs import rollouts
+    from posttrain.runs import rollout_index, rollouts
     from posttrain.runs.event_schema import parse_batch
     from posttrain_sdk import rollout_files
 
@@ -101,23 +102,33 @@ def run(args: argparse.Namespace, folder: Path) -> dict:
     prompts = [text(rng, vocab, p, 300) for _ in range(4096)]
     run_id = "00000000-0000-0000-0000-000000000001"
     target = rollouts.rollout_folder(run_id)
-    store_seconds, text_bytes, files, events = [], 0, [], []
+    store_seconds, index_seconds, text_bytes, files, events = [], [], 0, [], []
     for step in range(1, args.steps + 1):
         table = step_table(step, args, rng, vocab, p, prompts)
         started = time.perf_counter()
         info = rollout_files.write_step(target, table, step=step)
         store_seconds.append(time.perf_counter() - started)
         text_bytes += sum(len(s) for c in ("prompt", "response") for s in table.column(c).to_pylist())
-        files.append(rollouts.StoredFile(run_id, step, 0, info.name, info.rows))
+        started = time.perf_counter()
+        rollout_index.rollout_index_build(run_id, info.name)  # a worker's, after the samples event
+        index_seconds.append(time.perf_counter() - started)
+        files.append(rollouts.StoredFile(run_id, step, 0, info.name, info.rows, info.sha256, info.bytes))
         events.append(
             {"run": run_id, "seq": step, "type": "samples", "step": step, "time": 0.0, "data": info.event_data()}
         )
     stored = sum((folder / "runs" / run_id / "rollouts" / f.name).stat().st_size for f in files)
+    indexed = sum(p.stat().st_size for p in (folder / "runs" / run_id / rollout_index.FOLDER).iterdir())
     web_cpu = timed(lambda: parse_batch({"events": events[-1:]}, run_id), repeat=20)
 
     def query(**filters):
         return lambda: list(
             rollouts.rollouts_query([run_id], filters=rollouts.RolloutFilter(**filters), limit=50, files=files)
+        )
+
+    def unindexed(**filters):  # every file read: what a search costs before its files are indexed
+        bare = [rollouts.StoredFile(f.run_id, f.step, f.part, f.name, f.rows) for f in files]
+        return lambda: list(
+            rollouts.rollouts_query([run_id], filters=rollouts.RolloutFilter(**filters), limit=50, files=bare)
         )
 
     prompt = prompts[0]
@@ -126,11 +137,14 @@ def run(args: argparse.Namespace, folder: Path) -> dict:
         "rollouts": args.steps * args.rollouts,
         "bytes_per_text_byte": round(stored / text_bytes, 3),
         "index_row_bytes_per_step": len(json.dumps(events[-1]["data"])),
+        "search_index_bytes_per_text_byte": round(indexed / text_bytes, 4),
         "engine_store_s_per_step_median": round(statistics.median(store_seconds), 4),
+        "search_index_build_s_per_step_median": round(statistics.median(index_seconds), 4),
         "first_page_of_a_step_s": round(timed(query(steps=[args.steps])), 4),
         "reward_filter_all_steps_s": round(timed(query(min_reward=0.99)), 4),
         "text_search_found_s": round(timed(query(q="NEEDLE")), 4),
-        "text_search_absent_s": round(timed(query(q="zzqqxx"), repeat=1), 4),
+        "text_search_absent_s": round(timed(query(q="zzqqxx")), 4),
+        "text_search_absent_unindexed_s": round(timed(unindexed(q="zzqqxx"), repeat=1), 4),
         "same_prompt_all_steps_s": round(
             timed(
                 lambda: list(

@@ -46,6 +46,14 @@ def admit_runs(trigger_run_id: str | None = None) -> int:
         return 0  # Ray unreachable: the periodic reconcile tries again
 
 
+@app.task(name="workers.rollout_index_update", expires=3600)
+def rollout_index_update(run_id: str) -> int:
+    """The search index of the run's rollout files that have none yet (after a samples event)."""
+    from posttrain.runs.rollout_index import rollout_index_update
+
+    return rollout_index_update(run_id)
+
+
 @app.task(name="workers.run_cancel")
 def run_cancel(run_id: str) -> None:
     """Stop a cancelling run's Ray job and settle the run."""

@@ -76,9 +76,24 @@ def test_a_launched_run_succeeds_with_every_steps_metrics_and_every_sample_store
         ("running", "succeeded"),
     ]
     assert_store_matches_the_run_folder(run)
+    assert_the_worker_indexed_every_rollout_file(api, run, samples["results"][-1])
     assert ray_job_status(stack, run["id"]) == "SUCCEEDED"
     assert "run folder:" in api.get(f"/api/runs/{run['id']}/logs/")["logs"]
     assert_the_token_never_reached_ray(stack, run)
+
+
+def assert_the_worker_indexed_every_rollout_file(api, run: dict, sample: dict) -> None:
+    """The live Celery worker built each rollout file's search index after its samples event (never the web
+    process), and a search through that index finds a sample by its prompt."""
+    folder = Path(run["resolved_config"]["logging"]["rollouts_dir"])
+    names = sorted(p.name for p in folder.glob("step_*.parquet"))
+    index = folder.parent / "rollout_index"
+    deadline = time.monotonic() + 90
+    while sorted(p.name.removesuffix(".index") for p in index.glob("step_*.index")) != names:
+        assert time.monotonic() < deadline, f"the worker indexed {sorted(index.glob('*'))}, not {names}"
+        time.sleep(0.5)
+    found = api.get(f"/api/runs/{run['id']}/samples/", q=sample["prompt"].upper(), limit=500)["results"]
+    assert (sample["step"], sample["index"]) in {(s["step"], s["index"]) for s in found}
 
 
 def assert_the_token_never_reached_ray(stack: PlatformStack, run: dict) -> None:

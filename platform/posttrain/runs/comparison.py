@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.core.errors import InvalidInput
-from posttrain.runs import rollouts
+from posttrain.runs import rollout_index, rollouts
 from posttrain.runs.models import Run
 
 MAX_PROMPTS = 50
@@ -47,17 +47,20 @@ class SharedPrompt:
 
 def shared_prompts(runs: list[Run], q: str | None = None, limit: int = MAX_PROMPTS) -> list[SharedPrompt]:
     """Prompts every run sampled (containing `q`, any case, when given), the latest sampled first: one
-    DuckDB pass over the prompt column of the runs' rollout files."""
+    DuckDB pass over the prompt column of the runs' rollout files (with `q`, of the files its search index
+    cannot rule out)."""
     files = []
     for run in runs:
         present = rollouts.existing_names(run.pk)
         files += [f for f in rollouts.run_files([run.pk]) if f.name in present]
+    if q:  # the files whose search index can hold the words (prompts are indexed with the responses)
+        files = rollout_index.candidate_files(files, q, None)
     if not files:
         return []
     run_of = {f.location: f.run_id for f in files}
     where, params = "TRUE", []
     if q:
-        where, params = "regexp_matches(prompt, ?)", ["(?i)" + rollouts._regex_literal(q)]
+        where, params = "contains(lower(prompt), lower(?))", [q]
     sql = (
         'SELECT prompt, filename, count(*) AS n, max(step::BIGINT * 4294967296 + "index") AS latest '
         "FROM read_parquet(?, filename = true) "

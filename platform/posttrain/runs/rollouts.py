@@ -8,9 +8,10 @@ at a time and stops once its page is full, so the web process never holds a whol
 run. A file the index names but the store lacks is reported as a gap (`run_rollout_gaps`), never
 skipped silently.
 
-Text search matches a case-insensitive substring of the prompt, the response or the label (as the
-old table's `icontains` did), scanning the files in step order until the page is full: a common term
-fills a page from the first files; a rare one reads every file's text (measured in
+Text search matches a case-insensitive substring of the prompt, the response or the label (both sides
+lower-cased by DuckDB), scanning the files in step order until the page is full. A text search and a
+same-prompt query first consult each file's search index (`posttrain.runs.rollout_index`) and read only
+the files that can match: a word no rollout holds reads no file at all (measured in
 bench/rollout_store.py).
 """
 
@@ -30,6 +31,7 @@ import numpy as np
 from django.conf import settings
 
 from posttrain.core.errors import NotFound
+from posttrain.runs import rollout_index
 from posttrain_sdk import rollout_files
 
 RunId = uuid.UUID | str
@@ -163,6 +165,8 @@ class StoredFile:
     part: int
     name: str
     rows: int
+    sha256: str = ""
+    bytes: int = 0
 
     @property
     def location(self) -> str:
@@ -177,16 +181,11 @@ def run_files(run_ids: Sequence[RunId], steps: Sequence[int] | None = None) -> l
     if steps is not None:
         files = files.filter(step__in=list(steps))
     by_run: dict[str, list[StoredFile]] = {}
-    for run_id, step, part, name, rows in files.order_by("step", "part").values_list(
-        "run_id", "step", "part", "name", "rows"
+    for run_id, step, part, name, rows, sha256, size in files.order_by("step", "part").values_list(
+        "run_id", "step", "part", "name", "rows", "sha256", "bytes"
     ):
-        by_run.setdefault(str(run_id), []).append(StoredFile(str(run_id), step, part, name, rows))
+        by_run.setdefault(str(run_id), []).append(StoredFile(str(run_id), step, part, name, rows, sha256, size))
     return [f for run_id in dict.fromkeys(str(r) for r in run_ids) for f in by_run.get(run_id, [])]
-
-
-def _regex_literal(text: str) -> str:
-    """`text` as a literal inside an RE2 pattern (RE2 rejects escapes of letters and spaces)."""
-    return "".join("\\" + c if c in r"\.^$|?*+()[]{}" else c for c in text)
 
 
 @dataclass
@@ -241,11 +240,12 @@ class RolloutFilter:
             clauses.append('"index" = ?')
             params.append(self.index)
         if self.q:
-            pattern = "(?i)" + _regex_literal(self.q)
+            # The search index (rollout_index) lower-cases with the same DuckDB `lower`.
             clauses.append(
-                "(regexp_matches(response, ?) OR regexp_matches(prompt, ?) OR regexp_matches(coalesce(label, ''), ?))"
+                "(contains(lower(response), lower(?)) OR contains(lower(prompt), lower(?))"
+                " OR contains(lower(coalesce(label, '')), lower(?)))"
             )
-            params += [pattern] * 3
+            params += [self.q] * 3
         return (" AND ".join(clauses) or "TRUE"), params
 
     @property
@@ -325,10 +325,10 @@ def rollouts_query(
     where, params = filters.where()
     select = ", ".join(_quoted(c) for c in columns)
     skip, left = offset, limit
-    for start in range(0, len(files), FILES_PER_QUERY):
+    # A text search or a prompt: only the files their search index cannot rule out, consulted as we go.
+    for chunk in rollout_index.candidate_chunks(files, filters.q, filters.prompt, FILES_PER_QUERY):
         if left is not None and left <= 0:
             return
-        chunk = files[start : start + FILES_PER_QUERY]
         run_of = {f.location: f.run_id for f in chunk}
         window = ""
         if left is not None:
@@ -362,8 +362,12 @@ def rollouts_count(
         files = [f for f in files if (f.run_id, f.name) in present]
     if filters.only_steps:
         return sum(f.rows for f in files)
-    if filters.q or not files:
-        return None if filters.q else 0
+    if filters.q:
+        return None
+    if filters.prompt is not None:
+        files = rollout_index.candidate_files(files, None, filters.prompt)
+    if not files:
+        return 0
     where, params = filters.where()
     rows = list(
         _stream(f"SELECT count(*) AS n FROM read_parquet(?) WHERE {where}", [[f.location for f in files], *params])

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from posttrain.core.errors import SeqConflict
-from posttrain.runs import live_channel, series
+from posttrain.runs import live_channel, rollout_index, series
 from posttrain.runs.models import (
     Checkpoint,
     MetricRow,
@@ -20,6 +20,7 @@ from posttrain.runs.models import (
     Run,
     RunLog,
 )
+from posttrain.runs.services import dispatch
 from posttrain.runs.services.alert_webhooks import alerts_notify_after_commit
 from posttrain.runs.services.state_machine import S, run_transition
 
@@ -102,8 +103,11 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
     # (run, step, part) is unique: a step recorded twice (an engine re-running a step into the same run)
     # keeps its first file rather than refusing the whole batch.
     RolloutFile.objects.bulk_create(files, ignore_conflicts=True)
+    if files:  # the new files' search index, built by a worker (never in this request)
+        transaction.on_commit(lambda: dispatch.run_task("rollout_index_update", run.pk))
     if pruned:  # the engine's retention (logging.rollouts_keep) removed these files
         RolloutFile.objects.filter(run=run, name__in=pruned).delete()
+        transaction.on_commit(lambda: rollout_index.rollout_index_remove(run.pk, pruned))
     Checkpoint.objects.bulk_create(checkpoints, ignore_conflicts=True)
     RunLog.objects.bulk_create(logs, batch_size=1000)
     return summary
