@@ -10,8 +10,9 @@ events per call (MetricRow rows, the summary and the sealed column-store blocks)
 What is timed (median of `--repeats`, after one warm-up):
 
 - ours in-process: Django's test Client, `GET /api/compare/?runs=<R ids>&names=reward/mean&max_points=M`
-  (URL routing, session auth, the view, JSON rendering), split into the store read (`read_series`),
-  read + M4 downsampling (`runs_series`), and the whole request;
+  (URL routing, session auth, the view, JSON rendering), split into the store read (`read_series`, of
+  the blocks' overviews for runs with at least 32 x max_points points), read + M4 downsampling
+  (`runs_series`), and the whole request; and the store read of every point, as before overviews;
 - ours over HTTP: the same request to `uvicorn posttrain.asgi:application` (1 worker, a DRF token),
   from a keep-alive stdlib http.client connection, like MLflow below;
 - baseline: the old raw path, `GET /api/runs/<id>/metrics/?names=reward/mean` for each run (reads every
@@ -160,14 +161,17 @@ def create_runs(n_runs: int) -> tuple[Any, str, list[str]]:
         name="bench-compare", sha256="0" * 64, format="jsonl", path="/nonexistent", size_bytes=0, row_count=0
     )
     experiment = Experiment.objects.create(name="bench compare", model=model, dataset=data, config={})
+    # Running: each ends as an engine's run does, with its `succeeded` status event (ingest_ours).
     runs = [
-        Run.objects.create(experiment=experiment, name=f"bench compare #{i}", state=RunState.SUCCEEDED)
+        Run.objects.create(experiment=experiment, name=f"bench compare #{i}", state=RunState.RUNNING)
         for i in range(n_runs)
     ]
     return user, token_get_or_create(user).key, [str(run.pk) for run in runs]
 
 
-def ingest_ours(run_ids: list[str], curves: list[list[float]], n_metrics: int, batch_steps: int) -> dict[str, Any]:
+def ingest_ours(
+    run_ids: list[str], curves: list[list[float]], n_metrics: int, batch_steps: int, finish: bool = True
+) -> dict[str, Any]:
     from posttrain.runs import services
     from posttrain.runs.event_schema import parse_batch
 
@@ -181,6 +185,9 @@ def ingest_ours(run_ids: list[str], curves: list[list[float]], n_metrics: int, b
             t0 = time.perf_counter()
             services.events_ingest(run_id, events, touch=False)
             calls.append(time.perf_counter() - t0)
+        if finish:  # the run's end, as the engine reports it: its short tail of points is sealed too
+            end = {"run": run_id, "seq": len(curve) + 1, "type": "status", "step": None, "time": T0}
+            services.events_ingest(run_id, parse_batch({"events": [{**end, "data": {"state": "succeeded"}}]}, run_id))
         log(f"ours: run {i + 1}/{len(run_ids)} ingested")
     total = sum(len(c) for c in curves)
     return {
@@ -266,6 +273,9 @@ def main() -> int:
     ap.add_argument("--baseline-repeats", type=int, default=3)
     ap.add_argument("--batch-steps", type=int, default=1000, help="events per ingestion call")
     ap.add_argument("--no-mlflow", action="store_true", help="leave out the MLflow peer")
+    ap.add_argument(
+        "--running", action="store_true", help="leave the runs running (their last <1,024 points stay unsealed)"
+    )
     ap.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432"))
     args = ap.parse_args()
     if args.metrics < 4 or not 1 <= args.max_points <= 2500:
@@ -288,7 +298,7 @@ def main() -> int:
         user, token, run_ids = create_runs(args.runs)
         curves = [reward_curve(i, args.steps) for i in range(args.runs)]
         log(f"ingesting {args.runs} runs x {args.steps} steps x {args.metrics} metrics (ours)")
-        ours_load = ingest_ours(run_ids, curves, args.metrics, args.batch_steps)
+        ours_load = ingest_ours(run_ids, curves, args.metrics, args.batch_steps, finish=not args.running)
         log(f"ours: ingested in {ours_load['wall_s']} s")
 
         from django.db import connection
@@ -311,7 +321,9 @@ def main() -> int:
             return response.content
 
         runs = list(Run.objects.filter(pk__in=run_ids))
-        read_times, _ = timed(lambda: series.read_series(run_ids, [METRIC]), args.repeats)
+        overview = series.overview_pairs(runs, [METRIC], args.max_points)
+        read_times, _ = timed(lambda: series.read_series(run_ids, [METRIC], overview=overview), args.repeats)
+        whole_times, _ = timed(lambda: series.read_series(run_ids, [METRIC]), args.repeats)
         downsample_times, _ = timed(lambda: series.runs_series(runs, [METRIC], "step", args.max_points), args.repeats)
         request_times, body = timed(compare_in_process, args.repeats)
         answer = json.loads(body)
@@ -341,6 +353,8 @@ def main() -> int:
                 "in_process_ms": median_ms(request_times),
                 "in_process_ms_per_repeat": [round(t * 1000, 2) for t in request_times],
                 "of_which_store_read_ms": median_ms(read_times),
+                "store_reads_overviews_of_runs": len(overview),
+                "store_read_of_every_point_ms": median_ms(whole_times),  # what the read was before overviews
                 "of_which_read_and_downsample_ms": median_ms(downsample_times),
                 "over_http_ms": median_ms(http_times),
                 **sizes(body),

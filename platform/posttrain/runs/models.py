@@ -307,6 +307,11 @@ class MetricBlock(models.Model):
     steps = models.BinaryField()
     values = models.BinaryField(help_text="NaN where the engine reported a non-finite value (or null).")
     times = models.BinaryField(help_text="Event time (seconds since the epoch) of each point.")
+    # The block's overview (series.OVERVIEW_BUCKET_POINTS): the points M4 keeps of each bucket of 64
+    # consecutive points, what a chart of a long run reads instead of every point.
+    overview_steps = models.BinaryField(default=b"")
+    overview_values = models.BinaryField(default=b"")
+    overview_times = models.BinaryField(default=b"")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "name", "index"], name="unique_metric_block")]

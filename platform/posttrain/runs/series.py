@@ -3,12 +3,12 @@ server-side downsampling for charts.
 
 Writes. The newest metrics events of a run stay in their MetricRows (the "tail"). Once the tail holds
 BLOCK_POINTS events, `append_metrics` seals them into one MetricBlock per metric, under the run's row
-lock, in the ingesting transaction. A block is written once and never updated. So a batch costs the
+lock, in the ingesting transaction. When the run ends, `seal_tail` seals what is left, however short. A block is written once and never updated. So a batch costs the
 same at step 10 as at step 10 million, and the run summary (`Run.summary`: per metric last, step,
 min, max, count) is updated from the batch alone.
 
-Reads. `read_series` makes three queries whatever the number of runs and metrics: each run's seal
-point, the blocks up to it, and the tail after it. It returns numpy arrays in step order, which
+Reads. `read_series` makes three queries whatever the number of runs and metrics (four when it reads
+overviews, below): each run's seal point, the blocks up to it, and the tail after it. It returns numpy arrays in step order, which
 `runs_series` turns into chart payloads on one of the X_AXES. Non-finite values are NaN in the store
 and `null` in the payload, so a chart shows a gap at that step.
 
@@ -20,6 +20,15 @@ survives, and so do the first and last points of the series. M4 is also a few ve
 passes per series, O(n). LTTB keeps one point per bucket, picked by triangle area. It can drop one
 side of a noisy bucket's range, and it is a sequential loop. A bucket that holds non-finite values
 also keeps its first non-finite point, so the gap shows at the right place instead of vanishing.
+
+Overviews. A sealed block also keeps its overview: M4 of each run of OVERVIEW_BUCKET_POINTS (64)
+consecutive points, at most 5 points of every 64. A chart whose M4 buckets span at least two overview
+buckets (a run of 32 x max_points points or more) reads the overviews instead of every point: 16 times
+fewer bytes, and M4 of the overviews keeps the same first and last points and the same minimum and
+maximum of every overview bucket. A bucket edge may fall inside an overview bucket, so a point can land
+one pixel column over; `points` still counts every stored point. The progress metric that places points
+on the samples and tokens axes is always read whole (each point's x is its exact value at that step).
+The choice is per run and metric, from the run summary's point count.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
@@ -45,6 +54,9 @@ from django.db.models.fields.json import KeyTextTransform
 from posttrain.runs.models import MetricBlock, MetricRow, Run
 
 BLOCK_POINTS = 1024  # metrics events sealed together: a block holds at most this many points of its metric
+OVERVIEW_BUCKET_POINTS = 64  # consecutive points of a block that its overview reduces to at most 5
+# A chart reads overviews once each of its M4 buckets (max_points / 4 of them) spans two overview buckets.
+OVERVIEW_MIN_POINTS_PER_MAX_POINT = 2 * OVERVIEW_BUCKET_POINTS // 4
 X_AXES = ("step", "samples", "tokens", "time")
 # The x axes read from a cumulative progress metric: a point's x is its value at the point's step.
 PROGRESS_METRICS = {"samples": "progress/samples", "tokens": "progress/tokens"}
@@ -155,6 +167,16 @@ def summary_with(summary: dict[str, Any], events: Sequence[dict[str, Any]]) -> d
     return merged
 
 
+def block_overview(steps: np.ndarray, values: np.ndarray, times: np.ndarray) -> tuple[bytes, bytes, bytes]:
+    """(steps, values, times) packed, of the points M4 keeps of each OVERVIEW_BUCKET_POINTS consecutive
+    points of a block (its first and last, minimum, maximum and first non-finite point)."""
+    n = int(values.size)
+    per_bucket = 4 if bool(np.isfinite(values).all()) else 5
+    buckets = -(-n // OVERVIEW_BUCKET_POINTS)
+    keep = m4_indices(np.arange(n, dtype=_DTYPE), values, buckets * per_bucket)
+    return _pack(steps[keep]), _pack(values[keep]), _pack(times[keep])
+
+
 def seal_chunk(
     run_id: RunId, events: Sequence[dict[str, Any]], *, block_model: type[MetricBlock] = MetricBlock
 ) -> None:
@@ -171,9 +193,14 @@ def seal_chunk(
         .values_list("name", "top")
     )
     through_seq = events[-1]["seq"]
+    # A migration's historical model from before overviews existed (0015 fills them in afterwards).
+    with_overview = any(f.name == "overview_values" for f in block_model._meta.get_fields())
     blocks = []
     for name, p in points.items():
         low, high = _finite_min_max(p.values)
+        overview = dict(
+            zip(("overview_steps", "overview_values", "overview_times"), block_overview(p.steps, p.values, p.times))
+        )
         blocks.append(
             block_model(
                 run_id=run_id,
@@ -188,9 +215,23 @@ def seal_chunk(
                 steps=_pack(p.steps),
                 values=_pack(p.values),
                 times=_pack(p.times),
+                **(overview if with_overview else {}),
             )
         )
     block_model.objects.bulk_create(blocks)
+
+
+def seal_tail(run_id: RunId) -> None:
+    """Seals the run's unsealed tail however short it is: a run that ended gets no more points, and its
+    charts then read blocks (and overviews) only. Call under the run's row lock, as ingestion does."""
+    sealed = _sealed_through(run_id, MetricBlock)
+    tail = MetricRow.objects.filter(run_id=run_id, seq__gt=sealed).order_by("seq")
+    rows = [
+        {"seq": seq, "step": step, "time": time, "data": values}
+        for seq, step, time, values in tail.values_list("seq", "step", "time", "values")
+    ]
+    for start in range(0, len(rows), BLOCK_POINTS):
+        seal_chunk(run_id, rows[start : start + BLOCK_POINTS])
 
 
 def _sealed_through(run_id: RunId, block_model: type[MetricBlock]) -> int:
@@ -233,10 +274,16 @@ class Series:
     steps: np.ndarray  # float64 holding integers
     values: np.ndarray  # NaN = not finite
     times: np.ndarray | None  # event times, when asked for
+    stored: int | None = None  # every stored point, when these arrays hold the blocks' overviews
 
     @property
     def size(self) -> int:
         return int(self.values.size)
+
+    @property
+    def points(self) -> int:
+        """How many points the run stored (the overview's arrays hold fewer)."""
+        return self.size if self.stored is None else self.stored
 
 
 @dataclass
@@ -353,30 +400,88 @@ def _read_tail_rows(
                 )
 
 
+def _read_blocks(
+    wanted: dict[str, tuple[int, list[str]]],
+    with_times: bool,
+    overview: bool,
+    chunks: dict[tuple[str, str], list[list[np.ndarray]]],
+    skipped: dict[tuple[str, str], int],
+) -> None:
+    """The sealed blocks' arrays of {run id: (sealed through seq, names)}, or their overviews (`skipped`
+    then counts the points the overviews leave out)."""
+    wanted = {r: (sealed, names) for r, (sealed, names) in wanted.items() if sealed and names}
+    if not wanted:
+        return
+    prefix = "overview_" if overview else ""
+    fields = [f"{prefix}steps", f"{prefix}values"] + ([f"{prefix}times"] if with_times else [])
+    rows: Iterable[tuple]
+    if connection.vendor == "postgresql":
+        rows = _joined_blocks_postgres(wanted, fields)
+    else:
+        condition = _any_of(
+            Q(run_id=r, through_seq__lte=sealed, name__in=names) for r, (sealed, names) in wanted.items()
+        )
+        blocks = MetricBlock.objects.filter(condition).order_by("run_id", "name", "index")
+        rows = _fetch(blocks.values_list("run_id", "name", "count", *fields))
+    for run_id, name, count, *raw in rows:
+        arrays = [_unpack(r) for r in raw]
+        key = (str(run_id), name)
+        chunks.setdefault(key, []).append(arrays)
+        if overview:
+            skipped[key] = skipped.get(key, 0) + int(count) - int(arrays[0].size)
+
+
+def _joined_blocks_postgres(wanted: dict[str, tuple[int, list[str]]], fields: list[str]) -> list[tuple]:
+    """One row per (run, metric): its blocks' arrays joined in Postgres in block order (string_agg of the
+    bytea), and their point count. A hundred runs' series arrive as a few hundred byte strings instead of
+    ten thousand rows of arrays."""
+    from psycopg import Cursor
+
+    run_ids, sealed, names = [], [], []
+    for run_id, (through, run_names) in wanted.items():
+        for name in run_names:
+            run_ids.append(uuid.UUID(str(run_id)))
+            sealed.append(through)
+            names.append(name)
+    joined = ", ".join(f"string_agg(b.{f}, ''::bytea ORDER BY b.index)" for f in fields)
+    table = MetricBlock._meta.db_table
+    sql = (
+        f"SELECT b.run_id, b.name, sum(b.count), {joined} FROM {table} b "
+        "JOIN unnest(%s::uuid[], %s::bigint[], %s::text[]) AS w(run_id, sealed, name) "
+        "ON b.run_id = w.run_id AND b.name = w.name AND b.through_seq <= w.sealed "
+        "GROUP BY b.run_id, b.name"
+    )
+    connection.ensure_connection()
+    with Cursor(connection.connection) as cursor:
+        cursor.execute(sql, [run_ids, sealed, names], binary=True)
+        return cursor.fetchall()
+
+
 def read_series(
     run_ids: Sequence[RunId],
     names: Sequence[str],
     *,
     with_times: bool = False,
+    overview: Collection[tuple[str, str]] = (),
 ) -> tuple[dict[tuple[str, str], Series], dict[str, int], dict[str, float | None]]:
     """({(run id, name): Series} of the metrics with points, {run id: highest metrics seq read},
-    {run id: time of its first metrics event}).
+    {run id: time of its first metrics event}). For the (run id, name) pairs in `overview`, the sealed
+    blocks' overviews instead of their points (the unsealed tail is read whole).
 
-    Three queries whatever the number of runs and names: each run's seal point, the blocks up to it,
-    and the MetricRow tail after it. A seal committed meanwhile cannot make a point count twice."""
+    Three queries whatever the number of runs and names (four with overviews): each run's seal point,
+    the blocks up to it, and the MetricRow tail after it. A seal committed meanwhile cannot make a point
+    count twice."""
     names = list(names)
     marks = _run_marks(run_ids)
     chunks: dict[tuple[str, str], list[list[np.ndarray]]] = {}
-    sealed_runs = [(run_id, mark.sealed) for run_id, mark in marks.items() if mark.sealed]
-    if sealed_runs and names:
-        fields = ["run_id", "name", "steps", "values"] + (["times"] if with_times else [])
-        blocks = (
-            MetricBlock.objects.filter(_any_of(Q(run_id=r, through_seq__lte=s) for r, s in sealed_runs), name__in=names)
-            .order_by("run_id", "name", "index")
-            .values_list(*fields)
-        )
-        for run_id, name, *arrays in _fetch(blocks):
-            chunks.setdefault((str(run_id), name), []).append([_unpack(raw) for raw in arrays])
+    skipped: dict[tuple[str, str], int] = {}
+    pairs = {(str(r), n) for r, n in overview}
+    for reduced in (False, True):
+        wanted = {
+            run_id: (mark.sealed, [n for n in names if ((run_id, n) in pairs) == reduced])
+            for run_id, mark in marks.items()
+        }
+        _read_blocks(wanted, with_times, reduced, chunks, skipped)
 
     last_seq = {run_id: mark.sealed for run_id, mark in marks.items()}
     if connection.vendor == "postgresql":
@@ -393,7 +498,7 @@ def read_series(
             order = np.argsort(steps, kind="stable")
             steps, values = steps[order], values[order]
             times = times[order] if times is not None else None
-        series[key] = Series(steps, values, times)
+        series[key] = Series(steps, values, times, stored=steps.size + skipped[key] if key in skipped else None)
     return series, last_seq, {run_id: mark.first_time for run_id, mark in marks.items()}
 
 
@@ -439,21 +544,24 @@ def m4_indices(x: np.ndarray, y: np.ndarray, max_points: int) -> np.ndarray:
     high = np.where(finite, y, -np.inf)
     lows = np.repeat(np.minimum.reduceat(low, starts), sizes)
     highs = np.repeat(np.maximum.reduceat(high, starts), sizes)
-    keep = np.concatenate(
-        [
-            starts,
-            starts + sizes - 1,
-            first_per_bucket(np.flatnonzero(finite & (low == lows))),
-            first_per_bucket(np.flatnonzero(finite & (high == highs))),
-            first_per_bucket(np.flatnonzero(~finite)),
-        ]
-    )
-    return np.unique(keep)
+    keep = np.zeros(n, dtype=bool)  # a mask, not np.unique: sorted and deduplicated in one pass
+    for kept in (
+        starts,
+        starts + sizes - 1,
+        first_per_bucket(np.flatnonzero(finite & (low == lows))),
+        first_per_bucket(np.flatnonzero(finite & (high == highs))),
+        first_per_bucket(np.flatnonzero(~finite)),
+    ):
+        keep[kept] = True
+    return np.flatnonzero(keep)
 
 
 def _numbers(values: np.ndarray) -> list[float | None]:
     """JSON numbers, null where not finite."""
-    return [v if math.isfinite(v) else None for v in values.tolist()]
+    numbers: list[float | None] = values.tolist()
+    for i in np.flatnonzero(~np.isfinite(values)).tolist():
+        numbers[i] = None
+    return numbers
 
 
 def _integers(values: np.ndarray) -> list[int]:
@@ -482,14 +590,14 @@ def chart_series(
         if not placed.all():
             x, steps, values = x[placed], steps[placed], values[placed]
     keep = m4_indices(x, values, max_points)
-    downsampled = keep.size < values.size
-    if downsampled:
+    downsampled = keep.size < values.size or series.points > series.size  # M4, or overviews read
+    if keep.size < values.size:
         x, steps, values = x[keep], steps[keep], values[keep]
     return {
         "x": np.round(x, 3).tolist() if x_axis == "time" else _integers(x),
         "y": _numbers(values),
         "step": _integers(steps),
-        "points": series.size,
+        "points": series.points,
         "downsampled": bool(downsampled),
     }
 
@@ -505,6 +613,18 @@ class RunSeries:
     series: dict[str, dict[str, Any]]
 
 
+def overview_pairs(runs: Sequence[Run], names: Sequence[str], max_points: int) -> list[tuple[str, str]]:
+    """The (run id, name) pairs with enough points (the run summary's count) for a chart of `max_points`
+    to read their overviews."""
+    pairs = []
+    for run in runs:
+        summary = run.summary if isinstance(run.summary, dict) else {}
+        for name in names:
+            if int((summary.get(name) or {}).get("count") or 0) >= OVERVIEW_MIN_POINTS_PER_MAX_POINT * max_points:
+                pairs.append((str(run.pk), name))
+    return pairs
+
+
 def runs_series(
     runs: Sequence[Run],
     names: Sequence[str] | None,
@@ -516,9 +636,11 @@ def runs_series(
         raise ValueError(f"unknown x axis {x_axis!r}")
     names = list(names) if names else metric_names(run.summary for run in runs)
     progress_name = PROGRESS_METRICS.get(x_axis)
-    wanted = [*names, progress_name] if progress_name and progress_name not in names else names
     run_ids = [str(run.pk) for run in runs]
-    found, last_seq, t0 = read_series(run_ids, wanted, with_times=x_axis == "time")
+    # The progress metric places points on its axis: read whole, never as an overview.
+    overview = overview_pairs(runs, [n for n in names if n != progress_name], max_points)
+    wanted = [*names, progress_name] if progress_name and progress_name not in names else names
+    found, last_seq, t0 = read_series(run_ids, wanted, with_times=x_axis == "time", overview=overview)
     out = {}
     for run_id in run_ids:
         progress = found.get((run_id, progress_name)) if progress_name else None

@@ -384,3 +384,74 @@ def test_an_unnamed_run_exports_under_its_id_and_a_bad_format_is_a_400(api, trai
 
 def test_metric_rows_stay_the_raw_log(trained):
     assert MetricRow.objects.filter(run=trained).count() == 5
+
+
+# --- overviews: what a long run's chart reads ------------------------------------------------
+
+
+def test_a_block_overview_keeps_first_last_minimum_maximum_and_gap_of_every_64_points():
+    steps = np.arange(128, dtype=float)
+    values = np.zeros(128)
+    values[[10, 70]] = [9.0, -9.0]
+    values[100] = np.nan
+    raw_steps, raw_values, _ = series.block_overview(steps, values, steps + T0)
+    kept_steps = np.frombuffer(raw_steps, dtype="<f8").astype(int).tolist()
+    kept_values = np.frombuffer(raw_values, dtype="<f8")
+    # 64-point buckets 0..63 and 64..127: first (also the first zero: the minimum, or the maximum), the
+    # spike, the first gap, last.
+    assert kept_steps == [0, 10, 63, 64, 70, 100, 127]
+    assert kept_values[1] == 9.0 and kept_values[4] == -9.0 and math.isnan(kept_values[5])
+
+
+def test_a_long_series_chart_reads_overviews_with_every_point_counted_and_its_extremes_kept(api, run, monkeypatch):
+    monkeypatch.setattr(series, "BLOCK_POINTS", 256)
+    rng = np.random.default_rng(3)
+    values = np.cumsum(rng.normal(size=3000))
+    values[1234], values[2500] = 500.0, -500.0
+    events = [
+        metrics_event(run, i + 1, i, {"loss": float(v), "rare": 1.0} if i % 100 == 0 else {"loss": float(v)})
+        for i, v in enumerate(values)
+    ]
+    for start in range(0, len(events), 500):
+        ingest(run, events[start : start + 500])
+    found, _, _ = series.read_series([run.pk], ["loss"], overview=[(str(run.pk), "loss")])
+    reduced = found[(str(run.pk), "loss")]
+    # 11 blocks of 256 sealed points read as their overviews (at most 4 of every 64), the 184 after them whole
+    assert reduced.points == 3000 and reduced.size <= 11 * 256 // 64 * 4 + 184
+    body = get_series(api, run, names="loss,rare", max_points=40).json()["series"]  # 32 x 40 <= 3000: overviews
+    loss = body["loss"]
+    assert (loss["points"], loss["downsampled"]) == (3000, True) and len(loss["y"]) <= 40
+    assert (loss["step"][0], loss["step"][-1]) == (0, 2999)
+    assert max(loss["y"]) == 500.0 and min(loss["y"]) == -500.0
+    assert all(values[s] == y for s, y in zip(loss["step"], loss["y"]))  # every point shown is a stored one
+    assert body["rare"]["points"] == 30 and body["rare"]["step"] == list(range(0, 3000, 100))  # too few: read whole
+
+
+def test_the_overview_migration_fills_blocks_sealed_before_it(run, monkeypatch):
+    monkeypatch.setattr(series, "BLOCK_POINTS", 128)
+    ingest(run, [metrics_event(run, i + 1, i, {"a": float(i % 7)}) for i in range(300)])
+    fields = ("overview_steps", "overview_values", "overview_times")
+    expected = [tuple(bytes(b) for b in row) for row in MetricBlock.objects.order_by("index").values_list(*fields)]
+    assert len(expected) == 2 and all(expected[0])
+    MetricBlock.objects.update(overview_steps=b"", overview_values=b"", overview_times=b"")
+    importlib.import_module("posttrain.runs.migrations.0015_metric_block_overview").fill_overviews(django_apps, None)
+    assert [
+        tuple(bytes(b) for b in row) for row in MetricBlock.objects.order_by("index").values_list(*fields)
+    ] == expected
+
+
+def test_a_run_that_ends_has_its_short_tail_sealed_and_later_points_still_read(run, monkeypatch):
+    from posttrain.runs.services.state_machine import run_transition
+
+    monkeypatch.setattr(series, "BLOCK_POINTS", 4)
+    ingest(run, [metrics_event(run, seq, seq, {"a": float(seq)}) for seq in range(1, 7)])  # 4 sealed, 2 in the tail
+    assert list(MetricBlock.objects.filter(run=run).values_list("count", flat=True)) == [4]
+    assert run_transition(run.pk, [RunState.RUNNING], RunState.SUCCEEDED, "engine finished every step")
+    assert list(MetricBlock.objects.filter(run=run).order_by("index").values_list("count", "through_seq")) == [
+        (4, 4),
+        (2, 6),
+    ]
+    assert stored(run, "a") == (list(range(1, 7)), [float(s) for s in range(1, 7)])
+    ingest(run, [metrics_event(run, seq, seq, {"a": float(seq)}) for seq in range(7, 12)])  # a late batch
+    assert stored(run, "a") == (list(range(1, 12)), [float(s) for s in range(1, 12)])
+    assert list(MetricBlock.objects.filter(run=run).order_by("index").values_list("count", flat=True)) == [4, 2, 4]

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from posttrain.runs import live_channel
+from posttrain.runs import live_channel, series
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Run,
@@ -74,6 +74,8 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
                 frees = old in HOLDING_STATES and to_state not in HOLDING_STATES and to_state != S.QUEUED
                 if frees and _is_native(run_id):
                     transaction.on_commit(lambda: _admit_now(run_id))
+                if to_state in TERMINAL_STATES:  # under the row lock the update took: no ingest runs meanwhile
+                    series.seal_tail(run_id)
                 return True
     return False
 
