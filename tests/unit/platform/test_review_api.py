@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from tests.support.openapi import assert_documented
 from tests.unit.platform.helpers import run_with_samples, sample
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
@@ -101,24 +102,7 @@ def test_a_researcher_creates_a_draft_campaign_with_its_items(researcher_client,
     items = researcher_client.get(f"{CAMPAIGNS}{body['id']}/items/").json()
     assert items["count"] == 4
     first = items["results"][0]
-    assert set(first) == {
-        "id",
-        "position",
-        "rollout_a",
-        "rollout_b",
-        "display_swap",
-        "selection",
-        "judgement_count",
-        "locked_by",
-        "locked_until",
-        "skip_count",
-        "gold",
-        "gold_source",
-        "review_state",
-        "decision",
-        "decided_by",
-        "decided_at",
-    }
+    assert_documented(items, "/api/review/campaigns/{id}/items/")  # every field documented, none more
     assert first["rollout_a"]["run_name"] == "secret-run-name"
     listed = researcher_client.get(CAMPAIGNS, {"state": "draft"}).json()
     assert [c["id"] for c in listed["results"]] == [body["id"]]
@@ -175,18 +159,7 @@ def test_a_blind_item_shows_no_reward_run_step_or_sample(researcher_client, clie
         "questions": [{**q, "help_html": "", "rubric_html": []} for q in campaign["questions"]],
     }
     item = body["item"]
-    assert set(item) == {
-        "id",
-        "campaign",
-        "position",
-        "kind",
-        "prompt",
-        "reference",
-        "responses",
-        "suggestion",
-        "locked_until",
-        "my_answers",
-    }
+    assert_documented(body, "/api/review/campaigns/{id}/next/", "post")  # every field documented, none more
     assert item["suggestion"] is None  # no judge ran, and the campaign does not show suggestions
     assert [set(r) for r in item["responses"]] == [{"label", "text", "steps"}]
     text = response.content.decode()

@@ -195,8 +195,8 @@ class RolloutBriefSerializer(serializers.Serializer):
 class ReviewItemSerializer(serializers.ModelSerializer):
     rollout_a = RolloutBriefSerializer()
     rollout_b = RolloutBriefSerializer(allow_null=True)
-    locked_by = serializers.CharField(source="locked_by.username", default=None, read_only=True)
-    decided_by = serializers.CharField(source="decided_by.username", default=None, read_only=True)
+    locked_by = serializers.CharField(source="locked_by.username", default=None, allow_null=True, read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", default=None, allow_null=True, read_only=True)
     skip_count = serializers.IntegerField(read_only=True, default=0)
 
     class Meta:
@@ -235,7 +235,7 @@ class GoldBodySerializer(serializers.Serializer):
 
 class JudgeRunSerializer(serializers.ModelSerializer):
     reward: serializers.PrimaryKeyRelatedField = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
-    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True, read_only=True)
     state = serializers.CharField(read_only=True, help_text="queued, running, done or failed")
 
     class Meta:
