@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict:
         store_seconds.append(time.perf_counter() - started)
         text_bytes += sum(len(s) for c in ("prompt", "response") for s in table.column(c).to_pylist())
         started = time.perf_counter()
-        rollout_index.rollout_index_build(run_id, info.name)  # a worker's, after the samples event
+        rollouts.rollout_index_build(run_id, info.name)  # a worker's, after the samples event
         index_seconds.append(time.perf_counter() - started)
         files.append(rollouts.StoredFile(run_id, step, 0, info.name, info.rows, info.sha256, info.bytes))
         events.append(

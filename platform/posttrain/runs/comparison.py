@@ -54,7 +54,7 @@ def shared_prompts(runs: list[Run], q: str | None = None, limit: int = MAX_PROMP
         present = rollouts.existing_names(run.pk)
         files += [f for f in rollouts.run_files([run.pk]) if f.name in present]
     if q:  # the files whose search index can hold the words (prompts are indexed with the responses)
-        files = rollout_index.candidate_files(files, q, None)
+        files = rollout_index.candidate_files(rollouts.connection(), files, q, None)
     if not files:
         return []
     run_of = {f.location: f.run_id for f in files}

@@ -3,7 +3,8 @@ prompts it holds, so that a text search or a same-prompt query reads only the fi
 (docs/ROLLOUTS.md, "Search index").
 
 A sidecar lives beside the run's rollout folder, at `runs/<run>/rollout_index/<file name>.index`, and is
-derived data: a Celery task builds it after the `samples` event announced the file (the web process
+derived data: a Celery task builds it (`posttrain.runs.rollouts.rollout_index_update`) after the `samples`
+event announced the file (the web process
 never reads a whole file to build one), and any file without a current sidecar is simply scanned. It is
 plain UTF-8 text:
 
@@ -30,7 +31,9 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
 
 from posttrain_sdk import rollout_files
 
@@ -54,9 +57,8 @@ def prompt_hash(prompt: str) -> str:
 
 
 def index_folder(run_id: RunId) -> str:
-    from posttrain.runs.rollouts import rollout_folder
-
-    return rollout_folder(run_id).rsplit("/", 1)[0] + "/" + FOLDER
+    """Beside the run's rollout folder (posttrain.runs.rollouts.rollout_folder) in the store."""
+    return f"{str(settings.ROLLOUT_STORE).rstrip('/')}/runs/{run_id}/{FOLDER}"
 
 
 def index_location(run_id: RunId, name: str) -> str:
@@ -68,11 +70,9 @@ def index_location(run_id: RunId, name: str) -> str:
 # --- building ---------------------------------------------------------------------------------
 
 
-def index_text(location: str, sha256: str, size: int) -> str:
-    """The sidecar of the rollout file at `location` (read with DuckDB, a column at a time)."""
-    from posttrain.runs.rollouts import connection
-
-    cursor = connection().cursor()
+def index_text(con: Any, location: str, sha256: str, size: int) -> str:
+    """The sidecar of the rollout file at `location` (read with the DuckDB connection `con`)."""
+    cursor = con.cursor()
     try:
         prompts = cursor.execute("SELECT DISTINCT prompt FROM read_parquet(?)", [location]).fetchall()
         terms = cursor.execute(
@@ -95,7 +95,7 @@ def index_text(location: str, sha256: str, size: int) -> str:
     return "\n".join([header, " ".join(hashes), *(t for (t,) in terms)]) + "\n"
 
 
-def _file_digest(location: str) -> tuple[str, int]:
+def file_digest(location: str) -> tuple[str, int]:
     fs, path = rollout_files.split_url(location)
     digest, size = hashlib.sha256(), 0
     with open(path, "rb") if fs is None else fs.open(path, "rb") as f:
@@ -105,7 +105,7 @@ def _file_digest(location: str) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def _put_text(location: str, text: str) -> None:
+def put_text(location: str, text: str) -> None:
     """`text` at `location`, whole or not at all (a rename on a folder, one PUT on a bucket)."""
     fs, path = rollout_files.split_url(location)
     data = text.encode("utf-8")
@@ -121,35 +121,6 @@ def _put_text(location: str, text: str) -> None:
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
-
-
-def rollout_index_update(run_id: RunId) -> int:
-    """Builds the sidecar of every indexed rollout file of the run that the store holds and that has no
-    current one; returns how many it wrote. Idempotent (two at once write the same bytes)."""
-    from posttrain.runs.rollouts import existing_names, run_files
-
-    present = existing_names(run_id)
-    files = [f for f in run_files([run_id]) if f.name in present]
-    current = {f.name for f, header in zip(files, _read_sidecars(files)) if header is not None and header.fits(f)}
-    written = 0
-    for f in files:
-        if f.name in current:
-            continue
-        try:
-            rollout_index_build(run_id, f.name)
-        except FileNotFoundError:
-            continue  # removed since the listing (retention): nothing to index
-        written += 1
-    return written
-
-
-def rollout_index_build(run_id: RunId, name: str) -> None:
-    """Writes the sidecar of one rollout file of the run (FileNotFoundError when the store lacks it)."""
-    from posttrain.runs.rollouts import file_location
-
-    location = file_location(run_id, name)
-    sha256, size = _file_digest(location)
-    _put_text(index_location(run_id, name), index_text(location.removeprefix("file://"), sha256, size))
 
 
 def rollout_index_remove(run_id: RunId, names: Sequence[str]) -> None:
@@ -193,7 +164,7 @@ def parse_sidecar(data: bytes) -> Sidecar | None:
     return Sidecar(fields[2].decode("ascii", errors="replace"), int(fields[3]), b" " + prompts + b" ", b"\n" + terms)
 
 
-def _read_sidecars(files: Sequence[StoredFile]) -> list[Sidecar | None]:
+def read_sidecars(files: Sequence[StoredFile]) -> list[Sidecar | None]:
     """Each file's sidecar (None where there is none or it cannot be read); a bucket's in one concurrent
     fetch (fsspec's `cat` of many paths)."""
     locations = [index_location(f.run_id, f.name) for f in files]
@@ -213,11 +184,9 @@ def _read_sidecars(files: Sequence[StoredFile]) -> list[Sidecar | None]:
     return [None if data is None else parse_sidecar(data) for data in found]
 
 
-def query_parts(q: str) -> list[str]:
+def query_parts(con: Any, q: str) -> list[str]:
     """The whitespace-free parts of `q` lower-cased as the scan lower-cases text (DuckDB's `lower`)."""
-    from posttrain.runs.rollouts import connection
-
-    cursor = connection().cursor()
+    cursor = con.cursor()
     try:
         lowered = cursor.execute("SELECT lower(?)", [q]).fetchone()
     finally:
@@ -225,18 +194,18 @@ def query_parts(q: str) -> list[str]:
     return [part for part in _PYTHON_WHITESPACE.split(lowered[0] if lowered else q) if part]
 
 
-def candidate_files(files: list[StoredFile], q: str | None, prompt: str | None) -> list[StoredFile]:
+def candidate_files(con: Any, files: list[StoredFile], q: str | None, prompt: str | None) -> list[StoredFile]:
     """The files that may hold a rollout matching the text search `q` and the exact `prompt`: the files
     whose sidecar cannot rule it out, and every file without a current sidecar (scanned)."""
-    return [f for chunk in candidate_chunks(files, q, prompt, len(files) or 1) for f in chunk]
+    return [f for chunk in candidate_chunks(con, files, q, prompt, len(files) or 1) for f in chunk]
 
 
 def candidate_chunks(
-    files: list[StoredFile], q: str | None, prompt: str | None, size: int
+    con: Any, files: list[StoredFile], q: str | None, prompt: str | None, size: int
 ) -> Iterator[list[StoredFile]]:
     """`candidate_files` in order, `size` at a time, reading the sidecars only as far as the caller
     consumes: a query that fills its page from the first files never reads the rest."""
-    parts = [part.encode("utf-8") for part in query_parts(q)] if q else []
+    parts = [part.encode("utf-8") for part in query_parts(con, q)] if q else []
     wanted = prompt_hash(prompt) if prompt is not None else None
     if not parts and wanted is None:
         for start in range(0, len(files), size):
@@ -245,7 +214,7 @@ def candidate_chunks(
     kept: list[StoredFile] = []
     for start in range(0, len(files), SIDECARS_PER_READ):
         window = files[start : start + SIDECARS_PER_READ]
-        for f, sidecar in zip(window, _read_sidecars(window)):
+        for f, sidecar in zip(window, read_sidecars(window)):
             if sidecar is None or not sidecar.fits(f) or sidecar.may_hold(parts, wanted):
                 kept.append(f)
         while len(kept) >= size:

@@ -326,7 +326,7 @@ def rollouts_query(
     select = ", ".join(_quoted(c) for c in columns)
     skip, left = offset, limit
     # A text search or a prompt: only the files their search index cannot rule out, consulted as we go.
-    for chunk in rollout_index.candidate_chunks(files, filters.q, filters.prompt, FILES_PER_QUERY):
+    for chunk in rollout_index.candidate_chunks(connection(), files, filters.q, filters.prompt, FILES_PER_QUERY):
         if left is not None and left <= 0:
             return
         run_of = {f.location: f.run_id for f in chunk}
@@ -365,7 +365,7 @@ def rollouts_count(
     if filters.q:
         return None
     if filters.prompt is not None:
-        files = rollout_index.candidate_files(files, None, filters.prompt)
+        files = rollout_index.candidate_files(connection(), files, None, filters.prompt)
     if not files:
         return 0
     where, params = filters.where()
@@ -494,3 +494,33 @@ def _expected_steps(keep: str, first: int, last: int) -> set[int]:
     if mode == "last" and n.isdigit():
         return set(range(max(first, last - int(n) + 1), last + 1))
     return set(range(first, last + 1))
+
+
+# --- the search index (posttrain.runs.rollout_index) -----------------------------------------------
+
+
+def rollout_index_update(run_id: RunId) -> int:
+    """Builds the search index of every indexed rollout file of the run that the store holds and that
+    has no current one; returns how many it wrote. Idempotent (two at once write the same bytes). A
+    worker's task, after each samples event; never the web process's."""
+    present = existing_names(run_id)
+    files = [f for f in run_files([run_id]) if f.name in present]
+    sidecars = rollout_index.read_sidecars(files)
+    written = 0
+    for f, sidecar in zip(files, sidecars):
+        if sidecar is not None and sidecar.fits(f):
+            continue
+        try:
+            rollout_index_build(run_id, f.name)
+        except FileNotFoundError:
+            continue  # removed since the listing (retention): nothing to index
+        written += 1
+    return written
+
+
+def rollout_index_build(run_id: RunId, name: str) -> None:
+    """Writes the search index of one rollout file of the run (FileNotFoundError when the store lacks it)."""
+    location = file_location(run_id, name)
+    sha256, size = rollout_index.file_digest(location)
+    text = rollout_index.index_text(connection(), _query_path(location), sha256, size)
+    rollout_index.put_text(rollout_index.index_location(run_id, name), text)

@@ -42,7 +42,7 @@ def scanned(run, **filters) -> list[tuple[int, int]]:
 
 def candidate_steps(run, q: str | None = None, prompt: str | None = None) -> list[int]:
     files = rollouts.run_files([run.id])
-    return [f.step for f in rollout_index.candidate_files(files, q, prompt)]
+    return [f.step for f in rollout_index.candidate_files(rollouts.connection(), files, q, prompt)]
 
 
 def test_a_samples_event_queues_the_index_build_of_its_run_after_commit(
@@ -58,7 +58,7 @@ def test_a_samples_event_queues_the_index_build_of_its_run_after_commit(
 def test_a_text_search_reads_only_the_files_whose_index_holds_every_word(experiment, no_dispatch):
     run = make_run(experiment, RunState.RUNNING)
     ingest(run, {1: ["alpha beta", "gamma"], 2: ["the Needle here", "beta"], 3: ["nothing, really"]})
-    assert rollout_index.rollout_index_update(run.id) == 3
+    assert rollouts.rollout_index_update(run.id) == 3
     assert candidate_steps(run, q="needle") == [2]
     assert candidate_steps(run, q="NEED") == [2]  # a substring of a word, either case
     assert candidate_steps(run, q="needle here") == [2]
@@ -67,7 +67,7 @@ def test_a_text_search_reads_only_the_files_whose_index_holds_every_word(experim
     assert candidate_steps(run, q="alpha needle") == []  # the words are in different files
     assert found(run, q="needle") == [(2, 0)]
     assert found(run, q="zzqqxx") == []
-    assert rollout_index.rollout_index_update(run.id) == 0  # every file already has a current index
+    assert rollouts.rollout_index_update(run.id) == 0  # every file already has a current index
 
 
 def test_the_search_with_its_index_finds_exactly_what_a_scan_of_every_file_finds(experiment, no_dispatch):
@@ -79,7 +79,7 @@ def test_the_search_with_its_index_finds_exactly_what_a_scan_of_every_file_finds
     }
     run = make_run(experiment, RunState.RUNNING)
     ingest(run, texts)
-    rollout_index.rollout_index_update(run.id)
+    rollouts.rollout_index_update(run.id)
     queries = ["zzq", "  ", "ss", "STRASSE", "straße", "i̇", "σ", "ﬁ", "k", "s", "日", "a b", ". ,", "x\ty"]
     for _ in range(60):  # slices of the texts themselves, changed case: most are found somewhere
         text = rng.choice(rng.choice(list(texts.values())))
@@ -94,7 +94,7 @@ def test_the_search_with_its_index_finds_exactly_what_a_scan_of_every_file_finds
 def test_a_file_without_a_current_index_is_read_whole(experiment, no_dispatch, storage):
     run = make_run(experiment, RunState.RUNNING)
     ingest(run, {1: ["needle"], 2: ["needle"]})
-    rollout_index.rollout_index_update(run.id)
+    rollouts.rollout_index_update(run.id)
     # Step 2's index now describes other bytes than the file the run indexed (a file replaced in place).
     sidecar = Path(rollout_index.index_location(run.id, "step_00000002.parquet"))
     header, _, rest = sidecar.read_text().partition("\n")
@@ -102,14 +102,14 @@ def test_a_file_without_a_current_index_is_read_whole(experiment, no_dispatch, s
     Path(rollout_index.index_location(run.id, "step_00000001.parquet")).unlink()  # and step 1 has none
     assert candidate_steps(run, q="needle") == [1, 2]
     assert found(run, q="needle") == [(1, 0), (2, 0)]
-    assert rollout_index.rollout_index_update(run.id) == 2  # both rebuilt
+    assert rollouts.rollout_index_update(run.id) == 2  # both rebuilt
 
 
 def test_the_same_prompt_across_steps_reads_only_the_files_that_hold_it(experiment, no_dispatch):
     run = make_run(experiment, RunState.RUNNING)
     prompts = {1: ["what is 2+2?", "other"], 2: ["else", "more"], 3: ["x", "what is 2+2?"]}
     ingest(run, {step: ["r", "r"] for step in prompts}, prompts)
-    rollout_index.rollout_index_update(run.id)
+    rollouts.rollout_index_update(run.id)
     assert candidate_steps(run, prompt="what is 2+2?") == [1, 3]
     assert candidate_steps(run, prompt="What is 2+2?") == []  # exact, not case-insensitive
     view = rollouts.rollout_token_view(run.id, 3, 1)
@@ -122,7 +122,7 @@ def test_retention_removes_the_index_of_the_files_it_removed(
 ):
     run = make_run(experiment, RunState.RUNNING)
     ingest(run, {1: ["a"], 2: ["b"]})
-    rollout_index.rollout_index_update(run.id)
+    rollouts.rollout_index_update(run.id)
     first = Path(rollout_index.index_location(run.id, "step_00000001.parquet"))
     assert first.exists()
     with django_capture_on_commit_callbacks(execute=True):
@@ -141,7 +141,7 @@ def test_the_index_of_a_bucket_store_is_written_and_read_through_fsspec(experime
     try:
         run = make_run(experiment, RunState.RUNNING)
         ingest(run, {1: ["alpha"], 2: ["needle"]})
-        assert rollout_index.rollout_index_update(run.id) == 2
+        assert rollouts.rollout_index_update(run.id) == 2
         fs, _ = fsspec.core.url_to_fs(settings.ROLLOUT_STORE)
         assert fs.exists(rollout_index.index_location(run.id, "step_00000002.parquet"))
         assert candidate_steps(run, q="needle") == [2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from posttrain.runs.models import RolloutFile
-from posttrain.runs.rollout_index import rollout_index_update
+from posttrain.runs.rollouts import rollout_index_update
 
 
 class Command(BaseCommand):
