@@ -104,10 +104,12 @@ def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:
     # keeps its first file rather than refusing the whole batch.
     RolloutFile.objects.bulk_create(files, ignore_conflicts=True)
     if files:  # the new files' search index, built by a worker (never in this request)
-        transaction.on_commit(lambda: dispatch.run_task("rollout_index_update", run.pk))
+        # robust: the events are stored; a broker that is down costs the index (files without one are
+        # scanned, and the next samples event or `manage.py rollout_index` builds it), never the request.
+        transaction.on_commit(lambda: dispatch.run_task("rollout_index_update", run.pk), robust=True)
     if pruned:  # the engine's retention (logging.rollouts_keep) removed these files
         RolloutFile.objects.filter(run=run, name__in=pruned).delete()
-        transaction.on_commit(lambda: rollout_index.rollout_index_remove(run.pk, pruned))
+        transaction.on_commit(lambda: rollout_index.rollout_index_remove(run.pk, pruned), robust=True)
     Checkpoint.objects.bulk_create(checkpoints, ignore_conflicts=True)
     RunLog.objects.bulk_create(logs, batch_size=1000)
     return summary
