@@ -285,11 +285,16 @@ def split_url(folder: str | os.PathLike[str]) -> tuple[Any, str]:
 
 
 def put_bytes(folder: str | os.PathLike[str], name: str, data: bytes) -> None:
+    """A rollout file's `data` as `<folder>/<name>`, appearing whole or not at all (`put_object`)."""
+    if parse_file_name(name) is None:
+        raise ValueError(f"not a rollout file name: {name!r}")
+    put_object(folder, name, data)
+
+
+def put_object(folder: str | os.PathLike[str], name: str, data: bytes) -> None:
     """`data` as `<folder>/<name>`, appearing whole or not at all: on a local folder a temporary file in
     the same folder renamed over the name (a killed writer leaves only a `.partial` file, which no
     query reads); on a bucket one PUT (an object appears when complete)."""
-    if parse_file_name(name) is None:
-        raise ValueError(f"not a rollout file name: {name!r}")
     fs, path = split_url(folder)
     if fs is None:
         directory = Path(path)
@@ -332,11 +337,14 @@ def write_step(
 
 
 def remove(folder: str | os.PathLike[str], names: Iterable[str]) -> None:
-    """Deletes rollout files (retention); a file already gone is fine."""
+    """Deletes rollout files (retention); a file already gone is fine. Other names are left alone."""
+    remove_objects(folder, [name for name in names if parse_file_name(name) is not None])
+
+
+def remove_objects(folder: str | os.PathLike[str], names: Iterable[str]) -> None:
+    """Deletes `<folder>/<name>` for each name; one already gone is fine."""
     fs, path = split_url(folder)
     for name in names:
-        if parse_file_name(name) is None:
-            continue
         if fs is None:
             Path(path, name).unlink(missing_ok=True)
         else:

@@ -4,9 +4,8 @@ prompts it holds, so that a text search or a same-prompt query reads only the fi
 
 A sidecar lives beside the run's rollout folder, at `runs/<run>/rollout_index/<file name>.index`, and is
 derived data: a Celery task builds it (`posttrain.runs.rollouts.rollout_index_update`) after the `samples`
-event announced the file (the web process
-never reads a whole file to build one), and any file without a current sidecar is simply scanned. It is
-plain UTF-8 text:
+event announced the file (the web process never reads a whole file to build one), and any file without a
+current sidecar is simply scanned. It is plain UTF-8 text:
 
     posttrain-rollout-index 1 <the file's sha256> <the file's bytes>
     <prompt hash> <prompt hash> ...          (blake2b-64 of each distinct prompt, hex)
@@ -24,10 +23,7 @@ the indexed file's is stale and ignored.
 from __future__ import annotations
 
 import hashlib
-import logging
-import os
 import re
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +35,6 @@ from posttrain_sdk import rollout_files
 
 if TYPE_CHECKING:
     from posttrain.runs.rollouts import RunId, StoredFile
-
-logger = logging.getLogger(__name__)
 
 FOLDER = "rollout_index"  # beside the run's `rollouts` folder
 SIDECARS_PER_READ = 32  # read (a bucket: fetched concurrently) together
@@ -96,43 +90,22 @@ def index_text(con: Any, location: str, sha256: str, size: int) -> str:
 
 
 def file_digest(location: str) -> tuple[str, int]:
+    """(sha256, bytes) of the file at `location`."""
     fs, path = rollout_files.split_url(location)
-    digest, size = hashlib.sha256(), 0
     with open(path, "rb") if fs is None else fs.open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
+        return hashlib.file_digest(f, "sha256").hexdigest(), f.tell()
 
 
-def put_text(location: str, text: str) -> None:
-    """`text` at `location`, whole or not at all (a rename on a folder, one PUT on a bucket)."""
-    fs, path = rollout_files.split_url(location)
-    data = text.encode("utf-8")
-    if fs is not None:
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        fs.pipe_file(path, data)
-        return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
-    try:
-        partial.write_bytes(data)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+def write_sidecar(run_id: RunId, name: str, text: str) -> None:
+    """The sidecar of the run's rollout file `name`, whole or not at all (as the rollout files are put)."""
+    index_location(run_id, name)  # a rollout file's name, or ValueError
+    rollout_files.put_object(index_folder(run_id), name + SUFFIX, text.encode("utf-8"))
 
 
 def rollout_index_remove(run_id: RunId, names: Sequence[str]) -> None:
     """Deletes the sidecars of files the engine's retention removed."""
-    fs, folder = rollout_files.split_url(index_folder(run_id))
-    for name in names:
-        if rollout_files.parse_file_name(name) is None:
-            continue
-        if fs is None:
-            Path(folder, name + SUFFIX).unlink(missing_ok=True)
-        elif fs.exists(target := f"{folder}/{name}{SUFFIX}"):
-            fs.rm_file(target)
+    sidecars = [name + SUFFIX for name in names if rollout_files.parse_file_name(name) is not None]
+    rollout_files.remove_objects(index_folder(run_id), sidecars)
 
 
 # --- reading ----------------------------------------------------------------------------------

@@ -523,4 +523,4 @@ def rollout_index_build(run_id: RunId, name: str) -> None:
     location = file_location(run_id, name)
     sha256, size = rollout_index.file_digest(location)
     text = rollout_index.index_text(connection(), _query_path(location), sha256, size)
-    rollout_index.put_text(rollout_index.index_location(run_id, name), text)
+    rollout_index.write_sidecar(run_id, name, text)

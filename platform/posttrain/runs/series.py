@@ -3,14 +3,15 @@ server-side downsampling for charts.
 
 Writes. The newest metrics events of a run stay in their MetricRows (the "tail"). Once the tail holds
 BLOCK_POINTS events, `append_metrics` seals them into one MetricBlock per metric, under the run's row
-lock, in the ingesting transaction. When the run ends, `seal_tail` seals what is left, however short. A block is written once and never updated. So a batch costs the
-same at step 10 as at step 10 million, and the run summary (`Run.summary`: per metric last, step,
-min, max, count) is updated from the batch alone.
+lock, in the ingesting transaction. When the run ends, `seal_tail` seals what is left, however short.
+A block is written once and never updated. So a batch costs the same at step 10 as at step 10
+million, and the run summary (`Run.summary`: per metric last, step, min, max, count) is updated from
+the batch alone.
 
 Reads. `read_series` makes three queries whatever the number of runs and metrics (four when it reads
-overviews, below): each run's seal point, the blocks up to it, and the tail after it. It returns numpy arrays in step order, which
-`runs_series` turns into chart payloads on one of the X_AXES. Non-finite values are NaN in the store
-and `null` in the payload, so a chart shows a gap at that step.
+overviews, below): each run's seal point, the blocks up to it, and the tail after it. It returns numpy
+arrays in step order, which `runs_series` turns into chart payloads on one of the X_AXES. Non-finite
+values are NaN in the store and `null` in the payload, so a chart shows a gap at that step.
 
 Downsampling is M4 (Jugel et al., "M4: a visualization-oriented time series data aggregation",
 VLDB 2014). The x range is cut into equal buckets, and each bucket keeps its first and last point,
@@ -198,8 +199,12 @@ def seal_chunk(
     blocks = []
     for name, p in points.items():
         low, high = _finite_min_max(p.values)
-        overview = dict(
-            zip(("overview_steps", "overview_values", "overview_times"), block_overview(p.steps, p.values, p.times))
+        overview = (
+            dict(
+                zip(("overview_steps", "overview_values", "overview_times"), block_overview(p.steps, p.values, p.times))
+            )
+            if with_overview
+            else {}
         )
         blocks.append(
             block_model(
@@ -215,7 +220,7 @@ def seal_chunk(
                 steps=_pack(p.steps),
                 values=_pack(p.values),
                 times=_pack(p.times),
-                **(overview if with_overview else {}),
+                **overview,
             )
         )
     block_model.objects.bulk_create(blocks)
@@ -224,14 +229,18 @@ def seal_chunk(
 def seal_tail(run_id: RunId) -> None:
     """Seals the run's unsealed tail however short it is: a run that ended gets no more points, and its
     charts then read blocks (and overviews) only. Call under the run's row lock, as ingestion does."""
-    sealed = _sealed_through(run_id, MetricBlock)
+    rows = _tail_events(run_id, _sealed_through(run_id, MetricBlock))
+    for start in range(0, len(rows), BLOCK_POINTS):
+        seal_chunk(run_id, rows[start : start + BLOCK_POINTS])
+
+
+def _tail_events(run_id: RunId, sealed: int) -> list[dict[str, Any]]:
+    """The run's metrics events after `sealed`, in seq order, as seal_chunk takes them."""
     tail = MetricRow.objects.filter(run_id=run_id, seq__gt=sealed).order_by("seq")
-    rows = [
+    return [
         {"seq": seq, "step": step, "time": time, "data": values}
         for seq, step, time, values in tail.values_list("seq", "step", "time", "values")
     ]
-    for start in range(0, len(rows), BLOCK_POINTS):
-        seal_chunk(run_id, rows[start : start + BLOCK_POINTS])
 
 
 def _sealed_through(run_id: RunId, block_model: type[MetricBlock]) -> int:
@@ -250,15 +259,13 @@ def append_metrics(run_id: RunId, summary: dict[str, Any], events: Sequence[dict
         return summary
     sealed = _sealed_through(run_id, MetricBlock)
     # seqs are unique: fewer than BLOCK_POINTS seqs after the seal cannot hold BLOCK_POINTS events
-    if events[-1]["seq"] - sealed >= BLOCK_POINTS:
-        tail = MetricRow.objects.filter(run_id=run_id, seq__gt=sealed)
-        if tail.count() >= BLOCK_POINTS:
-            rows = [
-                {"seq": seq, "step": step, "time": time, "data": values}
-                for seq, step, time, values in tail.order_by("seq").values_list("seq", "step", "time", "values")
-            ]
-            for start in range(0, len(rows) - BLOCK_POINTS + 1, BLOCK_POINTS):
-                seal_chunk(run_id, rows[start : start + BLOCK_POINTS])
+    if (
+        events[-1]["seq"] - sealed >= BLOCK_POINTS
+        and MetricRow.objects.filter(run_id=run_id, seq__gt=sealed).count() >= BLOCK_POINTS
+    ):
+        rows = _tail_events(run_id, sealed)
+        for start in range(0, len(rows) - BLOCK_POINTS + 1, BLOCK_POINTS):
+            seal_chunk(run_id, rows[start : start + BLOCK_POINTS])
     return summary_with(summary, events)
 
 
