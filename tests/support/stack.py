@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -309,8 +310,19 @@ def platform_stack(
                 stop_process_group(user_code)
         finally:
             stop_process_group(worker)
+            forget_cluster_samples(database_url)
     finally:
         web.stop()
+
+
+def forget_cluster_samples(database_url: str) -> None:
+    """The worker samples the cluster at every reconcile (every 2 s here), also after the last test's
+    clean-up and before this teardown: rows no test wrote, which would join a later test's history."""
+    try:
+        with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as connection:
+            connection.execute("DELETE FROM runs_clustersample")
+    except psycopg.OperationalError:
+        pass  # the database is down (a fault test): nothing was sampled into it meanwhile
 
 
 def stop_ray_jobs(ray_address: str) -> None:

@@ -23,6 +23,9 @@ import numpy as np
 
 KEYS = ("CPU", "GPU")
 EPS = 1e-9
+# A holding run gives its room back when it stops, not when it was expected to: one at or past its expected
+# end is taken to stop this soon (seconds), never now, so nothing is admitted on top of it.
+OVERDUE_S = 1.0
 Resources = dict[str, float]
 Allocation = dict[str, Resources]  # node id -> what the run holds there
 
@@ -99,7 +102,7 @@ class Timeline:
         self.free = np.array([[_vector(free_now[name]) for name in self.nodes]]).reshape(1, len(self.nodes), len(KEYS))
         for at, allocation in ends:
             if at is not None and math.isfinite(at):
-                self._change(max(0.0, at), math.inf, allocation, sign=1.0)
+                self._change(max(OVERDUE_S, at), math.inf, allocation, sign=1.0)
 
     def _split(self, at: float) -> int:
         """The row that starts at `at`, made by splitting the row that holds `at` when none does."""

@@ -58,6 +58,7 @@ def hand_made(experiment, researcher):
     )
     Preemption.objects.create(run=resumed, forced=True, lost_steps=3, settled_at=now)
     Preemption.objects.create(run=resumed, forced=False, lost_steps=0, settled_at=now)
+    ClusterSample.objects.all().delete()  # these four samples are the cluster's whole history
     for at, granted, used in ((0, 2, 1), (600, 4, 3), (1200, 4, 4), (1800, 0, 0)):
         ClusterSample.objects.create(
             at=t0 + timedelta(seconds=at),

@@ -93,6 +93,15 @@ def test_without_expected_lengths_or_with_backfill_off_the_first_run_that_waits_
     assert not off["short"].admit and off["head"].expected_start_s == 100.0
 
 
+def test_a_run_past_its_expected_end_still_holds_its_room_until_it_stops():
+    # Its engine finished its last step (or overran its estimate) but the run has not ended: admitting
+    # another run into its room now would put two on the node at once.
+    overdue = [(0.0, {"n0": cpus(2)})]
+    got = decide([cand("next", cpus(2), duration_s=60)], {"n0": cpus(0)}, overdue)["next"]
+    assert not got.admit and got.reason == "needs 2 CPUs, 0 free" and got.expected_start_s == 1.0
+    assert Timeline({"n0": cpus(0)}, overdue).earliest([cpus(2)], 60.0) == (1.0, {"n0": cpus(2)})
+
+
 def test_the_timeline_gives_the_earliest_start_around_reservations():
     timeline = Timeline({"n0": gpus(1), "n1": gpus(0)}, [(50.0, {"n1": gpus(2)})])
     assert timeline.earliest([gpus(2)], 10.0) == (50.0, {"n1": gpus(2)})
