@@ -370,8 +370,9 @@ def worker_trl(recipe_path: Path, seed: int, budget_s: float, every_s: float, mi
 
 def write_recipe(out: Path, label: str, demo: Path, overrides: dict[str, Any], sets: list[str]) -> Path:
     """The recipe's whole run config (absolute paths), as `python -m rl_engine train` reads it."""
-    from rl_engine.__main__ import _resolve_paths, apply_overrides
+    from rl_engine.__main__ import _resolve_paths
     from rl_engine.config import dump_config, validate_config
+    from rl_engine.config.overrides import apply_overrides
     from rl_engine.demo.run_config import demo_run_config
 
     base = demo_run_config(demo, **overrides).model_dump(mode="json")

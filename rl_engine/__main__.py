@@ -13,7 +13,8 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from rl_engine.config.overrides import OverrideError, apply_overrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -21,30 +22,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 class UsageError(Exception):
     """Bad input from the command line, reported as one line."""
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """`key.path=value` overrides (values read as YAML scalars) applied to a config dict in place, which is
-    returned; shared by `train --set`, `manage.py demo_launch --set` and the benchmarks.
-
-    A field of an optional section the config leaves out (`agent: null`, or no key at all) creates the
-    section: the config's validation then fills in the section's other fields with their defaults."""
-    import yaml
-
-    for item in overrides:
-        if "=" not in item:
-            raise UsageError(f"--set {item!r}: expected key.path=value")
-        key, raw = item.split("=", 1)
-        target = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            if target.get(part) is None:
-                target[part] = {}
-            target = target[part]
-            if not isinstance(target, dict):
-                raise UsageError(f"--set {key}: {part!r} is not a section")
-        target[parts[-1]] = yaml.safe_load(raw)
-    return data
 
 
 def load_run_config(path: str, overrides: list[str]):
@@ -99,9 +76,9 @@ def _resolve_paths(cfg, base: Path):
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.set)  # before the heavy imports: bad input fails fast
-    from rl_engine.checkpoint import latest_checkpoint
     from rl_engine.loop import train
     from rl_engine.preemption import Preempted
+    from rl_engine.spec.checkpoints import latest_checkpoint
 
     run_dir = Path(args.run_dir or cfg.logging.run_dir or f"runs/{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     resume = None
@@ -228,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (UsageError, ConfigError, DataError, FileNotFoundError) as exc:
+    except (UsageError, OverrideError, ConfigError, DataError, FileNotFoundError) as exc:
         message = str(exc).replace("\n", "; ")
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -5,7 +5,6 @@ async mode the batches generated ahead)."""
 from __future__ import annotations
 
 import random
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +12,7 @@ from typing import Any
 
 import torch
 
-ENGINE_STATE = "engine_state.pt"
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+from rl_engine.spec.checkpoints import ENGINE_STATE, checkpoint_dir, list_checkpoints
 
 
 @dataclass(frozen=True)
@@ -36,10 +34,6 @@ def capture_rng() -> dict[str, Any]:
 def restore_rng(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
-
-
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step}"
 
 
 def save_checkpoint(
@@ -73,19 +67,6 @@ def save_checkpoint(
     for old in list_checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old)
     return final
-
-
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    root = Path(run_dir) / "checkpoints"
-    if not root.exists():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    checkpoints = list_checkpoints(run_dir)
-    return checkpoints[-1] if checkpoints else None
 
 
 def load_engine_state(path: Path) -> EngineState:

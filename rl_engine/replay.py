@@ -79,9 +79,10 @@ def _column(kept: list[dict[str, Any]], name: str, width: int) -> torch.Tensor |
 
 def replay_step(run_dir: str | Path, step: int) -> Replayed:
     from rl_engine.algorithms import CorrectionResult, kl_estimate, masked_mean
-    from rl_engine.checkpoint import checkpoint_dir, load_engine_state, restore_rng
+    from rl_engine.checkpoint import load_engine_state, restore_rng
     from rl_engine.config import load_config
     from rl_engine.loop import TrainingBatch, build_engine, experience_for
+    from rl_engine.spec.checkpoints import checkpoint_dir
     from rl_engine.trainer import TokenBatch
 
     run_dir = Path(run_dir)

@@ -29,8 +29,8 @@ from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.runs.models import Run
 from posttrain.runs.scheduling import run_resources
 from posttrain.runs.tokens import TOKEN_FILE_PREFIX, ingest_token
-from rl_engine.preemption import clear_request, request_preemption
-from rl_engine.sandbox import ALLOW_UNSANDBOXED_ENV
+from rl_engine.spec.jobs import clear_request, request_preemption
+from rl_engine.spec.user_code import ALLOW_UNSANDBOXED_ENV
 
 _NOT_FOUND = ("does not exist", "status code 404")
 
@@ -58,7 +58,7 @@ def run_dir(run: Run) -> Path:
 
 def write_config(run: Run) -> Path:
     """`<run dir>/config.yaml`: the run's resolved config, as the engine will read it."""
-    from rl_engine.config import dump_config, validate_config
+    from rl_engine.spec.config import dump_config, validate_config
 
     folder = run_dir(run)
     folder.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def resume_path(run: Run) -> str | None:
     """Where the engine starts from: after a preemption, the run's own latest checkpoint (the one it wrote
     on its way out; read from the run folder, so it does not depend on the checkpoint event having
     arrived); otherwise the checkpoint the run was launched to resume from, if any."""
-    from rl_engine.checkpoint import latest_checkpoint
+    from rl_engine.spec.checkpoints import latest_checkpoint
 
     if run.attempt:
         own = latest_checkpoint(run_dir(run))
@@ -116,7 +116,7 @@ def resume_path(run: Run) -> str | None:
 
 def engine_threads(run: Run) -> int:
     """torch's and OpenMP's threads in the driver: the CPUs Ray reserves for it (role actors set their own)."""
-    from rl_engine.distributed.placement import threads_for
+    from rl_engine.spec.resources import threads_for
 
     return threads_for(run_resources(run)["driver"]["CPU"])
 

@@ -9,19 +9,16 @@ Three kinds, each chosen by name in the run config:
 * rollout corrections (`algorithm.rollout_correction.method`): which level they weigh at, their own
   thresholds, whether they change the loss.
 
-The config schema takes its choices, help texts and cross-field rules from here; the functions are
-registered under the same names next to their code (`rl_engine.algorithms.registry`), and a test checks
-that both agree. Estimators and corrections are listed below. Policy losses are declared in their own
-files, one per loss in `policy_losses/`: each file's `SPEC = PolicyLossSpec(...)` is *read from its
-source* here (its values must be literals), never imported, so this module and the schema built from it
-load no torch. Adding a loss is therefore one file in `policy_losses/` plus its test.
+All three are declared the same way, as specs listed below; the functions are registered under the same
+names next to their code (`rl_engine.algorithms.registry`: `advantages.py`, `policy_losses/<name>.py`,
+`corrections.py`), and a test checks that both agree. The config schema takes its choices, help texts and
+cross-field rules from here, so this module (and the schema built from it) loads no torch. Adding a loss is
+its spec here, its file in `policy_losses/`, and its test.
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 __all__ = [
@@ -263,58 +260,63 @@ _CORRECTIONS = (
 CORRECTIONS: dict[str, CorrectionSpec] = {spec.name: spec for spec in _CORRECTIONS}
 
 
-# --- policy losses: read from their files ----------------------------------------------------------
+# --- policy losses ------------------------------------------------------------------------------
 
 DEFAULT_POLICY_LOSS = "ppo_clip"
-POLICY_LOSS_FOLDER = Path(__file__).with_name("policy_losses")
-
-
-def read_policy_loss_spec(path: Path) -> PolicyLossSpec:
-    """The `SPEC = PolicyLossSpec(...)` a policy loss file declares, from its source (nothing is imported)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    for node in tree.body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
-            continue
-        target = node.targets[0]
-        if not (isinstance(target, ast.Name) and target.id == "SPEC"):
-            continue
-        call = node.value
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "PolicyLossSpec"):
-            break
-        if call.args:
-            raise CatalogueError(f"{path.name}: give PolicyLossSpec's values as keywords (name=..., level=...)")
-        values = {}
-        for keyword in call.keywords:
-            if keyword.arg is None:
-                raise CatalogueError(f"{path.name}: SPEC takes named literals, not **{ast.unparse(keyword.value)}")
-            try:
-                values[keyword.arg] = ast.literal_eval(keyword.value)
-            except ValueError:
-                raise CatalogueError(
-                    f"{path.name}: SPEC.{keyword.arg} must be a literal (the catalogue reads it without importing torch)"
-                ) from None
-        try:
-            return PolicyLossSpec(**values)
-        except TypeError as exc:
-            raise CatalogueError(f"{path.name}: {exc}") from None
-    raise CatalogueError(f"{path.name}: every policy loss file declares `SPEC = PolicyLossSpec(...)` at module level")
-
-
-def _read_policy_losses() -> dict[str, PolicyLossSpec]:
-    specs: dict[str, PolicyLossSpec] = {}
-    for path in sorted(POLICY_LOSS_FOLDER.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        spec = read_policy_loss_spec(path)
-        if spec.name != path.stem:
-            raise CatalogueError(
-                f"{path.name}: SPEC.name is {spec.name!r}; name the file after the loss ({spec.name}.py)"
-            )
-        specs[spec.name] = spec
-    if DEFAULT_POLICY_LOSS not in specs:
-        raise CatalogueError(f"the default policy loss {DEFAULT_POLICY_LOSS!r} has no file in {POLICY_LOSS_FOLDER}")
-    # The default first: it is what a form shows selected.
-    return dict(sorted(specs.items(), key=lambda item: (item[0] != DEFAULT_POLICY_LOSS, item[0])))
-
-
-POLICY_LOSSES: dict[str, PolicyLossSpec] = _read_policy_losses()
+_POLICY_LOSSES = (
+    PolicyLossSpec(
+        name="ppo_clip",
+        level="token",
+        clip_low=0.2,
+        clip_high=0.2,
+        loss_agg="token_mean",
+        dual_clip=True,
+        help="PPO's clipped surrogate per token; clip_high > clip_low is DAPO's clip-higher; dual_clip caps |A| losses.",
+        paper="Schulman et al. 2017, arXiv:1707.06347; clip-higher: Yu et al. 2025 (DAPO), arXiv:2503.14476",
+    ),
+    PolicyLossSpec(
+        name="decoupled_ppo",
+        level="token",
+        clip_low=0.2,
+        clip_high=0.2,
+        loss_agg="token_mean",
+        dual_clip=True,
+        help="Decoupled PPO (async): clip against the weights before this update, weigh by proximal / behaviour "
+        "(the rollout correction truncates or masks that weight); its clip engages only from a second mini-batch "
+        "or epoch on.",
+        paper="Hilton et al. 2022, arXiv:2110.00641; AReaL, Fu et al. 2025, arXiv:2505.24298",
+        behaviour_weighted=True,
+    ),
+    PolicyLossSpec(
+        name="gspo",
+        level="sequence",
+        clip_low=3e-4,
+        clip_high=4e-4,
+        loss_agg="seq_mean_token_mean",
+        dual_clip=False,
+        help="GSPO: one ratio per sequence (geometric mean of its token ratios), clipped at the sequence level.",
+        paper="Zheng et al. 2025, Group Sequence Policy Optimization, arXiv:2507.18071",
+    ),
+    PolicyLossSpec(
+        name="gmpo",
+        level="sequence",
+        clip_low=0.4,
+        clip_high=0.4,
+        loss_agg="seq_mean_token_mean",
+        dual_clip=False,
+        help="GMPO: each sequence's geometric mean of token ratios, clipped per token in log space to [-clip_low, clip_high].",
+        paper="Zhao et al. 2025, Geometric-Mean Policy Optimization, arXiv:2507.20673",
+    ),
+    PolicyLossSpec(
+        name="cispo",
+        level="token",
+        clip_low=1.0,
+        clip_high=4.0,
+        loss_agg="token_mean",
+        dual_clip=False,
+        help="CISPO: REINFORCE on each token weighted by its ratio, the weight (not the gradient) clipped to 1 + clip_high.",
+        paper="MiniMax 2025, MiniMax-M1, arXiv:2506.13585",
+    ),
+)
+# The default first: it is what a form shows selected.
+POLICY_LOSSES: dict[str, PolicyLossSpec] = {spec.name: spec for spec in _POLICY_LOSSES}

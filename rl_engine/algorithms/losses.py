@@ -20,7 +20,7 @@ from torch import Tensor
 from . import catalogue
 from .kl import kl_estimate
 from .masking import as_bool_mask, check_same_shape, masked_mean, masked_sum, masked_whiten
-from .registry import POLICY_LOSSES
+from .registry import POLICY_LOSS_FUNCTIONS
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -156,7 +156,7 @@ def policy_loss(
         check_same_shape(mask, weights=weights)
     if clip_low < 0 or clip_high < 0:
         raise ValueError("clip_low and clip_high must be >= 0")
-    loss_fn = POLICY_LOSSES.get(name)
+    loss_fn = POLICY_LOSS_FUNCTIONS.get(name)
     if dual_clip is not None:
         if not catalogue.POLICY_LOSSES[name].dual_clip:
             raise ValueError(f"policy loss {name!r} has no dual clip")

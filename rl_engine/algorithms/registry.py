@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from rl_engine.algorithms import catalogue
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "POLICY_LOSSES", "ROLLOUT_CORRECTIONS", "Registry"]
+__all__ = ["ADVANTAGE_ESTIMATORS", "POLICY_LOSS_FUNCTIONS", "ROLLOUT_CORRECTIONS", "Registry"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,12 +30,10 @@ class Registry(Generic[F]):
         self.home = home  # the module whose import registers every function of this kind
         self._functions: dict[str, F] = {}
 
-    def register(self, name: str, spec: Any = None) -> Callable[[F], F]:
-        """Registers the decorated function under `name`; `spec`, when given, must be the catalogue's."""
+    def register(self, name: str) -> Callable[[F], F]:
+        """Registers the decorated function under `name`, which the catalogue must declare."""
         if name not in self.declared:
             raise ValueError(f"{self.kind} {name!r} is not in the catalogue (rl_engine/algorithms/catalogue.py)")
-        if spec is not None and spec != self.declared[name]:
-            raise ValueError(f"{self.kind} {name!r}: the registered spec differs from the one the catalogue read")
 
         def decorator(fn: F) -> F:
             if name in self._functions and self._functions[name] is not fn:
@@ -60,7 +58,7 @@ class Registry(Generic[F]):
 ADVANTAGE_ESTIMATORS: Registry[Callable[..., Any]] = Registry(
     "advantage estimator", catalogue.ESTIMATORS, "rl_engine.algorithms.advantages"
 )
-POLICY_LOSSES: Registry[Callable[..., Any]] = Registry(
+POLICY_LOSS_FUNCTIONS: Registry[Callable[..., Any]] = Registry(
     "policy loss", catalogue.POLICY_LOSSES, "rl_engine.algorithms.policy_losses"
 )
 ROLLOUT_CORRECTIONS: Registry[Callable[..., Any]] = Registry(

@@ -182,3 +182,32 @@ def test_the_formerly_circular_pairs_import_one_way_at_most(one: str, other: str
         )
 
     assert not (imports(one, other) and imports(other, one))
+
+
+@pytest.mark.parametrize("importer", ["posttrain", "workers"])
+def test_the_platform_and_its_workers_use_the_engine_only_through_its_contract(importer: str) -> None:
+    outside = sorted(
+        f"{module} imports {name}"
+        for module, names in IMPORTS.items()
+        if _in_package(module, importer)
+        for name in names
+        if _in_package(name, "rl_engine") and not _in_package(name, "rl_engine.spec") and name != "rl_engine"
+    )
+    assert outside == []
+
+
+def test_the_contract_imports_nothing_of_the_loop_the_trainers_or_the_generators() -> None:
+    # What it re-exports stays out of the engine's deep-learning half (the import test proves it runs without it).
+    heavy = ("rl_engine.loop", "rl_engine.trainer", "rl_engine.rollout", "rl_engine.distributed.roles")
+    reached = _reachable(_project_graph(), {m for m in MODULES if _in_package(m, "rl_engine.spec")})
+    assert sorted(m for m in reached if any(_in_package(m, h) for h in heavy)) == []
+
+
+def _reachable(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for child in graph.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return seen

@@ -8,7 +8,7 @@ import urllib.parse
 
 from django.conf import settings
 
-from rl_engine.outbound import ALLOW_ENV, DENY_ENV, OutboundPolicy
+from rl_engine.spec.user_code import ALLOW_ENV, DENY_ENV, OutboundPolicy
 
 
 def cluster_hosts() -> list[str]:

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection
 from kombu import Connection
 
-from rl_engine import sandbox
+from rl_engine.spec.user_code import sandbox
 
 
 @dataclass(frozen=True)

@@ -59,9 +59,9 @@ def import_roots() -> list[Path]:
 @cache
 def builtin_roots() -> tuple[Path, ...]:
     """The engine's example environments and agents: public code every researcher may name, read-only."""
-    import rl_engine
+    from rl_engine.spec.user_code import BUILTIN_ENVIRONMENTS
 
-    return (Path(os.path.realpath(Path(rl_engine.__file__).parent / "environments")),)
+    return (Path(os.path.realpath(BUILTIN_ENVIRONMENTS)),)
 
 
 def platform_stores() -> list[Path]:

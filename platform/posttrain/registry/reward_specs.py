@@ -13,7 +13,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from rl_engine.config import REWARD_TYPES, RewardSpec
+from rl_engine.spec.config import REWARD_TYPES, RewardSpec
 
 BUILTIN_TYPES: tuple[str, ...] = ("exact_match", "boxed_math", "regex", "length_penalty", "reasoning_gym", "verifiers")
 KINDS: tuple[str, ...] = ("builtin", "python", "http", "reward_model")

@@ -38,7 +38,7 @@ from posttrain.review.models import Campaign, JudgeRun, JudgeRunState, JudgeScor
 from posttrain.review.sampling import validate_source
 from posttrain.runs.models import Run
 from posttrain.runs.selectors import rollouts_query
-from rl_engine import sandbox
+from rl_engine.spec.user_code import sandbox
 
 SCORE_BATCH = 64
 MAX_POOL_ROLLOUTS = 20_000

@@ -59,7 +59,7 @@ from posttrain.review.sampling import Candidate, Pick, RolloutKey, queue_order, 
 from posttrain.review.steps import check_step_answer, split_steps
 from posttrain.runs.models import Run
 from posttrain.runs.selectors import rollouts_query, run_alerts
-from rl_engine.data import DataError, read_rows
+from rl_engine.spec.user_code import DataError, read_rows
 
 NAME_MAX_CHARS = 200
 TEXT_MAX_CHARS = 20_000

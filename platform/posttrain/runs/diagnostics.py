@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeGuard
 
-from rl_engine.metric_catalogue import require
+from rl_engine.spec.catalogues import require
 
 Severity = Literal["warning", "critical"]
 Series = tuple[Sequence[int], Sequence[float | None]]

@@ -29,7 +29,7 @@ from posttrain.runs.diagnostics import (
     _fmt,
     level_alerts,
 )
-from rl_engine.metric_catalogue import RESERVED_REWARD_NAMES, require
+from rl_engine.spec.catalogues import RESERVED_REWARD_NAMES, require
 
 LENGTH_METRIC = require("response/length_mean")
 EVAL_REWARD_METRIC = require("eval/reward/mean")

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rl_engine.response_stats import (
+from rl_engine.spec.catalogues import (
     compression_ratio,
     ngram_repetition_rate,
     nonprintable_share,

@@ -23,8 +23,8 @@ def run_resources(run: Run) -> dict:
     """The run's stored resource needs; a run launched before they were stored reads them from its config."""
     if run.resources:
         return run.resources
-    from rl_engine.config import ConfigError, validate_config
-    from rl_engine.distributed.placement import resource_needs
+    from rl_engine.spec.config import ConfigError, validate_config
+    from rl_engine.spec.resources import resource_needs
 
     try:
         return resource_needs(validate_config(run.resolved_config))

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, render
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
 from posttrain.runs.scheduling import describe, total_of
-from rl_engine.metric_catalogue import catalogue_json
+from rl_engine.spec.catalogues import catalogue_json
 
 
 @researcher_required

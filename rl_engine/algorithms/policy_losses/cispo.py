@@ -14,23 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from rl_engine.algorithms.catalogue import PolicyLossSpec
 from rl_engine.algorithms.losses import ClipRange, LossInputs, LossTerms
-from rl_engine.algorithms.registry import POLICY_LOSSES
-
-SPEC = PolicyLossSpec(
-    name="cispo",
-    level="token",
-    clip_low=1.0,
-    clip_high=4.0,
-    loss_agg="token_mean",
-    dual_clip=False,
-    help="CISPO: REINFORCE on each token weighted by its ratio, the weight (not the gradient) clipped to 1 + clip_high.",
-    paper="MiniMax 2025, MiniMax-M1, arXiv:2506.13585",
-)
+from rl_engine.algorithms.registry import POLICY_LOSS_FUNCTIONS
 
 
-@POLICY_LOSSES.register(SPEC.name, SPEC)
+@POLICY_LOSS_FUNCTIONS.register("cispo")
 def cispo(inputs: LossInputs, clip: ClipRange) -> LossTerms:
     ratio = torch.exp(inputs.log_ratio).detach()
     weight = ratio.clamp(1.0 - clip.low, 1.0 + clip.high)

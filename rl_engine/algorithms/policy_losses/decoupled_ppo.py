@@ -18,27 +18,12 @@ proximal one (sync mode, no mismatch) ``w = 1`` and it is ``ppo_clip``.
 
 from __future__ import annotations
 
-from rl_engine.algorithms.catalogue import PolicyLossSpec
 from rl_engine.algorithms.losses import ClipRange, LossInputs, LossTerms
 from rl_engine.algorithms.policy_losses.ppo_clip import ppo_clip
-from rl_engine.algorithms.registry import POLICY_LOSSES
-
-SPEC = PolicyLossSpec(
-    name="decoupled_ppo",
-    level="token",
-    clip_low=0.2,
-    clip_high=0.2,
-    loss_agg="token_mean",
-    dual_clip=True,
-    help="Decoupled PPO (async): clip against the weights before this update, weigh by proximal / behaviour "
-    "(the rollout correction truncates or masks that weight); its clip engages only from a second mini-batch "
-    "or epoch on.",
-    paper="Hilton et al. 2022, arXiv:2110.00641; AReaL, Fu et al. 2025, arXiv:2505.24298",
-    behaviour_weighted=True,
-)
+from rl_engine.algorithms.registry import POLICY_LOSS_FUNCTIONS
 
 
-@POLICY_LOSSES.register(SPEC.name, SPEC)
+@POLICY_LOSS_FUNCTIONS.register("decoupled_ppo")
 def decoupled_ppo(inputs: LossInputs, clip: ClipRange) -> LossTerms:
     terms = ppo_clip(inputs, clip)
     if inputs.behaviour_weights is None:

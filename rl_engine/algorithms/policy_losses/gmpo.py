@@ -14,24 +14,12 @@ from __future__ import annotations
 
 import torch
 
-from rl_engine.algorithms.catalogue import PolicyLossSpec
 from rl_engine.algorithms.losses import ClipRange, LossInputs, LossTerms
 from rl_engine.algorithms.masking import masked_mean
-from rl_engine.algorithms.registry import POLICY_LOSSES
-
-SPEC = PolicyLossSpec(
-    name="gmpo",
-    level="sequence",
-    clip_low=0.4,
-    clip_high=0.4,
-    loss_agg="seq_mean_token_mean",
-    dual_clip=False,
-    help="GMPO: each sequence's geometric mean of token ratios, clipped per token in log space to [-clip_low, clip_high].",
-    paper="Zhao et al. 2025, Geometric-Mean Policy Optimization, arXiv:2507.20673",
-)
+from rl_engine.algorithms.registry import POLICY_LOSS_FUNCTIONS
 
 
-@POLICY_LOSSES.register(SPEC.name, SPEC)
+@POLICY_LOSS_FUNCTIONS.register("gmpo")
 def gmpo(inputs: LossInputs, clip: ClipRange) -> LossTerms:
     adv, log_ratio, mask = inputs.advantages, inputs.log_ratio, inputs.mask
     sign = torch.sign(adv)

@@ -14,24 +14,12 @@ from __future__ import annotations
 
 import torch
 
-from rl_engine.algorithms.catalogue import PolicyLossSpec
 from rl_engine.algorithms.losses import ClipRange, LossInputs, LossTerms
 from rl_engine.algorithms.masking import masked_mean
-from rl_engine.algorithms.registry import POLICY_LOSSES
-
-SPEC = PolicyLossSpec(
-    name="gspo",
-    level="sequence",
-    clip_low=3e-4,
-    clip_high=4e-4,
-    loss_agg="seq_mean_token_mean",
-    dual_clip=False,
-    help="GSPO: one ratio per sequence (geometric mean of its token ratios), clipped at the sequence level.",
-    paper="Zheng et al. 2025, Group Sequence Policy Optimization, arXiv:2507.18071",
-)
+from rl_engine.algorithms.registry import POLICY_LOSS_FUNCTIONS
 
 
-@POLICY_LOSSES.register(SPEC.name, SPEC)
+@POLICY_LOSS_FUNCTIONS.register("gspo")
 def gspo(inputs: LossInputs, clip: ClipRange) -> LossTerms:
     adv = inputs.advantages
     sequence_ratio = torch.exp(masked_mean(inputs.log_ratio, inputs.mask, dim=-1)).unsqueeze(-1)

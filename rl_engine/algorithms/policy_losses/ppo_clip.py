@@ -17,23 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from rl_engine.algorithms.catalogue import PolicyLossSpec
 from rl_engine.algorithms.losses import ClipRange, LossInputs, LossTerms
-from rl_engine.algorithms.registry import POLICY_LOSSES
-
-SPEC = PolicyLossSpec(
-    name="ppo_clip",
-    level="token",
-    clip_low=0.2,
-    clip_high=0.2,
-    loss_agg="token_mean",
-    dual_clip=True,
-    help="PPO's clipped surrogate per token; clip_high > clip_low is DAPO's clip-higher; dual_clip caps |A| losses.",
-    paper="Schulman et al. 2017, arXiv:1707.06347; clip-higher: Yu et al. 2025 (DAPO), arXiv:2503.14476",
-)
+from rl_engine.algorithms.registry import POLICY_LOSS_FUNCTIONS
 
 
-@POLICY_LOSSES.register(SPEC.name, SPEC)
+@POLICY_LOSS_FUNCTIONS.register("ppo_clip")
 def ppo_clip(inputs: LossInputs, clip: ClipRange) -> LossTerms:
     adv = inputs.advantages
     ratio = torch.exp(inputs.log_ratio)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from rl_engine.algorithms import catalogue
-from rl_engine.algorithms.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
+from rl_engine.algorithms.registry import ADVANTAGE_ESTIMATORS, POLICY_LOSS_FUNCTIONS, ROLLOUT_CORRECTIONS
 from rl_engine.config import ConfigError, config_json_schema, validate_config
 from tests.unit.engine.helpers import minimal, with_changes
 
@@ -23,7 +22,7 @@ def schema_property(section: str, field: str) -> dict:
     ("section", "field", "registry", "specs"),
     [
         ("AlgorithmConfig", "name", ADVANTAGE_ESTIMATORS, catalogue.ESTIMATORS),
-        ("AlgorithmConfig", "policy_loss", POLICY_LOSSES, catalogue.POLICY_LOSSES),
+        ("AlgorithmConfig", "policy_loss", POLICY_LOSS_FUNCTIONS, catalogue.POLICY_LOSSES),
         ("RolloutCorrectionConfig", "method", ROLLOUT_CORRECTIONS, catalogue.CORRECTIONS),
     ],
 )
@@ -34,12 +33,17 @@ def test_the_schemas_choices_are_the_registries_names_each_with_its_help(section
     assert all(prop["enumDescriptions"])
 
 
-def test_the_registered_policy_losses_carry_the_spec_the_catalogue_read_from_their_files():
+def test_each_policy_loss_lives_in_its_own_file_named_after_it():
     import importlib
 
-    for name, spec in catalogue.POLICY_LOSSES.items():
+    for name in catalogue.POLICY_LOSSES:
         module = importlib.import_module(f"rl_engine.algorithms.policy_losses.{name}")
-        assert spec == module.SPEC
+        assert POLICY_LOSS_FUNCTIONS.get(name) is getattr(module, name)
+
+
+def test_a_function_registered_under_a_name_the_catalogue_does_not_declare_is_refused():
+    with pytest.raises(ValueError, match=r"policy loss 'vanilla' is not in the catalogue"):
+        POLICY_LOSS_FUNCTIONS.register("vanilla")
 
 
 def test_the_catalogue_and_the_config_load_without_torch():
@@ -51,16 +55,6 @@ def test_the_catalogue_and_the_config_load_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-
-
-def test_a_policy_loss_file_whose_spec_is_not_literal_is_refused_naming_the_file(tmp_path: Path):
-    bad = tmp_path / "vanilla.py"
-    bad.write_text("CLIP = 0.2\nSPEC = PolicyLossSpec(name='vanilla', clip_low=CLIP)\n")
-    with pytest.raises(catalogue.CatalogueError, match=r"vanilla.py: SPEC.clip_low must be a literal"):
-        catalogue.read_policy_loss_spec(bad)
-    bad.write_text("def f(): pass\n")
-    with pytest.raises(catalogue.CatalogueError, match=r"vanilla.py: every policy loss file declares"):
-        catalogue.read_policy_loss_spec(bad)
 
 
 def test_group_estimators_need_several_samples_per_prompt_and_token_level_ones_do_not():

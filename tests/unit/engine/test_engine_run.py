@@ -12,10 +12,10 @@ import torch
 from posttrain_sdk.event_log import read_events
 from posttrain_sdk.rollout_files import read_table, table_stats
 from rl_engine.__main__ import main
-from rl_engine.checkpoint import list_checkpoints
 from rl_engine.config import dump_config, validate_config
 from rl_engine.loop import train
 from rl_engine.metric_catalogue import lookup
+from rl_engine.spec.checkpoints import list_checkpoints
 from tests.unit.engine.helpers import by_type, comparable, step_rows, stop_at_first_checkpoint, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from rl_engine.algorithms import (
     value_loss,
 )
 from rl_engine.algorithms.catalogue import POLICY_LOSSES
-from rl_engine.algorithms.registry import POLICY_LOSSES as REGISTERED_LOSSES
+from rl_engine.algorithms.registry import POLICY_LOSS_FUNCTIONS
 
 NAN = float("nan")
 
@@ -228,7 +228,7 @@ def test_at_ratio_one_the_gradient_is_the_vanilla_policy_gradient():
 
 
 def test_every_policy_loss_file_is_registered_under_its_catalogue_spec():
-    assert set(REGISTERED_LOSSES.names()) == set(POLICY_LOSSES)
+    assert set(POLICY_LOSS_FUNCTIONS.names()) == set(POLICY_LOSSES)
 
 
 def test_an_unknown_policy_loss_is_refused_naming_the_choices():

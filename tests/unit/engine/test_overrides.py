@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rl_engine.__main__ import UsageError, apply_overrides, load_run_config
+from rl_engine.__main__ import load_run_config
 from rl_engine.config import AgentConfig, dump_config, validate_config
+from rl_engine.config.overrides import OverrideError, apply_overrides
 
 MINIMAL = {
     "name": "overrides",
@@ -42,7 +43,7 @@ def test_a_section_missing_from_the_dict_is_created_too():
 
 
 def test_an_override_below_a_value_that_is_no_section_names_it():
-    with pytest.raises(UsageError, match=r"--set name.port: 'name' is not a section"):
+    with pytest.raises(OverrideError, match=r"--set name.port: 'name' is not a section"):
         apply_overrides({"name": "x"}, ["name.port=1"])
 
 

@@ -126,7 +126,7 @@ def _run_environment(package: str, env_id: str, arguments: dict[str, Any], files
     """The engine's `environment` section of a multi-turn package, checked by the engine's schema."""
     if package in SINGLE_TURN:
         return None
-    from rl_engine.config import ConfigError, EnvironmentConfig
+    from rl_engine.spec.config import ConfigError, EnvironmentConfig
 
     if package == "openenv" and ({"url", "base_url"} & set(arguments)):
         raise invalid("arguments", "a server at a URL is not reached: give the server's app, which runs in the sandbox")
@@ -143,8 +143,13 @@ def _run_environment(package: str, env_id: str, arguments: dict[str, Any], files
 def environment_generate(environment_id: int | str) -> None:
     """The worker's side: the rows in the engine's sandbox, stored as a dataset; the reward of a single-turn
     package registered beside it. A failure is the environment's state, with the reason."""
-    from rl_engine.environments.installed import GenerationError, generate_dataset, generate_games, generate_tasks
-    from rl_engine.sandbox import SandboxUnavailable
+    from rl_engine.spec.user_code import (
+        GenerationError,
+        SandboxUnavailable,
+        generate_dataset,
+        generate_games,
+        generate_tasks,
+    )
 
     environment = Environment.objects.filter(pk=environment_id, state=Environment.State.GENERATING).first()
     if environment is None:
@@ -291,7 +296,7 @@ def _dispatch_trial(trial: EnvironmentTrial, wait_s: float) -> None:
 
 def environment_trial_run(trial_id: Any) -> None:
     """The worker's side of "Try it": claim (compare-and-set), play in the sandbox, store the outcome."""
-    from rl_engine import sandbox
+    from rl_engine.spec.user_code import sandbox
 
     claimed = EnvironmentTrial.objects.filter(pk=trial_id, state=EnvironmentTrial.State.QUEUED).update(
         state=EnvironmentTrial.State.RUNNING
@@ -322,8 +327,8 @@ def _play(trial: EnvironmentTrial) -> dict[str, Any]:
     assert env.dataset is not None
     row = _rows(env.dataset)[trial.row]
     if env.run_environment is not None:
-        from rl_engine.config import EnvironmentConfig
-        from rl_engine.environments.installed import play_episode
+        from rl_engine.spec.config import EnvironmentConfig
+        from rl_engine.spec.user_code import play_episode
 
         cfg = EnvironmentConfig.model_validate({**env.run_environment, "max_turns": min(len(trial.moves), 64)})
         return {"prompt": row.get("prompt"), **play_episode(cfg, row, list(trial.moves))}
@@ -331,7 +336,7 @@ def _play(trial: EnvironmentTrial) -> dict[str, Any]:
 
 
 def _score_single_turn(env: Environment, row: dict[str, Any], response: str) -> dict[str, Any]:
-    from rl_engine.rewards import CompositeReward, RewardBatch, build_component
+    from rl_engine.spec.user_code import CompositeReward, RewardBatch, build_component
 
     assert env.reward is not None
     spec = dict(env.reward.spec)

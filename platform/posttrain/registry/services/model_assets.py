@@ -26,11 +26,7 @@ from posttrain.registry.services.common import (
     update_name_and_description,
     user_or_none,
 )
-
-# The engine's checkpoint folders hold the HF model plus this file (optimizer, RNG, data
-# position): a registered model needs only the former. Named here, not imported, because
-# rl_engine.checkpoint imports torch.
-ENGINE_STATE_FILE = "engine_state.pt"
+from rl_engine.spec.checkpoints import ENGINE_STATE
 
 
 def _inspect_model(path: str | Path, field: str) -> ModelFolderInfo:
@@ -114,7 +110,7 @@ def _copy_checkpoint(source: Path, name: str) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     try:
         shutil.copytree(
-            source, partial, copy_function=_link_or_copy, ignore=shutil.ignore_patterns(ENGINE_STATE_FILE, "*.partial")
+            source, partial, copy_function=_link_or_copy, ignore=shutil.ignore_patterns(ENGINE_STATE, "*.partial")
         )
         partial.rename(target)
     except OSError as exc:

@@ -24,9 +24,7 @@ from posttrain.core.task_queue import task_send
 from posttrain.registry.models import Dataset, RewardFunction, RewardProbe
 from posttrain.registry.services.common import invalid, user_or_none
 from posttrain.registry.services.reward_try import reward_score, scoring_spec
-from rl_engine import sandbox
-from rl_engine.data import DataError, read_rows
-from rl_engine.reward_probes import build_cases, hackability_report
+from rl_engine.spec.user_code import DataError, build_cases, hackability_report, read_rows, sandbox
 
 STALE_GRACE_S = 60.0
 UNFINISHED = (RewardProbe.State.QUEUED, RewardProbe.State.RUNNING)

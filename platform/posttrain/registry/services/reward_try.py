@@ -29,8 +29,7 @@ from posttrain.core.outbound import outbound_policy
 from posttrain.core.task_queue import task_send
 from posttrain.registry.models import RewardFunction, RewardTrial
 from posttrain.registry.services.common import invalid, user_or_none
-from rl_engine import sandbox
-from rl_engine.rewards import CompositeReward, RewardBatch, build_component, check_reward_file
+from rl_engine.spec.user_code import CompositeReward, RewardBatch, build_component, check_reward_file, sandbox
 
 MAX_TRY_SAMPLES = 32
 # A trial unfinished this long after the user-code time limit and the web's wait is one no worker will finish.

@@ -158,7 +158,7 @@ def _reward_model_path(path: str, user: User | AnonymousUser | None) -> str:
 
 def _check_url(url: str) -> None:
     """A reward server's URL under the outbound policy now (it is checked again at every request)."""
-    from rl_engine.outbound import OutboundRefused
+    from rl_engine.spec.user_code import OutboundRefused
 
     try:
         outbound_policy().check_url(url, resolve="if_possible")

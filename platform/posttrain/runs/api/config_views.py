@@ -37,7 +37,7 @@ def config_from_yaml(text: str) -> dict[str, Any]:
     """The mapping in YAML (or JSON) text, parsed by the engine's strict loader (duplicate keys are
     errors; syntax errors name the line). Not validated: a form config lacks the platform's fields."""
     # The engine's parser is private to rl_engine.config; reusing it keeps its messages identical.
-    from rl_engine.config import ConfigError, parse_text
+    from rl_engine.spec.config import ConfigError, parse_text
 
     try:
         data = parse_text(text)
@@ -96,7 +96,7 @@ class ConfigSchemaView(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        from rl_engine.config import config_json_schema
+        from rl_engine.spec.config import config_json_schema
 
         return Response({"schema": config_json_schema(), "platform_fields": list(services.PLATFORM_FIELDS)})
 

@@ -25,7 +25,7 @@ from posttrain.core.errors import InvalidInput
 from posttrain.core.outbound import outbound_policy
 from posttrain.runs.models import AlertDelivery, Experiment, Run
 from posttrain.runs.services import dispatch
-from rl_engine.outbound import OutboundFailed, OutboundRefused, post
+from rl_engine.spec.user_code import OutboundFailed, OutboundRefused, post
 
 WEBHOOK_TIMEOUT_S = 10.0
 WEBHOOK_MAX_ATTEMPTS = 5

@@ -83,8 +83,8 @@ def validated_engine_config_and_needs(
     run's resource needs, from the one validated config. Every server path in it is resolved and checked
     against the import roots as they are now (posttrain.core.server_paths; the engine reads the resolved
     ones); `check_user_paths`: also whether `user` may name the paths typed into the config (create, validate)."""
-    from rl_engine.config import ConfigError, check_runnable, validate_config
-    from rl_engine.distributed.placement import resource_needs
+    from rl_engine.spec.config import ConfigError, check_runnable, validate_config
+    from rl_engine.spec.resources import resource_needs
 
     try:
         config = validate_config(full)

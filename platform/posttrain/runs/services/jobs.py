@@ -27,8 +27,7 @@ from posttrain.runs.services.jobs_client import JobsClient
 from posttrain.runs.services.jobs_client import default_jobs as _default_jobs
 from posttrain.runs.services.state_machine import ACTIVE_STATES, S, run_transition
 from posttrain.runs.tokens import token_files_remove
-from rl_engine.preemption import EXIT_PREEMPTED, EXIT_TIME_LIMIT
-from rl_engine.user_output import is_user_output
+from rl_engine.spec.jobs import EXIT_PREEMPTED, EXIT_TIME_LIMIT, is_user_output
 
 logger = logging.getLogger(__name__)
 

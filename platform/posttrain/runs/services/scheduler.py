@@ -27,7 +27,6 @@ placement group, is the last word).
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -80,6 +79,7 @@ from posttrain.runs.services.jobs_client import default_jobs
 from posttrain.runs.services.rewind import run_rewind
 from posttrain.runs.services.run_fields import clean_priority, may_set_urgent
 from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES, S, run_transition
+from rl_engine.spec.checkpoints import checkpoint_step, latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -501,20 +501,9 @@ def run_set_priority(run: Run, priority, *, user) -> Run:
     return run
 
 
-_STEP_DIR = re.compile(r"step_(\d+)$")
-
-
-def checkpoint_step(path: str | Path | None) -> int | None:
-    """The step of a checkpoint folder (`…/checkpoints/step_<n>`)."""
-    found = _STEP_DIR.search(str(path).rstrip("/")) if path else None
-    return int(found.group(1)) if found else None
-
-
 def _resume_point(run: Run) -> int:
     """The step the run resumes after: its latest checkpoint in its run folder, else the checkpoint it was
     launched from, else 0 (it starts over)."""
-    from rl_engine.checkpoint import latest_checkpoint  # the worker's side only: it imports torch
-
     run_dir = (run.resolved_config or {}).get("logging", {}).get("run_dir")
     own = checkpoint_step(latest_checkpoint(Path(run_dir))) if run_dir else None
     if own is not None:

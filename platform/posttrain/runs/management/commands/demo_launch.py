@@ -46,7 +46,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, assets: Path, username: str, overrides: list[str], **options):
-        from rl_engine.demo.run_config import demo_run_config
+        from rl_engine.spec.config import demo_run_config
 
         assets = assets.resolve()
         if not (assets / "manifest.json").exists():
@@ -119,11 +119,11 @@ def demo_placement() -> dict[str, float]:
 
 
 def _with_overrides(config: dict, overrides: list[str]) -> dict:
-    """The experiment config with `--set` overrides applied by the engine CLI's own parser."""
-    from rl_engine.__main__ import UsageError, apply_overrides
+    """The experiment config with `--set` overrides applied as the engine's CLI applies them."""
+    from rl_engine.spec.config import OverrideError, apply_overrides
 
     config = {k: v for k, v in config.items() if k != "name"}  # the engine's run name follows the experiment's
     try:
         return apply_overrides(config, overrides)
-    except UsageError as exc:
+    except OverrideError as exc:
         raise CommandError(str(exc)) from None
