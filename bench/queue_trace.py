@@ -19,8 +19,8 @@ Two parts, one JSON document on stdout (progress on stderr):
    time (launch to end), p95 slowdown (completion time over the run's length alone: the calibration run's
    overhead plus its steps at the calibration's median `timing/step`),
    and the runs that started later than without backfill (by more than 15 s, the reconcile's interval).
-2. **Simulated cluster** (`simulated`): the same scheduler code (posttrain.runs.scheduling.admission_plan,
-   with the platform's preemption) driven by posttrain.runs.cluster_sim over 64 GPUs (8 nodes of 8) and
+2. **Simulated cluster** (`simulated`): the same scheduler code (posttrain.scheduling.rules.admission_plan,
+   with the platform's preemption) driven by posttrain.scheduling.cluster_sim over 64 GPUs (8 nodes of 8) and
    --sim-runs runs of 1-8 GPUs, lengths 1-8x the shortest, Poisson arrivals at about 90 % load: the same
    figures, and the time of one admission pass with 200 waiting runs on a full cluster (median of 7).
 
@@ -105,7 +105,7 @@ def simulated(runs: int, seed: int) -> dict[str, Any]:
     import django
 
     django.setup()
-    from posttrain.runs.cluster_sim import gpu_cluster, mixed_trace, simulate
+    from posttrain.scheduling.cluster_sim import gpu_cluster, mixed_trace, simulate
 
     nodes = gpu_cluster()
     shortest = 600.0
@@ -143,8 +143,8 @@ def _pass_at(waiting: int, seed: int) -> dict[str, Any]:
     ends: what the reconcile pays when the queue is long (median and max of 7)."""
     from datetime import UTC, timedelta
 
-    from posttrain.runs.cluster_sim import gpu_cluster, mixed_trace
-    from posttrain.runs.scheduling import Candidate, FairShare, Plan, admission_plan
+    from posttrain.scheduling.cluster_sim import gpu_cluster, mixed_trace
+    from posttrain.scheduling.rules import Candidate, FairShare, Plan, admission_plan
 
     rng = random.Random(seed)
     nodes = gpu_cluster()

@@ -6,7 +6,7 @@ driver (no `ray.init` in a Celery process, nothing to reconnect when the head re
 process needs nothing of it. One HTTP session per address is kept for the worker's life.
 
 Ray refreshes this report every few seconds, so a job admitted a moment ago may not show in it yet;
-admission therefore also subtracts what the platform itself granted (posttrain.runs.services.scheduler),
+admission therefore also subtracts what the platform itself granted (posttrain.scheduling.services),
 and Ray's own enforcement (entrypoint resources, placement groups) stays the last word.
 """
 
@@ -18,7 +18,7 @@ import requests
 from django.conf import settings
 
 from posttrain.core.errors import JobsUnavailable
-from posttrain.runs.scheduling import RESOURCE_KEYS, ClusterNode, ClusterView
+from posttrain.scheduling.rules import RESOURCE_KEYS, ClusterNode, ClusterView
 
 TIMEOUT_S = 5.0
 

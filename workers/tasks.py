@@ -38,7 +38,7 @@ def run_submit(run_id: str) -> None:
 def admit_runs(trigger_run_id: str | None = None) -> int:
     """An admission pass (a run was launched or stopped holding resources: `trigger_run_id`); serialized
     across workers by a row lock, so any number may run at once."""
-    from posttrain.runs.services.scheduler import runs_admit
+    from posttrain.scheduling.services import runs_admit
 
     try:
         return len(runs_admit())

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "posttrain.accounts",
     "posttrain.registry",
     "posttrain.runs",
+    "posttrain.scheduling",
     "posttrain.review",
 ]
 

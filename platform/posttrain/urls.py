@@ -7,6 +7,7 @@ from posttrain.core import views as core_views
 from posttrain.registry import views as registry_views
 from posttrain.review import views as review_views
 from posttrain.runs import views as run_views
+from posttrain.scheduling import views as scheduling_views
 
 urlpatterns = [
     path("", core_views.home, name="home"),
@@ -15,7 +16,7 @@ urlpatterns = [
     path("runs/", run_views.runs_page, name="runs"),
     path("runs/<uuid:run_id>/", run_views.run_page, name="run"),
     path("compare/", run_views.compare_page, name="compare"),
-    path("queue/", run_views.queue_page, name="queue"),
+    path("queue/", scheduling_views.queue_page, name="queue"),
     path("launch/", run_views.launch_page, name="launch"),
     path("registry/", registry_views.registry_page, name="registry"),
     path("review/", review_views.campaigns_page, name="review"),
@@ -29,6 +30,7 @@ urlpatterns = [
     path("api/", include("posttrain.core.api.urls")),
     path("api/", include("posttrain.registry.api.urls")),
     path("api/", include("posttrain.runs.api.urls")),
+    path("api/", include("posttrain.scheduling.api.urls")),
     path("api/", include("posttrain.accounts.api.urls")),
     path("api/", include("posttrain.review.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -16,8 +16,8 @@ ONE_CPU = {"driver": {"CPU": 1.0, "GPU": 0.0}, "bundles": [], "total": {"CPU": 1
 
 
 def test_the_queue_page_shows_who_waits_and_why_and_follows_admission_live(web_server, page):
-    from posttrain.runs.models import ClusterSnapshot
     from posttrain.runs.services import run_transition
+    from posttrain.scheduling.models import ClusterSnapshot
 
     owner = a_researcher("grace")
     experiment = an_experiment("gsm queue")
@@ -76,7 +76,8 @@ def test_the_queue_page_shows_who_waits_and_why_and_follows_admission_live(web_s
 def test_the_queue_page_draws_utilisation_waits_and_shares(web_server, page):
     from datetime import timedelta
 
-    from posttrain.runs.models import ClusterSample, Preemption, RunTransition
+    from posttrain.runs.models import RunTransition
+    from posttrain.scheduling.models import ClusterSample, Preemption
 
     owner = a_researcher("grace")
     experiment = an_experiment("gsm metrics")

@@ -7,7 +7,6 @@ from posttrain.runs.models import (
     Experiment,
     ExperimentReward,
     MetricRow,
-    Quota,
     RolloutFile,
     Run,
     RunLog,
@@ -68,15 +67,6 @@ class RunAdmin(admin.ModelAdmin):
         "queue_reason",
     ]
     inlines = [RunTransitionInline]
-
-
-@admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
-    """Admins set each user's and team's (group's) limits, fair-share weight and lending here; the scheduler
-    reads them at every admission (docs/SCHEDULER.md)."""
-
-    list_display = ["__str__", "max_runs", "max_cpus", "max_gpus", "weight", "borrowing"]
-    raw_id_fields = ["user"]
 
 
 @admin.register(Checkpoint)

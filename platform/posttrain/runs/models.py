@@ -6,8 +6,6 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
 from django.db import models
 
 
@@ -127,7 +125,7 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
-    # The scheduler (posttrain.runs.services.scheduler; docs/ARCHITECTURE.md, "The scheduler").
+    # The scheduler (posttrain.scheduling.services; docs/ARCHITECTURE.md, "The scheduler").
     resources = models.JSONField(
         null=True,
         blank=True,
@@ -178,87 +176,6 @@ class Run(models.Model):
         config = self.resolved_config if isinstance(self.resolved_config, dict) else {}
         steps = (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None
         return steps if isinstance(steps, int) else None
-
-
-class Quota(models.Model):
-    """Limits of one user's or one group's runs that hold cluster resources at once; empty = no limit.
-    A user is held to their own quota and to every quota of their groups (the tightest wins)."""
-
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="run_quota"
-    )
-    group = models.OneToOneField(
-        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="run_quota"
-    )
-    max_runs = models.PositiveIntegerField(null=True, blank=True, help_text="Concurrent runs.")
-    max_cpus = models.FloatField(null=True, blank=True, help_text="CPUs held at once.")
-    max_gpus = models.FloatField(null=True, blank=True, help_text="GPUs held at once.")
-    weight = models.FloatField(
-        default=1.0,
-        validators=[MinValueValidator(0.001)],
-        help_text="Fair share: the user's or team's share of the cluster over time, relative to the others'.",
-    )
-    borrowing = models.BooleanField(
-        default=False,
-        help_text="A team's quota only: its CPU and GPU limits are a guarantee rather than a cap. Its runs may "
-        "borrow idle room beyond them, and another team within its own quota takes that room back by preemption.",
-    )
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=models.Q(user__isnull=False, group__isnull=True)
-                | models.Q(user__isnull=True, group__isnull=False),
-                name="quota_for_a_user_or_a_group",
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"quota of {self.user or self.group}"
-
-    def clean(self) -> None:
-        if self.borrowing and self.group_id is None:
-            raise ValidationError({"borrowing": "only a team's (a group's) quota lends and borrows"})
-
-
-class ClusterSnapshot(models.Model):
-    """The Ray cluster as the last admission saw it (one row): the queue page reads it, since the web
-    process never asks Ray."""
-
-    nodes = models.JSONField(default=list, help_text='[{"node_id", "address", "total": {...}, "free": {...}}]')
-    total = models.JSONField(default=dict)
-    free = models.JSONField(default=dict)
-    taken_at = models.DateTimeField(null=True, blank=True)
-
-
-class ClusterSample(models.Model):
-    """The cluster's capacity, what the platform granted and what Ray reported in use, at one moment: the
-    reconcile records one per pass (utilisation over time, /queue/ and /api/queue/metrics)."""
-
-    at = models.DateTimeField(db_index=True)
-    total = models.JSONField(default=dict)
-    granted = models.JSONField(default=dict)
-    used = models.JSONField(default=dict)
-
-    class Meta:
-        ordering = ["at"]
-
-
-class Preemption(models.Model):
-    """One preemption of a run: asked, then settled when the run left (at a step boundary, or stopped at
-    the deadline), with the steps it lost."""
-
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="preemptions")
-    reason = models.TextField(blank=True)
-    requested_at = models.DateTimeField(auto_now_add=True)
-    settled_at = models.DateTimeField(null=True, blank=True)
-    forced = models.BooleanField(default=False, help_text="Stopped at the deadline rather than at a step boundary.")
-    step = models.IntegerField(null=True, blank=True, help_text="The last step it had reported when it left.")
-    resumed_step = models.IntegerField(null=True, blank=True, help_text="The checkpoint step it resumes after.")
-    lost_steps = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        ordering = ["requested_at", "id"]
 
 
 class RunTransition(models.Model):

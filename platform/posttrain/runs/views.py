@@ -8,7 +8,7 @@ from django.shortcuts import get_object_or_404, render
 
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
-from posttrain.runs.scheduling import describe, total_of
+from posttrain.scheduling.rules import describe, total_of
 from rl_engine.spec.catalogues import catalogue_json
 
 
@@ -60,8 +60,3 @@ def compare_page(request: HttpRequest) -> HttpResponse:
 @researcher_required
 def launch_page(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/launch.html")
-
-
-@researcher_required
-def queue_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "runs/queue.html")

@@ -24,8 +24,8 @@ from posttrain.review import services as review
 from posttrain.review.models import Campaign, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
-from posttrain.runs.scheduling import ClusterNode, ClusterView
 from posttrain.runs.tokens import ingest_token
+from posttrain.scheduling.rules import ClusterNode, ClusterView
 
 PASSWORD = "a-long-test-passphrase"  # every platform test user's password
 

@@ -7,8 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from posttrain.runs.models import ClusterSnapshot, Run
+from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import S
+from posttrain.scheduling.models import ClusterSnapshot
 from tests.unit.platform.helpers import a_researcher, make_run, post
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]

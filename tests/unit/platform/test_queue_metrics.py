@@ -1,4 +1,4 @@
-"""The scheduler's metrics (posttrain.runs.queue_metrics) on a hand-made history, as JSON for the queue page
+"""The scheduler's metrics (posttrain.scheduling.metrics) on a hand-made history, as JSON for the queue page
 (GET /api/queue/stats/) and in Prometheus's text format (GET /api/queue/metrics)."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from posttrain.runs.models import ClusterSample, MetricRow, Preemption, Run, RunTransition
-from posttrain.runs.queue_metrics import queue_metrics
+from posttrain.runs.models import MetricRow, Run, RunTransition
 from posttrain.runs.services.state_machine import S
+from posttrain.scheduling.metrics import queue_metrics
+from posttrain.scheduling.models import ClusterSample, Preemption
 from tests.unit.platform.helpers import make_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]

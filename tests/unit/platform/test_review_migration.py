@@ -4,38 +4,25 @@ the reference (run, step, index), and keep their judgements."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.support.migrations import latest_schema_after, migrate_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
+__all__ = ["latest_schema_after"]  # the fixture, used by name
 
 BEFORE = [("review", "0001_initial")]
 AFTER = [("review", "0002_rollout_copies_gold_adjudication_judges")]
 
 
 # runs.Sample is dropped once the rollouts moved to files (runs 0013, which needs review 0002 first): runs stays
-# where the table still exists.
+# where the table still exists, and the scheduling app (which needs runs 0016) unapplied.
 RUNS_WITH_SAMPLES = ("runs", "0012_samples_to_rollout_files")
+NO_SCHEDULING = ("scheduling", None)
 
 
 def _migrate(review_target):
-    """Every other app at its latest migration (runs where Sample still exists), review at `review_target`: the
-    state the models are read in."""
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    others = [node for node in executor.loader.graph.leaf_nodes() if node[0] not in ("review", "runs")]
-    targets = [*others, RUNS_WITH_SAMPLES, *review_target]
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-@pytest.fixture
-def latest_schema_after():
-    """The database back at every app's latest migration for the tests that follow."""
-    yield
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    """Every other app at its latest migration (runs where Sample still exists), review at `review_target`."""
+    return migrate_to([RUNS_WITH_SAMPLES, NO_SCHEDULING, *review_target])
 
 
 def test_existing_items_keep_what_they_showed_as_their_own_copy(latest_schema_after):

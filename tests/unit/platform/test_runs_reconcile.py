@@ -208,7 +208,7 @@ def test_terminal_runs_are_not_touched(experiment, jobs):
 
 
 def test_under_admission_the_reconcile_admits_waiting_runs(experiment, jobs):
-    from posttrain.runs.scheduling import ClusterNode, ClusterView
+    from posttrain.scheduling.rules import ClusterNode, ClusterView
 
     run = make_run(experiment, S.QUEUED)
     view = ClusterView([ClusterNode("n0", "10.0.0.1", {"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0, "GPU": 0.0})])

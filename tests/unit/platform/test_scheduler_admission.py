@@ -1,4 +1,4 @@
-"""Admission on the database (posttrain.runs.services.scheduler): a fake Ray cluster view and Jobs client
+"""Admission on the database (posttrain.scheduling.services): a fake Ray cluster view and Jobs client
 stand in for Ray here; tests/integration/test_scheduler.py runs the same against a real Ray head."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from django.contrib.auth.models import Group
 from django.db import connection
 
 from posttrain.runs import services
-from posttrain.runs.models import ClusterSnapshot, Quota, Run
-from posttrain.runs.scheduling import ClusterNode, ClusterView
-from posttrain.runs.services.scheduler import RAY_REPORT_LAG_S, runs_admit
+from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import S
+from posttrain.scheduling.models import ClusterSnapshot, Quota
+from posttrain.scheduling.rules import ClusterNode, ClusterView
+from posttrain.scheduling.services import RAY_REPORT_LAG_S, runs_admit
 from tests.unit.platform.helpers import FakeJobs, a_researcher, cluster, launch, make_run, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]

@@ -1,5 +1,5 @@
-"""Backfill and per-node placement (posttrain.runs.backfill, scheduling.admission_plan), and the simulated
-cluster that drives the same code (posttrain.runs.cluster_sim): hand-worked cases, then property tests over
+"""Backfill and per-node placement (posttrain.scheduling.backfill, scheduling.admission_plan), and the simulated
+cluster that drives the same code (posttrain.scheduling.cluster_sim): hand-worked cases, then property tests over
 random clusters and traces."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain.runs.backfill import Timeline, pack
-from posttrain.runs.cluster_sim import TraceRun, candidate, gpu_cluster, mixed_trace, simulate
-from posttrain.runs.scheduling import Candidate, FairShare, Plan, admission_plan
+from posttrain.scheduling.backfill import Timeline, pack
+from posttrain.scheduling.cluster_sim import TraceRun, candidate, gpu_cluster, mixed_trace, simulate
+from posttrain.scheduling.rules import Candidate, FairShare, Plan, admission_plan
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

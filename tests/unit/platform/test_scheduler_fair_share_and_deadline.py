@@ -1,5 +1,5 @@
 """Fair share over time, lending quotas, per-node admission and the preemption deadline on the database
-(posttrain.runs.services.scheduler, runs.fair_share, services.jobs): a fake cluster view and Jobs client
+(posttrain.scheduling.services, runs.fair_share, services.jobs): a fake cluster view and Jobs client
 stand in for Ray."""
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from django.utils import timezone
 
 from posttrain.runs import services
 from posttrain.runs.event_schema import parse_batch
-from posttrain.runs.fair_share import holdings, usage_by_owner
-from posttrain.runs.models import ClusterSample, ClusterSnapshot, MetricRow, Preemption, Quota, Run, RunTransition
-from posttrain.runs.scheduling import ClusterNode, ClusterView, decayed_usage
-from posttrain.runs.services.scheduler import runs_admit
+from posttrain.runs.models import MetricRow, Run, RunTransition
 from posttrain.runs.services.state_machine import S
+from posttrain.scheduling.fair_share import holdings, usage_by_owner
+from posttrain.scheduling.models import ClusterSample, ClusterSnapshot, Preemption, Quota
+from posttrain.scheduling.rules import ClusterNode, ClusterView, decayed_usage
+from posttrain.scheduling.services import runs_admit
 from tests.unit.platform.helpers import FakeJobs, a_researcher, cluster, event, launch, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -212,7 +213,7 @@ def test_the_preemption_deadline_stops_the_job_and_the_run_resumes_from_its_last
 
 
 def test_a_preempted_runs_expected_length_comes_from_the_pace_of_its_last_attempt(experiment, researcher):
-    from posttrain.runs.durations import expected_length
+    from posttrain.scheduling.durations import expected_length
 
     now = timezone.now()
     run = launch(experiment, researcher, state=S.PREEMPTED, attempt=1, last_step=8, total_steps=20)

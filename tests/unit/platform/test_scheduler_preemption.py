@@ -1,4 +1,4 @@
-"""Preemption on the database (posttrain.runs.services.scheduler): a fake cluster view and Jobs client stand
+"""Preemption on the database (posttrain.scheduling.services): a fake cluster view and Jobs client stand
 in for Ray; tests/integration/test_scheduler.py preempts and resumes real runs on a real Ray head."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.event_schema import parse_batch
-from posttrain.runs.models import Preemption, Run
-from posttrain.runs.services.scheduler import runs_admit
+from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import S
+from posttrain.scheduling.models import Preemption
+from posttrain.scheduling.services import runs_admit
 from tests.unit.platform.helpers import FakeJobs, cluster, event, launch, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]

@@ -1,4 +1,4 @@
-"""The scheduler's rules as plain functions (posttrain.runs.scheduling), against hand-worked queues."""
+"""The scheduler's rules as plain functions (posttrain.scheduling.rules), against hand-worked queues."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from posttrain.runs.scheduling import (
+from posttrain.scheduling.rules import (
     Candidate,
     FairShare,
     Holder,

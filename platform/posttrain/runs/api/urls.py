@@ -28,11 +28,6 @@ urlpatterns = [
         name="run-rollout-upload",
     ),
     path("runs/<uuid:pk>/alerts/", RunAlertsView.as_view(), name="run-alerts"),
-    path("queue/", views.QueueView.as_view(), name="api-queue"),
-    path("queue/stats/", views.QueueStatsView.as_view(), name="api-queue-stats"),
-    # Prometheus scrapes `…/metrics` as it is written: with or without the slash.
-    path("queue/metrics", views.QueueMetricsView.as_view(), name="api-queue-metrics"),
-    path("queue/metrics/", views.QueueMetricsView.as_view(), name="api-queue-metrics-slash"),
     path("compare/", compare.CompareView.as_view(), name="api-compare"),
     path("compare/prompts/", compare.ComparePromptsView.as_view(), name="api-compare-prompts"),
     path("compare/samples/", compare.CompareSamplesView.as_view(), name="api-compare-samples"),

@@ -150,7 +150,7 @@ def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
     elif state == "preempted":
         # Asked by the scheduler (preempting), or by someone else's request file while running: either
         # way the engine checkpointed and is leaving, and the run goes back to the queue to resume.
-        from posttrain.runs.services.scheduler import run_preemption_settle
+        from posttrain.scheduling.services import run_preemption_settle
 
         run_transition(run_id, [S.RUNNING], S.PREEMPTING, "the engine stopped for a preemption request")
         note = f"preempted: {reason}" if reason else "preempted"
@@ -166,7 +166,7 @@ def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
 
 
 def _stopped_at_preemption_deadline(run_id: uuid.UUID) -> bool:
-    from posttrain.runs.services.scheduler import preemption_forced
+    from posttrain.scheduling.services import preemption_forced
 
     run = Run.objects.filter(pk=run_id, state=S.PREEMPTING).first()
     return run is not None and preemption_forced(run)

@@ -121,7 +121,7 @@ def _recover_from_run_folder(run: Run) -> int:
 
 def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None:
     """Bring one active run (starting, running, cancelling, preempting) in line with its Ray job."""
-    from posttrain.runs.services.scheduler import run_preemption_deadline
+    from posttrain.scheduling.services import run_preemption_deadline
 
     jobs = jobs or _default_jobs()
     run.refresh_from_db()
@@ -150,7 +150,7 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
 
 def _settle_ended_job(run: Run, status: str | None, jobs: JobsClient) -> None:
     """An active run whose Ray job is gone (None) or ended, and whose engine reported no final status."""
-    from posttrain.runs.services.scheduler import preemption_forced, run_preemption_settle
+    from posttrain.scheduling.services import preemption_forced, run_preemption_settle
 
     active = [S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING]
     if status is None:
@@ -234,7 +234,7 @@ def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
 
 def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float | None = None, cluster=None) -> int:
     """The periodic check (Celery beat): every active native run against its Ray job; external runs
-    whose client went silent fail as lost; then an admission pass (posttrain.runs.services.scheduler).
+    whose client went silent fail as lost; then an admission pass (posttrain.scheduling.services).
     Under `POSTTRAIN_SCHEDULER=all-at-once`, runs queued for longer than `queued_grace_s` (default
     RUN_QUEUED_GRACE_S: their submit task was lost) are submitted again (idempotent) instead."""
     jobs = jobs or _default_jobs()
@@ -248,7 +248,7 @@ def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float | No
             logger.warning("reconciling run %s failed", run.pk, exc_info=True)
         checked += 1
     if settings.SCHEDULER == "admission":
-        from posttrain.runs.services.scheduler import runs_admit
+        from posttrain.scheduling.services import runs_admit
 
         try:
             runs_admit(cluster=cluster, jobs=jobs, refresh=True)

@@ -84,7 +84,7 @@ def _create_queued_run(
             preemptible=preemptible,
         )
         RunTransition.objects.create(run=run, from_state=S.DRAFT, to_state=S.QUEUED, reason=reason)
-        # Admission submits it when the cluster holds it (posttrain.runs.services.scheduler).
+        # Admission submits it when the cluster holds it (posttrain.scheduling.services).
         task = "run_submit" if settings.SCHEDULER == "all-at-once" else "admit_runs"
         transaction.on_commit(lambda: dispatch.run_task(task, run_id))
     return run

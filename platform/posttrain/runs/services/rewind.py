@@ -1,6 +1,6 @@
 """Rewinding a run's store to a checkpoint step (W&B's rewind): what it recorded after that step is dropped,
 because the run resumes from the checkpoint and records those steps again. A preempted run stopped at the
-deadline (posttrain.runs.services.scheduler) is the one case: the steps after its last checkpoint are lost."""
+deadline (posttrain.scheduling.services) is the one case: the steps after its last checkpoint are lost."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ import statistics
 from collections.abc import Iterable
 from datetime import datetime
 
-from posttrain.runs.models import Preemption, Run, RunState
+from posttrain.runs.models import Run, RunState
+from posttrain.scheduling.models import Preemption
 
 # A run that is leaving (cancelled, or asked to stop for a preemption) is gone within about this long, or
 # within the preemption deadline, whichever is sooner.

@@ -1,13 +1,13 @@
 """Admission: the Celery worker's side of the scheduler (docs/ARCHITECTURE.md, "The scheduler").
 
 `runs_admit` looks at the waiting native runs (queued, preempted) and the Ray cluster, and moves those
-that fit now `queued → starting` in the order of posttrain.runs.scheduling, then submits their Ray
+that fit now `queued → starting` in the order of posttrain.scheduling.rules, then submits their Ray
 jobs; every other waiting run gets its queue position and the reason it waits. It runs when a run is
 launched, when a run stops holding resources (it ends, fails, is cancelled or preempted) and on the
 periodic reconcile.
 
 Preemption: when the run at the head of the queue does not fit, running runs of a lower priority may
-be moved `running → preempting` to make room (posttrain.runs.scheduling.preemption_victims). Their
+be moved `running → preempting` to make room (posttrain.scheduling.rules.preemption_victims). Their
 engines are asked (a request file in the run folder, rl_engine/preemption.py) to checkpoint at the
 next step boundary and exit; each then reports `preempted`, goes back to the queue, and when admitted
 again resumes from that checkpoint as its next Ray job (`Run.attempt`, `Run.ray_job_id`).
@@ -41,21 +41,18 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+import posttrain.runs.services.dispatch as dispatch  # the module: tests replace its run_task
 from posttrain.core.errors import IllegalTransition, JobsUnavailable, PermissionDenied
-from posttrain.runs.backfill import Allocation
-from posttrain.runs.durations import expected_length, expected_remaining, experiment_paces
-from posttrain.runs.fair_share import fair_share
-from posttrain.runs.models import (
-    TERMINAL_STATES,
-    ClusterSample,
-    ClusterSnapshot,
-    Preemption,
-    Quota,
-    Run,
-    RunKind,
-    RunTransition,
-)
-from posttrain.runs.scheduling import (
+from posttrain.runs.models import TERMINAL_STATES, Run, RunKind, RunTransition
+from posttrain.runs.services.jobs_client import default_jobs
+from posttrain.runs.services.rewind import run_rewind
+from posttrain.runs.services.run_fields import clean_priority, may_set_urgent
+from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES, S, run_transition
+from posttrain.scheduling.backfill import Allocation
+from posttrain.scheduling.durations import expected_length, expected_remaining, experiment_paces
+from posttrain.scheduling.fair_share import fair_share
+from posttrain.scheduling.models import ClusterSample, ClusterSnapshot, Preemption, Quota
+from posttrain.scheduling.rules import (
     RESOURCE_KEYS,
     Candidate,
     ClusterView,
@@ -74,11 +71,6 @@ from posttrain.runs.scheduling import (
     too_large_for_cluster,
     total_of,
 )
-from posttrain.runs.services import dispatch
-from posttrain.runs.services.jobs_client import default_jobs
-from posttrain.runs.services.rewind import run_rewind
-from posttrain.runs.services.run_fields import clean_priority, may_set_urgent
-from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES, S, run_transition
 from rl_engine.spec.checkpoints import checkpoint_step, latest_checkpoint
 
 logger = logging.getLogger(__name__)

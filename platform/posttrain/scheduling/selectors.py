@@ -11,9 +11,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from posttrain.runs.models import ClusterSnapshot, Run, RunKind
-from posttrain.runs.scheduling import total_of
+from posttrain.runs.models import Run, RunKind
 from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES
+from posttrain.scheduling.models import ClusterSnapshot
+from posttrain.scheduling.rules import total_of
 
 
 def _owner(run: Run) -> str | None:

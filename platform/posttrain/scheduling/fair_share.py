@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 from django.contrib.auth import get_user_model
 from django.db.models import Q
 
-from posttrain.runs.models import Quota, Run, RunKind, RunState, RunTransition
-from posttrain.runs.scheduling import FairShare, Resources, decayed_usage, dominant_share, total_of
+from posttrain.runs.models import Run, RunKind, RunState, RunTransition
 from posttrain.runs.services.state_machine import ACTIVE_STATES
+from posttrain.scheduling.models import Quota
+from posttrain.scheduling.rules import FairShare, Resources, decayed_usage, dominant_share, total_of
 
 # Usage older than this many half-lives weighs under 0.4 % and is not read.
 HORIZON_HALF_LIVES = 8

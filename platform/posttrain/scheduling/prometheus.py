@@ -1,5 +1,5 @@
 """The scheduler's metrics in Prometheus's text format (`GET /api/queue/metrics`), written by the
-prometheus_client library from posttrain.runs.queue_metrics: gauges for the window's figures (waits and
+prometheus_client library from posttrain.scheduling.metrics: gauges for the window's figures (waits and
 time to first step as quantiles, utilisation, shares) and counters for what only grows (preemptions and
 their lost steps)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from posttrain.runs.scheduling import RESOURCE_KEYS
+from posttrain.scheduling.rules import RESOURCE_KEYS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -1,7 +1,7 @@
 """The scheduler's rules, as plain functions over plain values (no database, no Ray): what a run
 needs, the order of the queue (priority with aging, then fair share over time between teams and users,
-then age), quotas, the plan of one admission pass (placement on nodes and backfill, posttrain.runs.backfill),
-preemption, and the reason a run waits. posttrain.runs.services.scheduler applies them under a lock;
+then age), quotas, the plan of one admission pass (placement on nodes and backfill, posttrain.scheduling.backfill),
+preemption, and the reason a run waits. posttrain.scheduling.services applies them under a lock;
 docs/ARCHITECTURE.md, "The scheduler", tells the whole story."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from posttrain.runs.backfill import Allocation, Timeline, largest_room, pack
 from posttrain.runs.models import PRIORITY_RANK, Run, RunPriority
+from posttrain.scheduling.backfill import Allocation, Timeline, largest_room, pack
 
 RESOURCE_KEYS = ("CPU", "GPU")
 Resources = dict[str, float]

@@ -1,4 +1,4 @@
-"""A simulated cluster that drives the scheduler's own decisions (posttrain.runs.scheduling.admission_plan)
+"""A simulated cluster that drives the scheduler's own decisions (posttrain.scheduling.rules.admission_plan)
 over a trace of runs, without Ray or a database: the property tests and bench/queue_trace.py use it to
 see the scheduler at a scale this machine cannot run (64 GPUs, 1,000 runs).
 
@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from posttrain.runs.backfill import Allocation
-from posttrain.runs.scheduling import (
+from posttrain.scheduling.backfill import Allocation
+from posttrain.scheduling.rules import (
     RESOURCE_KEYS,
     Candidate,
     FairShare,

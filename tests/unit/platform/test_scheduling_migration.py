@@ -1,0 +1,74 @@
+"""Migrations runs 0016 and scheduling 0001-0002: the scheduler's models move from the runs app to the
+scheduling app with every row, their tables renamed, their content types (and so their permissions) with them;
+and back again."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+
+from tests.support.migrations import latest_schema_after, migrate_to
+
+pytestmark = pytest.mark.django_db(transaction=True)
+__all__ = ["latest_schema_after"]  # the fixture, used by name
+
+BEFORE = [("runs", "0015_metric_block_overview"), ("scheduling", None)]
+AFTER = [("runs", "0016_scheduler_models_to_scheduling"), ("scheduling", "0002_tables_renamed")]
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _tables() -> set[str]:
+    return set(connection.introspection.table_names())
+
+
+def test_the_scheduler_keeps_every_row_and_permission_when_its_models_move_apps(latest_schema_after):
+    old = migrate_to(BEFORE)
+    assert {"runs_quota", "runs_preemption"} <= _tables() and "scheduling_quota" not in _tables()
+    user = old.get_model("auth", "User").objects.create(username="ann")
+    team = old.get_model("auth", "Group").objects.create(name="vision")
+    model = old.get_model("registry", "ModelAsset").objects.create(name="m", path="/m")
+    dataset = old.get_model("registry", "Dataset").objects.create(
+        name="d", sha256="f" * 64, format="jsonl", path="/d", size_bytes=1, row_count=1
+    )
+    experiment = old.get_model("runs", "Experiment").objects.create(name="e", model=model, dataset=dataset, config={})
+    run = old.get_model("runs", "Run").objects.create(experiment=experiment, name="r")
+    old.get_model("runs", "Quota").objects.create(user=user, max_runs=2, weight=3.0)
+    old.get_model("runs", "Quota").objects.create(group=team, max_gpus=8.0, borrowing=True)
+    old.get_model("runs", "Preemption").objects.create(run=run, reason="for r2", forced=True, lost_steps=4)
+    old.get_model("runs", "ClusterSample").objects.create(at=AT, total={"CPU": 2.0}, granted={"CPU": 1.0})
+    old.get_model("runs", "ClusterSnapshot").objects.create(total={"CPU": 2.0}, free={"CPU": 1.0})
+    content_type = old.get_model("contenttypes", "ContentType")
+    quota_type = content_type.objects.get_or_create(app_label="runs", model="quota")[0]
+    change_quota = old.get_model("auth", "Permission").objects.get_or_create(
+        content_type=quota_type, codename="change_quota", defaults={"name": "Can change quota"}
+    )[0]
+    user.user_permissions.add(change_quota)
+
+    new = migrate_to(AFTER)
+
+    assert {"scheduling_quota", "scheduling_preemption", "scheduling_clustersample"} <= _tables()
+    assert not {"runs_quota", "runs_preemption", "runs_clustersample", "runs_clustersnapshot"} & _tables()
+    quotas = new.get_model("scheduling", "Quota").objects.order_by("pk")
+    assert [(q.user_id, q.group_id, q.max_runs, q.max_gpus, q.weight, q.borrowing) for q in quotas] == [
+        (user.pk, None, 2, None, 3.0, False),
+        (None, team.pk, None, 8.0, 1.0, True),
+    ]
+    preemption = new.get_model("scheduling", "Preemption").objects.get()
+    assert (preemption.run_id, preemption.reason, preemption.forced, preemption.lost_steps) == (
+        run.pk,
+        "for r2",
+        True,
+        4,
+    )
+    sample = new.get_model("scheduling", "ClusterSample").objects.get()
+    assert (sample.at, sample.granted) == (AT, {"CPU": 1.0})
+    assert new.get_model("scheduling", "ClusterSnapshot").objects.get().free == {"CPU": 1.0}
+    moved_type = new.get_model("contenttypes", "ContentType").objects.get(pk=quota_type.pk)
+    assert (moved_type.app_label, moved_type.model) == ("scheduling", "quota")
+    assert new.get_model("auth", "User").objects.get(pk=user.pk).user_permissions.get().pk == change_quota.pk
+
+    back = migrate_to(BEFORE)
+    assert back.get_model("runs", "Quota").objects.count() == 2 and "scheduling_quota" not in _tables()
+    assert back.get_model("contenttypes", "ContentType").objects.get(pk=quota_type.pk).app_label == "runs"
