@@ -1,6 +1,6 @@
 """What the review benches share (review_speed.py, judge_agreement.py): this process pointed at a fresh
 Postgres database, and a run of the demo task's prompts with seeded responses, ingested the way the engine
-sends them (services.events_ingest).
+sends them (posttrain.telemetry.ingestion.events_ingest).
 
 The responses stand in for a policy partway through training, each of a kind whose truth a person sees
 at once and an exact-match verifier does not always: the right sum; a wrong sum; the right sum in words
@@ -132,9 +132,9 @@ def django_setup(database_url: str, workdir: Path, redis_url: str | None) -> dic
 def run_with_rollouts(rollouts: list[dict[str, Any]], step: int = 1) -> Any:
     """A running run of the demo task whose one samples event (step `step`) holds the rollouts, ingested."""
     from posttrain.registry.models import Dataset, ModelAsset
-    from posttrain.runs import services
     from posttrain.runs.models import Experiment, Run, RunState
-    from posttrain.runs.rollouts import rollout_folder
+    from posttrain.telemetry.ingestion import events_ingest
+    from posttrain.telemetry.rollouts import rollout_folder
     from posttrain_sdk import rollout_files
 
     model = ModelAsset.objects.create(name="bench-review", path="/nonexistent")
@@ -171,5 +171,5 @@ def run_with_rollouts(rollouts: list[dict[str, Any]], step: int = 1) -> Any:
         "time": time.time(),
         "data": stored.event_data(),
     }
-    services.events_ingest(run.id, [event])
+    events_ingest(run.id, [event])
     return run

@@ -3,7 +3,7 @@ downsampled on the server) against our old raw-row read and MLflow's own sampled
 
 The data set: R runs of N steps, each step one `metrics` event with K metrics (reward/mean, kl/mean with
 a non-finite value every 97 steps, progress/samples, progress/tokens, then filler metrics). It goes in
-through the real ingestion path in-process: `parse_batch` + `services.events_ingest`, `--batch-steps`
+through the real ingestion path in-process: `parse_batch` + `posttrain.telemetry.ingestion.events_ingest`, `--batch-steps`
 events per call (MetricRow rows, the summary and the sealed column-store blocks), in a fresh database
 `bench_compare`.
 
@@ -172,8 +172,8 @@ def create_runs(n_runs: int) -> tuple[Any, str, list[str]]:
 def ingest_ours(
     run_ids: list[str], curves: list[list[float]], n_metrics: int, batch_steps: int, finish: bool = True
 ) -> dict[str, Any]:
-    from posttrain.runs import services
-    from posttrain.runs.event_schema import parse_batch
+    from posttrain.telemetry.event_schema import parse_batch
+    from posttrain.telemetry.ingestion import events_ingest
 
     started = time.perf_counter()
     calls: list[float] = []
@@ -183,11 +183,11 @@ def ingest_ours(
                 {"events": metrics_events(run_id, first, curve[first : first + batch_steps], n_metrics)}, run_id
             )
             t0 = time.perf_counter()
-            services.events_ingest(run_id, events, touch=False)
+            events_ingest(run_id, events, touch=False)
             calls.append(time.perf_counter() - t0)
         if finish:  # the run's end, as the engine reports it: its short tail of points is sealed too
             end = {"run": run_id, "seq": len(curve) + 1, "type": "status", "step": None, "time": T0}
-            services.events_ingest(run_id, parse_batch({"events": [{**end, "data": {"state": "succeeded"}}]}, run_id))
+            events_ingest(run_id, parse_batch({"events": [{**end, "data": {"state": "succeeded"}}]}, run_id))
         log(f"ours: run {i + 1}/{len(run_ids)} ingested")
     total = sum(len(c) for c in curves)
     return {
@@ -304,8 +304,9 @@ def main() -> int:
         from django.db import connection
         from django.test import Client
 
-        from posttrain.runs import series
-        from posttrain.runs.models import MetricBlock, MetricRow, Run
+        from posttrain.runs.models import Run
+        from posttrain.telemetry import series
+        from posttrain.telemetry.models import MetricBlock, MetricRow
 
         with connection.cursor() as cursor:  # fresh statistics for the planner, as autovacuum would have
             cursor.execute("ANALYZE")
@@ -423,7 +424,7 @@ def main() -> int:
                 "repeats": args.repeats,
                 "batch_steps": args.batch_steps,
                 "block_points": series.BLOCK_POINTS,
-                "ingestion": "in-process parse_batch + services.events_ingest (the API's path without HTTP)",
+                "ingestion": "in-process parse_batch + events_ingest (the API's path without HTTP)",
                 "stored": {"metric_rows": MetricRow.objects.count(), "metric_blocks": MetricBlock.objects.count()},
             },
             "versions": {

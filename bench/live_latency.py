@@ -116,7 +116,7 @@ import json, uuid
 from posttrain.accounts.services import user_create
 from posttrain.registry.models import Dataset, ModelAsset
 from posttrain.runs.models import Experiment, Run, RunState
-from posttrain.runs.tokens import ingest_token, token_hash
+from posttrain.telemetry.tokens import ingest_token, token_hash
 user_create(%(username)r, %(password)r, "researcher")
 model = ModelAsset.objects.create(name="bench-latency", path="/nonexistent")
 data = Dataset.objects.create(name="bench-latency", sha256="0" * 64, format="jsonl", path="/nonexistent",

@@ -1,6 +1,6 @@
 """The rollout store at scale: a production-shaped run's rollouts written as one Parquet file per step (as
 the engine writes them) and queried in place with DuckDB through the platform's own reads
-(posttrain.runs.rollouts), with and without per-token views. Prints JSON.
+(posttrain.telemetry.rollouts), with and without per-token views. Prints JSON.
 
     python bench/rollout_store.py                 # 500 steps x 2,048 rollouts of 4,000 characters (a quiet machine)
     python bench/rollout_store.py --smoke         # 5 steps x 64 rollouts of 400 characters (seconds)
@@ -91,8 +91,8 @@ def run(args: argparse.Namespace, folder: Path) -> dict:
     import django
 
     django.setup()
-    from posttrain.runs import rollout_index, rollouts
-    from posttrain.runs.event_schema import parse_batch
+    from posttrain.telemetry import rollout_index, rollouts
+    from posttrain.telemetry.event_schema import parse_batch
     from posttrain_sdk import rollout_files
 
     rng = np.random.default_rng(0)

@@ -127,7 +127,7 @@ def researcher(db):
 def storage(settings, tmp_path: Path) -> Path:
     """The test's own artifact root (settings.STORAGE_ROOT): run folders, datasets, rewards, model copies."""
     settings.STORAGE_ROOT = tmp_path / "storage"
-    settings.ROLLOUT_STORE = str(settings.STORAGE_ROOT)  # rollout files (posttrain.runs.rollouts) too
+    settings.ROLLOUT_STORE = str(settings.STORAGE_ROOT)  # rollout files (posttrain.telemetry.rollouts) too
     return settings.STORAGE_ROOT
 
 
@@ -163,9 +163,9 @@ def experiment(registry, researcher):
 
 @pytest.fixture
 def no_dispatch(monkeypatch) -> list[tuple[str, str]]:
-    """Records the Celery tasks the runs services would send (after commit) instead of sending them."""
-    from posttrain.runs import services
+    """Records the Celery tasks the services would send for a run (after commit) instead of sending them."""
+    from posttrain.core import dispatch
 
     sent: list[tuple[str, str]] = []
-    monkeypatch.setattr(services.dispatch, "run_task", lambda name, run_id: sent.append((name, str(run_id))))
+    monkeypatch.setattr(dispatch, "run_task", lambda name, run_id: sent.append((name, str(run_id))))
     return sent

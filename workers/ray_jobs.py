@@ -27,8 +27,8 @@ from posttrain.core.errors import JobsUnavailable
 from posttrain.core.outbound import engine_outbound_env
 from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.runs.models import Run
-from posttrain.runs.tokens import TOKEN_FILE_PREFIX, ingest_token
 from posttrain.scheduling.rules import run_resources
+from posttrain.telemetry.tokens import TOKEN_FILE_PREFIX, ingest_token
 from rl_engine.spec.jobs import clear_request, request_preemption
 from rl_engine.spec.user_code import ALLOW_UNSANDBOXED_ENV
 

@@ -49,7 +49,7 @@ def admit_runs(trigger_run_id: str | None = None) -> int:
 @app.task(name="workers.rollout_index_update", expires=3600)
 def rollout_index_update(run_id: str) -> int:
     """The search index of the run's rollout files that have none yet (after a samples event)."""
-    from posttrain.runs.rollouts import rollout_index_update
+    from posttrain.telemetry.rollouts import rollout_index_update
 
     return rollout_index_update(run_id)
 

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "posttrain.registry",
     "posttrain.runs",
     "posttrain.scheduling",
+    "posttrain.telemetry",
     "posttrain.review",
 ]
 

@@ -29,6 +29,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("posttrain.core.api.urls")),
     path("api/", include("posttrain.registry.api.urls")),
+    path("api/", include("posttrain.telemetry.api.urls")),  # before runs: its paths under runs/<id>/ come first
     path("api/", include("posttrain.runs.api.urls")),
     path("api/", include("posttrain.scheduling.api.urls")),
     path("api/", include("posttrain.accounts.api.urls")),

@@ -12,6 +12,7 @@ import pytest
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs import services
 from posttrain.runs.models import Run
+from posttrain.telemetry.ingestion import events_ingest
 from tests.support.browser import screenshot
 from tests.unit.platform.helpers import (
     BASE_CONFIG,
@@ -111,7 +112,7 @@ def _ingest_history(run: Run, curve: dict, responses: dict[int, str]) -> None:
                 )
             )
     events.append(event("status", None, {"state": "succeeded"}, start + 300))
-    services.events_ingest(run.pk, events)
+    events_ingest(run.pk, events)
 
 
 def _log_in(page, web_server: str, next_path: str) -> None:
@@ -151,7 +152,9 @@ def _cell(page, metric: str, run: Run, column: str) -> str:
 @pytest.fixture
 def setup(tmp_path, monkeypatch, storage):
     """A researcher and the registry; runs launch without a Celery worker (they get their events by hand)."""
-    monkeypatch.setattr(services.dispatch, "run_task", lambda task_name, run_id: None)
+    from posttrain.core import dispatch
+
+    monkeypatch.setattr(dispatch, "run_task", lambda task_name, run_id: None)
     return a_researcher("ada"), _registry(tmp_path)
 
 
@@ -379,7 +382,7 @@ def test_curves_of_runs_still_going_grow_on_the_compare_page_without_a_reload(we
     done = _launched_run("sums finished", 1e-5, 1, registry, user)
     going = _launched_run("sums going", 3e-5, 2, registry, user)
     _ingest_history(done, CURVES["lr-low"], {})
-    services.events_ingest(
+    events_ingest(
         going.pk,
         [
             {
@@ -405,7 +408,7 @@ def test_curves_of_runs_still_going_grow_on_the_compare_page_without_a_reload(we
     page.evaluate("window.__sameDocument = true")
     assert [len(t["x"]) for t in _traces(page, "reward/mean")] == [5, 1]
 
-    services.events_ingest(
+    events_ingest(
         going.pk,
         [
             {

@@ -78,7 +78,7 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
     from posttrain.accounts.services import user_create
     from posttrain.registry.models import Dataset
     from posttrain.registry.services import model_register, reward_create
-    from posttrain.runs.models import MetricRow
+    from posttrain.telemetry.models import MetricRow
 
     base = stack.web.url
     researcher = grant_server_paths(user_create("barbara", PASSWORD, "researcher"))  # an admin's grant
@@ -172,7 +172,8 @@ def test_a_gspo_run_with_tis_correction_launched_from_the_form_draws_its_rollout
 ):
     from posttrain.accounts.services import user_create
     from posttrain.registry.services import dataset_register_path, model_register, reward_create
-    from posttrain.runs.models import MetricRow, Run
+    from posttrain.runs.models import Run
+    from posttrain.telemetry.models import MetricRow
 
     base = stack.web.url
     settings.STORAGE_ROOT = stack.storage  # the dataset's copy goes where the stack's web process keeps datasets

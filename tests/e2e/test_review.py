@@ -4,7 +4,7 @@ only (no clicks after logging in); the researcher sees the agreement, checked he
 computed by hand, and the judgements next to the rewards, and registers the export as a dataset.
 
 The rollouts arrive the real way: each step's rollout file written into the store the web server reads,
-then its samples event ingested (services.events_ingest), as the engine does."""
+then its samples event ingested (posttrain.telemetry.ingestion.events_ingest), as the engine does."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from posttrain.registry.models import Dataset
 from posttrain.review.models import Campaign, Judgement, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run
+from posttrain.telemetry.ingestion import events_ingest
 from tests.support.browser import PASSWORD, open_ready, screenshot
 from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record, samples_event
 
@@ -99,8 +100,9 @@ def people(tmp_path, monkeypatch, storage):
     """A researcher, two annotators, and a run whose rollouts arrived as the engine sends them (no Celery
     worker: the run gets its files and events by hand)."""
     from posttrain.accounts.services import user_create
+    from posttrain.core import dispatch
 
-    monkeypatch.setattr(services.dispatch, "run_task", lambda task_name, run_id: None)
+    monkeypatch.setattr(dispatch, "run_task", lambda task_name, run_id: None)
     researcher = user_create("rosalind", PASSWORD, "researcher")
     for name in ANNOTATORS:
         user_create(name, PASSWORD, "annotator")
@@ -130,7 +132,7 @@ def _run_with_samples(folder: Path, user) -> Run:
         samples_event(run, 2, SINGLE_STEP, single),
         samples_event(run, 3, PAIR_STEP, pairs),
     ]
-    services.events_ingest(run.pk, events)
+    events_ingest(run.pk, events)
     assert sum(run.rollout_files.values_list("rows", flat=True)) == len(single) + len(pairs)
     return run
 

@@ -6,7 +6,7 @@ adjudication, checked against values computed by hand, and registers the step la
 
 A second annotator's judgements are stored through the review services before the first one starts (the
 same path the API's judgement endpoint takes); the rollouts reach the database the real way
-(services.events_ingest), as the engine sends them."""
+(posttrain.telemetry.ingestion.events_ingest), as the engine sends them."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from posttrain.registry.models import Dataset
 from posttrain.review import services as review
 from posttrain.review.models import Campaign, Judgement, ReviewState
 from posttrain.runs import services
+from posttrain.telemetry.ingestion import events_ingest
 from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
 from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record, samples_event
 
@@ -89,7 +90,9 @@ def shown(value: float) -> str:
 def campaign(tmp_path, monkeypatch, settings) -> Campaign:
     """The owner's active campaign over a run's rollouts with gold rows mixed in; bob has judged every item."""
     settings.STORAGE_ROOT = tmp_path / "storage"
-    monkeypatch.setattr(services.dispatch, "run_task", lambda task_name, run_id: None)
+    from posttrain.core import dispatch
+
+    monkeypatch.setattr(dispatch, "run_task", lambda task_name, run_id: None)
     owner = user_create("rosalind", PASSWORD, "researcher")
     ann, bob = (user_create(name, PASSWORD, "annotator") for name in ("ann", "bob"))
     rita = user_create("rita", PASSWORD, "reviewer")
@@ -108,7 +111,7 @@ def campaign(tmp_path, monkeypatch, settings) -> Campaign:
         for i, (prompt, response) in enumerate(ROLLOUTS.items())
     ]
     now = time.time()
-    services.events_ingest(
+    events_ingest(
         run.pk,
         [
             {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},

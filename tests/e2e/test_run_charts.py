@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from posttrain.runs import services
 from posttrain.runs.models import RunState
+from posttrain.telemetry.ingestion import events_ingest
 from tests.support.browser import open_run_page, screenshot
 from tests.unit.platform.helpers import make_run
 
@@ -35,9 +35,7 @@ TRACES = """(id) => { const div = document.getElementById(id); return div && div
 def test_panels_come_from_the_catalogue_one_unit_each(web_server, page, experiment):
     run = make_run(experiment, RunState.RUNNING)
     now = time.time()
-    services.events_ingest(
-        run.pk, [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": now, "data": STEP}]
-    )
+    events_ingest(run.pk, [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": now, "data": STEP}])
     open_run_page(page, web_server, run)
     page.wait_for_function(f"() => ({TRACES})('chart-eval') !== null")
 
@@ -72,7 +70,7 @@ def test_the_stability_view_groups_mismatch_weights_entropy_clipping_grad_norm_a
     web_server, page, experiment
 ):
     run = make_run(experiment, RunState.RUNNING)
-    services.events_ingest(
+    events_ingest(
         run.pk,
         [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": time.time(), "data": STABILITY_STEP}],
     )
@@ -116,7 +114,7 @@ def test_no_row_of_the_stability_group_is_left_half_empty(web_server, page, expe
     gradient norm's, alone on the second, takes the whole row, and every plot is redrawn at its chart's width."""
     run = make_run(experiment, RunState.RUNNING)
     data = {"policy/entropy": 1.2, "policy/clip_ratio": 0.05, "policy/grad_norm": 0.7}
-    services.events_ingest(
+    events_ingest(
         run.pk, [{"run": str(run.id), "seq": 1, "type": "metrics", "step": 1, "time": time.time(), "data": data}]
     )
     page.set_viewport_size({"width": 1000, "height": 860})

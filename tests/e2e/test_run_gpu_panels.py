@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from posttrain.runs import services
 from posttrain.runs.models import RunState
+from posttrain.telemetry.ingestion import events_ingest
 from tests.support.browser import open_run_page, screenshot
 from tests.unit.platform.helpers import make_run
 
@@ -29,7 +29,7 @@ TRACES = """(id) => { const d = document.getElementById(id);
 
 def open_run(page, web_server, experiment_run, metrics: dict) -> None:
     now = time.time()
-    services.events_ingest(
+    events_ingest(
         experiment_run.pk,
         [
             {

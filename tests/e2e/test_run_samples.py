@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from posttrain.runs import services
 from posttrain.runs.models import RunState
-from posttrain.runs.rollouts import rollout_folder
+from posttrain.telemetry.ingestion import events_ingest
+from posttrain.telemetry.rollouts import rollout_folder
 from tests.support.browser import open_run_page, screenshot
 from tests.unit.platform.helpers import make_run, sample_record, samples_event
 
@@ -37,7 +37,7 @@ def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
         env={"turns": 2, "env_time_s": 0.01},
         components={"exact_answer": 1.0, "environment": 0.95},
     )
-    services.events_ingest(
+    events_ingest(
         run.pk,
         [
             {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
@@ -101,7 +101,7 @@ def test_the_per_token_view_shades_where_the_policies_disagree_and_slides_across
             token_advantage=[0.5, 0.5, 0.5],
         )
 
-    services.events_ingest(
+    events_ingest(
         run.pk,
         [
             {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
@@ -155,7 +155,7 @@ def test_a_hacking_signals_example_link_opens_that_rollout_of_its_step(web_serve
     responses[27] = "go go go go go go go go go go"
     records = [sample_record(i, prompt=f"q{i}", response=text) for i, text in enumerate(responses)]
     events.append(samples_event(run, 13, 8, records))  # the step's rollout file, then its event
-    services.events_ingest(run.pk, events)
+    events_ingest(run.pk, events)
 
     open_run_page(page, web_server, run)
     alert = page.locator('#alerts .alert[data-code="repetition_rising"]')
@@ -179,7 +179,7 @@ def test_a_prompt_group_and_one_prompt_across_steps_are_shown_together(web_serve
     for seq, (step, prompts) in enumerate(prompts_by_step.items(), start=2):
         records = [sample_record(i, prompt=prompts[i // 2], group=i // 2) for i in range(4)]
         events.append(samples_event(run, seq, step, records))
-    services.events_ingest(run.pk, events)
+    events_ingest(run.pk, events)
 
     open_run_page(page, web_server, run)
     rows = page.locator("#samples-table tbody tr[data-sample]")

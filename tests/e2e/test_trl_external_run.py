@@ -77,7 +77,7 @@ def trl_grpo_run(demo: Path, output: Path, callback_for) -> None:
 def test_a_trl_grpo_run_with_the_callback_shows_on_its_run_page(web_server, page, demo, tmp_path, storage):
     from posttrain.accounts.services import token_get_or_create, user_create
     from posttrain.runs.models import Run
-    from posttrain.runs.rollouts import rollouts_query
+    from posttrain.telemetry.rollouts import rollouts_query
     from posttrain_sdk.integrations.trl import PosttrainCallback
 
     user = user_create("ada", PASSWORD, "researcher")

@@ -118,7 +118,7 @@ def files_under(folder: Path) -> list[str]:
 
 def test_the_sdk_uploads_each_steps_file_before_its_event_and_the_store_holds_it_byte_for_byte(web, token, tmp_path):
     import posttrain_sdk as posttrain
-    from posttrain.runs.models import RolloutFile
+    from posttrain.telemetry.models import RolloutFile
 
     run = posttrain.init("uploads", url=web.url, token=token, dir=tmp_path, heartbeat_s=0)
     for step in (1, 2, 3):
@@ -156,7 +156,7 @@ def test_an_upload_is_refused_for_another_runs_token_a_foreign_name_a_body_not_p
     web, token, tmp_path
 ):
     import posttrain_sdk as posttrain
-    from posttrain.runs.tokens import ingest_token
+    from posttrain.telemetry.tokens import ingest_token
 
     run = posttrain.init("refusals", url=web.url, token=token, dir=tmp_path / "a", heartbeat_s=0)
     other = posttrain.init("another run", url=web.url, token=token, dir=tmp_path / "b", heartbeat_s=0)

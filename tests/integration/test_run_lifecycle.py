@@ -99,7 +99,7 @@ def assert_the_worker_indexed_every_rollout_file(api, run: dict, sample: dict) -
 def assert_the_token_never_reached_ray(stack: PlatformStack, run: dict) -> None:
     """Anyone who can list Ray jobs reads their runtime_env: the token went through a 0600 file in the run
     folder instead, which the engine deleted once it had read it."""
-    from posttrain.runs.tokens import ingest_token
+    from posttrain.telemetry.tokens import ingest_token
 
     with urllib.request.urlopen(f"{stack.ray}/api/jobs/{run['id']}", timeout=10) as response:
         job = json.load(response)

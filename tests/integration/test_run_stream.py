@@ -57,7 +57,7 @@ def web(tmp_path) -> Iterator[UvicornServer]:
 def a_running_run():
     from posttrain.accounts.services import user_create
     from posttrain.runs.models import Run
-    from posttrain.runs.tokens import ingest_token, token_hash
+    from posttrain.telemetry.tokens import ingest_token, token_hash
     from tests.unit.platform.helpers import a_reward_row, an_experiment
 
     user_create("stream-reader", PASSWORD, "researcher")

@@ -131,7 +131,7 @@ def assert_store_matches_the_run_folder(run: dict) -> None:
 def assert_store_matches_events(run: dict, events: list[dict], rollouts_dir: Path | None = None) -> None:
     """What the platform stored of `run` is exactly `events` (its events.jsonl), each seq once, and the
     rollout store (`rollouts_dir`; a native run's is in its resolved config) holds every file announced."""
-    from posttrain.runs.models import MetricRow, RolloutFile, RunLog
+    from posttrain.telemetry.models import MetricRow, RolloutFile, RunLog
 
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert run["last_seq"] == len(events)

@@ -1,5 +1,5 @@
 // The browser stream's client: the run page's Server-Sent Events from GET /api/runs/<id>/stream/
-// (posttrain.runs.browser_stream; docs/ARCHITECTURE.md, "The event path").
+// (posttrain.telemetry.browser_stream; docs/ARCHITECTURE.md, "The event path").
 // Plain ES module, no build step.
 //
 //   const stream = openRunStream(runId, {lastEventId, onMetrics, onSamples, onLog, onCheckpoint,

@@ -37,7 +37,7 @@ from posttrain.registry.services.reward_try import reward_score
 from posttrain.review.models import Campaign, JudgeRun, JudgeRunState, JudgeScore, ReviewRollout
 from posttrain.review.sampling import validate_source
 from posttrain.runs.models import Run
-from posttrain.runs.selectors import rollouts_query
+from posttrain.telemetry.selectors import rollouts_query
 from rl_engine.spec.user_code import sandbox
 
 SCORE_BATCH = 64

@@ -67,7 +67,7 @@ class Campaign(models.Model):
 
 class ReviewRollout(models.Model):
     """The copy of one rollout that an item shows, and where it came from: (run, step, index) of a run, or a
-    row of a gold dataset. Copied at campaign creation through posttrain.runs.selectors.rollouts_query."""
+    row of a gold dataset. Copied at campaign creation through posttrain.telemetry.selectors.rollouts_query."""
 
     campaign = models.ForeignKey(Campaign, on_delete=models.CASCADE, related_name="rollouts")
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

@@ -1,5 +1,5 @@
 """Which rollouts a campaign reviews: the source spec and the selection rules (no database). The
-rollouts come from posttrain.runs.selectors.rollouts_query as plain dicts (`Candidate.from_rollout`).
+rollouts come from posttrain.telemetry.selectors.rollouts_query as plain dicts (`Candidate.from_rollout`).
 
 The source is a JSON object:
 

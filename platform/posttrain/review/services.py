@@ -58,7 +58,8 @@ from posttrain.review.questions import swap_pairwise, validate_answers, validate
 from posttrain.review.sampling import Candidate, Pick, RolloutKey, queue_order, select, validate_source
 from posttrain.review.steps import check_step_answer, split_steps
 from posttrain.runs.models import Run
-from posttrain.runs.selectors import rollouts_query, run_alerts
+from posttrain.runs.selectors import run_alerts
+from posttrain.telemetry.selectors import rollouts_query
 from rl_engine.spec.user_code import DataError, read_rows
 
 NAME_MAX_CHARS = 200

@@ -6,10 +6,7 @@ from posttrain.runs.models import (
     Checkpoint,
     Experiment,
     ExperimentReward,
-    MetricRow,
-    RolloutFile,
     Run,
-    RunLog,
     RunTransition,
 )
 
@@ -72,23 +69,4 @@ class RunAdmin(admin.ModelAdmin):
 @admin.register(Checkpoint)
 class CheckpointAdmin(admin.ModelAdmin):
     list_display = ["run", "step", "path", "created_at"]
-    raw_id_fields = ["run"]
-
-
-@admin.register(RolloutFile)
-class RolloutFileAdmin(admin.ModelAdmin):
-    list_display = ["run", "step", "part", "name", "rows", "bytes"]
-    raw_id_fields = ["run"]
-
-
-@admin.register(MetricRow)
-class MetricRowAdmin(admin.ModelAdmin):
-    list_display = ["run", "step", "seq"]
-    raw_id_fields = ["run"]
-
-
-@admin.register(RunLog)
-class RunLogAdmin(admin.ModelAdmin):
-    list_display = ["run", "seq", "level", "message"]
-    list_filter = ["level"]
     raw_id_fields = ["run"]

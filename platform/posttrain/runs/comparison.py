@@ -1,5 +1,5 @@
 """Reads for comparing runs side by side: the runs named in a request, the prompts they all sampled
-and what each run answered to one prompt. Metric curves come from posttrain.runs.series."""
+and what each run answered to one prompt. Metric curves come from posttrain.telemetry.series."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.core.errors import InvalidInput
-from posttrain.runs import rollout_index, rollouts
 from posttrain.runs.models import Run
+from posttrain.telemetry import rollout_index, rollouts
 
 MAX_PROMPTS = 50
 

@@ -1,6 +1,6 @@
 """Which rollouts of an alert's step show what the alert says: the `examples_rule` of an alert
 (posttrain.runs.hacking, posttrain.runs.diagnostics) applied to the step's rollouts as
-`posttrain.runs.selectors.rollouts_query` gives them (plain dicts, with their text).
+`posttrain.telemetry.selectors.rollouts_query` gives them (plain dicts, with their text).
 
 Pure: the selectors read the rollouts and call `pick_examples`. A rule is a name, optionally with an
 argument after a colon (`top_reward_low:exact_match`). The picked indices are what the run page links to and

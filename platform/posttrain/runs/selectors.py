@@ -9,7 +9,6 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,16 +16,15 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Count, QuerySet, TextField
-from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
 from posttrain.core.errors import DispatchError
 from posttrain.registry.selectors import latest_probes
-from posttrain.runs import diagnostics, hacking, rollouts
+from posttrain.runs import diagnostics, hacking
 from posttrain.runs.hacking_examples import pick_examples
-from posttrain.runs.models import Checkpoint, Experiment, MetricRow, Run, RunLog, RunTransition
-from posttrain.runs.rollouts import RunId
-from posttrain.runs.series import read_series
+from posttrain.runs.models import Checkpoint, Experiment, Run, RunTransition
+from posttrain.telemetry.selectors import rollouts_query, run_log_entries
+from posttrain.telemetry.series import read_series
 
 RAY_HTTP_TIMEOUT_S = 5.0
 DEFAULT_LOG_TAIL_CHARS = 200_000
@@ -96,97 +94,6 @@ def runs_with_tag(queryset: QuerySet[Run], tag: str) -> QuerySet[Run]:
     return queryset.annotate(_tags_text=Cast("tags", TextField())).filter(_tags_text__contains=json.dumps(tag))
 
 
-def _jsonable_number(value: Any) -> Any:
-    """Metric values as JSON numbers; the engine's "nan"/"inf" strings become null (a gap in a curve)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
-
-
-def run_metric_series(
-    run: Run, names: list[str] | None = None, step_min: int | None = None, step_max: int | None = None
-) -> dict[str, dict[str, list]]:
-    """{name: {"steps": [...], "values": [...]}} in step order, for the named metrics or all of them."""
-    rows = MetricRow.objects.filter(run=run)
-    if step_min is not None:
-        rows = rows.filter(step__gte=step_min)
-    if step_max is not None:
-        rows = rows.filter(step__lte=step_max)
-    rows = rows.order_by("step", "seq")
-    series: dict[str, dict[str, list]] = {}
-    if names:
-        # Only the requested keys leave the database, not every row's whole JSON object.
-        keys = {f"m{i}": KeyTransform(name, "values") for i, name in enumerate(names)}
-        for step, *values in rows.annotate(**keys).values_list("step", *keys):
-            for name, value in zip(names, values):
-                if value is not None:
-                    entry = series.setdefault(name, {"steps": [], "values": []})
-                    entry["steps"].append(step)
-                    entry["values"].append(_jsonable_number(value))
-        return {name: series.get(name, {"steps": [], "values": []}) for name in names}
-    for step, values in rows.values_list("step", "values"):
-        for name, value in values.items():
-            entry = series.setdefault(name, {"steps": [], "values": []})
-            entry["steps"].append(step)
-            entry["values"].append(_jsonable_number(value))
-    return dict(sorted(series.items()))
-
-
-RolloutRef = tuple[str, int, int]  # (run id, step, index)
-ROLLOUT_FIELDS: tuple[str, ...] = ("run", "step", "index", "group", "reward", "components", "finish_reason")
-ROLLOUT_TEXT_FIELDS: tuple[str, ...] = ("prompt", "response", "label", "turns")
-
-
-def rollouts_query(
-    run_ids: Sequence[RunId],
-    *,
-    steps: Sequence[int] | None = None,
-    step_range: tuple[int, int] | None = None,
-    refs: Iterable[RolloutRef] | None = None,
-    text: bool = False,
-    tokens: bool = False,
-) -> Iterator[dict[str, Any]]:
-    """The runs' rollouts as plain dicts, read from their rollout files (posttrain.runs.rollouts): the one
-    read review campaigns pick their items through.
-
-    Which rollouts: those of `run_ids`, at `steps` (a list) or within `step_range` (first, last,
-    inclusive) or at every step; `refs` narrows them to exactly those (run id, step, index).
-    Each dict holds ROLLOUT_FIELDS: `run` (the run id as a string), `step`, `index`, `group` (the
-    prompt group), `reward` (a finite float, or None where the engine reported none or a non-finite
-    one), `components` (component name -> score; {} when absent) and `finish_reason`; with `text` also
-    ROLLOUT_TEXT_FIELDS: `prompt`, `response`, `label` (the dataset's reference answer, or None) and `turns`
-    (a multi-turn episode's [{role, text, reward}], [] for a single turn);
-    with `tokens` also `tokens`, the per-token view ({text: [piece], rollout_logprob, trainer_logprob,
-    entropy, advantage: base64 float16, versions}; {} when the step had none). Order: by run id, step
-    and index. Streams: the files are read a few at a time; the texts only when asked for."""
-    wanted: dict[tuple[str, int], set[int]] | None = None
-    if refs is not None:
-        wanted = {}
-        for run_id, step, index in refs:
-            wanted.setdefault((str(run_id), int(step)), set()).add(int(index))
-        if not wanted:
-            return
-        chosen = {step for _, step in wanted}
-        steps = sorted(chosen if steps is None else chosen & set(steps))
-    columns = [c for c in ROLLOUT_FIELDS if c != "run"]
-    if text:
-        columns += list(ROLLOUT_TEXT_FIELDS)
-    if tokens:
-        columns += ["versions", "token_text", *rollouts.VIEW_COLUMNS.values()]
-    filters = rollouts.RolloutFilter(steps=steps, step_range=step_range)
-    for run_id in sorted({str(r) for r in run_ids}):
-        for row in rollouts.rollouts_query([run_id], filters=filters, columns=columns):
-            if wanted is not None and row["index"] not in wanted.get((row["run"], row["step"]), ()):
-                continue
-            if not isinstance(row.get("components"), dict):
-                row["components"] = {}
-            if text:
-                row["turns"] = [dict(turn) for turn in row.get("turns") or []]
-            if tokens:
-                row["tokens"] = rollouts.packed_view(row)
-            yield row
-
-
 def run_alerts(run_id: Any, *, with_examples: bool = True) -> list[diagnostics.Alert]:
     """The diagnostics rules and the reward-hacking signals (posttrain.runs.diagnostics, runs.hacking) over
     the run's stored metric series, by step; with `with_examples`, each alert that names an examples rule
@@ -215,16 +122,6 @@ def run_alerts(run_id: Any, *, with_examples: bool = True) -> list[diagnostics.A
         else alert
         for alert in alerts
     ]
-
-
-def run_log_entries(run: Run, *, upto_seq: int, limit: int = 500) -> list[dict[str, Any]]:
-    """The engine's last `limit` log events up to `upto_seq`, oldest first (the run page's log tail)."""
-    rows = (
-        RunLog.objects.filter(run=run, seq__lte=upto_seq)
-        .order_by("-seq")
-        .values("seq", "step", "time", "level", "message")[:limit]
-    )
-    return [dict(row) for row in rows][::-1]
 
 
 def run_checkpoints(run: Run) -> QuerySet[Checkpoint]:

@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, render
 from posttrain.accounts.decorators import researcher_required
 from posttrain.runs import selectors
 from posttrain.scheduling.rules import describe, total_of
+from posttrain.telemetry import selectors as telemetry_selectors
 from rl_engine.spec.catalogues import catalogue_json
 
 
@@ -35,7 +36,7 @@ def run_page(request: HttpRequest, run_id) -> HttpResponse:
         "reward_names": [r.get("name") for r in config.get("rewards") or [] if isinstance(r, dict)],
         "summary": run.summary,
         "config": config,
-        "logs": selectors.run_log_entries(run, upto_seq=stream_from_seq),
+        "logs": telemetry_selectors.run_log_entries(run, upto_seq=stream_from_seq),
     }
     return render(
         request,

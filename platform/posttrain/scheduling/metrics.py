@@ -16,11 +16,12 @@ from django.contrib.auth import get_user_model
 from django.db.models import Min, Sum
 from django.utils import timezone
 
-from posttrain.runs.models import MetricRow, Run, RunKind, RunTransition
+from posttrain.runs.models import Run, RunKind, RunTransition
 from posttrain.runs.services.state_machine import WAITING_STATES, S
 from posttrain.scheduling.fair_share import fair_share
 from posttrain.scheduling.models import ClusterSample, ClusterSnapshot, Preemption
 from posttrain.scheduling.rules import RESOURCE_KEYS
+from posttrain.telemetry.models import MetricRow
 
 DEFAULT_WINDOW_S = 86400.0
 MIN_WINDOW_S, MAX_WINDOW_S = 60.0, 30 * 86400.0

@@ -41,7 +41,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-import posttrain.runs.services.dispatch as dispatch  # the module: tests replace its run_task
+from posttrain.core import dispatch
 from posttrain.core.errors import IllegalTransition, JobsUnavailable, PermissionDenied
 from posttrain.runs.models import TERMINAL_STATES, Run, RunKind, RunTransition
 from posttrain.runs.services.jobs_client import default_jobs

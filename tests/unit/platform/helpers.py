@@ -24,8 +24,9 @@ from posttrain.review import services as review
 from posttrain.review.models import Campaign, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
-from posttrain.runs.tokens import ingest_token
 from posttrain.scheduling.rules import ClusterNode, ClusterView
+from posttrain.telemetry.ingestion import events_ingest
+from posttrain.telemetry.tokens import ingest_token
 
 PASSWORD = "a-long-test-passphrase"  # every platform test user's password
 
@@ -137,7 +138,7 @@ def sample_record(index: int, reward: float = 1.0, **overrides) -> dict:
 def samples_event(run: Run, seq: int, step: int, records: list[dict], part: int = 0) -> dict:
     """A `samples` event as the engine and the SDK send it: the step's rollouts written as a rollout file
     in the run's folder of the store first (posttrain_sdk.rollout_files), the event naming it."""
-    from posttrain.runs.rollouts import rollout_folder
+    from posttrain.telemetry.rollouts import rollout_folder
     from posttrain_sdk import rollout_files
 
     table = rollout_files.rows_table(records, step, _token_columns(records))
@@ -342,7 +343,7 @@ def write_model_folder(
     return folder
 
 
-# --- review campaigns over runs whose samples arrive the real way (services.events_ingest) -----------
+# --- review campaigns over runs whose samples arrive the real way (posttrain.telemetry.ingestion.events_ingest) -----------
 
 
 PASS_FAIL = [{"key": "correct", "kind": "pass_fail", "label": "Is the answer correct?"}]
@@ -355,7 +356,7 @@ def run_with_samples(experiment: Any, steps: dict[int, list[dict[str, Any]]], na
     events = [
         samples_event(run, seq, step, samples) for seq, (step, samples) in enumerate(sorted(steps.items()), start=1)
     ]
-    services.events_ingest(run.id, events)
+    events_ingest(run.id, events)
     return run
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import AlertDelivery
+from posttrain.telemetry.ingestion import events_ingest
 from tests.support.stack import free_port
 from tests.unit.platform.helpers import an_experiment, make_run
 
@@ -69,7 +70,7 @@ def nan_loss_run(experiment):
     run = make_run(experiment, "running", name="sums grpo 1")
     now = time.time()
     losses = [0.5, 0.4, "nan", 0.3]
-    services.events_ingest(
+    events_ingest(
         run.id,
         [
             {

@@ -8,10 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from posttrain.runs.models import MetricRow, Run, RunTransition
+from posttrain.runs.models import Run, RunTransition
 from posttrain.runs.services.state_machine import S
 from posttrain.scheduling.metrics import queue_metrics
 from posttrain.scheduling.models import ClusterSample, Preemption
+from posttrain.telemetry.models import MetricRow
 from tests.unit.platform.helpers import make_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from posttrain.core.errors import InvalidInput
-from posttrain.runs import services
-from posttrain.runs.selectors import rollouts_query
+from posttrain.telemetry.ingestion import events_ingest
+from posttrain.telemetry.selectors import rollouts_query
 from tests.unit.platform.helpers import (
     make_run,
     pair_campaign,
@@ -85,7 +85,7 @@ def run_with_an_alert(experiment):
     for seq, step in ((9, 2), (10, 6)):
         samples = [sample_record(i, reward=1.0, prompt=f"s{step}q{i}", response=f"a{i}") for i in range(4)]
         events.append(samples_event(run, seq, step, samples))
-    services.events_ingest(run.id, events)
+    events_ingest(run.id, events)
     return run
 
 

@@ -1,4 +1,4 @@
-"""The rollout store's search index (posttrain.runs.rollout_index): a sidecar per rollout file that lets a
+"""The rollout store's search index (posttrain.telemetry.rollout_index): a sidecar per rollout file that lets a
 text search or a same-prompt query skip the files that cannot match, without ever dropping a match."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from posttrain.runs import rollout_index, rollouts, services
 from posttrain.runs.models import RunState
+from posttrain.telemetry import rollout_index, rollouts
+from posttrain.telemetry.ingestion import events_ingest
 from tests.unit.platform.helpers import make_run, sample_record, samples_event
 
 pytestmark = [pytest.mark.usefixtures("storage"), pytest.mark.django_db]
@@ -23,7 +24,7 @@ def ingest(run, texts_by_step: dict[int, list[str]], prompts_by_step: dict[int, 
         prompts = (prompts_by_step or {}).get(step) or [f"p{i}" for i in range(len(texts))]
         records = [sample_record(i, response=t, prompt=p) for i, (t, p) in enumerate(zip(texts, prompts))]
         events.append(samples_event(run, seq, step, records))
-    services.events_ingest(run.id, events)
+    events_ingest(run.id, events)
 
 
 def found(run, **filters) -> list[tuple[int, int]]:
@@ -128,7 +129,7 @@ def test_retention_removes_the_index_of_the_files_it_removed(
     with django_capture_on_commit_callbacks(execute=True):
         event = samples_event(run, 3, 3, [sample_record(0)])
         event["data"]["pruned"] = ["step_00000001.parquet"]
-        services.events_ingest(run.id, [event])
+        events_ingest(run.id, [event])
     assert not first.exists()
     assert Path(rollout_index.index_location(run.id, "step_00000002.parquet")).exists()
 

@@ -1,4 +1,4 @@
-"""The rollout store (posttrain.runs.rollouts): a bucket through fsspec (its memory filesystem), the export
+"""The rollout store (posttrain.telemetry.rollouts): a bucket through fsspec (its memory filesystem), the export
 as a dataset (`datasets.load_dataset("parquet")` and pandas), the migration that writes today's `Sample`
 rows out as rollout files, and an engine killed while it writes a step's file."""
 
@@ -16,8 +16,9 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from posttrain.runs import rollouts, services
 from posttrain.runs.models import RunState
+from posttrain.telemetry import rollouts
+from posttrain.telemetry.ingestion import events_ingest
 from tests.unit.platform.helpers import make_run, sample_record, samples_event
 
 pytestmark = pytest.mark.usefixtures("no_dispatch", "storage")
@@ -36,7 +37,7 @@ def test_a_bucket_store_is_written_queried_and_exported_through_fsspec(bucket, e
     import fsspec
 
     run = make_run(experiment, RunState.RUNNING)
-    services.events_ingest(
+    events_ingest(
         run.id,
         [samples_event(run, 1, 1, [sample_record(i, reward=i / 4) for i in range(4)])],
     )
@@ -54,9 +55,7 @@ def test_an_exported_run_loads_in_datasets_and_pandas(experiment, api, tmp_path)
     from datasets import load_dataset
 
     run = make_run(experiment, RunState.SUCCEEDED)
-    services.events_ingest(
-        run.id, [samples_event(run, step, step, [sample_record(i) for i in range(3)]) for step in (1, 2)]
-    )
+    events_ingest(run.id, [samples_event(run, step, step, [sample_record(i) for i in range(3)]) for step in (1, 2)])
     listing = api.get(f"/api/runs/{run.id}/rollouts/").json()
     for item in listing["files"]:
         response = api.get(f"/api/runs/{run.id}/rollouts/{item['name']}")
@@ -70,7 +69,7 @@ def test_an_exported_run_loads_in_datasets_and_pandas(experiment, api, tmp_path)
 
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_writes_every_sample_row_out_as_rollout_files_and_drops_the_table(experiment, storage):
-    from posttrain.runs.models import RolloutFile
+    from posttrain.telemetry.models import RolloutFile
     from posttrain_sdk.rollout_files import read_table
 
     run = make_run(experiment, RunState.SUCCEEDED)
@@ -201,7 +200,7 @@ def test_a_killed_engine_leaves_no_half_written_file_that_a_query_reads(experime
         assert read_table(folder / event["data"]["file"], columns=["index"]).num_rows == event["data"]["rows"]
 
     # The platform's queries read the announced steps only, without an error, and name no gap.
-    services.events_ingest(run.id, logged)
+    events_ingest(run.id, logged)
     page = api.get(f"/api/runs/{run.id}/samples/", {"step": 1}).json()
     assert [r["index"] for r in page["results"]] == [0, 1, 2, 3] and page["gaps"] == []
     everything = api.get(f"/api/runs/{run.id}/samples/", {"q": "1+1=", "limit": 500}).json()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from posttrain.runs import services
+from posttrain.telemetry.ingestion import events_ingest
 from rl_engine.metric_catalogue import catalogue_json
 from tests.unit.platform.helpers import event, make_run
 
@@ -52,7 +52,7 @@ def test_run_page_embeds_the_seq_its_stream_resumes_from_and_the_logs_up_to_it(
     researcher_client, experiment, no_dispatch
 ):
     run = make_run(experiment, state="running")
-    services.events_ingest(
+    events_ingest(
         run.pk,
         [
             event(run, 1, "log", step=0, data={"level": "info", "message": "loading the policy"}),

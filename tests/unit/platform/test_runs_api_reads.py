@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from posttrain.runs import services
 from posttrain.runs.models import Checkpoint, RunState
+from posttrain.telemetry.ingestion import events_ingest
 from tests.unit.platform.helpers import event, make_run, sample_record, samples_event
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -39,7 +39,7 @@ def run(experiment):
             samples_event(run, seq + 1, step, samples),
         ]
         seq += 2
-    services.events_ingest(run.id, events)
+    events_ingest(run.id, events)
     return run
 
 
@@ -99,14 +99,16 @@ def test_nul_characters_in_text_filters_are_dropped_not_a_server_error(api, run)
     assert get(api, f"/api/runs/{run.id}/metrics/", names="reward/mean\x00")[0] == 200
 
 
-def test_admin_pages_of_runs_and_experiments_open(admin_client, run):
+def test_admin_pages_of_runs_experiments_telemetry_and_quotas_open(admin_client, run):
     for url in (
         "/admin/runs/run/",
         f"/admin/runs/run/{run.id}/change/",
         "/admin/runs/experiment/",
         f"/admin/runs/experiment/{run.experiment_id}/change/",
-        "/admin/runs/rolloutfile/",
-        "/admin/runs/metricrow/",
+        "/admin/telemetry/rolloutfile/",
+        "/admin/telemetry/metricrow/",
+        "/admin/telemetry/runlog/",
+        "/admin/scheduling/quota/",
     ):
         assert admin_client.get(url).status_code == 200, url
 

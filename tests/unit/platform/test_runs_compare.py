@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
+from posttrain.telemetry.ingestion import events_ingest
 from tests.support.openapi import assert_documented
 from tests.unit.platform.helpers import make_run, sample_record, samples_event, unknown_run_id
 
@@ -26,10 +26,10 @@ def two_runs(experiment) -> tuple[Run, Run]:
     """Run a: steps 1..3, reward 0.1/0.2/0.3, 10 samples per step; run b: steps 1..2, reward 0.5/"nan", 20 per step."""
     a = make_run(experiment, RunState.SUCCEEDED)
     b = make_run(experiment, RunState.RUNNING, tags=["baseline"])
-    services.events_ingest(
+    events_ingest(
         a.id, [metrics(a, step, step, {"reward/mean": 0.1 * step, "progress/samples": 10 * step}) for step in (1, 2, 3)]
     )
-    services.events_ingest(
+    events_ingest(
         b.id,
         [
             metrics(b, 1, 1, {"reward/mean": 0.5, "progress/samples": 20, "kl/mean": 0.01}),
@@ -84,7 +84,7 @@ def test_compare_on_the_samples_axis_puts_each_run_on_its_own_progress(api, two_
 
 def test_compare_downsamples_every_run(api, experiment):
     run = make_run(experiment, RunState.RUNNING)
-    services.events_ingest(run.id, [metrics(run, i + 1, i, {"loss": float(i % 7)}) for i in range(50)])
+    events_ingest(run.id, [metrics(run, i + 1, i, {"loss": float(i % 7)}) for i in range(50)])
     curve = compare(api, str(run.id), max_points=10).json()["runs"][0]["series"]["loss"]
     assert curve["downsampled"] is True and curve["points"] == 50 and len(curve["x"]) <= 10
     assert (curve["x"][0], curve["x"][-1]) == (0, 49)
@@ -129,7 +129,7 @@ def sampled(experiment) -> tuple[Run, Run]:
     "2+2=" at step 1; b: "2+2=" at step 5 (three times), "3+3=" at step 4."""
     a = make_run(experiment, RunState.RUNNING)
     b = make_run(experiment, RunState.RUNNING)
-    services.events_ingest(
+    events_ingest(
         a.id,
         [
             samples(
@@ -146,7 +146,7 @@ def sampled(experiment) -> tuple[Run, Run]:
             samples(a, 2, 2, [sample_record(0, prompt="3+3=", response="6"), sample_record(1, prompt="3+3=")]),
         ],
     )
-    services.events_ingest(
+    events_ingest(
         b.id,
         [
             samples(b, 1, 4, [sample_record(0, prompt="3+3=")]),

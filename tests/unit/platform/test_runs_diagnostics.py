@@ -9,7 +9,8 @@ import operator
 import pytest
 
 from posttrain.runs import diagnostics as d
-from posttrain.runs.models import MetricRow, RunState
+from posttrain.runs.models import RunState
+from posttrain.telemetry.models import MetricRow
 from tests.unit.platform.helpers import make_run, unknown_run_id
 
 

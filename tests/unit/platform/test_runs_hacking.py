@@ -12,7 +12,7 @@ from posttrain.runs import diagnostics
 from posttrain.runs import hacking as h
 from posttrain.runs.hacking_examples import pick_examples
 from posttrain.runs.selectors import run_alerts
-from posttrain.runs.services import events_ingest
+from posttrain.telemetry.ingestion import events_ingest
 from tests.unit.platform.helpers import make_run, sample_record, samples_event, single_campaign
 
 # A small, trendless batch-to-batch wobble added to every planted curve: noise the signals must ride out.

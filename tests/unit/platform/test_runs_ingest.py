@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from posttrain.runs import live_channel
-from posttrain.runs.models import Checkpoint, MetricRow, RolloutFile, Run, RunLog, RunState
+from posttrain.runs.models import Checkpoint, Run, RunState
+from posttrain.telemetry import live_channel
+from posttrain.telemetry.models import MetricRow, RolloutFile, RunLog
 from tests.unit.platform.helpers import auth, event, make_run, post_events, sample_record, samples_event
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]

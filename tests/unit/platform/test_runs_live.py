@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from posttrain.runs import live_channel
+from posttrain.telemetry import live_channel
 
 
 @pytest.fixture(params=["inprocess", "redis"])

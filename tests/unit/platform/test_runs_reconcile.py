@@ -12,7 +12,8 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from posttrain.runs import services
-from posttrain.runs.models import MetricRow, Run, RunState
+from posttrain.runs.models import Run, RunState
+from posttrain.telemetry.models import MetricRow
 from tests.unit.platform.helpers import FakeJobs, make_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]

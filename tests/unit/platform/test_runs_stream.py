@@ -2,7 +2,7 @@
 
 The view is async; each test drives it with Django's AsyncClient inside one `async_to_sync` call, so
 the stream's database reads (thread-sensitive `sync_to_async`) run on this test's thread and see its
-transaction. Events are stored through `services.events_ingest` with on-commit callbacks executed,
+transaction. Events are stored through `posttrain.telemetry.ingestion.events_ingest` with on-commit callbacks executed,
 so they are published on the live channel exactly as the ingestion endpoint publishes them.
 """
 
@@ -19,9 +19,11 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.test import AsyncClient
 
-from posttrain.runs import browser_stream, live_channel, services
-from posttrain.runs.event_schema import parse_batch
+from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
+from posttrain.telemetry import browser_stream, live_channel
+from posttrain.telemetry.event_schema import parse_batch
+from posttrain.telemetry.ingestion import events_ingest
 from tests.unit.platform.helpers import event, make_run, sample_record, samples_event
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -60,7 +62,7 @@ def store(django_capture_on_commit_callbacks) -> Callable[[Run, list[dict]], Non
 
     def ingest(run: Run, events: list[dict]) -> None:
         with django_capture_on_commit_callbacks(execute=True):
-            services.events_ingest(run.pk, parse_batch({"events": events}, str(run.pk)))
+            events_ingest(run.pk, parse_batch({"events": events}, str(run.pk)))
 
     return ingest
 

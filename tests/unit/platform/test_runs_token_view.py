@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from posttrain.runs import services
 from posttrain.runs.models import RunState
-from posttrain.runs.rollouts import MAX_VIEW_TOKENS, pack_f16, packed_view
+from posttrain.telemetry.ingestion import events_ingest
+from posttrain.telemetry.rollouts import MAX_VIEW_TOKENS, pack_f16, packed_view
 from tests.unit.platform.helpers import make_run, sample_record, samples_event, unpack_f16
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -31,7 +31,7 @@ def run(experiment):
         samples_event(run, step, step, [sample_record(i, versions=[[step - 1, 3]], **VIEW) for i in range(2)])
         for step in (1, 2)
     ]
-    services.events_ingest(run.id, events)
+    events_ingest(run.id, events)
     return run
 
 

@@ -13,13 +13,15 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from posttrain.runs import services
-from posttrain.runs.event_schema import parse_batch
-from posttrain.runs.models import MetricRow, Run, RunTransition
+from posttrain.runs.models import Run, RunTransition
 from posttrain.runs.services.state_machine import S
 from posttrain.scheduling.fair_share import holdings, usage_by_owner
 from posttrain.scheduling.models import ClusterSample, ClusterSnapshot, Preemption, Quota
 from posttrain.scheduling.rules import ClusterNode, ClusterView, decayed_usage
 from posttrain.scheduling.services import runs_admit
+from posttrain.telemetry.event_schema import parse_batch
+from posttrain.telemetry.ingestion import events_ingest
+from posttrain.telemetry.models import MetricRow
 from tests.unit.platform.helpers import FakeJobs, a_researcher, cluster, event, launch, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -165,7 +167,7 @@ def test_the_preemption_deadline_stops_the_job_and_the_run_resumes_from_its_last
 ):
     settings.SCHEDULER_PREEMPT_GRACE_S = 300
     run = launch(experiment, researcher, state=S.RUNNING, priority="low")
-    services.events_ingest(
+    events_ingest(
         run.pk,
         parse_batch(
             {"events": [event(run, step, "metrics", step, {"reward/mean": 0.1 * step}) for step in range(1, 8)]},
@@ -187,7 +189,7 @@ def test_the_preemption_deadline_stops_the_job_and_the_run_resumes_from_its_last
     assert jobs.stopped == [run.ray_job_id]
 
     # The engine, killed mid-step, may still report a failure: the run is not failed for it.
-    services.events_ingest(
+    events_ingest(
         run.pk,
         parse_batch({"events": [event(run, 8, "status", 7, {"state": "failed", "reason": "killed"})]}, str(run.pk)),
     )

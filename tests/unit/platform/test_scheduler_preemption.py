@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from posttrain.runs import services
-from posttrain.runs.event_schema import parse_batch
 from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import S
 from posttrain.scheduling.models import Preemption
 from posttrain.scheduling.services import runs_admit
+from posttrain.telemetry.event_schema import parse_batch
+from posttrain.telemetry.ingestion import events_ingest
 from tests.unit.platform.helpers import FakeJobs, cluster, event, launch, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -27,9 +28,7 @@ def running(experiment, user, priority: str = "low", state: str = S.RUNNING, **f
 
 def engine_says(run: Run, status: dict) -> None:
     run.refresh_from_db()
-    services.events_ingest(
-        run.pk, parse_batch({"events": [event(run, run.last_seq + 1, "status", 1, status)]}, str(run.pk))
-    )
+    events_ingest(run.pk, parse_batch({"events": [event(run, run.last_seq + 1, "status", 1, status)]}, str(run.pk)))
 
 
 def test_a_high_priority_run_that_cannot_fit_preempts_the_youngest_low_one_and_says_so(experiment, researcher):

@@ -14,7 +14,7 @@ from posttrain.core.task_queue import TASK_PREFIX, celery_app
 from tests.support.stack import redis_database
 
 PLATFORM = Path(__file__).resolve().parents[3] / "platform" / "posttrain"
-SENDERS = {"task_send", "run_task"}  # runs.services.dispatch.run_task(name, run_id) wraps task_send
+SENDERS = {"task_send", "run_task"}  # core.dispatch.run_task(name, run_id) wraps task_send
 
 
 def _called_name(func: ast.expr) -> str | None:

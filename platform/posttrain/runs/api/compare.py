@@ -1,5 +1,5 @@
 """Comparing runs side by side: their curves on one x axis, the prompts they share and what each
-answered to one prompt. Thin views over posttrain.runs.series and posttrain.runs.comparison."""
+answered to one prompt. Thin views over posttrain.telemetry.series and posttrain.runs.comparison."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.errors import InvalidInput
 from posttrain.runs import comparison
-from posttrain.runs import series as run_series
 from posttrain.runs.api import serializers as s
+from posttrain.runs.api.chart_series import SERIES_PARAMETERS, ChartSeriesSerializer, series_query
 from posttrain.runs.api.params import int_param, text_param
-from posttrain.runs.api.views import RESEARCHER_PERMISSIONS, SERIES_PARAMETERS, ChartSeriesSerializer, series_query
 from posttrain.runs.models import Run
+from posttrain.telemetry import series as run_series
 
 RUNS_PARAMETER = OpenApiParameter(
     "runs",
@@ -68,7 +69,7 @@ _compare_response = inline_serializer(
 
 
 class CompareView(APIView):
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]
 
     @extend_schema(
         summary="Compare runs: their metadata, summaries and metric curves on one x axis",
@@ -90,7 +91,7 @@ class CompareView(APIView):
 
 
 class ComparePromptsView(APIView):
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]
 
     @extend_schema(
         summary="Prompts every compared run sampled, with each run's sample count",
@@ -123,7 +124,7 @@ class ComparePromptsView(APIView):
 
 
 class CompareSamplesView(APIView):
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]
 
     @extend_schema(
         summary="What each compared run answered to one prompt",

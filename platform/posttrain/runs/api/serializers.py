@@ -265,7 +265,7 @@ class RunUpdateSerializer(serializers.Serializer):
 
 
 class SampleSerializer(serializers.Serializer):
-    """One rollout as the API gives it (a row of the step's rollout file; posttrain.runs.rollouts)."""
+    """One rollout as the API gives it (a row of the step's rollout file; posttrain.telemetry.rollouts)."""
 
     run = serializers.CharField(help_text="The run's id.")
     step = serializers.IntegerField()
@@ -346,27 +346,6 @@ class RunLogsSerializer(serializers.Serializer):
 
 
 # --- ingestion (documentation of the engine's protocol) --------------------------------------
-
-
-class EventSerializer(serializers.Serializer):
-    run = serializers.CharField()
-    seq = serializers.IntegerField(min_value=1)
-    type = serializers.ChoiceField(choices=["metrics", "samples", "checkpoint", "log", "status", "heartbeat"])
-    step = serializers.IntegerField(allow_null=True, min_value=0)
-    time = serializers.FloatField()
-    data = serializers.DictField()
-
-
-class EventBatchSerializer(serializers.Serializer):
-    events = EventSerializer(many=True)
-
-
-class EventAckSerializer(serializers.Serializer):
-    acknowledged_seq = serializers.IntegerField(help_text="Every event up to this seq is stored.")
-    stored = serializers.IntegerField(help_text="Events of this batch stored now (repeats are dropped).")
-
-
-# --- the scheduler's queue ------------------------------------------------------------------
 
 
 class RunPrioritySerializer(serializers.Serializer):

@@ -45,7 +45,7 @@ def _floats(packed: object) -> list[float] | None:
 
 
 def _step_file(run_id, step: int, rows: list[dict]):
-    from posttrain.runs.rollouts import rollout_folder
+    from posttrain.telemetry.rollouts import rollout_folder
     from posttrain_sdk import rollout_files
 
     records, token_columns = [], {"token_text": [], **{c: [] for c in VIEW_ARRAYS.values()}}

@@ -9,7 +9,7 @@ BATCH = 500
 
 
 def fill_overviews(apps, schema_editor):
-    from posttrain.runs.series import block_overview
+    from posttrain.telemetry.series import block_overview
 
     MetricBlock = apps.get_model("runs", "MetricBlock")
     pending = MetricBlock.objects.filter(overview_values=b"").order_by("pk")

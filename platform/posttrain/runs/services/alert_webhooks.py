@@ -21,10 +21,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from posttrain.core import dispatch
 from posttrain.core.errors import InvalidInput
 from posttrain.core.outbound import outbound_policy
 from posttrain.runs.models import AlertDelivery, Experiment, Run
-from posttrain.runs.services import dispatch
 from rl_engine.spec.user_code import OutboundFailed, OutboundRefused, post
 
 WEBHOOK_TIMEOUT_S = 10.0

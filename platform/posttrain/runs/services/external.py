@@ -20,7 +20,7 @@ from posttrain.runs.models import Experiment, Run, RunKind, RunState, RunTransit
 from posttrain.runs.services.experiments import nul_at
 from posttrain.runs.services.run_fields import clean_note, clean_tags
 from posttrain.runs.services.state_machine import run_transition
-from posttrain.runs.tokens import ingest_token, token_hash
+from posttrain.telemetry.tokens import ingest_token, token_hash
 
 MAX_CONFIG_BYTES = 1 << 20
 _ENGINE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")

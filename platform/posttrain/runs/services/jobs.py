@@ -14,19 +14,18 @@ import signal
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
 
-from posttrain.core.errors import InvalidInput, JobsUnavailable, SeqConflict
+from posttrain.core.errors import JobsUnavailable
 from posttrain.runs.models import Run, RunKind
 from posttrain.runs.services.external import external_runs_fail_lost
-from posttrain.runs.services.ingestion import events_ingest
 from posttrain.runs.services.jobs_client import JobsClient
 from posttrain.runs.services.jobs_client import default_jobs as _default_jobs
 from posttrain.runs.services.state_machine import ACTIVE_STATES, S, run_transition
-from posttrain.runs.tokens import token_files_remove
+from posttrain.telemetry import ingestion  # the module: it imports this package's state machine
+from posttrain.telemetry.tokens import token_files_remove
 from rl_engine.spec.jobs import EXIT_PREEMPTED, EXIT_TIME_LIMIT, is_user_output
 
 logger = logging.getLogger(__name__)
@@ -87,38 +86,6 @@ def _log_tail(text: str, max_lines: int = 30, max_chars: int = 3000) -> str:
     return tail[-max_chars:]
 
 
-def _recover_from_run_folder(run: Run) -> int:
-    """After the job ended: store any events of the run folder's events.jsonl the platform never got
-    (the engine could not deliver them before it exited). Needs the storage shared with the cluster;
-    otherwise there is nothing to read and nothing happens."""
-    from posttrain_sdk.event_log import EVENTS_FILE, read_events
-
-    run_dir = (run.resolved_config or {}).get("logging", {}).get("run_dir")
-    if not run_dir:
-        return 0
-    path = Path(run_dir) / EVENTS_FILE
-    try:
-        events = [e for e in read_events(path) if isinstance(e, dict) and isinstance(e.get("seq"), int)]
-    except (OSError, ValueError):
-        logger.warning("cannot read %s to recover events of run %s", path, run.pk, exc_info=True)
-        return 0
-    from posttrain.runs.event_schema import parse_batch
-
-    run.refresh_from_db(fields=["last_seq"])
-    missing = [e for e in events if e["seq"] > run.last_seq]
-    stored = 0
-    for start in range(0, len(missing), 500):
-        try:
-            chunk = parse_batch({"events": missing[start : start + 500]}, str(run.pk))
-            stored += events_ingest(run.pk, chunk, touch=False).stored
-        except (InvalidInput, SeqConflict) as exc:
-            logger.warning("recovering events of run %s from %s stopped: %s", run.pk, path, exc)
-            break
-    if stored:
-        logger.info("recovered %d events of run %s from %s", stored, run.pk, path)
-    return stored
-
-
 def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None:
     """Bring one active run (starting, running, cancelling, preempting) in line with its Ray job."""
     from posttrain.scheduling.services import run_preemption_deadline
@@ -134,7 +101,7 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
     if status is None or status in JOB_TERMINAL:
         # An engine that died before reading its token left the file: no job will read it now.
         token_files_remove((run.resolved_config or {}).get("logging", {}).get("run_dir"))
-        _recover_from_run_folder(run)
+        ingestion.events_recover_from_run_folder(run)
         run.refresh_from_db()
         if run.state not in ACTIVE_STATES:
             return  # the engine's own final status was among the recovered events

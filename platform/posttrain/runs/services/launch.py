@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from posttrain.core import dispatch
 from posttrain.core.errors import IllegalTransition, InvalidInput
 from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.runs.models import (
@@ -21,8 +22,6 @@ from posttrain.runs.models import (
     Run,
     RunTransition,
 )
-from posttrain.runs.rollouts import rollout_folder
-from posttrain.runs.services import dispatch
 from posttrain.runs.services.experiments import experiment_engine_config, validated_engine_config_and_needs
 from posttrain.runs.services.external import external_run_cancel, refuse_external
 from posttrain.runs.services.run_fields import (
@@ -33,7 +32,8 @@ from posttrain.runs.services.run_fields import (
     clean_tags,
 )
 from posttrain.runs.services.state_machine import S, run_transition
-from posttrain.runs.tokens import ingest_token, token_hash
+from posttrain.telemetry.rollouts import rollout_folder
+from posttrain.telemetry.tokens import ingest_token, token_hash
 
 
 def run_dir_for(run_id: uuid.UUID | str) -> Path:

@@ -9,8 +9,9 @@ import uuid
 from django.db import transaction
 from django.db.models import Min
 
-from posttrain.runs import series
-from posttrain.runs.models import Checkpoint, MetricBlock, MetricRow, RolloutFile, Run, RunLog
+from posttrain.runs.models import Checkpoint, Run
+from posttrain.telemetry import series
+from posttrain.telemetry.models import MetricBlock, MetricRow, RolloutFile, RunLog
 
 
 def run_rewind(run_id: uuid.UUID | str, step: int) -> int:

@@ -15,7 +15,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from posttrain.runs import live_channel, series
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Run,
@@ -23,6 +22,7 @@ from posttrain.runs.models import (
     RunState,
     RunTransition,
 )
+from posttrain.telemetry import live_channel, series
 
 S = RunState
 ACTIVE_STATES = (S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING)  # a Ray job exists (or should)
@@ -88,7 +88,7 @@ def _admit_now(run_id: uuid.UUID | str) -> None:
     """Resources came free: a worker admits waiting runs now, not at the next reconcile."""
     from django.conf import settings
 
-    from posttrain.runs.services import dispatch
+    from posttrain.core import dispatch
 
     if settings.SCHEDULER == "admission":
         dispatch.run_task("admit_runs", run_id)

@@ -20,14 +20,11 @@ from posttrain.scheduling.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_T
 from posttrain.scheduling.prometheus import exposition
 from posttrain.scheduling.selectors import queue_overview
 
-# Researchers and admins only: annotators never see or call any of these endpoints.
-RESEARCHER_PERMISSIONS = [IsResearcher]
-
 
 class QueueView(APIView):
     """`GET /api/queue/`: the scheduler's queue, its running runs and the cluster (the /queue/ page)."""
 
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]  # researchers and admins: annotators never see the queue
 
     @extend_schema(
         summary="The run queue",
@@ -60,7 +57,7 @@ def _window(request: Request) -> float:
 class QueueStatsView(APIView):
     """`GET /api/queue/stats/`: the scheduler's metrics over a window (the /queue/ page's panel)."""
 
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]  # researchers and admins: annotators never see the queue
 
     @extend_schema(
         summary="The scheduler's metrics over a window",
@@ -80,7 +77,7 @@ class QueueStatsView(APIView):
 class QueueMetricsView(APIView):
     """`GET /api/queue/metrics`: the same metrics in Prometheus's text format, for a lab's own dashboards."""
 
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]  # researchers and admins: annotators never see the queue
     content_negotiation_class = FileFormatNegotiation  # Prometheus asks for its own types; errors answer JSON
 
     @extend_schema(

@@ -6,19 +6,10 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-
-MOVED = ("clustersample", "clustersnapshot", "preemption", "quota")
-
-
-def move_content_types(apps, schema_editor, source="runs", target="scheduling"):
-    content_type = apps.get_model("contenttypes", "ContentType")
-    for model in MOVED:
-        if not content_type.objects.filter(app_label=target, model=model).exists():
-            content_type.objects.filter(app_label=source, model=model).update(app_label=target)
+from posttrain.core.model_moves import content_type_moves
 
 
-def move_content_types_back(apps, schema_editor):
-    move_content_types(apps, schema_editor, source="scheduling", target="runs")
+move_content_types, move_content_types_back = content_type_moves(("clustersample", "clustersnapshot", "preemption", "quota"), "runs", "scheduling")
 
 
 class Migration(migrations.Migration):

@@ -1,48 +1,34 @@
-"""REST API of experiments and runs: thin views over posttrain.runs.services and selectors."""
+"""`/api/runs/`: runs, their lifecycle (priority, cancel, clone, resume), and what they reported (metrics, series,
+samples, logs, checkpoints). Thin views over posttrain.runs' services and selectors and posttrain.telemetry's reads."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
-
 import django_filters
-from django.conf import settings
 from django.http import StreamingHttpResponse
-from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
-    extend_schema_view,
-    inline_serializer,
-)
-from rest_framework import filters, mixins, serializers, viewsets
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import filters, mixins, viewsets
 from rest_framework.decorators import action
-from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.negotiation import FileFormatNegotiation
-from posttrain.core.errors import IngestAuthError, InvalidInput, PayloadTooLarge
+from posttrain.core.errors import InvalidInput
 from posttrain.registry.api.serializers import ModelAssetSerializer
 from posttrain.registry.services import model_register_checkpoint
-from posttrain.runs import rollouts, selectors, services
-from posttrain.runs import series as run_series
+from posttrain.runs import selectors, services
 from posttrain.runs.api import serializers as s
+from posttrain.runs.api.chart_series import RUN_SERIES_RESPONSE, SERIES_PARAMETERS, series_query
 from posttrain.runs.api.params import float_param, int_param, text_param
-from posttrain.runs.event_schema import MAX_INT32, parse_batch
 from posttrain.runs.models import Run, RunKind, RunState
-from posttrain.runs.tokens import token_matches
 from posttrain.scheduling.services import run_set_priority
+from posttrain.telemetry import rollouts
+from posttrain.telemetry import selectors as telemetry_selectors
+from posttrain.telemetry import series as run_series
+from posttrain.telemetry.event_schema import MAX_INT32
 
-# Researchers and admins only: annotators never see or call any of these endpoints.
-RESEARCHER_PERMISSIONS = [IsResearcher]
-MAX_SERIES_NAMES = 200
 MAX_SAMPLES_PAGE = 500
 
 
@@ -52,143 +38,6 @@ def _with_query(request: Request, **changes: int) -> str:
     for key, value in changes.items():
         query[key] = str(value)
     return f"{request.path}?{query.urlencode()}"
-
-
-@dataclass(frozen=True)
-class SeriesQuery:
-    names: list[str] | None  # None: every metric
-    x_axis: str
-    max_points: int
-
-
-def series_query(request: Request) -> SeriesQuery:
-    """`names`, `x` and `max_points` of the series and compare endpoints."""
-    names = [n.strip() for n in (text_param(request, "names") or "").split(",") if n.strip()]
-    if len(names) > MAX_SERIES_NAMES:
-        raise InvalidInput.one("names", f"at most {MAX_SERIES_NAMES} metric names per request")
-    x_axis = text_param(request, "x") or "step"
-    if x_axis not in run_series.X_AXES:
-        raise InvalidInput.one("x", f"must be one of {', '.join(run_series.X_AXES)}, got {x_axis[:50]!r}")
-    max_points = int_param(request, "max_points")
-    if max_points is None:
-        max_points = run_series.DEFAULT_MAX_POINTS
-    elif not run_series.MIN_MAX_POINTS <= max_points <= run_series.MAX_MAX_POINTS:
-        raise InvalidInput.one(
-            "max_points", f"must be between {run_series.MIN_MAX_POINTS} and {run_series.MAX_MAX_POINTS}"
-        )
-    return SeriesQuery(list(dict.fromkeys(names)) or None, x_axis, max_points)
-
-
-SERIES_PARAMETERS = [
-    OpenApiParameter("names", OpenApiTypes.STR, description="Comma-separated metric names; default: all."),
-    OpenApiParameter(
-        "x",
-        OpenApiTypes.STR,
-        enum=list(run_series.X_AXES),
-        description="x axis: step, samples (progress/samples at the step), tokens (progress/tokens) "
-        "or time (seconds since the run's first metrics event). Default step.",
-    ),
-    OpenApiParameter(
-        "max_points",
-        OpenApiTypes.INT,
-        description=f"Points per series at most ({run_series.MIN_MAX_POINTS}.."
-        f"{run_series.MAX_MAX_POINTS}, default {run_series.DEFAULT_MAX_POINTS}); longer series are "
-        "downsampled (M4: first, min, max, last per bucket).",
-    ),
-]
-
-
-class ChartSeriesSerializer(serializers.Serializer):
-    """One metric as a chart reads it (documentation of the series and compare answers)."""
-
-    x = serializers.ListField(child=serializers.FloatField())
-    y = serializers.ListField(child=serializers.FloatField(allow_null=True), help_text="null: not finite (a gap).")
-    step = serializers.ListField(child=serializers.IntegerField())
-    points = serializers.IntegerField(help_text="Points stored (before downsampling).")
-    downsampled = serializers.BooleanField()
-
-
-RUN_SERIES_RESPONSE = inline_serializer(
-    "RunSeries",
-    fields={
-        "run": serializers.UUIDField(),
-        "x_axis": serializers.ChoiceField(choices=list(run_series.X_AXES)),
-        "last_seq": serializers.IntegerField(help_text="Highest seq of a metrics event included."),
-        "series": serializers.DictField(child=ChartSeriesSerializer(), help_text="Metric name to its chart series."),
-    },
-)
-
-
-# --- experiments -----------------------------------------------------------------------------
-
-
-@extend_schema_view(
-    list=extend_schema(summary="Experiments"),
-    retrieve=extend_schema(summary="One experiment"),
-)
-class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    permission_classes = RESEARCHER_PERMISSIONS
-    serializer_class = s.ExperimentSerializer
-    filter_backends = [django_filters.rest_framework.DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
-    filterset_fields = ["model", "dataset"]
-    search_fields = ["name", "description"]
-    ordering_fields = ["created_at", "name"]
-
-    def get_queryset(self):
-        return selectors.experiment_list()
-
-    @extend_schema(
-        summary="Create an experiment",
-        description="The config is validated by the engine's schema, completed with the registry's model, "
-        "dataset and rewards; invalid fields come back as `errors` naming each `loc`.",
-        request=s.ExperimentCreateSerializer,
-        responses={201: s.ExperimentSerializer, 400: ERRORS_RESPONSE},
-    )
-    def create(self, request: Request) -> Response:
-        body = s.ExperimentCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        experiment = services.experiment_create(
-            name=data["name"],
-            description=data["description"],
-            model=data["model"],
-            dataset=data["dataset"],
-            rewards=[(item["reward"], item["weight"]) for item in data["rewards"]],
-            config=data["config"],
-            user=request.user,
-            webhook_url=data["webhook_url"],
-        )
-        return Response(s.ExperimentSerializer(selectors.experiment_list().get(pk=experiment.pk)).data, status=201)
-
-    @extend_schema(
-        summary="Set an experiment's alert webhook",
-        description="Where its runs' critical alerts are POSTed (JSON: Slack's `text` plus `run` and `alert`), by "
-        "a Celery task that retries with backoff; checked now and at every POST by the outbound policy. Empty: none.",
-        request=s.ExperimentUpdateSerializer,
-        responses={200: s.ExperimentSerializer, 400: ERRORS_RESPONSE},
-    )
-    def partial_update(self, request: Request, pk: str | None = None) -> Response:
-        experiment = self.get_object()
-        body = s.ExperimentUpdateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        services.experiment_set_webhook(experiment, body.validated_data["webhook_url"])
-        return Response(s.ExperimentSerializer(selectors.experiment_list().get(pk=experiment.pk)).data)
-
-    @extend_schema(
-        summary="Launch a run of the experiment",
-        request=s.RunLaunchSerializer,
-        responses={201: s.RunDetailSerializer, 400: ERRORS_RESPONSE},
-    )
-    @action(detail=True, methods=["post"])
-    def launch(self, request: Request, pk: str | None = None) -> Response:
-        experiment = self.get_object()
-        body = s.RunLaunchSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        run = services.run_launch(experiment, user=request.user, **body.validated_data)
-        return Response(s.RunDetailSerializer(run).data, status=201)
-
-
-# --- runs ------------------------------------------------------------------------------------
 
 
 class RunFilter(django_filters.FilterSet):
@@ -222,7 +71,7 @@ class RunFilter(django_filters.FilterSet):
     retrieve=extend_schema(summary="One run, with its resolved config", responses=s.RunDetailSerializer),
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]
     serializer_class = s.RunSerializer
     filter_backends = [django_filters.rest_framework.DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
     filterset_class = RunFilter
@@ -308,7 +157,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         names = [n.strip() for n in (text_param(request, "names") or "").split(",") if n.strip()]
         if len(names) > 200:
             raise InvalidInput.one("names", "at most 200 metric names per request")
-        series = selectors.run_metric_series(
+        series = telemetry_selectors.run_metric_series(
             run, names or None, int_param(request, "step_min"), int_param(request, "step_max")
         )
         return Response({"series": series})
@@ -486,108 +335,3 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         response = StreamingHttpResponse(lines(run), content_type=content_type)
         response["Content-Disposition"] = f'attachment; filename="{run_series.export_filename(run, kind)}"'
         return response
-
-
-class ExternalRunCreateView(APIView):
-    """`POST /api/runs/external/`: the SDK's `posttrain.init()`."""
-
-    permission_classes = RESEARCHER_PERMISSIONS
-
-    @extend_schema(
-        summary="Track an external run (TRL, OpenRLHF, verl, your own loop)",
-        description="Creates a running run in `project` (an experiment without a model, made on first use) with no "
-        "Ray job. The client posts its events to `events_url` with `ingest_token` (the engine's protocol): "
-        "metrics, samples, logs, heartbeats, and a final status. A run whose client sends nothing for "
-        "POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S fails as lost.",
-        request=s.ExternalRunCreateSerializer,
-        responses={201: s.ExternalRunCreatedSerializer},
-    )
-    def post(self, request: Request) -> Response:
-        body = s.ExternalRunCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        created = services.external_run_create(user=request.user, **body.validated_data)
-        run = selectors.run_list().get(pk=created.run.pk)
-        return Response(
-            {
-                "run": s.RunDetailSerializer(run).data,
-                "events_url": request.build_absolute_uri(f"/api/runs/{run.pk}/events"),
-                "ingest_token": created.ingest_token,
-            },
-            status=201,
-        )
-
-
-# --- ingestion -------------------------------------------------------------------------------
-
-
-def _bearer_token(request: Request) -> str:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise IngestAuthError("send the run's ingestion token as 'Authorization: Bearer <token>'", status_code=401)
-    return token.strip()
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f'{name} is not JSON; send non-finite numbers as the strings "nan", "inf", "-inf"')
-
-
-def _json_body(request: Request) -> Any:
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise InvalidInput.one("", "invalid Content-Length header") from None
-    if length > settings.INGEST_MAX_BODY_BYTES:
-        raise PayloadTooLarge(
-            f"the batch has {length} bytes; at most {settings.INGEST_MAX_BODY_BYTES} per request: "
-            "send fewer events per batch"
-        )
-    stream = request.stream
-    raw = stream.read(settings.INGEST_MAX_BODY_BYTES + 1) if stream is not None else b""
-    if not raw:
-        raise InvalidInput.one("", 'empty body; expected {"events": [...]}')
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError:
-        raise InvalidInput.one("", "the body must be UTF-8 encoded JSON") from None
-    except RecursionError:
-        raise InvalidInput.one("", "the JSON is nested too deeply") from None
-    except ValueError as exc:
-        raise InvalidInput.one("", f"invalid JSON: {exc}") from None
-
-
-class RunEventsView(APIView):
-    """The engine posts its events here with the run's own bearer token (no session, no CSRF)."""
-
-    authentication_classes: list = []
-    permission_classes = [AllowAny]  # the per-run token is checked in post()
-
-    @extend_schema(
-        summary="Ingest a batch of the run's events (the engine's sender)",
-        description="Idempotent on (run, seq): events up to the stored `last_seq` are dropped, the rest must "
-        "continue at last_seq + 1 without gaps (else 409 with `expected_seq`). Authorization: Bearer <the run's "
-        "ingestion token>.",
-        request=s.EventBatchSerializer,
-        responses={
-            200: s.EventAckSerializer,
-            400: ERRORS_RESPONSE,
-            401: ERRORS_RESPONSE,
-            403: ERRORS_RESPONSE,
-            409: OpenApiResponse(
-                ERRORS_RESPONSE, description="The batch does not continue the stored events: send from `expected_seq`."
-            ),
-            413: ERRORS_RESPONSE,
-        },
-    )
-    def post(self, request: Request, pk) -> Response:
-        stored_hash = get_object_or_404(Run.objects.only("ingest_token_hash"), pk=pk).ingest_token_hash
-        if not token_matches(_bearer_token(request), stored_hash):
-            raise IngestAuthError("this token is not valid for this run", status_code=403)
-        events = parse_batch(_json_body(request), str(pk))
-        result = services.events_ingest(pk, events)
-        return Response({"acknowledged_seq": result.acknowledged_seq, "stored": result.stored})
-
-
-@extend_schema_view(post=extend_schema(exclude=True))
-class RunEventsNoSlashView(RunEventsView):
-    """The same endpoint without the trailing slash (documented once, above)."""

@@ -1,5 +1,5 @@
 """`GET /api/runs/<id>/stream/`: the browser stream's endpoint, Server-Sent Events (the messages:
-posttrain.runs.browser_stream; the page's side: frontend/static/js/browser_stream_client.js).
+posttrain.telemetry.browser_stream; the page's side: frontend/static/js/browser_stream_client.js).
 
 An async view: under ASGI an open stream costs a coroutine and, while it waits, a pooled thread, not a
 worker process. Access is the runs API's (session user, or `Authorization: Token <key>` as the CLI's
@@ -29,9 +29,9 @@ from posttrain.core.errors import (
     PermissionDenied,
     ServiceError,
 )
-from posttrain.runs.browser_stream import run_stream
-from posttrain.runs.event_schema import MAX_INT64
 from posttrain.runs.models import Run
+from posttrain.telemetry.browser_stream import run_stream
+from posttrain.telemetry.event_schema import MAX_INT64
 
 ALLOWED_ROLES = frozenset({Role.RESEARCHER, Role.ADMIN})
 

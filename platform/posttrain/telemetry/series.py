@@ -52,7 +52,8 @@ from django.db import connection
 from django.db.models import Max, OuterRef, Q, QuerySet, Subquery
 from django.db.models.fields.json import KeyTextTransform
 
-from posttrain.runs.models import MetricBlock, MetricRow, Run
+from posttrain.runs.models import Run
+from posttrain.telemetry.models import MetricBlock, MetricRow
 
 BLOCK_POINTS = 1024  # metrics events sealed together: a block holds at most this many points of its metric
 OVERVIEW_BUCKET_POINTS = 64  # consecutive points of a block that its overview reduces to at most 5

@@ -1,5 +1,5 @@
 """The browser stream: a run's Server-Sent Events, where stored rows and live events become the same
-messages. Served by posttrain.runs.api.browser_stream_view, read by frontend/static/js/browser_stream_client.js;
+messages. Served by posttrain.telemetry.api.stream, read by frontend/static/js/browser_stream_client.js;
 the last server-side hop of the event path (docs/ARCHITECTURE.md, "The event path").
 
 Messages (`event: <kind>`, `data: <one JSON line>`):
@@ -38,9 +38,10 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from posttrain.runs import live_channel
-from posttrain.runs.event_schema import finite_or_none
-from posttrain.runs.models import TERMINAL_STATES, Checkpoint, MetricRow, RolloutFile, Run, RunLog
+from posttrain.runs.models import TERMINAL_STATES, Checkpoint, Run
+from posttrain.telemetry import live_channel
+from posttrain.telemetry.event_schema import finite_or_none
+from posttrain.telemetry.models import MetricRow, RolloutFile, RunLog
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from posttrain.runs.models import RolloutFile
-from posttrain.runs.rollouts import rollout_index_update
+from posttrain.telemetry.models import RolloutFile
+from posttrain.telemetry.rollouts import rollout_index_update
 
 
 class Command(BaseCommand):

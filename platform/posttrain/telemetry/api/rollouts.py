@@ -1,4 +1,4 @@
-"""A run's rollout files over HTTP (posttrain.runs.rollouts; docs/ROLLOUTS.md):
+"""A run's rollout files over HTTP (posttrain.telemetry.rollouts; docs/ROLLOUTS.md):
 
     GET /api/runs/<id>/rollouts/                 the run's files (rows, bytes, statistics, available) and gaps
     GET /api/runs/<id>/rollouts/<name>           one file, streamed as stored (the export)
@@ -22,12 +22,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.errors import IngestAuthError, InvalidInput, NotFound, PayloadTooLarge
-from posttrain.runs import rollouts
-from posttrain.runs.api.views import RESEARCHER_PERMISSIONS
 from posttrain.runs.models import Run
-from posttrain.runs.tokens import token_matches
+from posttrain.telemetry import rollouts
+from posttrain.telemetry.tokens import token_matches
 from posttrain_sdk.rollout_files import parse_file_name
 
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
@@ -56,7 +56,7 @@ def gaps_payload(gaps: list[rollouts.Gap]) -> list[dict]:
 
 
 class RunRolloutFilesView(APIView):
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]
 
     @extend_schema(
         summary="A run's rollout files (Parquet, one per step) and the steps whose file is missing",
@@ -75,7 +75,7 @@ class RunRolloutFilesView(APIView):
 
 
 class RunRolloutFileView(APIView):
-    permission_classes = RESEARCHER_PERMISSIONS
+    permission_classes = [IsResearcher]
 
     @extend_schema(
         summary="Download one of a run's rollout files (Parquet)",

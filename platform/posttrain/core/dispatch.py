@@ -1,5 +1,5 @@
-"""The one place the runs services send their Celery tasks from (by name: the platform never imports the
-workers package; posttrain.core.task_queue). Call it after commit, the worker must see the rows. Tests
+"""The one place services send a run's Celery tasks from (runs, scheduling and telemetry alike; by name: the
+platform never imports the workers package, posttrain.core.task_queue). Call it after commit, the worker must see the rows. Tests
 replace `run_task` to record what would be sent."""
 
 from __future__ import annotations

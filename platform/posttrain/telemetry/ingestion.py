@@ -4,25 +4,26 @@ the batch published on the live channel after commit."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from posttrain.core.errors import SeqConflict
-from posttrain.runs import live_channel, rollout_index, series
-from posttrain.runs.models import (
-    Checkpoint,
-    MetricRow,
-    RolloutFile,
-    Run,
-    RunLog,
-)
-from posttrain.runs.services import dispatch
+from posttrain.core import dispatch
+from posttrain.core.errors import InvalidInput, SeqConflict
+from posttrain.runs.models import Checkpoint, Run
 from posttrain.runs.services.alert_webhooks import alerts_notify_after_commit
 from posttrain.runs.services.state_machine import S, run_transition
+from posttrain.telemetry import live_channel, rollout_index, series
+from posttrain.telemetry.event_schema import parse_batch
+from posttrain.telemetry.models import MetricRow, RolloutFile, RunLog
+from posttrain_sdk.event_log import EVENTS_FILE, read_events
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -170,3 +171,31 @@ def _stopped_at_preemption_deadline(run_id: uuid.UUID) -> bool:
 
     run = Run.objects.filter(pk=run_id, state=S.PREEMPTING).first()
     return run is not None and preemption_forced(run)
+
+
+def events_recover_from_run_folder(run: Run) -> int:
+    """After the job ended: store any events of the run folder's events.jsonl the platform never got
+    (the engine could not deliver them before it exited). Needs the storage shared with the cluster;
+    otherwise there is nothing to read and nothing happens."""
+    run_dir = (run.resolved_config or {}).get("logging", {}).get("run_dir")
+    if not run_dir:
+        return 0
+    path = Path(run_dir) / EVENTS_FILE
+    try:
+        events = [e for e in read_events(path) if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+    except (OSError, ValueError):
+        logger.warning("cannot read %s to recover events of run %s", path, run.pk, exc_info=True)
+        return 0
+    run.refresh_from_db(fields=["last_seq"])
+    missing = [e for e in events if e["seq"] > run.last_seq]
+    stored = 0
+    for start in range(0, len(missing), 500):
+        try:
+            chunk = parse_batch({"events": missing[start : start + 500]}, str(run.pk))
+            stored += events_ingest(run.pk, chunk, touch=False).stored
+        except (InvalidInput, SeqConflict) as exc:
+            logger.warning("recovering events of run %s from %s stopped: %s", run.pk, path, exc)
+            break
+    if stored:
+        logger.info("recovered %d events of run %s from %s", stored, run.pk, path)
+    return stored

@@ -3,7 +3,7 @@ prompts it holds, so that a text search or a same-prompt query reads only the fi
 (docs/ROLLOUTS.md, "Search index").
 
 A sidecar lives beside the run's rollout folder, at `runs/<run>/rollout_index/<file name>.index`, and is
-derived data: a Celery task builds it (`posttrain.runs.rollouts.rollout_index_update`) after the `samples`
+derived data: a Celery task builds it (`posttrain.telemetry.rollouts.rollout_index_update`) after the `samples`
 event announced the file (the web process never reads a whole file to build one), and any file without a
 current sidecar is simply scanned. It is plain UTF-8 text:
 
@@ -34,7 +34,7 @@ from django.conf import settings
 from posttrain_sdk import rollout_files
 
 if TYPE_CHECKING:
-    from posttrain.runs.rollouts import RunId, StoredFile
+    from posttrain.telemetry.rollouts import RunId, StoredFile
 
 FOLDER = "rollout_index"  # beside the run's `rollouts` folder
 SIDECARS_PER_READ = 32  # read (a bucket: fetched concurrently) together
@@ -51,7 +51,7 @@ def prompt_hash(prompt: str) -> str:
 
 
 def index_folder(run_id: RunId) -> str:
-    """Beside the run's rollout folder (posttrain.runs.rollouts.rollout_folder) in the store."""
+    """Beside the run's rollout folder (posttrain.telemetry.rollouts.rollout_folder) in the store."""
     return f"{str(settings.ROLLOUT_STORE).rstrip('/')}/runs/{run_id}/{FOLDER}"
 
 

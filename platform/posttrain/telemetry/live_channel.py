@@ -1,5 +1,5 @@
 """The live channel of a run: each accepted event batch is published once, after its commit (by the
-ingestion service, posttrain.runs.services.ingestion), for the browser stream (posttrain.runs.browser_stream)
+ingestion service, posttrain.telemetry.ingestion), for the browser stream (posttrain.telemetry.browser_stream)
 to forward. One hop of the event path (docs/ARCHITECTURE.md, "The event path").
 
 Two backends, chosen by `settings.PUBSUB_BACKEND`:

@@ -10,7 +10,7 @@ skipped silently.
 
 Text search matches a case-insensitive substring of the prompt, the response or the label (both sides
 lower-cased by DuckDB), scanning the files in step order until the page is full. A text search and a
-same-prompt query first consult each file's search index (`posttrain.runs.rollout_index`) and read only
+same-prompt query first consult each file's search index (`posttrain.telemetry.rollout_index`) and read only
 the files that can match: a word no rollout holds reads no file at all (measured in
 bench/rollout_store.py).
 """
@@ -31,7 +31,7 @@ import numpy as np
 from django.conf import settings
 
 from posttrain.core.errors import NotFound
-from posttrain.runs import rollout_index
+from posttrain.telemetry import rollout_index
 from posttrain_sdk import rollout_files
 
 RunId = uuid.UUID | str
@@ -175,7 +175,7 @@ class StoredFile:
 
 def run_files(run_ids: Sequence[RunId], steps: Sequence[int] | None = None) -> list[StoredFile]:
     """The indexed rollout files of the runs (in the order given), by step and part."""
-    from posttrain.runs.models import RolloutFile
+    from posttrain.telemetry.models import RolloutFile
 
     files = RolloutFile.objects.filter(run_id__in=list(run_ids))
     if steps is not None:
@@ -464,7 +464,7 @@ def run_rollout_files(run: Any) -> RolloutFiles:
     """The run's indexed files (with whether the store still holds each), and its gaps: a file the index
     names that the store lacks, and a step the engine trained without announcing its file (every
     earlier step than the latest announced one, for a native run that records every step's rollouts)."""
-    from posttrain.runs.models import RolloutFile
+    from posttrain.telemetry.models import RolloutFile
 
     present = existing_names(run.pk)
     out = RolloutFiles()
@@ -496,7 +496,7 @@ def _expected_steps(keep: str, first: int, last: int) -> set[int]:
     return set(range(first, last + 1))
 
 
-# --- the search index (posttrain.runs.rollout_index) -----------------------------------------------
+# --- the search index (posttrain.telemetry.rollout_index) -----------------------------------------------
 
 
 def rollout_index_update(run_id: RunId) -> int:

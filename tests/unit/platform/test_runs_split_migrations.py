@@ -1,6 +1,6 @@
-"""Migrations runs 0016 and scheduling 0001-0002: the scheduler's models move from the runs app to the
-scheduling app with every row, their tables renamed, their content types (and so their permissions) with them;
-and back again."""
+"""The runs app split in three (runs 0016-0017, scheduling 0001-0002, telemetry 0001-0002): the scheduler's
+models and what runs report move to their own apps with every row, their tables renamed, their content types
+(and so their permissions) with them; and back again."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from tests.support.migrations import latest_schema_after, migrate_to
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["latest_schema_after"]  # the fixture, used by name
 
-BEFORE = [("runs", "0015_metric_block_overview"), ("scheduling", None)]
-AFTER = [("runs", "0016_scheduler_models_to_scheduling"), ("scheduling", "0002_tables_renamed")]
+BEFORE = [("runs", "0015_metric_block_overview"), ("scheduling", None), ("telemetry", None)]
+AFTER = [("runs", "0016_scheduler_models_to_scheduling"), ("scheduling", "0002_tables_renamed"), ("telemetry", None)]
+BEFORE_TELEMETRY = [("runs", "0016_scheduler_models_to_scheduling"), ("telemetry", None)]
+AFTER_TELEMETRY = [("runs", "0017_telemetry_models_to_telemetry"), ("telemetry", "0002_tables_renamed")]
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -72,3 +74,59 @@ def test_the_scheduler_keeps_every_row_and_permission_when_its_models_move_apps(
     back = migrate_to(BEFORE)
     assert back.get_model("runs", "Quota").objects.count() == 2 and "scheduling_quota" not in _tables()
     assert back.get_model("contenttypes", "ContentType").objects.get(pk=quota_type.pk).app_label == "runs"
+
+
+def _a_run(apps):
+    model = apps.get_model("registry", "ModelAsset").objects.create(name="m", path="/m")
+    dataset = apps.get_model("registry", "Dataset").objects.create(
+        name="d", sha256="f" * 64, format="jsonl", path="/d", size_bytes=1, row_count=1
+    )
+    experiment = apps.get_model("runs", "Experiment").objects.create(name="e", model=model, dataset=dataset, config={})
+    return apps.get_model("runs", "Run").objects.create(experiment=experiment, name="r")
+
+
+def test_what_runs_reported_keeps_every_row_when_it_moves_to_the_telemetry_app(latest_schema_after):
+    old = migrate_to(BEFORE_TELEMETRY)
+    assert "runs_metricblock" in _tables() and "telemetry_metricblock" not in _tables()
+    run = _a_run(old)
+    old.get_model("runs", "MetricRow").objects.create(run=run, seq=1, step=1, time=5.0, values={"reward/mean": 0.5})
+    old.get_model("runs", "MetricBlock").objects.create(
+        run=run,
+        name="reward/mean",
+        index=0,
+        through_seq=1,
+        count=1,
+        first_step=1,
+        last_step=1,
+        min=0.5,
+        max=0.5,
+        steps=b"\x01",
+        values=b"\x02",
+        times=b"\x03",
+        overview_steps=b"\x04",
+    )
+    old.get_model("runs", "RolloutFile").objects.create(
+        run=run, seq=2, step=1, name="step_1.parquet", rows=8, bytes=900, sha256="a" * 64, stats={"kept": 8}
+    )
+    old.get_model("runs", "RunLog").objects.create(run=run, seq=3, step=1, time=6.0, level="warning", message="slow")
+
+    new = migrate_to(AFTER_TELEMETRY)
+
+    assert {"telemetry_metricrow", "telemetry_metricblock", "telemetry_rolloutfile", "telemetry_runlog"} <= _tables()
+    assert not {"runs_metricrow", "runs_metricblock", "runs_rolloutfile", "runs_runlog"} & _tables()
+    row = new.get_model("telemetry", "MetricRow").objects.get()
+    assert (row.run_id, row.seq, row.values) == (run.pk, 1, {"reward/mean": 0.5})
+    block = new.get_model("telemetry", "MetricBlock").objects.get()
+    assert (bytes(block.steps), bytes(block.values), bytes(block.overview_steps), block.max) == (
+        b"\x01",
+        b"\x02",
+        b"\x04",
+        0.5,
+    )
+    stored = new.get_model("telemetry", "RolloutFile").objects.get()
+    assert (stored.name, stored.rows, stored.stats) == ("step_1.parquet", 8, {"kept": 8})
+    assert new.get_model("telemetry", "RunLog").objects.get().message == "slow"
+    assert new.get_model("contenttypes", "ContentType").objects.filter(app_label="telemetry", model="runlog").exists()
+
+    back = migrate_to(BEFORE_TELEMETRY)
+    assert back.get_model("runs", "RunLog").objects.get().message == "slow" and "telemetry_runlog" not in _tables()

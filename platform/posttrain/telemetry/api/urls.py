@@ -1,0 +1,14 @@
+from django.urls import path
+
+from posttrain.telemetry.api import events, rollouts
+from posttrain.telemetry.api.stream import run_stream_view
+
+urlpatterns = [
+    # The engine posts with or without the trailing slash (a POST cannot be redirected).
+    path("runs/<uuid:pk>/events", events.RunEventsNoSlashView.as_view(), name="run-events-no-slash"),
+    path("runs/<uuid:pk>/events/", events.RunEventsView.as_view(), name="run-events"),
+    path("runs/<uuid:pk>/stream/", run_stream_view, name="run-stream"),
+    path("runs/<uuid:pk>/rollouts/", rollouts.RunRolloutFilesView.as_view(), name="run-rollout-files"),
+    path("runs/<uuid:pk>/rollouts/<str:name>", rollouts.RunRolloutFileView.as_view(), name="run-rollout-file"),
+    path("runs/<uuid:pk>/rollouts/<str:name>/upload", rollouts.RolloutUploadView.as_view(), name="run-rollout-upload"),
+]
