@@ -483,14 +483,14 @@ def main() -> int:
                 pg.scalar(
                     OURS_DB,
                     "SELECT coalesce(sum((SELECT count(*) FROM jsonb_object_keys(m.values))), 0) "
-                    "FROM runs_metricrow m WHERE m.run_id = %s::uuid",
+                    "FROM telemetry_metricrow m WHERE m.run_id = %s::uuid",
                     (run_id,),
                 )
             )
             for run_id, _ in used["ours"]
         )
         ours_rows = sum(
-            int(pg.scalar(OURS_DB, "SELECT count(*) FROM runs_metricrow WHERE run_id = %s::uuid", (r,)))
+            int(pg.scalar(OURS_DB, "SELECT count(*) FROM telemetry_metricrow WHERE run_id = %s::uuid", (r,)))
             for r, _ in used["ours"]
         )
         verification: dict[str, Any] = {

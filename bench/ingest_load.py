@@ -255,10 +255,10 @@ def load_ours(args, pg: ingest.Postgres, workdir: Path) -> dict[str, Any]:
         stored_seq = ingest.Postgres.scalar(pg, ingest.OURS_DB, "SELECT COALESCE(SUM(last_seq), 0) FROM runs_run")
         acknowledged_steps = sum(load.acknowledged_steps for load in loads)
         acknowledged_events = acknowledged_steps * (2 if args.samples else 1)
-        stored_rows = pg.scalar(ingest.OURS_DB, "SELECT COUNT(*) FROM runs_metricrow")
+        stored_rows = pg.scalar(ingest.OURS_DB, "SELECT COUNT(*) FROM telemetry_metricrow")
         # Every acknowledged samples event left one index row (the rollout file's), none twice.
         acknowledged_files = acknowledged_steps if args.samples else 0
-        stored_files = int(pg.scalar(ingest.OURS_DB, "SELECT COUNT(*) FROM runs_rolloutfile"))
+        stored_files = int(pg.scalar(ingest.OURS_DB, "SELECT COUNT(*) FROM telemetry_rolloutfile"))
         lost = max(0, acknowledged_events - int(stored_seq)) + abs(acknowledged_files - stored_files)
         result = report(loads, wall, steps, lost, int(stored_rows) * args.metrics)
         result["rollout_files_stored"] = stored_files

@@ -145,7 +145,7 @@ def main() -> int:
         stored = {
             r["run"]: pg.scalar(
                 ingest.OURS_DB,
-                "SELECT COALESCE(SUM((SELECT COUNT(*) FROM jsonb_object_keys(m.values))), 0) FROM runs_metricrow m "
+                "SELECT COALESCE(SUM((SELECT COUNT(*) FROM jsonb_object_keys(m.values))), 0) FROM telemetry_metricrow m "
                 "WHERE m.run_id = %s",
                 (r["run"],),
             )

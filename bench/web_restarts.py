@@ -46,13 +46,15 @@ def check_run(pg: ingest.Postgres, folder: Path, store: Path) -> dict[str, int]:
     run_id = folder.name
     metrics = [e["seq"] for e in events if e["type"] == "metrics"]
     announced = {e["data"]["file"]: e["data"]["sha256"] for e in events if e["type"] == "samples"}
-    stored_metrics = int(pg.scalar(ingest.OURS_DB, "SELECT COUNT(*) FROM runs_metricrow WHERE run_id = %s", (run_id,)))
-    distinct = int(
-        pg.scalar(ingest.OURS_DB, "SELECT COUNT(DISTINCT seq) FROM runs_metricrow WHERE run_id = %s", (run_id,))
+    stored_metrics = int(
+        pg.scalar(ingest.OURS_DB, "SELECT COUNT(*) FROM telemetry_metricrow WHERE run_id = %s", (run_id,))
     )
-    indexed = int(pg.scalar(ingest.OURS_DB, "SELECT COUNT(*) FROM runs_rolloutfile WHERE run_id = %s", (run_id,)))
+    distinct = int(
+        pg.scalar(ingest.OURS_DB, "SELECT COUNT(DISTINCT seq) FROM telemetry_metricrow WHERE run_id = %s", (run_id,))
+    )
+    indexed = int(pg.scalar(ingest.OURS_DB, "SELECT COUNT(*) FROM telemetry_rolloutfile WHERE run_id = %s", (run_id,)))
     distinct_files = int(
-        pg.scalar(ingest.OURS_DB, "SELECT COUNT(DISTINCT name) FROM runs_rolloutfile WHERE run_id = %s", (run_id,))
+        pg.scalar(ingest.OURS_DB, "SELECT COUNT(DISTINCT name) FROM telemetry_rolloutfile WHERE run_id = %s", (run_id,))
     )
     rollouts = store / "runs" / run_id / "rollouts"
     missing_files = sum(

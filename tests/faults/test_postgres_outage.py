@@ -106,14 +106,14 @@ def assert_stored_once_each(postgres: PrivatePostgres, run_id: str, events: list
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     ((last_seq,),) = postgres.rows("SELECT last_seq FROM runs_run WHERE id = %s", (run_id,))
     assert last_seq == len(events)
-    for kind, table in (("metrics", "runs_metricrow"), ("log", "runs_runlog")):
+    for kind, table in (("metrics", "telemetry_metricrow"), ("log", "telemetry_runlog")):
         stored = [seq for (seq,) in postgres.rows(f"SELECT seq FROM {table} WHERE run_id = %s ORDER BY seq", (run_id,))]
         assert stored == [e["seq"] for e in events if e["type"] == kind], kind
     announced = [
         (e["step"], e["data"]["file"], e["data"]["rows"], e["data"]["sha256"]) for e in events if e["type"] == "samples"
     ]
     indexed = postgres.rows(
-        "SELECT step, name, rows, sha256 FROM runs_rolloutfile WHERE run_id = %s ORDER BY seq", (run_id,)
+        "SELECT step, name, rows, sha256 FROM telemetry_rolloutfile WHERE run_id = %s ORDER BY seq", (run_id,)
     )
     assert [tuple(row) for row in indexed] == announced
     assert_rollout_files_match(rollouts_dir, announced)

@@ -318,9 +318,11 @@ def platform_stack(
 def forget_cluster_samples(database_url: str) -> None:
     """The worker samples the cluster at every reconcile (every 2 s here), also after the last test's
     clean-up and before this teardown: rows no test wrote, which would join a later test's history."""
+    from posttrain.scheduling.models import ClusterSample
+
     try:
         with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as connection:
-            connection.execute("DELETE FROM runs_clustersample")
+            connection.execute(f"DELETE FROM {ClusterSample._meta.db_table}")
     except psycopg.OperationalError:
         pass  # the database is down (a fault test): nothing was sampled into it meanwhile
 
