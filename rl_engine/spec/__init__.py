@@ -9,8 +9,8 @@ the web process never loads a deep-learning library to validate a config or star
 - `catalogues`: the metric catalogue (names, units, what each panel draws) and the response statistics
   both sides compute.
 - `resources`: what a run needs of the cluster (placement), and the threads its driver gets.
-- `lifecycle`: the checkpoint folder layout, preemption's request file and exit codes, the user-output
-  marker on a job's log lines.
+- `checkpoints`: the checkpoint folder layout.
+- `jobs`: preemption's request file and exit codes, the user-output marker on a job's log lines.
 - `user_code`: containment (the sandbox and the outbound policy) and what runs inside it for the platform:
   reward components, dataset rows, reward probes, installed environments.
 

@@ -4,6 +4,7 @@ models read in that state, and the database back at every app's latest migration
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.apps.registry import Apps
@@ -21,6 +22,16 @@ def migrate_to(targets: list[tuple[str, str | None]]) -> Apps:
     executor.migrate([*others, *targets])
     executor.loader.build_graph()
     return executor.loader.project_state([*others, *((a, m) for a, m in targets if m is not None)]).apps
+
+
+def a_run(apps: Apps) -> Any:
+    """A run (its experiment, model and dataset) made through the models of a migration state."""
+    model = apps.get_model("registry", "ModelAsset").objects.create(name="m", path="/m")
+    dataset = apps.get_model("registry", "Dataset").objects.create(
+        name="d", sha256="f" * 64, format="jsonl", path="/d", size_bytes=1, row_count=1
+    )
+    experiment = apps.get_model("runs", "Experiment").objects.create(name="e", model=model, dataset=dataset, config={})
+    return apps.get_model("runs", "Run").objects.create(experiment=experiment, name="r")
 
 
 @pytest.fixture

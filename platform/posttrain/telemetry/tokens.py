@@ -18,6 +18,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from posttrain.core.errors import IngestAuthError
+
 TOKEN_FILE_PREFIX = "ingest_token"
 
 
@@ -34,6 +36,17 @@ def token_matches(token: str, stored_hash: str) -> bool:
     if not stored_hash:
         return False
     return hmac.compare_digest(token_hash(token), stored_hash)
+
+
+def require_run_token(authorization: str, stored_hash: str) -> None:
+    """The `Authorization: Bearer <token>` header of a request for a run's own endpoints (its events, its rollout
+    files' upload) checked against the run's stored hash: IngestAuthError 401 without one, 403 when it is not
+    the run's."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise IngestAuthError("send the run's ingestion token as 'Authorization: Bearer <token>'", status_code=401)
+    if not token_matches(token.strip(), stored_hash):
+        raise IngestAuthError("this token is not valid for this run", status_code=403)
 
 
 def token_files_remove(run_dir: str | Path | None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.migrations import latest_schema_after, migrate_to
+from tests.support.migrations import a_run, latest_schema_after, migrate_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["latest_schema_after"]  # the fixture, used by name
@@ -29,14 +29,7 @@ def test_existing_items_keep_what_they_showed_as_their_own_copy(latest_schema_af
     old = _migrate(BEFORE)
     try:
         user = old.get_model("auth", "User").objects.create(username="ann")
-        model = old.get_model("registry", "ModelAsset").objects.create(name="m", path="/m")
-        dataset = old.get_model("registry", "Dataset").objects.create(
-            name="d", sha256="f" * 64, format="jsonl", path="/d", size_bytes=1, row_count=1
-        )
-        experiment = old.get_model("runs", "Experiment").objects.create(
-            name="e", model=model, dataset=dataset, config={}
-        )
-        run = old.get_model("runs", "Run").objects.create(experiment=experiment, name="r")
+        run = a_run(old)
         sample_model = old.get_model("runs", "Sample")
         first, second = (
             sample_model.objects.create(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 
-from tests.support.migrations import latest_schema_after, migrate_to
+from tests.support.migrations import a_run, latest_schema_after, migrate_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["latest_schema_after"]  # the fixture, used by name
@@ -30,12 +30,7 @@ def test_the_scheduler_keeps_every_row_and_permission_when_its_models_move_apps(
     assert {"runs_quota", "runs_preemption"} <= _tables() and "scheduling_quota" not in _tables()
     user = old.get_model("auth", "User").objects.create(username="ann")
     team = old.get_model("auth", "Group").objects.create(name="vision")
-    model = old.get_model("registry", "ModelAsset").objects.create(name="m", path="/m")
-    dataset = old.get_model("registry", "Dataset").objects.create(
-        name="d", sha256="f" * 64, format="jsonl", path="/d", size_bytes=1, row_count=1
-    )
-    experiment = old.get_model("runs", "Experiment").objects.create(name="e", model=model, dataset=dataset, config={})
-    run = old.get_model("runs", "Run").objects.create(experiment=experiment, name="r")
+    run = a_run(old)
     old.get_model("runs", "Quota").objects.create(user=user, max_runs=2, weight=3.0)
     old.get_model("runs", "Quota").objects.create(group=team, max_gpus=8.0, borrowing=True)
     old.get_model("runs", "Preemption").objects.create(run=run, reason="for r2", forced=True, lost_steps=4)
@@ -76,19 +71,10 @@ def test_the_scheduler_keeps_every_row_and_permission_when_its_models_move_apps(
     assert back.get_model("contenttypes", "ContentType").objects.get(pk=quota_type.pk).app_label == "runs"
 
 
-def _a_run(apps):
-    model = apps.get_model("registry", "ModelAsset").objects.create(name="m", path="/m")
-    dataset = apps.get_model("registry", "Dataset").objects.create(
-        name="d", sha256="f" * 64, format="jsonl", path="/d", size_bytes=1, row_count=1
-    )
-    experiment = apps.get_model("runs", "Experiment").objects.create(name="e", model=model, dataset=dataset, config={})
-    return apps.get_model("runs", "Run").objects.create(experiment=experiment, name="r")
-
-
 def test_what_runs_reported_keeps_every_row_when_it_moves_to_the_telemetry_app(latest_schema_after):
     old = migrate_to(BEFORE_TELEMETRY)
     assert "runs_metricblock" in _tables() and "telemetry_metricblock" not in _tables()
-    run = _a_run(old)
+    run = a_run(old)
     old.get_model("runs", "MetricRow").objects.create(run=run, seq=1, step=1, time=5.0, values={"reward/mean": 0.5})
     old.get_model("runs", "MetricBlock").objects.create(
         run=run,

@@ -16,20 +16,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from posttrain.core.api.errors import ERRORS_RESPONSE
-from posttrain.core.errors import IngestAuthError, InvalidInput, PayloadTooLarge
+from posttrain.core.errors import InvalidInput, PayloadTooLarge
 from posttrain.runs.models import Run
 from posttrain.telemetry.api import serializers as s
 from posttrain.telemetry.event_schema import parse_batch
 from posttrain.telemetry.ingestion import events_ingest
-from posttrain.telemetry.tokens import token_matches
-
-
-def _bearer_token(request: Request) -> str:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise IngestAuthError("send the run's ingestion token as 'Authorization: Bearer <token>'", status_code=401)
-    return token.strip()
+from posttrain.telemetry.tokens import require_run_token
 
 
 def _reject_constant(name: str) -> Any:
@@ -85,8 +77,7 @@ class RunEventsView(APIView):
     )
     def post(self, request: Request, pk) -> Response:
         stored_hash = get_object_or_404(Run.objects.only("ingest_token_hash"), pk=pk).ingest_token_hash
-        if not token_matches(_bearer_token(request), stored_hash):
-            raise IngestAuthError("this token is not valid for this run", status_code=403)
+        require_run_token(request.META.get("HTTP_AUTHORIZATION", ""), stored_hash)
         events = parse_batch(_json_body(request), str(pk))
         result = events_ingest(pk, events)
         return Response({"acknowledged_seq": result.acknowledged_seq, "stored": result.stored})

@@ -24,10 +24,10 @@ from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
-from posttrain.core.errors import IngestAuthError, InvalidInput, NotFound, PayloadTooLarge
+from posttrain.core.errors import InvalidInput, NotFound, PayloadTooLarge
 from posttrain.runs.models import Run
 from posttrain.telemetry import rollouts
-from posttrain.telemetry.tokens import token_matches
+from posttrain.telemetry.tokens import require_run_token
 from posttrain_sdk.rollout_files import parse_file_name
 
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
@@ -90,13 +90,6 @@ class RunRolloutFileView(APIView):
         return response
 
 
-def _bearer(request: Request) -> str:
-    scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise IngestAuthError("send the run's ingestion token as 'Authorization: Bearer <token>'", status_code=401)
-    return token.strip()
-
-
 class RolloutUploadView(APIView):
     """An external run's client uploads a step's rollout file with the run's own bearer token (no session,
     no CSRF). The body is read as it streams in, never parsed."""
@@ -119,8 +112,7 @@ class RolloutUploadView(APIView):
     )
     def put(self, request: Request, pk, name: str) -> Response:
         run = get_object_or_404(Run.objects.only("ingest_token_hash"), pk=pk)
-        if not token_matches(_bearer(request), run.ingest_token_hash):
-            raise IngestAuthError("this token is not valid for this run", status_code=403)
+        require_run_token(request.META.get("HTTP_AUTHORIZATION", ""), run.ingest_token_hash)
         if parse_file_name(name) is None:
             raise InvalidInput.one("name", "must be a rollout file name, step_<8-digit step>[.<part>].parquet")
         limit = settings.ROLLOUT_UPLOAD_MAX_BYTES
