@@ -691,7 +691,7 @@ class EnvironmentConfig(_Section):
     """A multi-turn environment from a Python file (see rl_engine/environments): the model acts, the
     environment answers with an observation and a reward, until it says done or the turns run out."""
 
-    package: Literal["textarena", "openenv"] | None = Field(
+    package: Literal["textarena", "openenv", "verifiers"] | None = Field(
         default=None,
         description="An installed environment package, through the adapter the engine ships for it "
         "(rl_engine/environments/adapters); empty = your own file at path.",

@@ -19,6 +19,9 @@ The interface — one instance per episode, built with the config's `environment
             shown to the model before its next turn (None: nothing); reward is this turn's; logs are
             numbers logged as `env/<name>` (per-episode, averaged over the step's episodes).'''
 
+        def close(self) -> None:
+            '''Optional: the episode is over (done, failed, or cut at max_turns); let go of what it holds.'''
+
 A dict `{"observation", "reward", "done", "logs"}` is accepted as step's return value as well, and reset may
 return `{"observation": ...}`. Either dict may say `"next_turn_trained": False`: the model's next turn is played
 for another seat (self-play): it stays in the context and is masked out of the loss, like an observation, and

@@ -7,7 +7,8 @@ itself is read-only there, with the rest of site-packages). The engine never imp
 - reasoning-gym: `generate_dataset` writes a task (or a weighted mix) as prompt rows with the entry each needs
   to be scored, from a seed; the `reasoning_gym` reward type scores with the task's own `score_answer`.
 - verifiers: `generate_tasks` writes a taskset's tasks as prompt rows; the `verifiers` reward type scores each
-  with its task's own reward functions (single-turn: multi-turn `Env.run` needs verifiers' harness programs).
+  with its task's own reward functions; `environment.package: verifiers` plays a taskset with its own `Env` or
+  with tools as a multi-turn environment (its `run()` unmodified, the policy as its agent, tools called in-process).
 - TextArena: `environment.package: textarena` plays a game (`options.env_id`) as a multi-turn environment;
   `generate_games` writes seeded games as prompt rows.
 - OpenEnv: `environment.package: openenv` starts an environment's server inside the environment's sandbox and
@@ -38,6 +39,7 @@ OPENENV = ADAPTERS / "openenv_servers.py"
 PACKAGE_ENVIRONMENTS: dict[str, tuple[Path, str]] = {
     "textarena": (TEXTARENA, "TextArena"),
     "openenv": (OPENENV, "OpenEnv"),
+    "verifiers": (VERIFIERS, "Verifiers"),
 }
 GENERATE_TIMEOUT_S = 300.0
 GENERATE_MAX_BYTES = 256 << 20

@@ -23,7 +23,7 @@ Environments (parent -> child; each answered by one "sample" reply per item, the
     {"op": "reset", "items": [[episode, {"prompt", "label", "metadata"}]]}  value: {"observation", "next_turn_trained"}
     {"op": "step", "items": [[episode, action_text]]}   value: {"observation", "reward", "done", "logs",
                                                                 "next_turn_trained"}
-    {"op": "end", "items": [[episode, null]]}          drops the episodes
+    {"op": "end", "items": [[episode, null]]}          drops the episodes (their close(), if they have one)
 
 ``restart`` asks the parent to replace this process after the reply (after a MemoryError the
 interpreter may be in a poor state; past half of its CPU-time limit).
@@ -354,7 +354,7 @@ class EnvironmentRunner:
     def run(self, op: str, episode: Any, payload: Any) -> tuple[dict, bool]:
         try:
             if op == "end":
-                self.episodes.pop(episode, None)
+                self.drop(episode)
                 return {"ok": True, "value": None}, False
             if op == "reset":
 
@@ -367,12 +367,21 @@ class EnvironmentRunner:
             env = self.episodes[episode]
             return {"ok": True, "value": step_result(timed_call(lambda: env.step(payload), self.timeout_s))}, False
         except BaseException as exc:
-            self.episodes.pop(episode, None)
+            self.drop(episode)
             if isinstance(exc, CallTimeout):
                 return {"ok": False, "reason": f"{op}() timed out after {self.timeout_s:g}s"}, False
             return {"ok": False, "reason": f"{op}(): {describe_exception(exc, self.path)}"}, isinstance(
                 exc, MemoryError
             )
+
+    def drop(self, episode: Any) -> None:
+        """The episode is over: its instance's `close()`, if it has one, lets go of what it holds (best effort:
+        the episode's result is already decided)."""
+        env = self.episodes.pop(episode, None)
+        close = getattr(env, "close", None)
+        if callable(close):
+            with contextlib.suppress(BaseException):  # nothing is owed to a dropped episode
+                timed_call(close, self.timeout_s)
 
 
 def _serve_environment(config: dict, inbox: int, outbox: int) -> int:

@@ -91,3 +91,29 @@ def test_a_single_turn_environment_brings_its_own_reward_into_the_launch_form(we
     expect(page.locator("#reward-rows tr")).to_contain_text("arith")
     expect(page.locator("#exp-dataset")).to_have_value(str(arith.dataset_id))
     expect(page.locator("#validation-status")).to_contain_text("Valid")
+
+
+def test_a_verifiers_tool_environment_is_offered_as_episodes(web_server, page, setup, tmp_path):
+    import shutil
+
+    from django.contrib.auth.models import User
+
+    from posttrain.registry import services
+
+    pytest.importorskip("verifiers.v1")
+    model, _, _ = setup
+    fixture = tmp_path / "vf_multiply_tools.py"  # a server file inside the tests' import root
+    shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "verifiers_envs" / fixture.name, fixture)
+    grace = User.objects.get(username="grace")
+    tools = services.environment_create("products", "verifiers", "vf_multiply_tools", files=[str(fixture)], user=grace)
+    tools.refresh_from_db()
+    assert tools.state == "ready", tools.error
+    log_in(page, web_server, "grace")
+    open_ready(page, f"{web_server}/launch/")
+    page.fill("#exp-name", "products grpo")
+    page.select_option("#exp-model", str(model.pk))
+    page.select_option("#exp-environment", str(tools.pk))
+    expect(page.locator("#environment-facts")).to_contain_text("played turn by turn")
+    expect(page.locator("#yaml-text")).to_have_value(re.compile(r"package: verifiers"))
+    expect(page.locator("#yaml-text")).to_have_value(re.compile(r"taskset: vf_multiply_tools"))
+    expect(page.locator("#validation-status")).to_contain_text("Valid")

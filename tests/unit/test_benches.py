@@ -281,6 +281,20 @@ def test_learning_smoke(demo, tmp_path):
 
 
 @pytest.mark.slow
+def test_environments_smoke(demo, tmp_path):
+    pytest.importorskip("verifiers.v1")
+    doc = run_bench("environments", "--smoke", "--demo-dir", str(demo), "--out", str(tmp_path / "out"), timeout_s=900)
+    has(doc, "learning.warm_start_accuracy", "learning.final_accuracy")
+    rows = {(r["environment"], r["policy"]): r for r in doc["equality"]}
+    assert {("verifiers/vf_multiply_tools", "reference"), ("textarena/GuessTheNumber-v0", "checkpoint")} <= set(rows)
+    # the reference policy is right, so equality is checked on full scores too
+    for (_, policy), row in rows.items():
+        assert row["items"] == 2 and row["equal"] == 2, row
+        if policy == "reference":
+            assert row["ours_mean"] == row["package_mean"] >= 1.0, row
+
+
+@pytest.mark.slow
 def test_a_failed_learning_worker_fails_the_bench_with_the_end_of_its_stderr(demo, tmp_path):
     """Not "run the worker alone to see why": a recipe whose model is missing fails its worker at once."""
     args = ["--demo-dir", str(demo), "--demo-size", "tiny", "--minutes", "0.01", "--seeds", "0", "--systems", "ours"]

@@ -167,3 +167,28 @@ class ScriptedRollout:
 
     def ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def play_scripted(tokenizer, cfg, rows: list[dict], moves: list[list[str]]):
+    """The rows' episodes of environment `cfg` through the engine's executor, the model's turns scripted (one list
+    of texts per call, one text per open episode): (the executor's rollouts, the scripted backend)."""
+    from rl_engine.data import Prompt
+    from rl_engine.executors import EnvironmentExecutor
+    from rl_engine.rollout import SamplingParams
+
+    rollout = ScriptedRollout(tokenizer, moves)
+    prompts = [
+        Prompt(
+            text=r["prompt"],
+            raw=r["prompt"],
+            token_ids=rollout.ids(r["prompt"]),
+            label=None,
+            metadata={k: v for k, v in r.items() if k not in ("prompt", "label")},
+        )
+        for r in rows
+    ]
+    run = EnvironmentExecutor(rollout, tokenizer, cfg)
+    try:
+        return run.run(prompts, SamplingParams(n=1)), rollout
+    finally:
+        run.close()

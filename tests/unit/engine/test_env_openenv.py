@@ -10,10 +10,7 @@ from pathlib import Path
 import pytest
 
 from rl_engine.config import EnvironmentConfig
-from rl_engine.data import Prompt
-from rl_engine.executors import EnvironmentExecutor
-from rl_engine.rollout import SamplingParams
-from tests.unit.engine.helpers import ScriptedRollout
+from tests.unit.engine.helpers import play_scripted
 
 pytest.importorskip("openenv")
 
@@ -28,7 +25,6 @@ def tokenizer(tiny_demo: Path):
 
 
 def play(tokenizer, module: str, rows: list[dict], moves: list[list[str]], **options):
-    rollout = ScriptedRollout(tokenizer, moves)
     cfg = EnvironmentConfig(
         package="openenv",
         options={"app": f"{module}:app", **options},
@@ -36,15 +32,7 @@ def play(tokenizer, module: str, rows: list[dict], moves: list[list[str]], **opt
         max_turns=5,
         timeout_s=30,
     )
-    prompts = [
-        Prompt(text=r["prompt"], raw=r["prompt"], token_ids=rollout.ids(r["prompt"]), label=None, metadata=r)
-        for r in rows
-    ]
-    run = EnvironmentExecutor(rollout, tokenizer, cfg)
-    try:
-        return run.run(prompts, SamplingParams(n=1)), rollout
-    finally:
-        run.close()
+    return play_scripted(tokenizer, cfg, rows, moves)
 
 
 def test_the_echo_environment_rewards_each_turn_as_it_does_when_played_directly(tokenizer):

@@ -1,6 +1,6 @@
-"""Whole runs on the tiny demo model with installed environments: a TextArena game as the multi-turn
-environment, and a dataset mixing two reasoning-gym tasks with the package's scorer, whose curves are kept per
-environment; every metric they log is in the catalogue."""
+"""Whole runs on the tiny demo model with installed environments: a TextArena game and a verifiers environment (its
+own `Env.run`) as the multi-turn environment, and a dataset mixing two reasoning-gym tasks with the package's
+scorer, whose curves are kept per environment; every metric they log is in the catalogue."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from posttrain_sdk.event_log import read_events
 from rl_engine.demo.run_config import demo_run_config
-from rl_engine.environments.installed import generate_dataset, generate_games
+from rl_engine.environments.installed import generate_dataset, generate_games, generate_tasks
 from rl_engine.metric_catalogue import lookup
 from tests.unit.engine.helpers import step_rows
 
@@ -62,6 +62,27 @@ def test_a_run_plays_a_textarena_game_turn_by_turn(tiny_demo, tmp_path):
     # the short prompt is not the game's first observation, so the game's rules come first, then the model
     assert all([t["role"] for t in s["turns"][:2]] == ["environment", "assistant"] for s in samples)
     assert {e["data"]["state"] for e in events if e["type"] == "status"} >= {"running", "succeeded"}
+
+
+def test_a_run_plays_a_verifiers_environments_own_run_turn_by_turn(tiny_demo, tmp_path):
+    pytest.importorskip("verifiers.v1")
+    fixture = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_envs" / "vf_guess.py")
+    rows = generate_tasks("vf_guess", size=4, seed=0, files=[fixture])
+    data = write_rows(tmp_path / "guesses.jsonl", rows * 4)
+    environment = {
+        "package": "verifiers",
+        "options": {"taskset": "vf_guess", "max_turns": 2},
+        "files": [fixture],
+        "max_turns": 2,
+    }
+    _, events = run(tiny_demo, tmp_path, data, rewards=[], environment=environment)
+    metrics = step_metrics(events)
+    assert len(metrics) == 2 and all("reward/environment" in m and "env/solved" in m for m in metrics)
+    assert all(lookup(name) is not None for m in metrics for name in m)
+    samples = step_rows(tmp_path / "run", [e for e in events if e["type"] == "samples"][-1])
+    assert all(s["turns"][0]["role"] == "assistant" and not s["errors"] for s in samples)
+    # every episode was scored by the taskset (the turn limit ends the env's run()), so its reward has the task's part
+    assert all(s["reward"] > 0 for s in samples)
 
 
 def test_a_mixed_reasoning_gym_dataset_keeps_a_curve_per_environment(tiny_demo, tmp_path):

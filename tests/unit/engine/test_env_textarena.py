@@ -9,11 +9,8 @@ from pathlib import Path
 import pytest
 
 from rl_engine.config import EnvironmentConfig
-from rl_engine.data import Prompt
 from rl_engine.environments.installed import GenerationError, generate_games
-from rl_engine.executors import EnvironmentExecutor
-from rl_engine.rollout import SamplingParams
-from tests.unit.engine.helpers import ScriptedRollout
+from tests.unit.engine.helpers import play_scripted
 
 textarena = pytest.importorskip("textarena")
 
@@ -26,23 +23,8 @@ def tokenizer(tiny_demo: Path):
 
 
 def play(tokenizer, rows: list[dict], moves: list[list[str]], **options):
-    rollout = ScriptedRollout(tokenizer, moves)
     cfg = EnvironmentConfig(package="textarena", options=options, max_turns=9, max_observation_tokens=4096)
-    prompts = [
-        Prompt(
-            text=r["prompt"],
-            raw=r["prompt"],
-            token_ids=rollout.ids(r["prompt"]),
-            label=None,
-            metadata={k: v for k, v in r.items() if k not in ("prompt", "label")},
-        )
-        for r in rows
-    ]
-    run = EnvironmentExecutor(rollout, tokenizer, cfg)
-    try:
-        return run.run(prompts, SamplingParams(n=1)), rollout
-    finally:
-        run.close()
+    return play_scripted(tokenizer, cfg, rows, moves)
 
 
 def own_game(env_id: str, seed: int, moves: list[str], players: int = 1):

@@ -204,3 +204,46 @@ def test_a_verifiers_taskset_from_a_server_file_is_generated_and_scored_by_its_o
         f"/api/environments/{environment.pk}/try/", {"moves": [row["extra_info"]["task"]["answer"]]}, format="json"
     ).json()
     assert played["reward"] == pytest.approx(1.2) and played["errors"] == []
+
+
+def test_a_verifiers_tool_taskset_is_played_as_episodes_in_try_it(researcher, researcher_client, tmp_path):
+    import json
+    import re
+    import shutil
+    from pathlib import Path
+
+    from tests.unit.platform.helpers import grant_server_paths
+
+    grant_server_paths(researcher)
+    fixture = tmp_path / "vf_multiply_tools.py"
+    shutil.copy(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_envs" / fixture.name, fixture)
+    register(researcher_client, name="products", package="verifiers", env_id="vf_multiply_tools", files=[str(fixture)])
+    environment = Environment.objects.get(name="products")
+    assert environment.state == "ready", environment.error
+    # The taskset's tasks have tools: a run plays them as episodes, scored by the taskset at the end of each.
+    assert environment.reward is None
+    assert environment.run_environment == {
+        "package": "verifiers",
+        "options": {"taskset": "vf_multiply_tools", "args": {}, "max_turns": services.VERIFIERS_TURNS},
+        "files": [str(fixture)],
+        "max_turns": services.VERIFIERS_TURNS,
+        "max_observation_tokens": services.VERIFIERS_OBSERVATION_TOKENS,
+    }
+    row = rows_of(environment)[0]
+    a, b = map(int, re.findall(r"\d+", row["prompt"])[:2])
+    call = json.dumps({"name": "calculator_multiply", "arguments": {"a": a, "b": b}})
+    played = researcher_client.post(
+        f"/api/environments/{environment.pk}/try/",
+        {"moves": [f"<tool_call>{call}</tool_call>", str(a * b)]},
+        format="json",
+    ).json()
+    assert played["errors"] == [] and played["done"] and played["reward"] == 1.0
+    assert [t["role"] for t in played["turns"]] == ["environment", "assistant"] * 2 + ["environment"]
+    assert played["turns"][2]["text"] == f"<tool_response>\n{a * b}\n</tool_response>"
+    register(researcher_client, name="arith", package="reasoning_gym", env_id="basic_arithmetic", size=4)
+    refused = researcher_client.post(
+        "/api/environments/mix/",
+        {"name": "m", "environments": [{"environment": "arith"}, {"environment": "products"}]},
+        format="json",
+    )
+    assert refused.status_code == 400 and refused.json()["errors"][0]["loc"] == "environments.1"

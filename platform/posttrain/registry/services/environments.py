@@ -39,6 +39,9 @@ DISTRIBUTIONS = {
     "openenv": "openenv-core",
 }
 SINGLE_TURN = ("reasoning_gym", "verifiers")
+# A verifiers taskset with its own Env or with tools is played as episodes (its rows say so when generated).
+VERIFIERS_TURNS = 4
+VERIFIERS_OBSERVATION_TOKENS = 512  # the first observation lists the tools' JSON schemas
 MAX_SIZE = 100_000
 MAX_MOVES = 32
 POLL_INTERVAL_S = 0.1
@@ -182,10 +185,26 @@ def environment_generate(environment_id: int | str) -> None:
     for row in rows:
         row["env"] = component_name(env.name, env.package)
     dataset, _ = dataset_store_rows(env.name, rows, description=f"{env.package} {env.env_id}", user=env.created_by)
-    reward = _reward_for(env) if env.package in SINGLE_TURN else None
+    run_environment = env.run_environment
+    if env.package == "verifiers" and rows and (rows[0].get("extra_info") or {}).get("episode"):
+        run_environment = _verifiers_episodes(env)
+    reward = _reward_for(env) if run_environment is None else None
     Environment.objects.filter(pk=env.pk, state=Environment.State.GENERATING).update(
-        state=Environment.State.READY, dataset=dataset, reward=reward, error=""
+        state=Environment.State.READY, dataset=dataset, reward=reward, run_environment=run_environment, error=""
     )
+
+
+def _verifiers_episodes(env: Environment) -> dict[str, Any]:
+    """The engine's `environment` section of a verifiers taskset played as episodes: the adapter ends the seat's
+    turns where the engine would, so that the taskset's scoring runs on every episode."""
+    options = {"taskset": env.env_id, "args": env.arguments, "max_turns": VERIFIERS_TURNS}
+    return {
+        "package": "verifiers",
+        "options": options,
+        "files": env.files,
+        "max_turns": VERIFIERS_TURNS,
+        "max_observation_tokens": VERIFIERS_OBSERVATION_TOKENS,
+    }
 
 
 def _generation_failed(env: Environment, reason: str) -> None:
@@ -238,7 +257,7 @@ def environments_mix(
     for i, (env, weight) in enumerate(parts):
         if env.state != Environment.State.READY or env.dataset is None:
             raise invalid(f"environments.{i}", f"{env.name} is {env.state}, not ready")
-        if env.package not in SINGLE_TURN:
+        if env.run_environment is not None:
             raise invalid(f"environments.{i}", f"{env.name} is multi-turn ({env.package}): a run plays one such")
         if not weight > 0:
             raise invalid(f"environments.{i}.weight", "must be above 0")
