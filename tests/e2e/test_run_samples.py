@@ -24,6 +24,17 @@ TURNS = [
     {"role": "assistant", "text": "The answer is 85", "reward": None},
     {"role": "environment", "text": "correct", "reward": 1.0},
 ]
+# A verifiers episode with tools: the model's call and the tool's result are labelled as such.
+TOOL_TURNS = [
+    {
+        "role": "assistant",
+        "text": '<tool_call>{"name": "calculator_multiply", "arguments": {"a": 6, "b": 7}}</tool_call>',
+        "reward": None,
+    },
+    {"role": "environment", "text": "<tool_response>\n42\n</tool_response>", "reward": 0.0},
+    {"role": "assistant", "text": "42", "reward": None},
+    {"role": "environment", "text": "", "reward": 1.0},
+]
 
 
 def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
@@ -42,7 +53,7 @@ def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
         [
             {"run": str(run.id), "seq": 1, "type": "status", "step": None, "time": now, "data": {"state": "running"}},
             samples_event(run, 2, 1, [sample_record(0)]),  # the step's rollout file, then its event
-            samples_event(run, 3, 2, [episode, sample_record(1)]),
+            samples_event(run, 3, 2, [episode, sample_record(1), sample_record(2, turns=TOOL_TURNS)]),
             {"run": str(run.id), "seq": 4, "type": "status", "step": None, "time": now, "data": {"state": "succeeded"}},
         ],
     )
@@ -73,6 +84,12 @@ def test_a_multi_turn_sample_opens_turn_by_turn(web_server, page, experiment):
     # Whitespace made visible applies to the turns' texts too.
     page.check("#show-special")
     expect(turns.nth(2).locator("pre.sample-text")).to_have_text("The·answer·is·85")
+    page.uncheck("#show-special")
+
+    page.keyboard.press("Escape")
+    page.locator('#samples-table tr[data-sample="2:2"]').click()
+    heads = dialog.locator("li.turn .turn-head")
+    expect(heads).to_have_text(["model · 1 tool call", "tool result · reward 0", "model", "environment · reward 1"])
 
     # A single-turn sample keeps its plain response.
     page.click("#sample-close")

@@ -4,6 +4,7 @@ import { api, el, formatNumber, pageData, TERMINAL_STATES } from "./api.js";
 import { openRunStream } from "./browser_stream_client.js";
 import { GROUPS, HEADLINE_METRICS, metricInfo, PANELS } from "./metric_catalogue.js";
 import { tokenViewSection } from "./token_view.js";
+import { trajectoryList } from "./trajectory.js";
 
 const run = pageData("run-data");
 const SAMPLES_PAGE = 25;
@@ -467,15 +468,12 @@ function turnsTag(sample) {
   return n ? el("span", { class: "tag turns-tag", title: "model turns of a multi-turn episode" }, `${n} turns`) : null;
 }
 
-// A multi-turn sample turn by turn: the model's turns (trained) and the environment's answers (masked).
+// A multi-turn sample turn by turn (trajectory.js), then the environment's logs.
 function trajectory(sample, showSpecial) {
   const env = Object.entries(sample.env || {});
   return [
     el("h3", {}, `Trajectory (${assistantTurns(sample)} model turns)`),
-    el("ol", { class: "trajectory" }, sample.turns.map((turn) => el("li", { class: `turn turn-${turn.role}`, "data-role": turn.role },
-      el("div", { class: "turn-head" }, turn.role === "assistant" ? "model" : "environment",
-        turn.reward !== null && turn.reward !== undefined ? el("span", { class: "muted" }, ` · reward ${formatNumber(turn.reward)}`) : null),
-      visibleText(turn.text, showSpecial)))),
+    trajectoryList(sample.turns, (text) => visibleText(text, showSpecial)),
     env.length ? el("h3", {}, "Environment logs") : null,
     env.length ? el("table", { class: "data compact env-logs" },
       el("tbody", {}, env.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, formatNumber(v)))))) : null,
