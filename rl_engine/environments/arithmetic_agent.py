@@ -48,16 +48,18 @@ def calculate(match: re.Match) -> int:
 
 
 def play(task: dict, calls: int, token: str) -> float:
-    client = OpenAI(base_url=task["base_url"], api_key=token, max_retries=0)  # sent as the bearer token
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": task["prompt"]}]
     reply = ""
-    for _ in range(calls + 1):
-        completion = client.chat.completions.create(model=task["model"], messages=messages, max_tokens=8)
-        reply = completion.choices[0].message.content or ""
-        call = CALL.match(reply)
-        if call is None:
-            break
-        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"={calculate(call)}"}]
+    # Closed with the session: a client left to the garbage collector keeps its connection open, and in the
+    # sandbox each open connection is a socat process counted against its process limit.
+    with OpenAI(base_url=task["base_url"], api_key=token, max_retries=0) as client:  # api_key: the bearer token
+        for _ in range(calls + 1):
+            completion = client.chat.completions.create(model=task["model"], messages=messages, max_tokens=8)
+            reply = completion.choices[0].message.content or ""
+            call = CALL.match(reply)
+            if call is None:
+                break
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": f"={calculate(call)}"}]
     return 1.0 if reply.strip() == (task["label"] or "").strip() else 0.0
 
 
