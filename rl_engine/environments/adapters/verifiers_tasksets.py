@@ -34,6 +34,8 @@ gets the tools' results as the next observation and the model goes on; a reply w
 - Turns: a seat gets at most `max_turns` replies (the agent config's own `max_turns` if lower); then its next turn
   comes back terminated, as verifiers' turn limit does, and `run()` finishes. Give it the environment section's
   `max_turns` (the registry does) so that scoring runs before the engine stops the episode.
+- The environment is the configured taskset's (`taskset`, `args`); a row holding a task of another taskset is
+  refused at reset.
 - One seat only: an environment declaring several agents (a user simulator, a judge) needs a second model, which a
   run does not have; it is refused at reset with the seats it declares.
 """
@@ -256,7 +258,7 @@ class _Interaction:
     async def __aenter__(self) -> _Interaction:
         await self.tools.start()
         self.trace.tools = [_tool(s) for s in self.tools.schemas]
-        self.seat.traces.append((self.task, self.trace))
+        self.seat.traces.append(self.trace)
         return self
 
     async def __aexit__(self, kind: Any, error: Any, tb: Any) -> None:
@@ -318,7 +320,7 @@ class _Seat:
         self.replies = 0
         own = getattr(config, "max_turns", None)
         self.max_turns = min(episode.max_turns, own) if own else episode.max_turns
-        self.traces: list[tuple[Any, Any]] = []
+        self.traces: list[Any] = []  # its interactions' traces, in the order they opened
         self.call_ids = itertools.count()
 
     def interaction(self, task: Any) -> _Interaction:
@@ -352,9 +354,13 @@ class Verifiers:
     def reset(self, prompt: str, label: str | None, metadata: dict) -> dict:
         from verifiers.v1.configs.agent import agent_config_fields
 
-        extra = dict((metadata or {}).get("extra_info") or {})
-        task = _task(extra)
-        env = _environment(extra["taskset"], dict(extra.get("args") or {}), self.env_id, self.env_args)
+        task = _task((metadata or {}).get("extra_info"))
+        if metadata["extra_info"]["taskset"] != self.taskset:
+            raise ValueError(
+                f"the row is a task of taskset {metadata['extra_info']['taskset']!r}; this environment plays "
+                f"{self.taskset!r}"
+            )
+        env = _environment(self.taskset, self.args, self.env_id, self.env_args)
         seats = list(agent_config_fields(env.config))
         if len(seats) != 1:
             raise ValueError(
@@ -378,7 +384,7 @@ class Verifiers:
 
         await env.setup(self.agents)
         await env.run(task, self.agents)
-        traces = [trace for _, trace in self.seat.traces]
+        traces = list(self.seat.traces)
         episode = Episode(task=TraceTask(type=type(task).__name__, data=task.data), traces=traces, ok=True)
         await env.finalize(task, episode)
 
@@ -404,10 +410,9 @@ class Verifiers:
         over, observation = self._advance()
         if not over:
             return {"observation": observation, "reward": 0.0, "done": False}
-        traces = [trace for _, trace in self.seat.traces]
-        if not traces:
+        if not self.seat.traces:
             raise ValueError("the environment's run() opened no interaction for the policy")
-        trace = traces[-1]
+        trace = self.seat.traces[-1]
         return {"observation": None, "reward": float(trace.reward), "done": True, "logs": _scores(trace)}
 
     def close(self) -> None:

@@ -159,3 +159,15 @@ def test_an_environment_with_two_seats_is_refused_naming_them(tokenizer):
     out, _ = play(tokenizer, "vf_interview", rows_of("vf_interview"), [])
     assert out.env_rewards == [0.0]
     assert "declares 2 agents (interviewer, candidate)" in out.errors[0][0]
+
+
+def test_a_row_of_another_taskset_is_refused_naming_both(tokenizer):
+    row = rows_of("vf_guess")[0]
+    cfg = EnvironmentConfig(
+        package="verifiers",
+        options={"taskset": "vf_multiply_tools"},
+        files=files("vf_guess") + files("vf_multiply_tools"),
+    )
+    out, _ = play_scripted(tokenizer, cfg, [row], [])
+    assert out.env_rewards == [0.0]
+    assert "a task of taskset 'vf_guess'; this environment plays 'vf_multiply_tools'" in out.errors[0][0]
