@@ -20,6 +20,7 @@ import pytest
 
 from posttrain_sdk.event_log import read_events
 from rl_engine.demo.run_config import demo_run_config
+from tests.support.demo_builds import shared_demo_build
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the demo build: ~35 s alone, minutes under load
 
@@ -29,11 +30,7 @@ EVAL_SIZE = 500
 
 @pytest.fixture(scope="module")
 def demo_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rl_engine.demo.build import build_demo
-
-    out = tmp_path_factory.mktemp("demo-task")
-    build_demo(out, seed=0, progress=False)
-    return out
+    return shared_demo_build(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from posttrain_sdk.event_log import read_events
 from rl_engine.config import validate_config
 from rl_engine.demo.run_config import demo_run_config
 from rl_engine.distributed import PlacementUnavailable, RoleDied, plan_placement
+from tests.support.demo_builds import shared_demo_build
 from tests.unit.engine.helpers import rollouts_by_step
 
 pytestmark = pytest.mark.slow
@@ -413,11 +414,9 @@ def test_a_killed_rollout_actor_fails_the_run_naming_it(tiny_demo, tmp_path, ray
 def test_vllm_and_deepspeed_as_separate_roles_keep_logprobs_equal_after_every_sync(
     tmp_path, ray_cluster, tmp_path_factory
 ):
-    from rl_engine.demo.build import build_demo
     from rl_engine.loop import train
 
-    demo = tmp_path_factory.mktemp("vllm-ds-demo")
-    build_demo(demo, seed=0, model_size="demo", sft_steps=10, progress=False)  # vLLM-CPU needs the demo size
+    demo = shared_demo_build(tmp_path_factory, sft_steps=10)  # vLLM-CPU needs the demo size
     cfg = run_config(
         demo,
         placement={"mode": "separate"},

@@ -14,6 +14,7 @@ import torch
 from posttrain_sdk.event_log import read_events
 from rl_engine.config import ConfigError
 from rl_engine.demo.run_config import demo_run_config
+from tests.support.demo_builds import shared_demo_build
 
 LORA = {"enabled": True, "rank": 4, "alpha": 8.0}
 
@@ -246,11 +247,7 @@ def test_lora_with_a_separate_rollout_actor_samples_from_the_merged_weights(tiny
 
 @pytest.fixture(scope="module")
 def vllm_demo(tmp_path_factory) -> Path:
-    from rl_engine.demo.build import build_demo
-
-    out = tmp_path_factory.mktemp("lora-vllm-demo")
-    build_demo(out, seed=0, model_size="demo", sft_steps=10, progress=False)  # vLLM-CPU needs the demo size
-    return out
+    return shared_demo_build(tmp_path_factory, sft_steps=10)  # vLLM-CPU needs the demo size
 
 
 @pytest.mark.slow

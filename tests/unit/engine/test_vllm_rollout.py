@@ -17,6 +17,7 @@ import torch
 
 from rl_engine.rollout import Sample, SamplingParams, TransformersRollout
 from rl_engine.trainer import TokenBatch, response_logits, token_logprobs
+from tests.support.demo_builds import shared_demo_build
 from tests.unit.engine.helpers import rollouts_by_step
 
 pytestmark = pytest.mark.slow
@@ -27,11 +28,7 @@ TOLERANCE = 1e-3
 
 @pytest.fixture(scope="module")
 def vllm_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from rl_engine.demo.build import build_demo
-
-    out = tmp_path_factory.mktemp("vllm-demo")
-    build_demo(out, seed=0, model_size="demo", sft_steps=10, progress=False)
-    return out
+    return shared_demo_build(tmp_path_factory, sft_steps=10)
 
 
 @pytest.fixture(scope="module")
