@@ -35,20 +35,23 @@ def test_the_queue_page_shows_who_waits_and_why_and_follows_admission_live(web_s
     second = a_run(
         experiment, "after", "queued", resources=ONE_CPU, created_by=owner, queue_position=2, queue_reason="1 run ahead"
     )
-    ClusterSnapshot.objects.create(
+    # The one snapshot row: an admission pass may already have made it (get_or_create), so it is set, not added.
+    ClusterSnapshot.objects.update_or_create(
         pk=1,
-        nodes=[
-            {
-                "node_id": "head-node-1",
-                "address": "10.0.0.1",
-                "head": True,
-                "total": {"CPU": 1, "GPU": 0},
-                "free": {"CPU": 0, "GPU": 0},
-            }
-        ],
-        total={"CPU": 1, "GPU": 0},
-        free={"CPU": 0, "GPU": 0},
-        taken_at=timezone.now(),
+        defaults=dict(
+            nodes=[
+                {
+                    "node_id": "head-node-1",
+                    "address": "10.0.0.1",
+                    "head": True,
+                    "total": {"CPU": 1, "GPU": 0},
+                    "free": {"CPU": 0, "GPU": 0},
+                }
+            ],
+            total={"CPU": 1, "GPU": 0},
+            free={"CPU": 0, "GPU": 0},
+            taken_at=timezone.now(),
+        ),
     )
     log_in(page, web_server, "grace", next_path="/queue/")
     waiting = page.locator("#waiting-table tbody tr")
