@@ -14,7 +14,15 @@ import pytest
 import requests
 
 from tests.support.api import admitted_at, create_experiment, run_config
-from tests.support.stack import VENV_BIN, free_port, platform_stack, postgres_url, stop_process_group, wait_for_http
+from tests.support.stack import (
+    RAY_STOP_GRACE_S,
+    VENV_BIN,
+    free_port,
+    platform_stack,
+    postgres_url,
+    stop_process_group,
+    wait_for_http,
+)
 from tests.support.stack_fixtures import api, check_after_test, demo_assets, registry  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -96,7 +104,7 @@ def two_nodes(tmp_path_factory) -> Iterator[str]:
         yield address
     finally:
         for node in reversed(nodes):
-            stop_process_group(node)
+            stop_process_group(node, timeout_s=RAY_STOP_GRACE_S)
 
 
 @pytest.fixture(scope="module")

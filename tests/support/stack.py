@@ -68,6 +68,12 @@ def wait_for_http(url: str, timeout_s: float, process: subprocess.Popen | None =
     raise TimeoutError(f"{url} did not answer within {timeout_s}s: {last_error}")
 
 
+# A Ray process group (`ray start --block`: GCS, raylet, autoscaler monitor, agents) outlasts 20 s of SIGTERM
+# here, so each stop waited 20 s and then killed it anyway. Nothing of a test's cluster is kept, so a head or
+# node gets a short grace and is then killed, as Ray's own `ray stop` does after its grace period.
+RAY_STOP_GRACE_S = 3.0
+
+
 def stop_process_group(process: subprocess.Popen, timeout_s: float = 20) -> None:
     if process.poll() is not None:
         return
@@ -136,7 +142,7 @@ class RayHead:
 
     def stop(self) -> None:
         if self.process is not None:
-            stop_process_group(self.process)
+            stop_process_group(self.process, timeout_s=RAY_STOP_GRACE_S)
             self.process = None
 
 
@@ -310,19 +316,21 @@ def platform_stack(
                 stop_process_group(user_code)
         finally:
             stop_process_group(worker)
-            forget_cluster_samples(database_url)
+            forget_what_the_worker_wrote_unasked(database_url)
     finally:
         web.stop()
 
 
-def forget_cluster_samples(database_url: str) -> None:
-    """The worker samples the cluster at every reconcile (every 2 s here), also after the last test's
-    clean-up and before this teardown: rows no test wrote, which would join a later test's history."""
-    from posttrain.scheduling.models import ClusterSample
+def forget_what_the_worker_wrote_unasked(database_url: str) -> None:
+    """The worker samples the cluster and runs an admission pass at every reconcile (every 2 s here), also after
+    the last test's clean-up and before this teardown: the samples and the one ClusterSnapshot row (pk 1) are
+    rows no test wrote, which would join a later test's history or collide with a snapshot it sets."""
+    from posttrain.scheduling.models import ClusterSample, ClusterSnapshot
 
     try:
         with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as connection:
-            connection.execute(f"DELETE FROM {ClusterSample._meta.db_table}")
+            for model in (ClusterSample, ClusterSnapshot):
+                connection.execute(f"DELETE FROM {model._meta.db_table}")
     except psycopg.OperationalError:
         pass  # the database is down (a fault test): nothing was sampled into it meanwhile
 
