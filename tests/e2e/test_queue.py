@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from tests.e2e.helpers import a_researcher, a_run, an_experiment
 from tests.support.browser import log_in, screenshot
+from tests.unit.platform.helpers import a_full_one_cpu_cluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,7 +18,6 @@ ONE_CPU = {"driver": {"CPU": 1.0, "GPU": 0.0}, "bundles": [], "total": {"CPU": 1
 
 def test_the_queue_page_shows_who_waits_and_why_and_follows_admission_live(web_server, page):
     from posttrain.runs.services import run_transition
-    from posttrain.scheduling.models import ClusterSnapshot
 
     owner = a_researcher("grace")
     experiment = an_experiment("gsm queue")
@@ -35,24 +35,7 @@ def test_the_queue_page_shows_who_waits_and_why_and_follows_admission_live(web_s
     second = a_run(
         experiment, "after", "queued", resources=ONE_CPU, created_by=owner, queue_position=2, queue_reason="1 run ahead"
     )
-    # The one snapshot row: an admission pass may already have made it (get_or_create), so it is set, not added.
-    ClusterSnapshot.objects.update_or_create(
-        pk=1,
-        defaults=dict(
-            nodes=[
-                {
-                    "node_id": "head-node-1",
-                    "address": "10.0.0.1",
-                    "head": True,
-                    "total": {"CPU": 1, "GPU": 0},
-                    "free": {"CPU": 0, "GPU": 0},
-                }
-            ],
-            total={"CPU": 1, "GPU": 0},
-            free={"CPU": 0, "GPU": 0},
-            taken_at=timezone.now(),
-        ),
-    )
+    a_full_one_cpu_cluster(taken_at=timezone.now())
     log_in(page, web_server, "grace", next_path="/queue/")
     waiting = page.locator("#waiting-table tbody tr")
     expect(waiting).to_have_count(2)

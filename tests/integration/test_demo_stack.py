@@ -10,6 +10,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -20,15 +21,18 @@ EXTERNAL_SERVERS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RE
 
 
 @pytest.fixture
-def demo_env(tmp_path, tmp_path_factory):
-    # The demo task, built as `make demo` builds it, already in place: make demo reuses a complete build (the
-    # path a second `make demo` takes), so this test pays for the stack and not for a warm start that the
-    # suite's other users of the same build (tests/support/demo_builds.py) already paid for. The build itself
-    # is tested in tests/unit/engine/test_demo_build.py.
-    shared = shared_demo_build(tmp_path_factory)
-    shutil.copytree(shared, tmp_path / "demo" / "storage" / "imports" / "demo")
+def built_demo(tmp_path_factory) -> Path:
+    """The demo task as `make demo` builds it, built once for the suite (tests/support/demo_builds.py)."""
+    return shared_demo_build(tmp_path_factory)
+
+
+@pytest.fixture
+def demo_env(tmp_path, built_demo):
+    # The build already in place: make demo reuses a complete build (the path a second `make demo` takes), so
+    # this test pays for the stack and not for a warm start the suite's other users of the same build already
+    # paid for. The build itself is tested in tests/unit/engine/test_demo_build.py.
+    shutil.copytree(built_demo, tmp_path / "demo" / "storage" / "imports" / "demo")
     env = {k: v for k, v in os.environ.items() if k not in EXTERNAL_SERVERS}
-    env["SHARED_DEMO_MANIFEST"] = str(shared / "manifest.json")
     env.update(
         DEMO_HOME=str(tmp_path / "demo"),
         POSTTRAIN_PORT=str(free_port()),
@@ -108,7 +112,7 @@ def _wait_for_demo_run_metrics(opener, base: str, demo_home: str, timeout_s: flo
 # Its own deadlines (make demo, then the first metrics) end inside this limit, so a slow or stuck demo fails with
 # the run's state and the demo's logs rather than a bare timeout.
 @pytest.mark.timeout(900)
-def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_env):
+def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_env, built_demo):
     began = time.monotonic()
     try:
         started = subprocess.run(
@@ -123,7 +127,10 @@ def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_
     # Built inside the default import root (<storage>/imports/), the one folder the platform reads server paths in.
     assets = os.path.join(demo_env["DEMO_HOME"], "storage", "imports", "demo")
     assert os.path.exists(os.path.join(assets, "run.yaml")), "demo assets were not built"
-    with open(os.path.join(assets, "manifest.json")) as reused, open(demo_env["SHARED_DEMO_MANIFEST"]) as shared:
+    with (
+        open(os.path.join(assets, "manifest.json")) as reused,
+        open(built_demo / "manifest.json") as shared,
+    ):
         assert reused.read() == shared.read(), "make demo rebuilt a complete demo build instead of reusing it"
     username, password = re.search(r"login: (\S+) / (\S+)", started.stdout).groups()
     base = f"http://127.0.0.1:{demo_env['POSTTRAIN_PORT']}"

@@ -14,6 +14,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from posttrain.review import services as review
 from posttrain.review.models import Campaign, ReviewItem
 from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
+from posttrain.scheduling.models import ClusterSnapshot
 from posttrain.scheduling.rules import ClusterNode, ClusterView
 from posttrain.telemetry.ingestion import events_ingest
 from posttrain.telemetry.tokens import ingest_token
@@ -106,6 +108,22 @@ def make_run(experiment, state: str = RunState.QUEUED, **fields) -> Run:
         Run.objects.filter(pk=run.pk).update(state=state, **fields)
         run.refresh_from_db()
     return run
+
+
+def a_full_one_cpu_cluster(taken_at: datetime) -> ClusterSnapshot:
+    """The one cluster snapshot row: a single head node with 1 CPU, all of it taken. Set, not added: a live
+    stack's admission pass may already have made the row (get_or_create)."""
+    node = {"node_id": "n0", "address": "10.0.0.1", "head": True, "total": {"CPU": 1, "GPU": 0}}
+    snapshot, _ = ClusterSnapshot.objects.update_or_create(
+        pk=1,
+        defaults={
+            "nodes": [{**node, "free": {"CPU": 0, "GPU": 0}}],
+            "total": {"CPU": 1, "GPU": 0},
+            "free": {"CPU": 0, "GPU": 0},
+            "taken_at": taken_at,
+        },
+    )
+    return snapshot
 
 
 def auth(run: Run) -> dict[str, str]:

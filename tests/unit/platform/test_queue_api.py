@@ -10,7 +10,7 @@ from django.utils import timezone
 from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import S
 from posttrain.scheduling.models import ClusterSnapshot
-from tests.unit.platform.helpers import a_researcher, make_run, post
+from tests.unit.platform.helpers import a_full_one_cpu_cluster, a_researcher, make_run, post
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 
@@ -26,21 +26,7 @@ def test_the_queue_lists_waiting_runs_in_order_running_runs_with_grants_and_the_
         created_by=researcher,
         queue_estimated_start=now + timedelta(seconds=70),
     )
-    ClusterSnapshot.objects.create(
-        pk=1,
-        nodes=[
-            {
-                "node_id": "n0",
-                "address": "10.0.0.1",
-                "head": True,
-                "total": {"CPU": 1, "GPU": 0},
-                "free": {"CPU": 0, "GPU": 0},
-            }
-        ],
-        total={"CPU": 1, "GPU": 0},
-        free={"CPU": 0, "GPU": 0},
-        taken_at=now,
-    )
+    a_full_one_cpu_cluster(taken_at=now)
     body = api.get("/api/queue/").json()
     assert [(r["id"], r["queue_position"], r["reason"]) for r in body["waiting"]] == [
         (str(first.pk), 1, "needs 1 CPU, 0 free"),
