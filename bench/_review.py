@@ -129,6 +129,14 @@ def django_setup(database_url: str, workdir: Path, redis_url: str | None) -> dic
     return dict(os.environ)
 
 
+def campaign_owner() -> tuple[Any, Any]:
+    """The user who makes the bench's campaign (an admin: they read every run) and the project it goes in."""
+    from posttrain.accounts.services import user_create
+    from posttrain.projects.models import Project, default_project_id
+
+    return user_create("bench-owner", "a-long-bench-passphrase", "admin"), Project.objects.get(pk=default_project_id())
+
+
 def run_with_rollouts(rollouts: list[dict[str, Any]], step: int = 1) -> Any:
     """A running run of the demo task whose one samples event (step `step`) holds the rollouts, ingested."""
     from posttrain.registry.models import Dataset, ModelAsset

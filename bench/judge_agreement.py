@@ -40,7 +40,14 @@ JUDGE_WAIT_S = 600
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
 from bench import _servers  # noqa: E402
 from bench._machine import MachineLoad  # noqa: E402
-from bench._review import demo_rollouts, django_setup, fresh_database, run_with_rollouts, tear_down  # noqa: E402
+from bench._review import (  # noqa: E402
+    campaign_owner,
+    demo_rollouts,
+    django_setup,
+    fresh_database,
+    run_with_rollouts,
+    tear_down,
+)
 
 
 def log(message: str) -> None:
@@ -93,6 +100,7 @@ def main() -> int:
         rollouts = demo_rollouts(items, args.seed)
         run = run_with_rollouts(rollouts)
         people = [user_create(name, "a-long-bench-passphrase", "annotator") for name in ANNOTATORS]
+        owner, project = campaign_owner()
         campaign = review.campaign_create(
             name="is the sum right",
             kind="single",
@@ -100,6 +108,8 @@ def main() -> int:
             source={"runs": [str(run.id)], "rule": "random", "k": items, "seed": args.seed},
             overlap=len(ANNOTATORS),
             annotators=people,
+            project=project,
+            user=owner,
         )
         review.campaign_activate(campaign)
         labels = human_labels(rollouts, args.human_noise, args.seed)

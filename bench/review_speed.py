@@ -58,7 +58,14 @@ ACTIONS = {  # API path -> the action it is
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's root: `bench`, the engine, the SDK
 from bench import _servers  # noqa: E402
 from bench._machine import MachineLoad  # noqa: E402
-from bench._review import demo_rollouts, django_setup, fresh_database, run_with_rollouts, tear_down  # noqa: E402
+from bench._review import (  # noqa: E402
+    campaign_owner,
+    demo_rollouts,
+    django_setup,
+    fresh_database,
+    run_with_rollouts,
+    tear_down,
+)
 
 
 class BenchError(Exception):
@@ -75,6 +82,7 @@ def make_campaign(items: int, seed: int) -> int:
 
     run = run_with_rollouts(demo_rollouts(items, seed))
     annotator = user_create(USERNAME, PASSWORD, "annotator")
+    owner, project = campaign_owner()
     campaign = review.campaign_create(
         name="bench review speed",
         kind="single",
@@ -92,6 +100,8 @@ def make_campaign(items: int, seed: int) -> int:
         ],
         source={"runs": [str(run.id)], "rule": "random", "k": items, "seed": seed},
         annotators=[annotator],
+        project=project,
+        user=owner,
     )
     review.campaign_activate(campaign)
     return campaign.pk

@@ -117,10 +117,12 @@ def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def researcher(db):
-    """The signed-in user of most platform tests: "ada", with the researcher role."""
+    """The signed-in user of most platform tests: "ada", with the researcher role, a maintainer of the default
+    project (she writes the rows tests make through the ORM, which have no creator; the tests of ownership make
+    members of their own)."""
     from tests.unit.platform.helpers import a_researcher
 
-    return a_researcher()
+    return a_researcher(role="maintainer")
 
 
 @pytest.fixture
@@ -149,9 +151,10 @@ def registry(db, tmp_path: Path) -> dict:
 def experiment(registry, researcher):
     """The researcher's GRPO experiment over the `registry` rows (helpers.BASE_CONFIG)."""
     from posttrain.runs import services
-    from tests.unit.platform.helpers import BASE_CONFIG
+    from tests.unit.platform.helpers import BASE_CONFIG, default_project
 
     return services.experiment_create(
+        project=default_project(),
         name="sums grpo",
         model=registry["model"],
         dataset=registry["dataset"],

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from posttrain.core import views as core_views
+from posttrain.projects import views as project_views
 from posttrain.registry import views as registry_views
 from posttrain.review import views as review_views
 from posttrain.runs import views as run_views
@@ -19,6 +20,7 @@ urlpatterns = [
     path("queue/", scheduling_views.queue_page, name="queue"),
     path("launch/", run_views.launch_page, name="launch"),
     path("registry/", registry_views.registry_page, name="registry"),
+    path("projects/", project_views.projects_page, name="projects"),
     path("review/", review_views.campaigns_page, name="review"),
     path("review/new/", review_views.campaign_new_page, name="review-new"),
     path("review/campaigns/<int:campaign_id>/", review_views.campaign_page, name="review-campaign-page"),
@@ -33,6 +35,7 @@ urlpatterns = [
     path("api/", include("posttrain.runs.api.urls")),
     path("api/", include("posttrain.scheduling.api.urls")),
     path("api/", include("posttrain.accounts.api.urls")),
+    path("api/", include("posttrain.projects.api.urls")),
     path("api/", include("posttrain.review.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -18,6 +18,7 @@ from tests.unit.platform.helpers import (
     BASE_CONFIG,
     PASSWORD,
     a_researcher,
+    default_project,
     registry_rows,
     sample_record,
     samples_event,
@@ -53,7 +54,13 @@ def _launched_run(name: str, lr: float, seed: int, registry, user) -> Run:
     model, dataset, reward = registry
     config = {**BASE_CONFIG, "train": {**BASE_CONFIG["train"], "lr": lr}}
     experiment = services.experiment_create(
-        name=name, model=model, dataset=dataset, rewards=[(reward, 1.0)], config=config, user=user
+        name=name,
+        model=model,
+        dataset=dataset,
+        rewards=[(reward, 1.0)],
+        config=config,
+        user=user,
+        project=default_project(),
     )
     return services.run_launch(experiment, seed=seed, user=user)
 

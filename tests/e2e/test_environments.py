@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
-from tests.unit.platform.helpers import grant_server_paths
+from tests.unit.platform.helpers import default_project, grant_server_paths
 
 pytestmark = pytest.mark.django_db(transaction=True)
 pytest.importorskip("reasoning_gym")
@@ -40,9 +40,13 @@ def setup(tiny_model_folder, monkeypatch, settings, tmp_path, web_storage):
     environments = importlib.import_module("posttrain.registry.services.environments")
     monkeypatch.setattr(environments, "_dispatch_generate", lambda pk: environments.environment_generate(pk))
     user = grant_server_paths(user_create("grace", PASSWORD, "researcher"))  # an admin's grant: the model's folder
-    model = services.model_register("tiny-qwen", str(tiny_model_folder), user=user)
-    arith = services.environment_create("arith", "reasoning_gym", "basic_arithmetic", size=16, user=user)
-    guess = services.environment_create("guess", "textarena", "GuessTheNumber-v0", size=8, user=user)
+    model = services.model_register("tiny-qwen", str(tiny_model_folder), user=user, project=default_project())
+    arith = services.environment_create(
+        "arith", "reasoning_gym", "basic_arithmetic", size=16, user=user, project=default_project()
+    )
+    guess = services.environment_create(
+        "guess", "textarena", "GuessTheNumber-v0", size=8, user=user, project=default_project()
+    )
     arith.refresh_from_db()
     guess.refresh_from_db()
     assert arith.state == guess.state == "ready", (arith.error, guess.error)
@@ -105,7 +109,9 @@ def test_a_verifiers_tool_environment_is_offered_as_episodes(web_server, page, s
     fixture = tmp_path / "vf_multiply_tools.py"  # a server file inside the tests' import root
     shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "verifiers_envs" / fixture.name, fixture)
     grace = User.objects.get(username="grace")
-    tools = services.environment_create("products", "verifiers", "vf_multiply_tools", files=[str(fixture)], user=grace)
+    tools = services.environment_create(
+        "products", "verifiers", "vf_multiply_tools", files=[str(fixture)], user=grace, project=default_project()
+    )
     tools.refresh_from_db()
     assert tools.state == "ready", tools.error
     log_in(page, web_server, "grace")

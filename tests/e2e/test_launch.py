@@ -16,6 +16,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
+from tests.unit.platform.helpers import default_project
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,8 +44,10 @@ def model_and_reward(researcher, tiny_model_folder):
     from tests.unit.platform.helpers import grant_server_paths
 
     grant_server_paths(researcher)  # registering a folder on the server is an admin's grant
-    model = services.model_register("tiny-qwen", str(tiny_model_folder), user=researcher)
-    reward = services.reward_create("exact answer", "builtin", {"type": "exact_match"}, user=researcher)
+    model = services.model_register("tiny-qwen", str(tiny_model_folder), user=researcher, project=default_project())
+    reward = services.reward_create(
+        "exact answer", "builtin", {"type": "exact_match"}, user=researcher, project=default_project()
+    )
     return model, reward
 
 
@@ -164,7 +167,12 @@ def test_yaml_applied_in_the_pane_refills_the_form_and_a_yaml_error_names_its_li
         columns=["prompt", "label"],
     )
     experiment = services.experiment_create(
-        name="from yaml", model=model, dataset=dataset, rewards=[(reward, 2.0)], config={"train": {"steps": 3}}
+        name="from yaml",
+        model=model,
+        dataset=dataset,
+        rewards=[(reward, 2.0)],
+        config={"train": {"steps": 3}},
+        project=default_project(),
     )
     log_in(page, web_server, "rosalind")
     open_ready(page, f"{web_server}/launch/?experiment={experiment.pk}")
@@ -286,7 +294,9 @@ def test_a_reward_a_probe_games_is_shown_hackable_on_the_registry_and_warned_abo
         label_field="answer",
         columns=["question", "answer"],
     )
-    anywhere = services.reward_create("anywhere", "builtin", {"type": "regex", "pattern": r"\d"}, user=researcher)
+    anywhere = services.reward_create(
+        "anywhere", "builtin", {"type": "regex", "pattern": r"\d"}, user=researcher, project=default_project()
+    )
     cases = build_cases([(f"{i}+1=", str(i + 1), {}) for i in range(12)])
     scores = [float(case.label in case.response) for case in cases]
     RewardProbe.objects.create(

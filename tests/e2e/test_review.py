@@ -23,7 +23,7 @@ from posttrain.runs import services
 from posttrain.runs.models import Run
 from posttrain.telemetry.ingestion import events_ingest
 from tests.support.browser import PASSWORD, open_ready, screenshot
-from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record, samples_event
+from tests.unit.platform.helpers import BASE_CONFIG, default_project, registry_rows, sample_record, samples_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -113,7 +113,13 @@ def _run_with_samples(folder: Path, user) -> Run:
     rows = registry_rows(folder, [(p, "?") for p, *_ in SINGLE_SAMPLES + PAIR_SAMPLES], sha256="c" * 64)
     model, dataset, reward = rows["model"], rows["dataset"], rows["exact"]
     experiment = services.experiment_create(
-        name="sums grpo", model=model, dataset=dataset, rewards=[(reward, 1.0)], config=BASE_CONFIG, user=user
+        name="sums grpo",
+        model=model,
+        dataset=dataset,
+        rewards=[(reward, 1.0)],
+        config=BASE_CONFIG,
+        user=user,
+        project=default_project(),
     )
     run = services.run_launch(experiment, user=user)
     Run.objects.filter(pk=run.pk).update(name=RUN_NAME)

@@ -25,7 +25,7 @@ from posttrain.review.models import Campaign, Judgement, ReviewState
 from posttrain.runs import services
 from posttrain.telemetry.ingestion import events_ingest
 from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
-from tests.unit.platform.helpers import BASE_CONFIG, registry_rows, sample_record, samples_event
+from tests.unit.platform.helpers import BASE_CONFIG, default_project, join, registry_rows, sample_record, samples_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,7 +93,7 @@ def campaign(tmp_path, monkeypatch, settings) -> Campaign:
     from posttrain.core import dispatch
 
     monkeypatch.setattr(dispatch, "run_task", lambda task_name, run_id: None)
-    owner = user_create("rosalind", PASSWORD, "researcher")
+    owner = join(user_create("rosalind", PASSWORD, "researcher"))
     ann, bob = (user_create(name, PASSWORD, "annotator") for name in ("ann", "bob"))
     rita = user_create("rita", PASSWORD, "reviewer")
     rows = registry_rows(tmp_path, [(prompt, "?") for prompt in ROLLOUTS], sha256="e" * 64)
@@ -104,6 +104,7 @@ def campaign(tmp_path, monkeypatch, settings) -> Campaign:
         rewards=[(rows["exact"], 1.0)],
         config=BASE_CONFIG,
         user=owner,
+        project=default_project(),
     )
     run = services.run_launch(experiment, user=owner)
     samples = [
@@ -142,6 +143,7 @@ def campaign(tmp_path, monkeypatch, settings) -> Campaign:
         reviewers=[rita],
         gold={"dataset": gold.pk, "share": 0.3},  # ceil(0.3 · 4 / 0.7) = 2 gold rows
         user=owner,
+        project=default_project(),
     )
     review.campaign_activate(campaign)
     for item in campaign.items.select_related("rollout_a", "campaign"):

@@ -16,7 +16,7 @@ from posttrain.review import services as review
 from posttrain.review.models import JudgeScore
 from rl_engine import sandbox
 from tests.support.stack import PlatformStack, free_port, platform_stack, postgres_url
-from tests.unit.platform.helpers import PASSWORD, run_with_samples, sample
+from tests.unit.platform.helpers import PASSWORD, default_project, run_with_samples, sample
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.usefixtures("no_dispatch")]
 
@@ -58,7 +58,7 @@ def wait_done(session: requests.Session, url: str) -> dict:
 
 
 @pytest.mark.skipif(not sandbox.status().available, reason=f"no sandbox here: {sandbox.status().detail}")
-def test_a_python_judge_scores_a_campaign_on_the_user_code_worker(stack, session, experiment):
+def test_a_python_judge_scores_a_campaign_on_the_user_code_worker(stack, session, experiment, researcher):
     base = stack.web.url
     created = session.post(
         f"{base}/api/rewards/",
@@ -77,6 +77,8 @@ def test_a_python_judge_scores_a_campaign_on_the_user_code_worker(stack, session
         questions=[{"key": "correct", "kind": "pass_fail", "label": "Correct?"}],
         source={"runs": [str(run.id)], "rule": "random", "k": 3},
         annotators=[annotator],
+        project=default_project(),
+        user=researcher,
     )
     started = session.post(
         f"{base}/api/review/campaigns/{campaign.pk}/judges/", json={"reward": created.json()["id"]}, timeout=10

@@ -9,7 +9,10 @@ let metricsTimer = null;
 
 const amount = (value, key) => `${value} ${key}${value === 1 ? "" : "s"}`;
 const needs = (r) => [amount(r.CPU, "CPU"), ...(r.GPU ? [amount(r.GPU, "GPU")] : [])].join(", ");
-const runLink = (run) => el("a", { href: `/runs/${run.id}/` }, run.name || run.id.slice(0, 8));
+// A run of a project the user does not read comes without id or owner: its place and size, not its name.
+const runLink = (run) => (run.hidden
+  ? el("span", { class: "muted" }, run.name)
+  : el("a", { href: `/runs/${run.id}/` }, run.name || run.id.slice(0, 8)));
 const when = (iso) => (iso ? new Date(iso).toLocaleTimeString() : "—");
 
 function fill(table, empty, rows) {

@@ -7,6 +7,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from posttrain.projects.models import default_project_id
+
 
 class ModelAsset(models.Model):
     """A policy model: a local Hugging Face folder, or a checkpoint of an earlier run (lineage kept)."""
@@ -15,7 +17,10 @@ class ModelAsset(models.Model):
         FOLDER = "folder", "Local folder"
         CHECKPOINT = "checkpoint", "Run checkpoint"
 
-    name = models.CharField(max_length=200, unique=True)
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
+    )
+    name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     source = models.CharField(max_length=20, choices=Source.choices, default=Source.FOLDER)
     path = models.CharField(max_length=1000, help_text="Hugging Face model folder (weights, config, tokenizer).")
@@ -32,6 +37,7 @@ class ModelAsset(models.Model):
         # Naming a file or folder on the server (posttrain.core.server_paths.IMPORT_PERMISSION): an admin grants
         # it per user or group (Django admin, or `manage.py grant_server_paths`); uploads need none.
         permissions = [("import_server_paths", "Can name server paths (datasets, models, reward and run files)")]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="unique_model_name_per_project")]
 
     def __str__(self) -> str:
         return self.name
@@ -45,9 +51,12 @@ class Dataset(models.Model):
         PARQUET = "parquet", "Parquet"
         CSV = "csv", "CSV"
 
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
+    )
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
-    sha256 = models.CharField(max_length=64, unique=True)
+    sha256 = models.CharField(max_length=64, db_index=True)
     format = models.CharField(max_length=10, choices=Format.choices)
     path = models.CharField(max_length=1000, help_text="Stored file the engine reads.")
     size_bytes = models.BigIntegerField()
@@ -63,6 +72,8 @@ class Dataset(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Stored once by content: the same file in another project is another row over the same stored file.
+        constraints = [models.UniqueConstraint(fields=["project", "sha256"], name="unique_dataset_per_project")]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.sha256[:12]})"
@@ -77,7 +88,10 @@ class RewardFunction(models.Model):
         HTTP = "http", "HTTP endpoint"
         REWARD_MODEL = "reward_model", "Reward model"
 
-    name = models.CharField(max_length=200, unique=True)
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
+    )
+    name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     kind = models.CharField(max_length=20, choices=Kind.choices)
     spec = models.JSONField(help_text="Engine reward spec: type and parameters.")
@@ -87,6 +101,7 @@ class RewardFunction(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="unique_reward_name_per_project")]
 
     def __str__(self) -> str:
         return self.name
@@ -143,7 +158,10 @@ class Environment(models.Model):
         READY = "ready"
         FAILED = "failed"
 
-    name = models.CharField(max_length=200, unique=True)
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
+    )
+    name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     package = models.CharField(max_length=20, choices=Package.choices)
     env_id = models.CharField(max_length=300, help_text="The task, taskset, game or server app in the package.")
@@ -164,6 +182,7 @@ class Environment(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="unique_environment_name_per_project")]
 
     def __str__(self) -> str:
         return self.name

@@ -19,16 +19,16 @@ from posttrain.registry.models import (
 
 
 def model_list() -> QuerySet[ModelAsset]:
-    return ModelAsset.objects.select_related("created_by")
+    return ModelAsset.objects.select_related("created_by", "project")
 
 
 def dataset_list() -> QuerySet[Dataset]:
     # The preview is up to 20 rows of text: only the preview endpoint reads it.
-    return Dataset.objects.select_related("created_by").defer("preview")
+    return Dataset.objects.select_related("created_by", "project").defer("preview")
 
 
 def reward_list() -> QuerySet[RewardFunction]:
-    return RewardFunction.objects.select_related("created_by")
+    return RewardFunction.objects.select_related("created_by", "project")
 
 
 def reward_trials(reward: RewardFunction) -> QuerySet[RewardTrial]:
@@ -36,7 +36,7 @@ def reward_trials(reward: RewardFunction) -> QuerySet[RewardTrial]:
 
 
 def environment_list() -> QuerySet[Environment]:
-    return Environment.objects.select_related("created_by", "dataset", "reward")
+    return Environment.objects.select_related("created_by", "project", "dataset", "reward")
 
 
 def environment_trials(environment: Environment) -> QuerySet[EnvironmentTrial]:

@@ -44,6 +44,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 
 from posttrain.core.errors import InvalidInput
+from posttrain.projects.models import Project
 from posttrain.registry.models import Dataset
 from posttrain.registry.services import dataset_register_platform_file
 from posttrain.review.models import Campaign, CampaignKind, GoldSource, Judgement, ReviewRollout
@@ -313,6 +314,7 @@ def campaign_export_register(
     name: str | None = None,
     user: User | AnonymousUser | None = None,
     *,
+    project: Project,
     description: str = "",
     question: str | None = None,
 ) -> tuple[Dataset, bool]:
@@ -346,6 +348,7 @@ def campaign_export_register(
             format=kind.extension,
             prompt_field="prompt",
             label_field="",
+            project=project,
             user=user,
             description=description or f"Exported from review campaign {campaign.name!r} (#{campaign.pk}) as {format}.",
         )

@@ -31,6 +31,8 @@ from django.utils import timezone
 
 from posttrain.core.errors import InvalidInput
 from posttrain.core.task_queue import task_send
+from posttrain.projects.access import readable
+from posttrain.projects.models import Project
 from posttrain.registry.models import RewardFunction
 from posttrain.registry.services import reward_create
 from posttrain.registry.services.reward_try import reward_score
@@ -60,11 +62,14 @@ def _settings(threshold: Any, score_min: Any, score_max: Any) -> tuple[float, fl
     return float(threshold), float(score_min), float(score_max)
 
 
-def _create(reward: RewardFunction, user: User | AnonymousUser | None, total: int, **fields: Any) -> JudgeRun:
+def _create(
+    reward: RewardFunction, user: User | AnonymousUser | None, total: int, project: Project, **fields: Any
+) -> JudgeRun:
     threshold, score_min, score_max = _settings(
         fields.pop("threshold", 0.5), fields.pop("score_min", 0.0), fields.pop("score_max", 1.0)
     )
     judge = JudgeRun.objects.create(
+        project=project,
         reward=reward,
         reward_name=reward.name,
         spec=reward.spec,
@@ -95,7 +100,14 @@ def judge_run_create(
     """Pre-score every rollout the campaign's items show with `reward`, on a worker (queued now)."""
     total = ReviewRollout.objects.filter(campaign=campaign).count()
     return _create(
-        reward, user, total, campaign=campaign, threshold=threshold, score_min=score_min, score_max=score_max
+        reward,
+        user,
+        total,
+        campaign.project,
+        campaign=campaign,
+        threshold=threshold,
+        score_min=score_min,
+        score_max=score_max,
     )
 
 
@@ -104,16 +116,18 @@ def judge_pool_create(
     source: Any,
     user: User | AnonymousUser | None = None,
     *,
+    project: Project,
     threshold: Any = 0.5,
     score_min: Any = 0.0,
     score_max: Any = 1.0,
 ) -> JudgeRun:
-    """Score the runs' rollouts at the source's steps with `reward` (a pool for the reward_vs_judge rule)."""
+    """Score the runs' rollouts at the source's steps with `reward` (a pool for the reward_vs_judge rule), in
+    `project`; the runs are ones `user` reads."""
     if not isinstance(source, dict):
         raise InvalidInput.one("source", "required: an object with runs and steps or step_range")
     pool = validate_source({"runs": source.get("runs"), **_steps_only(source)}, "single")
     pool = {"runs": pool["runs"], "steps": pool["steps"], "step_range": pool["step_range"]}
-    known = {str(pk) for pk in Run.objects.filter(pk__in=pool["runs"]).values_list("pk", flat=True)}
+    known = {str(pk) for pk in readable(Run.objects.filter(pk__in=pool["runs"]), user).values_list("pk", flat=True)}
     missing = [i for i, run_id in enumerate(pool["runs"]) if run_id not in known]
     if missing:
         raise InvalidInput.one(f"source.runs[{missing[0]}]", f"no run with id {pool['runs'][missing[0]]}")
@@ -124,7 +138,16 @@ def judge_pool_create(
         raise InvalidInput.one(
             "source", f"has {total} rollouts; a judge scores at most {MAX_POOL_ROLLOUTS}: choose fewer steps"
         )
-    return _create(reward, user, total, source=pool, threshold=threshold, score_min=score_min, score_max=score_max)
+    return _create(
+        reward,
+        user,
+        total,
+        project,
+        source=pool,
+        threshold=threshold,
+        score_min=score_min,
+        score_max=score_max,
+    )
 
 
 def _steps_only(source: dict[str, Any]) -> dict[str, Any]:
@@ -219,9 +242,10 @@ def judge_register_reward(
     agreement: dict[str, Any],
     *,
     question: str | None = None,
+    project: Project,
     user: User | AnonymousUser | None = None,
 ) -> RewardFunction:
-    """Register the judge's reward again under `name`, its description carrying the agreement measured on
+    """Register the judge's reward again under `name` in `project`, its description carrying the agreement measured on
     the campaign (`agreement`: posttrain.review.selectors.judge_agreement of this run), so the next run
     can use it with that evidence attached. Refused below MIN_REGISTER_KAPPA on the question (default:
     the first one the judge answered with a defined kappa)."""
@@ -252,7 +276,9 @@ def judge_register_reward(
         f"{chosen['items']} items{_rates_text(chosen)}."
     )
     try:
-        return reward_create(name, reward.kind, spec, reward.source, description=description, user=user)
+        return reward_create(
+            name, reward.kind, spec, reward.source, project=project, description=description, user=user
+        )
     except ValidationError as exc:
         raise InvalidInput(
             [{"loc": field, "msg": msg} for field, messages in exc.message_dict.items() for msg in messages]

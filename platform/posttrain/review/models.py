@@ -15,6 +15,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from posttrain.projects.models import default_project_id
+
 
 class CampaignState(models.TextChoices):
     DRAFT = "draft"
@@ -28,6 +30,9 @@ class CampaignKind(models.TextChoices):
 
 
 class Campaign(models.Model):
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
+    )
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     instructions = models.TextField(blank=True, help_text="Markdown, shown to annotators beside every item.")
@@ -184,6 +189,9 @@ class JudgeRun(models.Model):
     its lifecycle: a campaign's items (pre-labels, and the judge's agreement with the humans), or a pool of
     runs' rollouts (`source`) that a new campaign then picks from where the reward and the judge disagree."""
 
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
+    )
     campaign = models.ForeignKey(Campaign, null=True, blank=True, on_delete=models.CASCADE, related_name="judge_runs")
     source = models.JSONField(null=True, blank=True, help_text="A pool: runs and steps (normalised).")
     reward = models.ForeignKey(

@@ -75,7 +75,7 @@ def campaign_list() -> QuerySet[Campaign]:
     """Campaigns with item_count, items_complete and judgement_total, one query per page."""
     annotators = Prefetch("annotators", queryset=get_user_model().objects.order_by("username"))
     return (
-        Campaign.objects.select_related("created_by")
+        Campaign.objects.select_related("created_by", "project")
         .prefetch_related(annotators)
         .annotate(
             item_count=Count("items"),
@@ -658,7 +658,7 @@ def item_for_reviewer(item: ReviewItem, user: User) -> dict[str, Any]:
 
 
 def judge_runs(campaign: Campaign | None = None) -> QuerySet[JudgeRun]:
-    runs = JudgeRun.objects.select_related("created_by", "campaign")
+    runs = JudgeRun.objects.select_related("created_by", "project", "campaign")
     return runs.filter(campaign=campaign) if campaign is not None else runs
 
 

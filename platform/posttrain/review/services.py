@@ -37,6 +37,8 @@ from django.utils import timezone
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import user_roles
 from posttrain.core.errors import IllegalTransition, InvalidInput, ItemUnavailable, NotAssigned
+from posttrain.projects.access import readable
+from posttrain.projects.models import Project
 from posttrain.registry.models import Dataset
 from posttrain.review.gold import MAX_GOLD_DATASET_ROWS, GoldRow, gold_count, gold_rows, validate_gold_spec
 from posttrain.review.labels import disagreeing_questions, validate_gold_policy
@@ -135,8 +137,9 @@ def _check_reviewers(users: Sequence[User]) -> list[User]:
     return _check_people(users, "reviewers", REVIEWER_ROLES, "reviewer")
 
 
-def _check_runs(run_ids: list[str]) -> None:
-    found = {str(pk) for pk in Run.objects.filter(pk__in=run_ids).values_list("pk", flat=True)}
+def _check_runs(run_ids: list[str], user: User | None) -> None:
+    """Every run exists and the user reads it (one they may not read is answered as one that does not exist)."""
+    found = {str(pk) for pk in readable(Run.objects.filter(pk__in=run_ids), user).values_list("pk", flat=True)}
     missing = [
         {"loc": f"source.runs[{i}]", "msg": f"no run with id {run_id}"}
         for i, run_id in enumerate(run_ids)
@@ -162,6 +165,15 @@ def _alert_pointers(source: dict[str, Any]) -> list[dict[str, Any]]:
     if not pointers:
         raise InvalidInput.one("source.rule", "the runs have no alerts: choose another rule")
     return pointers
+
+
+def _check_readable_inputs(source: dict[str, Any], gold: dict[str, Any] | None, user: User | None) -> None:
+    """The judge pool and the gold dataset a campaign names are ones the user reads: a campaign copies from them."""
+    judge_run = source.get("judge_run")
+    if judge_run is not None and not readable(JudgeRun.objects.filter(pk=judge_run), user).exists():
+        raise InvalidInput.one("source.judge_run", f"no judge run {judge_run} over runs' rollouts")
+    if gold is not None and not readable(Dataset.objects.filter(pk=gold["dataset"]), user).exists():
+        raise InvalidInput.one("gold.dataset", f"no dataset with id {gold['dataset']}")
 
 
 def _pool_scores(source: dict[str, Any]) -> dict[RolloutKey, float]:
@@ -295,10 +307,12 @@ def campaign_create(
     gold: Any = None,
     gold_policy: Any = None,
     show_suggestions: bool = False,
+    project: Project,
     user: User | None = None,
 ) -> Campaign:
-    """A draft campaign with its items sampled from the runs (deterministic by the source's seed), each
-    showing its own copy of its rollouts, and the gold rows mixed in (posttrain.review.gold)."""
+    """A draft campaign in `project` with its items sampled from the runs (deterministic by the source's seed),
+    each showing its own copy of its rollouts, and the gold rows mixed in (posttrain.review.gold). The runs, the
+    judge pool and the gold dataset are ones `user` reads (the caller checked they create in `project`)."""
     errors: list[dict[str, str]] = []
     name = _collect(errors, lambda: _clean_text(name, "name", limit=NAME_MAX_CHARS, required=True))
     description = _collect(errors, lambda: _clean_text(description, "description", limit=TEXT_MAX_CHARS))
@@ -317,11 +331,12 @@ def campaign_create(
         questions = _collect(errors, validate_questions, questions, kind)
         source = _collect(errors, validate_source, source, kind)
         if source is not None:
-            _collect(errors, _check_runs, source["runs"])
+            _collect(errors, _check_runs, source["runs"], user)
         if questions is not None and isinstance(blind, bool):
             gold = _collect(errors, validate_gold_spec, gold, kind, questions, blind)
     if errors:
         raise InvalidInput(errors)
+    _check_readable_inputs(source, gold, user)
 
     if source["rule"] == "alerts" and source["alerts"] is None:
         source["alerts"] = _alert_pointers(source)
@@ -342,6 +357,7 @@ def campaign_create(
     known = {("gold", row.row, "a"): row.answers for row in gold_picked}
     with transaction.atomic():
         campaign = Campaign.objects.create(
+            project=project,
             name=name,
             description=description,
             instructions=instructions,

@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, render
 from posttrain.accounts.decorators import researcher_required, role_required
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import signed_in_user
+from posttrain.projects.access import readable
 from posttrain.review import selectors
 from posttrain.review.models import Campaign
 
@@ -29,7 +30,7 @@ def campaign_new_page(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def campaign_page(request: HttpRequest, campaign_id: int) -> HttpResponse:
-    campaign = get_object_or_404(Campaign, pk=campaign_id)
+    campaign = get_object_or_404(readable(Campaign.objects.all(), request.user), pk=campaign_id)
     return render(
         request,
         "review/detail.html",

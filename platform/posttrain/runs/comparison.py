@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import QuerySet
+
 from posttrain.core.errors import InvalidInput
 from posttrain.runs.models import Run
 from posttrain.telemetry import rollout_index, rollouts
@@ -15,9 +17,10 @@ from posttrain.telemetry import rollout_index, rollouts
 MAX_PROMPTS = 50
 
 
-def runs_in_order(raw: Iterable[str]) -> list[Run]:
+def runs_in_order(raw: Iterable[str], among: QuerySet[Run]) -> list[Run]:
     """The runs of a `runs` parameter (ids comma-separated and/or repeated), in the order given,
-    each once. Not an id or not a run: InvalidInput naming `runs`."""
+    each once, of the runs `among` (those the user reads). Not an id or not such a run: InvalidInput naming `runs`
+    (a run the user may not read is answered as one that does not exist)."""
     ids: list[uuid.UUID] = []
     for item in raw:
         for text in item.split(","):
@@ -32,7 +35,7 @@ def runs_in_order(raw: Iterable[str]) -> list[Run]:
                 ids.append(run_id)
     if not ids:
         raise InvalidInput.one("runs", "required: one or more run ids, comma-separated")
-    found = {run.pk: run for run in Run.objects.filter(pk__in=ids).select_related("experiment")}
+    found = {run.pk: run for run in among.filter(pk__in=ids).select_related("experiment")}
     unknown = [str(run_id) for run_id in ids if run_id not in found]
     if unknown:
         raise InvalidInput.one("runs", f"no run with id {', '.join(unknown[:5])}")

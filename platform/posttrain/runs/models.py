@@ -8,6 +8,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from posttrain.projects.models import default_project_id
+
 
 class Experiment(models.Model):
     """A run config (validated by the engine's schema) built from registry assets; it holds any number of runs.
@@ -15,6 +17,9 @@ class Experiment(models.Model):
     An experiment without a model is a project of external runs (tracked from TRL, OpenRLHF, verl, ...
     through the SDK): it groups them, and nothing launches from it."""
 
+    project = models.ForeignKey(
+        "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
+    )
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     model = models.ForeignKey(
@@ -92,6 +97,13 @@ PRIORITY_RANK = {RunPriority.LOW: 0, RunPriority.NORMAL: 1, RunPriority.HIGH: 2,
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)  # also its first Ray submission id
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
+    project = models.ForeignKey(
+        "projects.Project",
+        on_delete=models.PROTECT,
+        default=default_project_id,
+        related_name="+",
+        help_text="Its experiment's (kept on the run for the reads and the queue, which scope by it).",
+    )
     kind = models.CharField(max_length=20, choices=RunKind.choices, default=RunKind.NATIVE, db_index=True)
     engine = models.CharField(
         max_length=50,

@@ -32,7 +32,7 @@ DEFAULT_LOG_TAIL_CHARS = 200_000
 
 def experiment_list() -> QuerySet[Experiment]:
     return (
-        Experiment.objects.select_related("model", "dataset", "created_by")
+        Experiment.objects.select_related("project", "model", "dataset", "created_by")
         .prefetch_related("experimentreward_set__reward")
         .annotate(run_count=Count("runs"))
     )
@@ -69,7 +69,7 @@ def experiment_probe_summaries(experiment: Experiment) -> list[dict[str, Any]]:
 
 def run_list() -> QuerySet[Run]:
     # The list serializer names each run's model and dataset: joined here, so a page is one query.
-    return Run.objects.select_related("experiment__model", "experiment__dataset", "created_by")
+    return Run.objects.select_related("project", "experiment__model", "experiment__dataset", "created_by")
 
 
 def validate_run_id_prefix(prefix: str) -> None:

@@ -7,6 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from posttrain.accounts.decorators import researcher_required
+from posttrain.projects.access import readable
 from posttrain.runs import selectors
 from posttrain.scheduling.rules import describe, total_of
 from posttrain.telemetry import selectors as telemetry_selectors
@@ -20,7 +21,8 @@ def runs_page(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def run_page(request: HttpRequest, run_id) -> HttpResponse:
-    run = get_object_or_404(selectors.run_list().select_related("experiment__model", "experiment__dataset"), pk=run_id)
+    runs = readable(selectors.run_list(), request.user)
+    run = get_object_or_404(runs.select_related("experiment__model", "experiment__dataset"), pk=run_id)
     # The live stream resumes after this seq: everything up to it is in the page (logs) or in what the
     # page reads next (series, samples), read after this point, so nothing falls between the two.
     stream_from_seq = run.last_seq

@@ -11,19 +11,40 @@ from typing import Any
 
 from django.utils import timezone
 
+from posttrain.projects.access import AnyUser, readable_project_ids
 from posttrain.runs.models import Run, RunKind
 from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES
 from posttrain.scheduling.models import ClusterSnapshot
 from posttrain.scheduling.rules import total_of
+
+HIDDEN_RUN_NAME = "a run of another project"
 
 
 def _owner(run: Run) -> str | None:
     return run.created_by.username if run.created_by is not None else None
 
 
-def queue_overview(now: datetime | None = None) -> dict[str, Any]:
+def _identity(run: Run, readable_projects: set[int] | None) -> dict[str, Any]:
+    """Who a queued run is: in full for a run the user reads; for another project's run only that it is one
+    (the cluster is shared, so its place, size and state stay visible: they explain the user's own waits), and
+    its wait's reason only as "waiting" (reasons name runs)."""
+    if readable_projects is None or run.project_id in readable_projects:
+        return {
+            "id": str(run.pk),
+            "name": run.name,
+            "owner": _owner(run),
+            "project": run.project.name,
+            "hidden": False,
+            "reason": run.queue_reason or "not yet seen by the scheduler",
+        }
+    return {"id": None, "name": HIDDEN_RUN_NAME, "owner": None, "project": None, "hidden": True, "reason": "waiting"}
+
+
+def queue_overview(user: AnyUser, now: datetime | None = None) -> dict[str, Any]:
+    """The queue as `user` may see it: runs of projects they do not read stay in it, without their names."""
     now = now or timezone.now()
-    native = Run.objects.filter(kind=RunKind.NATIVE).select_related("created_by", "experiment")
+    readable_projects = readable_project_ids(user)
+    native = Run.objects.filter(kind=RunKind.NATIVE).select_related("created_by", "experiment", "project")
     waiting = sorted(
         native.filter(state__in=WAITING_STATES),
         key=lambda r: (r.queue_position is None, r.queue_position or 0, r.created_at),
@@ -33,14 +54,11 @@ def queue_overview(now: datetime | None = None) -> dict[str, Any]:
     return {
         "waiting": [
             {
-                "id": str(run.pk),
-                "name": run.name,
+                **_identity(run, readable_projects),
                 "state": run.state,
-                "owner": _owner(run),
                 "priority": run.priority,
                 "resources": total_of(run),
                 "queue_position": run.queue_position,
-                "reason": run.queue_reason or "not yet seen by the scheduler",
                 "waiting_since": run.state_changed_at,
                 "estimated_start": run.queue_estimated_start if run.queue_position else None,
             }
@@ -48,10 +66,8 @@ def queue_overview(now: datetime | None = None) -> dict[str, Any]:
         ],
         "running": [
             {
-                "id": str(run.pk),
-                "name": run.name,
+                **{k: v for k, v in _identity(run, readable_projects).items() if k != "reason"},
                 "state": run.state,
-                "owner": _owner(run),
                 "priority": run.priority,
                 "preemptible": run.preemptible,
                 "attempt": run.attempt,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-from tests.unit.platform.helpers import PASSWORD
+from tests.unit.platform.helpers import PASSWORD, join
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +35,9 @@ def make_user(db) -> Callable:
     from posttrain.accounts.services import user_create
 
     def make(role: str, username: str | None = None):
-        return user_create(username or f"{role}-user", PASSWORD, role)
+        user = user_create(username or f"{role}-user", PASSWORD, role)
+        # A researcher works in the default project, where the tests' rows are.
+        return join(user, "member") if role == "researcher" else user
 
     return make
 

@@ -44,9 +44,36 @@ BASE_CONFIG: dict[str, Any] = {
 }
 
 
-def a_researcher(username: str = "ada") -> Any:
-    """A user with the researcher role (what the `researcher` fixture gives), password PASSWORD."""
-    return user_create(username, PASSWORD, "researcher")
+def default_project() -> Any:
+    """The project rows land in when nothing names one (as every row made before projects did)."""
+    from posttrain.projects.models import Project, default_project_id
+
+    return Project.objects.get(pk=default_project_id())
+
+
+def join(user: Any, role: str = "member", project: Any = None) -> Any:
+    """Make `user` a member of `project` (default: the default project) with `role`."""
+    from posttrain.projects.access import forget_cached_project_roles
+    from posttrain.projects.models import Membership
+
+    Membership.objects.update_or_create(project=project or default_project(), user=user, defaults={"role": role})
+    forget_cached_project_roles(user)
+    return user
+
+
+def a_campaign_owner() -> Any:
+    """The researcher who makes the tests' campaigns when the test does not say who: a maintainer of the default
+    project, so she reads every run there."""
+    from django.contrib.auth import get_user_model
+
+    found = get_user_model().objects.filter(username="campaign-owner").first()
+    return found or a_researcher("campaign-owner", role="maintainer")
+
+
+def a_researcher(username: str = "ada", role: str = "member") -> Any:
+    """A user with the researcher role, password PASSWORD, with `role` in the default project (where the rows of
+    most tests are)."""
+    return join(user_create(username, PASSWORD, "researcher"), role)
 
 
 def grant_server_paths(user: Any) -> Any:
@@ -293,13 +320,22 @@ def state(run: Run) -> str:
 # --- registry rows (for tests that need an object but not the validation path) ---------------------
 
 
-def a_model_row(name: str | None = None, path: str = "/nonexistent/model") -> Any:
+def _owned(project: Any, created_by: Any) -> dict[str, Any]:
+    """The project and creator fields of a row (default: the default project, no creator)."""
+    return {"project": project or default_project(), "created_by": created_by}
+
+
+def a_model_row(
+    name: str | None = None, path: str = "/nonexistent/model", project: Any = None, created_by: Any = None
+) -> Any:
     from posttrain.registry.models import ModelAsset
 
-    return ModelAsset.objects.create(name=name or f"model-{uuid.uuid4().hex[:8]}", path=path)
+    return ModelAsset.objects.create(
+        name=name or f"model-{uuid.uuid4().hex[:8]}", path=path, **_owned(project, created_by)
+    )
 
 
-def a_dataset_row(name: str = "data") -> Any:
+def a_dataset_row(name: str = "data", project: Any = None, created_by: Any = None) -> Any:
     from posttrain.registry.models import Dataset
 
     return Dataset.objects.create(
@@ -309,24 +345,38 @@ def a_dataset_row(name: str = "data") -> Any:
         path="/nonexistent/data.jsonl",
         size_bytes=1,
         row_count=1,
+        **_owned(project, created_by),
     )
 
 
-def a_reward_row(name: str | None = None) -> Any:
+def a_reward_row(name: str | None = None, project: Any = None, created_by: Any = None) -> Any:
     from posttrain.registry.models import RewardFunction
 
     return RewardFunction.objects.create(
         name=name or f"reward-{uuid.uuid4().hex[:8]}",
         kind="builtin",
         spec={"type": "exact_match", "name": "exact_match"},
+        **_owned(project, created_by),
     )
 
 
-def an_experiment(model: Any = None, dataset: Any = None, rewards: list[Any] = (), name: str = "exp") -> Any:
+def an_experiment(
+    model: Any = None,
+    dataset: Any = None,
+    rewards: list[Any] = (),
+    name: str = "exp",
+    project: Any = None,
+    created_by: Any = None,
+) -> Any:
     from posttrain.runs.models import Experiment, ExperimentReward
 
+    owned = _owned(project, created_by)
     experiment = Experiment.objects.create(
-        name=name, model=model or a_model_row(), dataset=dataset or a_dataset_row(), config={}
+        name=name,
+        model=model or a_model_row(**owned),
+        dataset=dataset or a_dataset_row(**owned),
+        config={},
+        **owned,
     )
     for position, reward in enumerate(rewards):
         ExperimentReward.objects.create(experiment=experiment, reward=reward, position=position)
@@ -410,7 +460,8 @@ def single_campaign(
         source={"runs": [str(r.id) for r in runs], "rule": rule, "k": k, "seed": 7, **fields.pop("source", {})},
         overlap=overlap,
         annotators=annotators,
-        **fields,
+        **{"user": a_campaign_owner(), **fields},
+        project=default_project(),
     )
     return review.campaign_activate(campaign) if activate else campaign
 
@@ -432,7 +483,8 @@ def pair_campaign(
         source={"runs": [str(r.id) for r in runs], "rule": "random", "k": k, "seed": 3, **fields.pop("source", {})},
         overlap=overlap,
         annotators=annotators,
-        **fields,
+        **{"user": a_campaign_owner(), **fields},
+        project=default_project(),
     )
     return review.campaign_activate(campaign) if activate else campaign
 

@@ -64,7 +64,7 @@ def test_urgent_is_for_admins_and_an_unknown_priority_names_the_field(api, exper
     assert post(client_for("admin"), f"/api/runs/{run.pk}/priority/", {"priority": "urgent"}).status_code == 200
 
 
-def test_only_the_owner_or_an_admin_changes_a_runs_priority(experiment, client):
+def test_only_the_runs_creator_a_maintainer_or_an_admin_changes_its_priority(experiment, client):
     run = make_run(experiment)
     client.force_login(a_researcher("bob"))
     refused = post(client, f"/api/runs/{run.pk}/priority/", {"priority": "low"})

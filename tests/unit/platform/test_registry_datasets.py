@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from posttrain.registry.models import Dataset
 from posttrain.registry.services import dataset_upload
-from tests.unit.platform.helpers import an_experiment, grant_server_paths
+from tests.unit.platform.helpers import an_experiment, default_project, grant_server_paths
 
 pytestmark = pytest.mark.django_db
 
@@ -141,7 +141,7 @@ def test_the_size_limit_holds_while_streaming_even_if_the_declared_size_is_small
     from django.core.exceptions import ValidationError
 
     with pytest.raises(ValidationError) as exc:
-        dataset_upload("x", Lying("x.jsonl", jsonl(ROWS)))
+        dataset_upload("x", Lying("x.jsonl", jsonl(ROWS)), project=default_project())
     assert "size limit" in exc.value.message_dict["file"][0]
 
 

@@ -9,6 +9,7 @@ import importlib
 import pytest
 
 from posttrain.registry.models import Dataset, Environment, RewardFunction
+from tests.unit.platform.helpers import default_project
 
 pytestmark = pytest.mark.django_db
 pytest.importorskip("reasoning_gym")
@@ -132,7 +133,7 @@ def test_a_run_config_from_an_environment_validates_with_the_engine(tmp_path_fac
     from rl_engine.config import EnvironmentConfig
 
     environment = services.environment_create(
-        "guess", "textarena", "TicTacToe-v0", {"num_players": 2, "seat": 1}, size=1
+        "guess", "textarena", "TicTacToe-v0", {"num_players": 2, "seat": 1}, size=1, project=default_project()
     )
     environment.refresh_from_db()
     assert EnvironmentConfig.model_validate(environment.run_environment).options == {
@@ -157,7 +158,9 @@ def test_an_experiment_on_a_multi_turn_environment_needs_no_reward_of_its_own(tm
     from posttrain.runs.services.experiments import experiment_check
     from tests.unit.platform.helpers import a_model_row
 
-    environment = services.environment_create("guess", "textarena", "GuessTheNumber-v0", size=2)
+    environment = services.environment_create(
+        "guess", "textarena", "GuessTheNumber-v0", size=2, project=default_project()
+    )
     environment.refresh_from_db()
     model = a_model_row(path=str(tmp_path_factory.mktemp("policy")))  # in the tests' import root, not storage
     checked = experiment_check(
@@ -166,10 +169,13 @@ def test_an_experiment_on_a_multi_turn_environment_needs_no_reward_of_its_own(tm
         dataset=environment.dataset,
         rewards=[],
         config={"environment": environment.run_environment},
+        project=default_project(),
     )
     assert checked.rewards == [] and checked.engine_config["environment"]["options"]["env_id"] == "GuessTheNumber-v0"
     with pytest.raises(InvalidInput) as refused:
-        experiment_check(name="plain", model=model, dataset=environment.dataset, rewards=[], config={})
+        experiment_check(
+            name="plain", model=model, dataset=environment.dataset, rewards=[], config={}, project=default_project()
+        )
     assert refused.value.errors[0]["loc"] == "rewards"
 
 

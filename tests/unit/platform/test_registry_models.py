@@ -13,7 +13,13 @@ from posttrain.registry.model_files import inspect_model_folder
 from posttrain.registry.models import ModelAsset
 from posttrain.registry.services import model_register, model_register_checkpoint
 from posttrain.runs.services.launch import run_dir_for
-from tests.unit.platform.helpers import an_experiment, grant_server_paths, write_model_folder, write_safetensors
+from tests.unit.platform.helpers import (
+    an_experiment,
+    default_project,
+    grant_server_paths,
+    write_model_folder,
+    write_safetensors,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -68,7 +74,7 @@ def test_a_shard_missing_from_the_index_is_counted_not_quoted(tmp_path):
         json.dumps({"weight_map": {"a": "model-00002-of-00002.safetensors"}})
     )
     with pytest.raises(ValidationError) as exc:
-        model_register("m", str(folder))
+        model_register("m", str(folder), project=default_project())
     message = exc.value.message_dict["path"][0]
     # The index is a file on the server, not the user's upload: its content (the shard's name) is not echoed.
     assert "1 of the 1 shards model.safetensors.index.json lists are missing" in message
@@ -79,7 +85,7 @@ def test_a_folder_with_only_pytorch_bin_weights_registers_without_a_parameter_co
     folder = write_model_folder(tmp_path / "m")
     (folder / "model.safetensors").unlink()
     (folder / "pytorch_model.bin").write_bytes(b"pickled")
-    model = model_register("bin-model", str(folder))
+    model = model_register("bin-model", str(folder), project=default_project())
     assert model.parameter_count is None
     assert model.architecture == "LlamaForCausalLM"
 
@@ -104,8 +110,12 @@ def test_a_second_model_with_the_same_name_is_refused(researcher_client, tmp_pat
 
 
 def test_models_filter_by_name_and_architecture(researcher_client, tmp_path):
-    model_register("llama-small", str(write_model_folder(tmp_path / "a")))
-    model_register("qwen-small", str(write_model_folder(tmp_path / "b", architecture="Qwen2ForCausalLM")))
+    model_register("llama-small", str(write_model_folder(tmp_path / "a")), project=default_project())
+    model_register(
+        "qwen-small",
+        str(write_model_folder(tmp_path / "b", architecture="Qwen2ForCausalLM")),
+        project=default_project(),
+    )
     names = lambda q: [m["name"] for m in researcher_client.get("/api/models/", q).json()["results"]]  # noqa: E731
     assert names({"name": "QWEN"}) == ["qwen-small"]
     assert names({"architecture": "llamaforcausallm"}) == ["llama-small"]
@@ -113,7 +123,7 @@ def test_models_filter_by_name_and_architecture(researcher_client, tmp_path):
 
 
 def test_a_model_can_be_renamed_and_described_but_not_moved(researcher_client, tmp_path):
-    model = model_register("old", str(write_model_folder(tmp_path / "m")))
+    model = model_register("old", str(write_model_folder(tmp_path / "m")), project=default_project())
     response = researcher_client.patch(
         f"/api/models/{model.pk}/", {"name": "new", "description": "d", "path": "/x"}, format="json"
     )
@@ -132,7 +142,7 @@ def test_deleting_a_model_an_experiment_uses_is_refused_with_409(researcher_clie
 
 def test_deleting_an_unused_model_keeps_the_users_folder(researcher_client, tmp_path):
     folder = write_model_folder(tmp_path / "m")
-    model = model_register("m", str(folder))
+    model = model_register("m", str(folder), project=default_project())
     assert researcher_client.delete(f"/api/models/{model.pk}/").status_code == 204
     assert (folder / "config.json").exists()
 
@@ -151,7 +161,7 @@ def test_a_registered_checkpoint_keeps_its_lineage_and_outlives_checkpoint_rotat
     run = Run.objects.create(experiment=experiment, name="grpo-1")
     checkpoint = _checkpoint(run_dir_for(run.pk), tiny_model, step=3)
 
-    model = model_register_checkpoint(run, 3, str(checkpoint))
+    model = model_register_checkpoint(run, 3, str(checkpoint), project=default_project())
 
     assert (model.name, model.source, model.source_run, model.source_step) == ("grpo-1-step-3", "checkpoint", run, 3)
     assert model.architecture == "Qwen2ForCausalLM"
@@ -167,7 +177,9 @@ def test_deleting_a_checkpoint_model_removes_its_stored_copy(tmp_path, tiny_mode
     from posttrain.runs.models import Run
 
     run = Run.objects.create(experiment=an_experiment())
-    model = model_register_checkpoint(run, 1, str(_checkpoint(run_dir_for(run.pk), tiny_model, step=1)), name="ckpt")
+    model = model_register_checkpoint(
+        run, 1, str(_checkpoint(run_dir_for(run.pk), tiny_model, step=1)), name="ckpt", project=default_project()
+    )
     with django_capture_on_commit_callbacks(execute=True):
         model_delete(model)
     assert not Path(model.path).exists()
@@ -176,6 +188,6 @@ def test_deleting_a_checkpoint_model_removes_its_stored_copy(tmp_path, tiny_mode
 def test_a_config_with_nan_and_nul_characters_is_stored_as_json_the_database_accepts(tmp_path):
     folder = write_model_folder(tmp_path / "m")
     (folder / "config.json").write_text('{"architectures": ["X"], "eps": NaN, "note": "a\\u0000b"}')
-    model = model_register("odd-config", str(folder))
+    model = model_register("odd-config", str(folder), project=default_project())
     model.refresh_from_db()
     assert model.hf_config == {"architectures": ["X"], "eps": "NaN", "note": "a\ufffdb"}

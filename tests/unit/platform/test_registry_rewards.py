@@ -10,7 +10,7 @@ import pytest
 
 from posttrain.registry.models import RewardFunction
 from rl_engine.config import validate_config
-from tests.unit.platform.helpers import an_experiment, grant_server_paths
+from tests.unit.platform.helpers import an_experiment, default_project, grant_server_paths
 
 pytestmark = pytest.mark.django_db
 
@@ -152,7 +152,7 @@ def test_http_reward_is_checked_by_the_engine_schema(researcher_client, settings
 def test_a_reward_model_may_be_given_by_registered_model_name(researcher_client, tiny_model):
     from posttrain.registry.services import model_register
 
-    model_register("tiny-rm", str(tiny_model))
+    model_register("tiny-rm", str(tiny_model), project=default_project())
     response = create(researcher_client, name="rm", kind="reward_model", spec={"path": "tiny-rm"})
     assert response.status_code == 201, response.content
     assert response.json()["spec"]["path"] == str(tiny_model.resolve())

@@ -11,7 +11,14 @@ import pytest
 from posttrain.core.errors import InvalidInput
 from posttrain.review import services as review
 from posttrain.review.export import campaign_export_register, export_campaign
-from tests.unit.platform.helpers import pair_campaign, run_with_samples, sample, shown_as, single_campaign
+from tests.unit.platform.helpers import (
+    default_project,
+    pair_campaign,
+    run_with_samples,
+    sample,
+    shown_as,
+    single_campaign,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 
@@ -136,7 +143,9 @@ def test_ratings_csv_has_a_column_per_question(rated):
 
 
 def test_registering_an_export_makes_a_dataset_with_lineage_to_the_campaign(judged_pairs, researcher, storage):
-    dataset, created = campaign_export_register(judged_pairs, "trl", "human prefs", researcher)
+    dataset, created = campaign_export_register(
+        judged_pairs, "trl", "human prefs", researcher, project=default_project()
+    )
     content = "".join(export_campaign(judged_pairs, "trl").lines).encode()
     assert created
     assert (dataset.name, dataset.source_campaign_id, dataset.format) == ("human prefs", judged_pairs.pk, "jsonl")
@@ -145,13 +154,15 @@ def test_registering_an_export_makes_a_dataset_with_lineage_to_the_campaign(judg
     assert Path(dataset.path).read_bytes() == content
     assert Path(dataset.path).is_relative_to(storage)
     assert not any((storage / "review" / "exports").rglob("*.jsonl"))  # the staged copy is gone
-    again, created_again = campaign_export_register(judged_pairs, "trl", "other name", researcher)
+    again, created_again = campaign_export_register(
+        judged_pairs, "trl", "other name", researcher, project=default_project()
+    )
     assert (again.pk, created_again) == (dataset.pk, False)
 
 
 def test_ratings_register_as_csv_with_one_row_per_judgement(rated, researcher):
     campaign, _, _ = rated
-    dataset, _ = campaign_export_register(campaign, "ratings_csv", None, researcher)
+    dataset, _ = campaign_export_register(campaign, "ratings_csv", None, researcher, project=default_project())
     assert (dataset.format, dataset.row_count, dataset.source_campaign_id) == ("csv", 2, campaign.pk)
     assert dataset.name == "review (ratings_csv)"
 
@@ -161,6 +172,6 @@ def test_openai_and_empty_exports_are_not_registered(experiment, annotators, res
     campaign = pair_campaign([run], annotators)
     for fmt, message in (("openai", "register trl"), ("trl", "nothing to export yet")):
         with pytest.raises(InvalidInput) as refused:
-            campaign_export_register(campaign, fmt, "x", researcher)
+            campaign_export_register(campaign, fmt, "x", researcher, project=default_project())
         assert refused.value.errors[0]["loc"] == "format"
         assert message in refused.value.errors[0]["msg"]

@@ -312,7 +312,7 @@ def test_the_owner_sets_gold_reviewers_and_the_gold_policy_through_the_api(pair_
     make_user("reviewer", "rita")
     client = APIClient()
     client.force_login(owner)
-    campaign = pair_campaign([pair_run], annotators, k=2)
+    campaign = pair_campaign([pair_run], annotators, k=2, user=owner)
     url = f"/api/review/campaigns/{campaign.pk}/"
     edited = client.patch(
         url,

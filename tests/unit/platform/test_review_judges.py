@@ -19,7 +19,15 @@ from posttrain.review.agreement import judge_question_agreement
 from posttrain.review.labels import JudgeSettings, judge_answer
 from posttrain.review.models import JudgeRunState, JudgeScore
 from tests.support.stack import free_port
-from tests.unit.platform.helpers import pair_campaign, run_with_samples, sample, shown_as, single_campaign
+from tests.unit.platform.helpers import (
+    a_campaign_owner,
+    default_project,
+    pair_campaign,
+    run_with_samples,
+    sample,
+    shown_as,
+    single_campaign,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 
@@ -267,9 +275,13 @@ def test_a_judge_runs_through_the_api_and_its_progress_is_read_back(run, people,
 
 def test_a_judge_of_runs_rollouts_picks_where_it_disputes_the_reward(run, people, exact):
     with pytest.raises(InvalidInput) as refused:
-        judging.judge_pool_create(exact, {"runs": [str(run.id)], "steps": [9]})
+        judging.judge_pool_create(
+            exact, {"runs": [str(run.id)], "steps": [9]}, a_campaign_owner(), project=default_project()
+        )
     assert refused.value.errors == [{"loc": "source", "msg": "the runs have no rollouts at these steps"}]
-    pool = judging.judge_pool_create(exact, {"runs": [str(run.id)], "steps": [1]})
+    pool = judging.judge_pool_create(
+        exact, {"runs": [str(run.id)], "steps": [1]}, a_campaign_owner(), project=default_project()
+    )
     assert pool.total == 5
     with pytest.raises(InvalidInput) as refused:
         single_campaign([run], list(people), k=2, rule="reward_vs_judge", source={"judge_run": pool.pk})

@@ -17,6 +17,8 @@ from posttrain.review.selectors import campaign_for_annotator
 from tests.unit.platform.helpers import (
     PASS_FAIL,
     PREFERENCE,
+    a_campaign_owner,
+    default_project,
     pair_campaign,
     run_with_samples,
     sample,
@@ -164,6 +166,8 @@ def test_pair_sources_take_one_run_or_two(run, experiment, annotators):
             questions=[{"key": "b", "kind": "pairwise", "label": "B?"}],
             source={"runs": runs},
             annotators=annotators,
+            project=default_project(),
+            user=a_campaign_owner(),
         )
     assert refused.value.errors[0]["loc"] == "source.runs"
     with pytest.raises(InvalidInput) as single:
@@ -187,6 +191,8 @@ def test_every_invalid_field_is_reported_at_once(run, annotators, researcher):
             annotators=[researcher],
             questions=[{"key": "q", "kind": "rating", "label": "Q", "min": 5, "max": 1}],
             source={"runs": [str(run.id)], "rule": "component_disagreement", "components": ["only_one"], "k": 0},
+            project=default_project(),
+            user=a_campaign_owner(),
         )
     assert {e["loc"] for e in refused.value.errors} == {
         "name",

@@ -14,7 +14,7 @@ from posttrain.review import selectors
 from posttrain.review import services as review
 from posttrain.review.export import campaign_export_register, export_campaign
 from posttrain.review.steps import check_step_answer, prm_record, split_steps
-from tests.unit.platform.helpers import run_with_samples, sample, single_campaign
+from tests.unit.platform.helpers import default_project, run_with_samples, sample, single_campaign
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 
@@ -155,7 +155,7 @@ def test_the_step_labels_export_round_trips_through_the_registry(run, people, st
     assert sorted(by_prompt) == ["1+1=", "2+3="]  # split votes give no label
     assert [by_prompt[r["prompt"]] for r in expected] == expected
 
-    dataset, created = campaign_export_register(campaign, "prm", "first errors", ann)
+    dataset, created = campaign_export_register(campaign, "prm", "first errors", ann, project=default_project())
     assert created and dataset.row_count == 2 and dataset.source_campaign_id == campaign.pk
     stored = [json.loads(line) for line in Path(dataset.path).read_text().splitlines()]
     assert sorted(stored, key=lambda r: r["prompt"]) == sorted(expected, key=lambda r: r["prompt"])

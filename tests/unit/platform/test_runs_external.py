@@ -12,7 +12,15 @@ from django.utils import timezone
 
 from posttrain.runs import services
 from posttrain.runs.models import Experiment, Run, RunState
-from tests.unit.platform.helpers import FakeJobs, event, make_run, post_events, sample_record, samples_event
+from tests.unit.platform.helpers import (
+    FakeJobs,
+    event,
+    join,
+    make_run,
+    post_events,
+    sample_record,
+    samples_event,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -20,21 +28,22 @@ pytestmark = pytest.mark.django_db
 def track(api, **body) -> dict:
     response = api.post(
         "/api/runs/external/",
-        data=json.dumps({"project": "gsm8k trl", "engine": "trl", **body}),
+        data=json.dumps({"experiment": "gsm8k trl", "engine": "trl", **body}),
         content_type="application/json",
     )
     assert response.status_code == 201, response.content
     return response.json()
 
 
-def test_tracking_creates_a_running_external_run_in_a_project_with_its_token(api, no_dispatch):
+def test_tracking_creates_a_running_external_run_in_an_experiment_with_its_token(api, no_dispatch):
     answer = track(api, name="qwen lr=1e-6", config={"learning_rate": 1e-6}, total_steps=40, tags=["trl"])
     run = answer["run"]
     assert run["state"] == "running" and run["kind"] == "external" and run["engine"] == "trl"
     assert run["total_steps"] == 40 and run["model_name"] is None and run["resolved_config"] == {"learning_rate": 1e-6}
     assert answer["events_url"].endswith(f"/api/runs/{run['id']}/events") and answer["ingest_token"]
     again = track(api)["run"]
-    assert again["experiment"] == run["experiment"] and again["name"] == "gsm8k trl #2"  # one project
+    assert again["experiment"] == run["experiment"] and again["name"] == "gsm8k trl #2"  # one experiment
+    assert run["project_name"] == "default"  # the one project the researcher creates in
     assert Experiment.objects.get(pk=run["experiment"]).is_external
     assert no_dispatch == []  # no Celery task, no Ray job
 
@@ -42,7 +51,7 @@ def test_tracking_creates_a_running_external_run_in_a_project_with_its_token(api
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
-        ({"project": ""}, "project"),
+        ({"experiment": ""}, "experiment"),
         ({"engine": "posttrain"}, "engine"),
         ({"engine": "T R L"}, "engine"),
         ({"config": [1, 2]}, "config"),
@@ -53,17 +62,30 @@ def test_tracking_creates_a_running_external_run_in_a_project_with_its_token(api
 )
 def test_bad_tracking_requests_name_the_field(api, body, loc):
     response = api.post(
-        "/api/runs/external/", data=json.dumps({"project": "p", **body}), content_type="application/json"
+        "/api/runs/external/", data=json.dumps({"experiment": "p", **body}), content_type="application/json"
     )
     assert response.status_code == 400
     assert loc in [e["loc"] for e in response.json()["errors"]]
 
 
-def test_a_project_name_taken_by_an_experiment_of_native_runs_is_refused(api, experiment):
+def test_an_experiment_name_taken_by_an_experiment_of_native_runs_is_refused(api, experiment):
     response = api.post(
-        "/api/runs/external/", data=json.dumps({"project": experiment.name}), content_type="application/json"
+        "/api/runs/external/", data=json.dumps({"experiment": experiment.name}), content_type="application/json"
     )
-    assert response.status_code == 400 and response.json()["errors"][0]["loc"] == "project"
+    assert response.status_code == 400 and response.json()["errors"][0]["loc"] == "experiment"
+
+
+def test_tracking_into_a_project_the_researcher_only_views_is_refused(api, researcher):
+    from posttrain.projects.models import Project
+
+    watched = Project.objects.create(name="watched")
+    join(researcher, "viewer", watched)
+    response = api.post(
+        "/api/runs/external/",
+        data=json.dumps({"experiment": "x", "project": "watched"}),
+        content_type="application/json",
+    )
+    assert response.status_code == 403 and "viewer" in response.json()["errors"][0]["msg"]
 
 
 def test_the_clients_events_and_final_status_drive_the_run(client, api):

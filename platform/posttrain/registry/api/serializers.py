@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from posttrain.projects.api.fields import ReadableRelatedField, project_input_field, project_name_field
 from posttrain.registry.models import (
     Dataset,
     Environment,
@@ -19,12 +20,15 @@ from posttrain.registry.services import MAX_TRY_SAMPLES
 
 
 class ModelAssetSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = ModelAsset
         fields = [
             "id",
+            "project",
+            "project_name",
             "name",
             "description",
             "source",
@@ -41,6 +45,7 @@ class ModelAssetSerializer(serializers.ModelSerializer):
 
 
 class ModelRegisterSerializer(serializers.Serializer):
+    project = project_input_field()
     name = serializers.CharField(max_length=200)
     path = serializers.CharField(
         max_length=1000, help_text="Hugging Face model folder on the server (config.json, weights, tokenizer)."
@@ -54,12 +59,15 @@ class AssetUpdateSerializer(serializers.Serializer):
 
 
 class DatasetSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = Dataset
         fields = [
             "id",
+            "project",
+            "project_name",
             "name",
             "description",
             "sha256",
@@ -79,6 +87,7 @@ class DatasetSerializer(serializers.ModelSerializer):
 
 
 class _DatasetInputSerializer(serializers.Serializer):
+    project = project_input_field()
     name = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default="", help_text="Defaults to the file name."
     )
@@ -121,15 +130,28 @@ class DatasetPreviewSerializer(serializers.Serializer):
 
 
 class RewardFunctionSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
 
     class Meta:
         model = RewardFunction
-        fields = ["id", "name", "description", "kind", "spec", "source", "created_by", "created_at"]
+        fields = [
+            "id",
+            "project",
+            "project_name",
+            "name",
+            "description",
+            "kind",
+            "spec",
+            "source",
+            "created_by",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
 class RewardCreateSerializer(serializers.Serializer):
+    project = project_input_field()
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     kind = serializers.ChoiceField(choices=KINDS)
@@ -190,6 +212,7 @@ class RewardTrialSerializer(serializers.ModelSerializer):
 
 
 class EnvironmentSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
     dataset_name = serializers.CharField(source="dataset.name", read_only=True, allow_null=True, default=None)
     reward_name = serializers.CharField(source="reward.name", read_only=True, allow_null=True, default=None)
@@ -198,6 +221,8 @@ class EnvironmentSerializer(serializers.ModelSerializer):
         model = Environment
         fields = [
             "id",
+            "project",
+            "project_name",
             "name",
             "description",
             "package",
@@ -221,6 +246,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
 
 
 class EnvironmentCreateSerializer(serializers.Serializer):
+    project = project_input_field()
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     package = serializers.ChoiceField(choices=Environment.Package.choices)
@@ -273,6 +299,7 @@ class EnvironmentMixPartSerializer(serializers.Serializer):
 
 
 class EnvironmentMixSerializer(serializers.Serializer):
+    project = project_input_field()
     name = serializers.CharField(max_length=200, help_text="The mixed dataset's name.")
     environments = EnvironmentMixPartSerializer(many=True, min_length=2)  # type: ignore[call-arg]
     size = serializers.IntegerField(default=500)
@@ -285,8 +312,16 @@ class EnvironmentMixResultSerializer(serializers.Serializer):
 
 
 class RewardProbeStartSerializer(serializers.Serializer):
-    dataset = serializers.PrimaryKeyRelatedField(
-        queryset=Dataset.objects.all(), help_text="The dataset whose rows the adversarial answers are built from."
+    dataset = ReadableRelatedField(
+        queryset=Dataset.objects.all(),
+        help_text="The dataset whose rows the adversarial answers are built from (in the reward's project).",
+    )
+
+
+class AssetCopySerializer(serializers.Serializer):
+    project = project_input_field()
+    name = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default="", help_text="Default: the source's name."
     )
 
 

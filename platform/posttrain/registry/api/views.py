@@ -18,14 +18,22 @@ from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.parsers import JSONParser
 from posttrain.core.errors import InvalidInput, WorkerUnavailable
+from posttrain.projects.access import Access, readable
+from posttrain.projects.permissions import (
+    ProjectAccess,
+    ProjectScopedMixin,
+    copy_target,
+    require_same_project,
+    target_project,
+)
 from posttrain.registry import selectors, services
 from posttrain.registry.api import serializers as s
 from posttrain.registry.filters import DatasetFilter, ModelAssetFilter, RewardFunctionFilter
 from posttrain.registry.models import Dataset, Environment, EnvironmentTrial, RewardTrial
 
 
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
+def _valid(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data, context={"request": request})
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
 
@@ -47,15 +55,16 @@ def _trial_response(trial: RewardTrial) -> Response:
     return Response(s.RewardTrialSerializer(trial).data, status=status.HTTP_202_ACCEPTED)
 
 
-class _RegistryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """List, retrieve, create (in each subclass), rename/redescribe (PATCH) and delete."""
+class _RegistryViewSet(ProjectScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """List, retrieve, create (in each subclass, in the request's project), rename/redescribe (PATCH), delete,
+    and copy into another project (reads the source, creates in the target)."""
 
-    permission_classes = [IsResearcher]
-    what = ""
+    permission_classes = [IsResearcher, ProjectAccess]
+    project_access = {"copy": Access.READ}
 
     def _update(self, request: Request, update: Any) -> Response:
         obj = self.get_object()
-        data = _valid(s.AssetUpdateSerializer, request.data)
+        data = _valid(s.AssetUpdateSerializer, request)
         obj = update(obj, **data)
         return Response(self.get_serializer(obj).data)
 
@@ -63,6 +72,16 @@ class _RegistryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         obj = self.get_object()
         delete(obj)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _copy(self, request: Request, copy: Any) -> Response:
+        source = self.get_object()
+        target = copy_target(request, source)
+        data = _valid(s.AssetCopySerializer, request)
+        made = copy(source, target, name=data.get("name") or None, user=request.user)
+        obj, created = made if isinstance(made, tuple) else (made, True)
+        return Response(
+            self.get_serializer(obj).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -76,7 +95,7 @@ class ModelAssetViewSet(_RegistryViewSet):
     serializer_class = s.ModelAssetSerializer
     filterset_class = ModelAssetFilter
 
-    def get_queryset(self):
+    def base_queryset(self):
         return selectors.model_list()
 
     @extend_schema(
@@ -87,8 +106,15 @@ class ModelAssetViewSet(_RegistryViewSet):
         tags=["models"],
     )
     def create(self, request: Request) -> Response:
-        data = _valid(s.ModelRegisterSerializer, request.data)
-        model = services.model_register(data["name"], data["path"], description=data["description"], user=request.user)
+        project = target_project(request)
+        data = _valid(s.ModelRegisterSerializer, request)
+        model = services.model_register(
+            data["name"],
+            data["path"],
+            project=project,
+            description=data["description"],
+            user=request.user,
+        )
         return Response(self.get_serializer(model).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -103,6 +129,16 @@ class ModelAssetViewSet(_RegistryViewSet):
     @extend_schema(summary="Delete a model (its folder stays)", responses={204: None, 409: _IN_USE}, tags=["models"])
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         return self._destroy(services.model_delete)
+
+    @extend_schema(
+        summary="Register the model in another project too (the same folder, lineage kept)",
+        request=s.AssetCopySerializer,
+        responses={201: s.ModelAssetSerializer, **_ERRORS},
+        tags=["models"],
+    )
+    @action(detail=True, methods=["post"])
+    def copy(self, request: Request, pk: str | None = None) -> Response:
+        return self._copy(request, services.model_copy)
 
 
 # --- datasets ---------------------------------------------------------------------------------
@@ -131,7 +167,7 @@ class DatasetViewSet(_RegistryViewSet):
     parser_classes = [MultiPartParser, FormParser, JSONParser]
     content_negotiation_class = DatasetContentNegotiation
 
-    def get_queryset(self):
+    def base_queryset(self):
         return selectors.dataset_list()
 
     @extend_schema(
@@ -172,25 +208,28 @@ class DatasetViewSet(_RegistryViewSet):
             raise serializers.ValidationError(
                 {"path": ["give either an uploaded file or a server-side path, not both"]}
             )
+        project = target_project(request)
         if "file" in request.FILES or "path" not in request.data:
-            data = _valid(s.DatasetUploadSerializer, request.data)
+            data = _valid(s.DatasetUploadSerializer, request)
             dataset, created = services.dataset_upload(
                 data["name"],
                 data["file"],
                 data["format"],
                 data["prompt_field"],
                 data["label_field"],
+                project=project,
                 description=data["description"],
                 user=request.user,
             )
         else:
-            data = _valid(s.DatasetRegisterPathSerializer, request.data)
+            data = _valid(s.DatasetRegisterPathSerializer, request)
             dataset, created = services.dataset_register_path(
                 data["name"],
                 data["path"],
                 data["format"],
                 data["prompt_field"],
                 data["label_field"],
+                project=project,
                 description=data["description"],
                 user=request.user,
             )
@@ -221,6 +260,17 @@ class DatasetViewSet(_RegistryViewSet):
         # The list queryset defers the preview; one extra query here is the point of that.
         return Response(selectors.dataset_preview(self.get_object()))
 
+    @extend_schema(
+        summary="The dataset in another project too (the same stored file; that project's own entry if it has "
+        "the same content: 200)",
+        request=s.AssetCopySerializer,
+        responses={201: s.DatasetSerializer, 200: s.DatasetSerializer, **_ERRORS},
+        tags=["datasets"],
+    )
+    @action(detail=True, methods=["post"])
+    def copy(self, request: Request, pk: str | None = None) -> Response:
+        return self._copy(request, services.dataset_copy)
+
 
 # --- reward functions -------------------------------------------------------------------------
 
@@ -233,7 +283,9 @@ class RewardFunctionViewSet(_RegistryViewSet):
     serializer_class = s.RewardFunctionSerializer
     filterset_class = RewardFunctionFilter
 
-    def get_queryset(self):
+    project_access = {"copy": Access.READ, "try_": Access.CREATE, "probes": Access.CREATE}
+
+    def base_queryset(self):
         return selectors.reward_list()
 
     @extend_schema(
@@ -266,12 +318,14 @@ class RewardFunctionViewSet(_RegistryViewSet):
         tags=["rewards"],
     )
     def create(self, request: Request) -> Response:
-        data = _valid(s.RewardCreateSerializer, request.data)
+        project = target_project(request)
+        data = _valid(s.RewardCreateSerializer, request)
         reward = services.reward_create(
             data["name"],
             data["kind"],
             data["spec"],
             data["source"],
+            project=project,
             description=data["description"],
             user=request.user,
         )
@@ -289,6 +343,16 @@ class RewardFunctionViewSet(_RegistryViewSet):
     @extend_schema(summary="Delete a reward function", responses={204: None, 409: _IN_USE}, tags=["rewards"])
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         return self._destroy(services.reward_delete)
+
+    @extend_schema(
+        summary="The reward in another project too (the same spec and code)",
+        request=s.AssetCopySerializer,
+        responses={201: s.RewardFunctionSerializer, **_ERRORS},
+        tags=["rewards"],
+    )
+    @action(detail=True, methods=["post"])
+    def copy(self, request: Request, pk: str | None = None) -> Response:
+        return self._copy(request, services.reward_copy)
 
     @extend_schema(
         summary="Try it: score sample inputs",
@@ -318,7 +382,7 @@ class RewardFunctionViewSet(_RegistryViewSet):
     @action(detail=True, methods=["post"], url_path="try", url_name="try")
     def try_(self, request: Request, pk: str | None = None) -> Response:
         reward = self.get_object()
-        data = _valid(s.RewardTrySerializer, request.data)
+        data = _valid(s.RewardTrySerializer, request)
         trial = services.reward_try(reward, [dict(sample) for sample in data["samples"]], user=request.user)
         return _trial_response(trial)
 
@@ -359,12 +423,15 @@ class RewardFunctionViewSet(_RegistryViewSet):
     def probes(self, request: Request, pk: str | None = None) -> Response:
         reward = self.get_object()
         if request.method == "POST":
-            data = _valid(s.RewardProbeStartSerializer, request.data)
+            data = _valid(s.RewardProbeStartSerializer, request)
+            require_same_project("dataset", data["dataset"], reward.project)
             probe = services.reward_probe_start(reward, data["dataset"], user=request.user)
             return Response(s.RewardProbeSerializer(probe).data, status=status.HTTP_202_ACCEPTED)
         dataset = None
         if request.query_params.get("dataset"):
-            dataset = get_object_or_404(Dataset, pk=_int_param(request, "dataset"))
+            dataset = get_object_or_404(
+                readable(Dataset.objects.all(), request.user), pk=_int_param(request, "dataset")
+            )
         probes = selectors.reward_probes(reward, dataset)[:50]
         return Response(s.RewardProbeSerializer(probes, many=True).data)
 
@@ -387,12 +454,16 @@ def _environment_trial_response(trial: EnvironmentTrial) -> Response:
     return Response(s.EnvironmentTrialSerializer(trial).data, status=status.HTTP_202_ACCEPTED)
 
 
-def _environment_named(name_or_id: str) -> Environment:
-    found = selectors.environment_list().filter(name=name_or_id).first()
+def _environment_named(name_or_id: str, request: Request, project: Any) -> Environment:
+    """An environment of the project the mix is made in, by name or id."""
+    environments = readable(selectors.environment_list(), request.user).filter(project=project)
+    found = environments.filter(name=name_or_id).first()
     if found is None and name_or_id.isdigit():
-        found = selectors.environment_list().filter(pk=int(name_or_id)).first()
+        found = environments.filter(pk=int(name_or_id)).first()
     if found is None:
-        raise serializers.ValidationError({"environments": [f"no environment named {name_or_id!r}"]})
+        raise serializers.ValidationError(
+            {"environments": [f"no environment named {name_or_id!r} in project {project.name!r}"]}
+        )
     return found
 
 
@@ -403,7 +474,9 @@ def _environment_named(name_or_id: str) -> Environment:
 class EnvironmentViewSet(_RegistryViewSet):
     serializer_class = s.EnvironmentSerializer
 
-    def get_queryset(self):
+    project_access = {"try_": Access.CREATE}
+
+    def base_queryset(self):
         return selectors.environment_list()
 
     @extend_schema(
@@ -431,7 +504,8 @@ class EnvironmentViewSet(_RegistryViewSet):
         tags=["environments"],
     )
     def create(self, request: Request) -> Response:
-        data = _valid(s.EnvironmentCreateSerializer, request.data)
+        project = target_project(request)
+        data = _valid(s.EnvironmentCreateSerializer, request)
         environment = services.environment_create(
             data["name"],
             data["package"],
@@ -440,6 +514,7 @@ class EnvironmentViewSet(_RegistryViewSet):
             size=data["size"],
             seed=data["seed"],
             files=data["files"],
+            project=project,
             description=data["description"],
             user=request.user,
         )
@@ -470,7 +545,7 @@ class EnvironmentViewSet(_RegistryViewSet):
     @action(detail=True, methods=["post"], url_path="try", url_name="try")
     def try_(self, request: Request, pk: str | None = None) -> Response:
         environment = self.get_object()
-        data = _valid(s.EnvironmentTrySerializer, request.data)
+        data = _valid(s.EnvironmentTrySerializer, request)
         trial = services.environment_try(environment, list(data["moves"]), data["row"], user=request.user)
         return _environment_trial_response(trial)
 
@@ -494,10 +569,14 @@ class EnvironmentViewSet(_RegistryViewSet):
     )
     @action(detail=False, methods=["post"], url_path="mix", url_name="mix")
     def mix(self, request: Request) -> Response:
-        data = _valid(s.EnvironmentMixSerializer, request.data)
-        parts = [(_environment_named(part["environment"]), float(part["weight"])) for part in data["environments"]]
+        project = target_project(request)
+        data = _valid(s.EnvironmentMixSerializer, request)
+        parts = [
+            (_environment_named(part["environment"], request, project), float(part["weight"]))
+            for part in data["environments"]
+        ]
         dataset = services.environments_mix(
-            data["name"], parts, size=data["size"], seed=data["seed"], user=request.user
+            data["name"], parts, size=data["size"], seed=data["seed"], project=project, user=request.user
         )
         rewards = [env.reward.name for env, _ in parts if env.reward is not None]
         return Response(

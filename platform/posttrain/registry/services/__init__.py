@@ -11,6 +11,7 @@ the API answers them as 400 and 409 in the error contract (posttrain.core.api.er
 
 from posttrain.registry.services.common import AssetInUse
 from posttrain.registry.services.datasets import (
+    dataset_copy,
     dataset_delete,
     dataset_register_path,
     dataset_register_platform_file,
@@ -26,6 +27,7 @@ from posttrain.registry.services.environments import (
     environments_mix,
 )
 from posttrain.registry.services.model_assets import (
+    model_copy,
     model_delete,
     model_register,
     model_register_checkpoint,
@@ -40,12 +42,13 @@ from posttrain.registry.services.reward_try import (
     reward_trials_expire,
     reward_try,
 )
-from posttrain.registry.services.rewards import reward_create, reward_delete, reward_update
+from posttrain.registry.services.rewards import reward_copy, reward_create, reward_delete, reward_update
 
 __all__ = [
     "MAX_TRY_SAMPLES",
     "AssetInUse",
     "WorkerUnavailable",
+    "dataset_copy",
     "dataset_delete",
     "dataset_register_path",
     "dataset_register_platform_file",
@@ -57,10 +60,12 @@ __all__ = [
     "environment_trial_run",
     "environment_try",
     "environments_mix",
+    "model_copy",
     "model_delete",
     "model_register",
     "model_register_checkpoint",
     "model_update",
+    "reward_copy",
     "reward_create",
     "reward_delete",
     "reward_import_check",

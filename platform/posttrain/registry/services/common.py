@@ -17,6 +17,7 @@ from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
 
 from posttrain.core.errors import AssetInUse
+from posttrain.projects.models import Project
 
 NAME_MAX_CHARS = 200
 CHUNK_BYTES = 1024 * 1024
@@ -38,21 +39,24 @@ def clean_name(name: str | None) -> str:
     return name
 
 
-def check_unique_name(model: type[models.Model], name: str, what: str, exclude_pk: Any = None) -> None:
-    taken = model._default_manager.filter(name=name)
+def check_unique_name(
+    model: type[models.Model], name: str, what: str, project: Project, exclude_pk: Any = None
+) -> None:
+    """Names are unique within a project (the same name in two projects is two objects)."""
+    taken = model._default_manager.filter(project=project, name=name)
     if exclude_pk is not None:
         taken = taken.exclude(pk=exclude_pk)
     if taken.exists():
-        raise invalid("name", f"a {what} named {name!r} already exists")
+        raise invalid("name", f"a {what} named {name!r} already exists in project {project.name!r}")
 
 
 def create_named(model: type[models.Model], what: str, **fields: Any) -> Any:
-    """Create a row whose name is unique; a concurrent duplicate is a field error, not a 500."""
+    """Create a row whose name is unique in its project; a concurrent duplicate is a field error, not a 500."""
     try:
         with transaction.atomic():
             return model._default_manager.create(**fields)
     except IntegrityError:
-        check_unique_name(model, fields["name"], what)
+        check_unique_name(model, fields["name"], what, fields["project"])
         raise
 
 
@@ -67,7 +71,7 @@ def update_name_and_description(
     if name is not None:
         name = clean_name(name)
         if unique_name:
-            check_unique_name(type(obj), name, what, exclude_pk=obj.pk)
+            check_unique_name(type(obj), name, what, obj.project, exclude_pk=obj.pk)
         obj.name = name
         fields.append("name")
     if description is not None:

@@ -16,6 +16,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
 from posttrain.core.server_paths import open_checked, resolve_user_path
+from posttrain.projects.models import Project
 from posttrain.registry.dataset_files import DatasetError, detect_format, inspect_dataset
 from posttrain.registry.models import Dataset
 from posttrain.registry.services.common import (
@@ -39,11 +40,12 @@ def dataset_upload(
     prompt_field: str = "prompt",
     label_field: str | None = "label",
     *,
+    project: Project,
     description: str = "",
     user: User | AnonymousUser | None = None,
 ) -> tuple[Dataset, bool]:
     """Validate and store an uploaded file; returns (dataset, created). The same content uploaded
-    again returns the existing dataset (created False) instead of a duplicate."""
+    again to the project returns its existing dataset (created False) instead of a duplicate."""
     if uploaded_file is None:
         raise invalid("file", "no file was uploaded (send it as multipart field 'file', or give a server-side path)")
     fmt = _dataset_format(uploaded_file.name, format)
@@ -53,7 +55,9 @@ def dataset_upload(
         raise invalid("file", _too_big(uploaded_file.size, limit))
     staged = _stage(uploaded_file.chunks(CHUNK_BYTES), limit, "file")
     name = clean_name(name or Path(uploaded_file.name or "").stem[:NAME_MAX_CHARS])
-    return _dataset_store(name, description, staged, fmt, prompt_field, label_field, user, file_field="file")
+    return _dataset_store(
+        name, description, staged, (fmt, prompt_field, label_field), user, project=project, file_field="file"
+    )
 
 
 def dataset_register_path(
@@ -63,6 +67,7 @@ def dataset_register_path(
     prompt_field: str = "prompt",
     label_field: str | None = "label",
     *,
+    project: Project,
     description: str = "",
     user: User | AnonymousUser | None = None,
 ) -> tuple[Dataset, bool]:
@@ -76,7 +81,14 @@ def dataset_register_path(
     try:
         with open_checked("path", source) as f:
             return _dataset_from_file(
-                name, source, f, (format, prompt_field, label_field), description=description, user=user, quote=False
+                name,
+                source,
+                f,
+                (format, prompt_field, label_field),
+                project=project,
+                description=description,
+                user=user,
+                quote=False,
             )
     except OSError as exc:
         raise invalid("path", f"cannot read {path}: {exc.strerror or 'error'}") from None
@@ -89,6 +101,7 @@ def dataset_register_platform_file(
     prompt_field: str = "prompt",
     label_field: str | None = "label",
     *,
+    project: Project,
     description: str = "",
     user: User | AnonymousUser | None = None,
 ) -> tuple[Dataset, bool]:
@@ -99,7 +112,14 @@ def dataset_register_platform_file(
         raise ValueError(f"{source} is not a file the platform wrote under its storage root")
     with source.open("rb") as f:
         return _dataset_from_file(
-            name, source, f, (format, prompt_field, label_field), description=description, user=user, quote=True
+            name,
+            source,
+            f,
+            (format, prompt_field, label_field),
+            project=project,
+            description=description,
+            user=user,
+            quote=True,
         )
 
 
@@ -109,6 +129,7 @@ def _dataset_from_file(
     opened: IO[bytes],
     fields: tuple[str | None, str | None, str | None],  # format, prompt_field, label_field as the user gave them
     *,
+    project: Project,
     description: str,
     user: User | AnonymousUser | None,
     quote: bool,
@@ -120,17 +141,31 @@ def _dataset_from_file(
     staged = _stage(iter(lambda: opened.read(CHUNK_BYTES), b""), settings.DATASET_MAX_BYTES, "path")
     name = clean_name(name or source.stem[:NAME_MAX_CHARS])
     return _dataset_store(
-        name, description, staged, fmt, prompt_field, label_field, user, file_field="path", quote=quote
+        name,
+        description,
+        staged,
+        (fmt, prompt_field, label_field),
+        user,
+        project=project,
+        file_field="path",
+        quote=quote,
     )
 
 
 def dataset_store_rows(
-    name: str, rows: list[dict], *, description: str = "", user: User | AnonymousUser | None = None
+    name: str,
+    rows: list[dict],
+    *,
+    project: Project,
+    description: str = "",
+    user: User | AnonymousUser | None = None,
 ) -> tuple[Dataset, bool]:
     """Rows made on the server (an environment's generated tasks) stored as a JSONL dataset like an upload."""
     data = b"".join(json.dumps(row, ensure_ascii=False).encode() + b"\n" for row in rows)
     staged = _stage(iter([data]), settings.DATASET_MAX_BYTES, "rows")
-    return _dataset_store(clean_name(name), description, staged, "jsonl", "prompt", "label", user, file_field="rows")
+    return _dataset_store(
+        clean_name(name), description, staged, ("jsonl", "prompt", "label"), user, project=project, file_field="rows"
+    )
 
 
 def _dataset_format(filename: str | None, given: str | None) -> str:
@@ -181,17 +216,17 @@ def _dataset_store(
     name: str,
     description: str,
     staged: tuple[Path, str, int],
-    fmt: str,
-    prompt_field: str,
-    label_field: str,
+    fields: tuple[str, str, str],  # format, prompt_field, label_field
     user: User | AnonymousUser | None,
     *,
+    project: Project,
     file_field: str,
     quote: bool = True,
 ) -> tuple[Dataset, bool]:
     tmp, sha256, size = staged
+    fmt, prompt_field, label_field = fields
     try:
-        existing = Dataset.objects.filter(sha256=sha256).first()
+        existing = Dataset.objects.filter(project=project, sha256=sha256).first()
         if existing is not None:
             return existing, False
         try:
@@ -204,6 +239,7 @@ def _dataset_store(
         try:
             with transaction.atomic():
                 dataset = Dataset.objects.create(
+                    project=project,
                     name=name,
                     description=description,
                     sha256=sha256,
@@ -219,7 +255,7 @@ def _dataset_store(
                     created_by=user_or_none(user),
                 )
         except IntegrityError:  # the same content stored by a concurrent request
-            existing = Dataset.objects.filter(sha256=sha256).first()
+            existing = Dataset.objects.filter(project=project, sha256=sha256).first()
             if existing is None:
                 raise
             return existing, False
@@ -234,8 +270,39 @@ def dataset_update(dataset: Dataset, *, name: str | None = None, description: st
 
 
 def dataset_delete(dataset: Dataset) -> None:
-    """Delete the entry and its stored file (content-addressed: no other dataset shares it)."""
+    """Delete the entry, and its stored file once no project's entry has the same content."""
     folder = Path(dataset.path).parent
     delete_unless_in_use(dataset, "dataset")
-    if same_folder(folder.parent, storage_path("datasets")):
+    shared = Dataset.objects.filter(sha256=dataset.sha256).exists()
+    if not shared and same_folder(folder.parent, storage_path("datasets")):
         remove_tree_after_commit(folder)
+
+
+def dataset_copy(
+    dataset: Dataset, project: Project, *, name: str | None = None, user: User | AnonymousUser | None = None
+) -> tuple[Dataset, bool]:
+    """The dataset in another project too: an entry over the same stored file (nothing is copied or inspected
+    again); the project's own entry with that content where it has one (created False). The caller checked that
+    the user reads the source and creates in `project`."""
+    existing = Dataset.objects.filter(project=project, sha256=dataset.sha256).first()
+    if existing is not None:
+        return existing, False
+    fields = {
+        f: getattr(dataset, f)
+        for f in ("description", "sha256", "format", "path", "size_bytes", "row_count", "prompt_field")
+    }
+    try:
+        with transaction.atomic():
+            copy = Dataset.objects.create(
+                project=project,
+                name=clean_name(name or dataset.name),
+                label_field=dataset.label_field,
+                columns=dataset.columns,
+                splits=dataset.splits,
+                preview=Dataset.objects.values_list("preview", flat=True).get(pk=dataset.pk),
+                created_by=user_or_none(user),
+                **fields,
+            )
+    except IntegrityError:  # the same content copied there by a concurrent request
+        return Dataset.objects.get(project=project, sha256=dataset.sha256), False
+    return copy, True

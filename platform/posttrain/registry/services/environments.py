@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from posttrain.core.server_paths import resolve_user_path
 from posttrain.core.task_queue import task_send
+from posttrain.projects.models import Project
 from posttrain.registry.models import Dataset, Environment, EnvironmentTrial, RewardFunction
 from posttrain.registry.reward_specs import RewardSpecError, component_name, validate_reward_spec
 from posttrain.registry.services.common import (
@@ -56,13 +57,14 @@ def environment_create(
     size: int = 500,
     seed: int = 0,
     files: list[str] | None = None,
+    project: Project,
     description: str = "",
     user: User | AnonymousUser | None = None,
 ) -> Environment:
     """Register an installed environment; a worker generates its rows after commit (state generating -> ready,
     or failed with the package's own message)."""
     name = clean_name(name)
-    check_unique_name(Environment, name, "environment")
+    check_unique_name(Environment, name, "environment", project)
     if package not in DISTRIBUTIONS:
         raise invalid("package", f"unknown package {package!r}; expected one of: {', '.join(DISTRIBUTIONS)}")
     try:
@@ -88,6 +90,7 @@ def environment_create(
     environment = create_named(
         Environment,
         "environment",
+        project=project,
         name=name,
         description=description,
         package=package,
@@ -184,7 +187,9 @@ def environment_generate(environment_id: int | str) -> None:
         raise
     for row in rows:
         row["env"] = component_name(env.name, env.package)
-    dataset, _ = dataset_store_rows(env.name, rows, description=f"{env.package} {env.env_id}", user=env.created_by)
+    dataset, _ = dataset_store_rows(
+        env.name, rows, project=env.project, description=f"{env.package} {env.env_id}", user=env.created_by
+    )
     run_environment = env.run_environment
     if env.package == "verifiers" and rows and (rows[0].get("extra_info") or {}).get("episode"):
         run_environment = _verifiers_episodes(env)
@@ -217,7 +222,8 @@ def _reward_for(env: Environment) -> RewardFunction:
     spec: dict[str, Any] = {"type": env.package}
     if env.package == "verifiers" and env.files:
         spec["files"] = env.files
-    name = env.name if not RewardFunction.objects.filter(name=env.name).exists() else f"{env.name} ({env.package})"
+    taken = RewardFunction.objects.filter(project=env.project, name=env.name).exists()
+    name = env.name if not taken else f"{env.name} ({env.package})"
     try:
         normalized = validate_reward_spec("builtin", spec, default_name=component_name(env.name, env.package))
     except RewardSpecError as exc:  # the schema and this module disagree: a bug, said plainly
@@ -225,6 +231,7 @@ def _reward_for(env: Environment) -> RewardFunction:
     return create_named(
         RewardFunction,
         "reward",
+        project=env.project,
         name=name,
         description=f"{env.package} {env.env_id}: the environment's own scoring",
         kind=RewardFunction.Kind.BUILTIN,
@@ -247,11 +254,13 @@ def environments_mix(
     *,
     size: int,
     seed: int = 0,
+    project: Project,
     user: User | AnonymousUser | None = None,
 ) -> Dataset:
     """One dataset drawing each row from an environment chosen by weight (seeded), its rows keeping their `env`
     field; a run on it takes every part's reward, and keeps a curve per environment. Single-turn packages only:
-    a run has one multi-turn environment."""
+    a run has one multi-turn environment. The caller checked that the user reads every part and creates in
+    `project`."""
     if len(parts) < 2:
         raise invalid("environments", "give at least two environments to mix")
     for i, (env, weight) in enumerate(parts):
@@ -273,7 +282,7 @@ def environments_mix(
         rows.append(pool[cursors[part] % len(pool)])
         cursors[part] += 1
     described = ", ".join(f"{env.name} ×{weight:g}" for env, weight in parts)
-    dataset, _ = dataset_store_rows(name, rows, description=f"mix of {described}", user=user)
+    dataset, _ = dataset_store_rows(name, rows, project=project, description=f"mix of {described}", user=user)
     return dataset
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser, User
 
 from posttrain.core.server_paths import resolve_run_checkpoint, resolve_user_path
+from posttrain.projects.models import Project
 from posttrain.registry.model_files import ModelFolderError, ModelFolderInfo, inspect_model_folder
 from posttrain.registry.models import ModelAsset
 from posttrain.registry.reward_specs import component_name
@@ -37,22 +38,29 @@ def _inspect_model(path: str | Path, field: str) -> ModelFolderInfo:
 
 
 def model_register(
-    name: str, path: str, *, description: str = "", user: User | AnonymousUser | None = None
+    name: str, path: str, *, project: Project, description: str = "", user: User | AnonymousUser | None = None
 ) -> ModelAsset:
     """Register a Hugging Face model folder on the server (inside an import root, by a user allowed to name
     one: posttrain.core.server_paths), used in place: weights are not copied."""
     name = clean_name(name)
-    check_unique_name(ModelAsset, name, "model")
+    check_unique_name(ModelAsset, name, "model", project)
     folder = resolve_user_path("path", path, user, "folder")
-    return _create_model(name, description, ModelAsset.Source.FOLDER, _inspect_model(folder, "path"), user)
+    return _create_model(name, description, ModelAsset.Source.FOLDER, _inspect_model(folder, "path"), user, project)
 
 
 def _create_model(
-    name: str, description: str, source: str, info: ModelFolderInfo, user: User | AnonymousUser | None, **lineage: Any
+    name: str,
+    description: str,
+    source: str,
+    info: ModelFolderInfo,
+    user: User | AnonymousUser | None,
+    project: Project,
+    **lineage: Any,
 ) -> ModelAsset:
     return create_named(
         ModelAsset,
         "model",
+        project=project,
         name=name,
         description=description,
         source=source,
@@ -71,17 +79,18 @@ def model_register_checkpoint(
     path: str | Path,
     name: str | None = None,
     *,
+    project: Project,
     description: str = "",
     user: User | AnonymousUser | None = None,
 ) -> ModelAsset:
-    """Register a run's checkpoint as a model, keeping its lineage (source_run, source_step).
+    """Register a run's checkpoint as a model in `project`, keeping its lineage (source_run, source_step).
 
     The HF files are hard-linked (copied across file systems) into `<storage>/models/<name>/`:
     the engine rotates old checkpoints away (`keep_last`), and a registered model must outlive
     that. Hard links cost no space and no time on the same file system.
     """
     name = clean_name(name or f"{run.name or run.pk}-step-{step}")
-    check_unique_name(ModelAsset, name, "model")
+    check_unique_name(ModelAsset, name, "model", project)
     source = _inspect_model(resolve_run_checkpoint("checkpoint", str(path), run.pk), "path")
     target = _copy_checkpoint(source.path, name)
     try:
@@ -91,6 +100,7 @@ def model_register_checkpoint(
             ModelAsset.Source.CHECKPOINT,
             _inspect_model(target, "path"),
             user,
+            project,
             source_run=run,
             source_step=step,
         )
@@ -131,10 +141,35 @@ def model_update(model: ModelAsset, *, name: str | None = None, description: str
 
 
 def model_delete(model: ModelAsset) -> None:
-    """Delete the registry entry; a checkpoint copy we made is removed too, a user's folder never."""
+    """Delete the registry entry; a checkpoint copy we made is removed too once no copy of the entry in another
+    project uses it, a user's folder never."""
     own_copy = model.source == ModelAsset.Source.CHECKPOINT and same_folder(
         Path(model.path).parent, storage_path("models")
     )
     delete_unless_in_use(model, "model")
-    if own_copy:
+    if own_copy and not ModelAsset.objects.filter(path=model.path).exists():
         remove_tree_after_commit(Path(model.path))
+
+
+def model_copy(
+    model: ModelAsset, project: Project, *, name: str | None = None, user: User | AnonymousUser | None = None
+) -> ModelAsset:
+    """The model registered in another project too: a second entry over the same folder (weights are not copied),
+    lineage kept. The caller checked that the user reads the source and creates in `project`."""
+    name = clean_name(name or model.name)
+    check_unique_name(ModelAsset, name, "model", project)
+    return create_named(
+        ModelAsset,
+        "model",
+        project=project,
+        name=name,
+        description=model.description,
+        source=model.source,
+        path=model.path,
+        architecture=model.architecture,
+        parameter_count=model.parameter_count,
+        hf_config=model.hf_config,
+        source_run=model.source_run,
+        source_step=model.source_step,
+        created_by=user_or_none(user),
+    )

@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 
 from posttrain.core.outbound import outbound_policy
 from posttrain.core.server_paths import open_checked, resolve_user_path
+from posttrain.projects.models import Project
 from posttrain.registry.model_files import ModelFolderError, inspect_model_folder
 from posttrain.registry.models import ModelAsset, RewardFunction
 from posttrain.registry.reward_specs import RewardSpecError, component_name, validate_reward_spec
@@ -39,6 +40,7 @@ def reward_create(
     spec: dict[str, Any] | None,
     source: str = "",
     *,
+    project: Project,
     description: str = "",
     user: User | AnonymousUser | None = None,
 ) -> RewardFunction:
@@ -46,7 +48,7 @@ def reward_create(
     python reward's `source` is stored under `<storage>/rewards/<sha256>.py` (spec.path points at
     it) after a Celery worker imported it in the engine's sandbox (never this process: it waits)."""
     name = clean_name(name)
-    check_unique_name(RewardFunction, name, "reward")
+    check_unique_name(RewardFunction, name, "reward", project)
     spec = {} if spec is None else spec
     source = source or ""
     staged_source: Path | None = None
@@ -66,7 +68,7 @@ def reward_create(
             errors = {("name" if k == "spec.name" else k): v for k, v in errors.items()}
         raise ValidationError(errors) from None
     if kind == RewardFunction.Kind.REWARD_MODEL:
-        normalized["path"] = _reward_model_path(normalized["path"], user)
+        normalized["path"] = _reward_model_path(normalized["path"], project, user)
     if kind == RewardFunction.Kind.HTTP:
         _check_url(normalized["url"])
     if kind == RewardFunction.Kind.PYTHON:
@@ -75,6 +77,7 @@ def reward_create(
         reward = create_named(
             RewardFunction,
             "reward",
+            project=project,
             name=name,
             description=description,
             kind=kind,
@@ -146,9 +149,10 @@ def _check_python_source(
     return staged
 
 
-def _reward_model_path(path: str, user: User | AnonymousUser | None) -> str:
-    """A registered model's name or a HF folder on the server (an import root's), as the folder's path."""
-    registered = ModelAsset.objects.filter(name=path).first()
+def _reward_model_path(path: str, project: Project, user: User | AnonymousUser | None) -> str:
+    """A model's name in the reward's project or a HF folder on the server (an import root's), as the folder's
+    path."""
+    registered = ModelAsset.objects.filter(project=project, name=path).first()
     folder = registered.path if registered is not None else str(resolve_user_path("spec.path", path, user, "folder"))
     try:
         return str(inspect_model_folder(folder).path)
@@ -175,3 +179,23 @@ def reward_update(reward: RewardFunction, *, name: str | None = None, descriptio
 def reward_delete(reward: RewardFunction) -> None:
     # The stored source file stays: another reward may hold the same code (same sha256).
     delete_unless_in_use(reward, "reward")
+
+
+def reward_copy(
+    reward: RewardFunction, project: Project, *, name: str | None = None, user: User | AnonymousUser | None = None
+) -> RewardFunction:
+    """The reward in another project too, with the same spec (a python reward's stored code is shared: it is
+    stored by content). The caller checked that the user reads the source and creates in `project`."""
+    name = clean_name(name or reward.name)
+    check_unique_name(RewardFunction, name, "reward", project)
+    return create_named(
+        RewardFunction,
+        "reward",
+        project=project,
+        name=name,
+        description=reward.description,
+        kind=reward.kind,
+        spec=reward.spec,
+        source=reward.source,
+        created_by=user_or_none(user),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
+from posttrain.projects.api.fields import ReadableRelatedField, project_input_field, project_name_field
 from posttrain.registry.models import RewardFunction
 from posttrain.review.export import EXPORT_FORMATS
 from posttrain.review.guidelines import render_markdown
@@ -55,6 +56,7 @@ def _reviewers_field(**kwargs) -> serializers.SlugRelatedField:
 
 
 class CampaignCreateSerializer(serializers.Serializer):
+    project = project_input_field()
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     instructions = serializers.CharField(
@@ -94,6 +96,7 @@ class CampaignUpdateSerializer(serializers.Serializer):
 
 
 class CampaignSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
     annotators: serializers.ManyRelatedField = serializers.SlugRelatedField(
         many=True, read_only=True, slug_field="username"
     )
@@ -111,6 +114,8 @@ class CampaignSerializer(serializers.ModelSerializer):
         model = Campaign
         fields = [
             "id",
+            "project",
+            "project_name",
             "name",
             "description",
             "kind",
@@ -234,6 +239,7 @@ class GoldBodySerializer(serializers.Serializer):
 
 
 class JudgeRunSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
     reward: serializers.PrimaryKeyRelatedField = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True, read_only=True)
     state = serializers.CharField(read_only=True, help_text="queued, running, done or failed")
@@ -242,6 +248,8 @@ class JudgeRunSerializer(serializers.ModelSerializer):
         model = JudgeRun
         fields = [
             "id",
+            "project",
+            "project_name",
             "campaign",
             "source",
             "reward",
@@ -263,8 +271,8 @@ class JudgeRunSerializer(serializers.ModelSerializer):
 
 
 class _JudgeSettingsSerializer(serializers.Serializer):
-    reward = serializers.PrimaryKeyRelatedField(
-        queryset=RewardFunction.objects.all(), help_text="The registered reward that judges (its id)."
+    reward = ReadableRelatedField(
+        queryset=RewardFunction.objects.all(), help_text="The registered reward that judges (its id; in the project)."
     )
     threshold = serializers.FloatField(default=0.5, help_text="Pass/fail: a score at or above it is a pass.")
     score_min = serializers.FloatField(default=0.0, help_text="Ratings: the score of the scale's lowest point.")
@@ -276,10 +284,12 @@ class JudgeCreateSerializer(_JudgeSettingsSerializer):
 
 
 class JudgePoolCreateSerializer(_JudgeSettingsSerializer):
+    project = project_input_field()
     source = serializers.JSONField(help_text='{"runs": [run ids], "steps": [..] or "step_range": [first, last]}')
 
 
 class JudgeRegisterSerializer(serializers.Serializer):
+    project = project_input_field("The project the reward is registered in (its id or name). Default: the judge run's.")
     name = serializers.CharField(max_length=200, help_text="The new reward's name in the registry.")
     question = serializers.CharField(
         required=False, allow_null=True, default=None, help_text="The question whose kappa counts (default: first)."
@@ -287,6 +297,7 @@ class JudgeRegisterSerializer(serializers.Serializer):
 
 
 class ExportRegisterSerializer(serializers.Serializer):
+    project = project_input_field("The project the dataset is registered in (its id or name). Default: the campaign's.")
     format = serializers.CharField(help_text=", ".join(f for f, kind in EXPORT_FORMATS.items() if kind.registrable))
     name = serializers.CharField(
         max_length=200,

@@ -33,6 +33,14 @@ from posttrain.accounts.selectors import signed_in_user
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.negotiation import FileFormatNegotiation
 from posttrain.core.errors import InvalidInput
+from posttrain.projects.access import Access
+from posttrain.projects.permissions import (
+    ProjectAccess,
+    ProjectScopedMixin,
+    copy_target,
+    require_same_project,
+    target_project,
+)
 from posttrain.registry.api.serializers import DatasetSerializer, RewardFunctionSerializer
 from posttrain.review import export, judging, selectors, services
 from posttrain.review.api import serializers as s
@@ -49,13 +57,15 @@ from posttrain.runs.api.params import text_param
         summary="One campaign, with its questions, source and progress", responses=s.CampaignDetailSerializer
     ),
 )
-class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    permission_classes = [IsResearcher]
+class CampaignViewSet(ProjectScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = [IsResearcher, ProjectAccess]
+    # Registering an export reads the campaign and creates a dataset where copy_target allows.
+    project_access = {"export_register": Access.READ}
     serializer_class = s.CampaignSerializer
     filterset_fields = ["state", "kind"]
     lookup_value_regex = r"\d+"
 
-    def get_queryset(self):
+    def base_queryset(self):
         return selectors.campaign_list()
 
     def get_serializer_class(self):
@@ -72,9 +82,11 @@ class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         responses={201: s.CampaignDetailSerializer, 400: ERRORS_RESPONSE},
     )
     def create(self, request: Request) -> Response:
+        project = target_project(request)
         body = s.CampaignCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        campaign = services.campaign_create(**body.validated_data, user=signed_in_user(request.user))
+        fields = {k: v for k, v in body.validated_data.items() if k != "project"}
+        campaign = services.campaign_create(**fields, project=project, user=signed_in_user(request.user))
         return self._detail(campaign, status=201)
 
     @extend_schema(
@@ -189,6 +201,7 @@ class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @action(detail=True, methods=["post"], url_path="export/register")
     def export_register(self, request: Request, pk: str | None = None) -> Response:
         campaign = self.get_object()
+        project = copy_target(request, campaign)
         body = s.ExportRegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -197,6 +210,7 @@ class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             data["format"],
             data["name"] or None,
             signed_in_user(request.user),
+            project=project,
             description=data["description"],
             question=data["question"],
         )
@@ -251,9 +265,10 @@ class CampaignViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         campaign = self.get_object()
         if request.method == "GET":
             return Response(s.JudgeRunSerializer(selectors.judge_runs(campaign), many=True).data)
-        body = s.JudgeCreateSerializer(data=request.data)
+        body = s.JudgeCreateSerializer(data=request.data, context={"request": request})
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        require_same_project("reward", data["reward"], campaign.project)
         judge = judging.judge_run_create(
             campaign,
             data["reward"],
@@ -297,13 +312,15 @@ class ReviewerListView(APIView):
     list=extend_schema(summary="Judge runs", description="Filter with `campaign` (an id) or `pool=true`."),
     retrieve=extend_schema(summary="One judge run: state and progress"),
 )
-class JudgeRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    permission_classes = [IsResearcher]
+class JudgeRunViewSet(ProjectScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = [IsResearcher, ProjectAccess]
+    # Registering a judge's reward reads the judge run and creates a reward where copy_target allows.
+    project_access = {"register": Access.READ}
     serializer_class = s.JudgeRunSerializer
     filterset_fields = ["campaign", "state"]
     lookup_value_regex = r"\d+"
 
-    def get_queryset(self):
+    def base_queryset(self):
         runs = selectors.judge_runs()
         if (text_param(self.request, "pool") or "").lower() in ("1", "true", "yes"):
             runs = runs.filter(campaign__isnull=True)
@@ -317,13 +334,16 @@ class JudgeRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         responses={202: s.JudgeRunSerializer, 400: ERRORS_RESPONSE},
     )
     def create(self, request: Request) -> Response:
-        body = s.JudgePoolCreateSerializer(data=request.data)
+        project = target_project(request)
+        body = s.JudgePoolCreateSerializer(data=request.data, context={"request": request})
         body.is_valid(raise_exception=True)
         data = body.validated_data
+        require_same_project("reward", data["reward"], project)
         judge = judging.judge_pool_create(
             data["reward"],
             data["source"],
             signed_in_user(request.user),
+            project=project,
             threshold=data["threshold"],
             score_min=data["score_min"],
             score_max=data["score_max"],
@@ -351,6 +371,7 @@ class JudgeRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     @action(detail=True, methods=["post"])
     def register(self, request: Request, pk: str | None = None) -> Response:
         judge: JudgeRun = self.get_object()
+        project = copy_target(request, judge)
         body = s.JudgeRegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         reward = judging.judge_register_reward(
@@ -358,6 +379,7 @@ class JudgeRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
             body.validated_data["name"],
             selectors.judge_agreement(judge),
             question=body.validated_data["question"],
+            project=project,
             user=signed_in_user(request.user),
         )
         return Response(RewardFunctionSerializer(reward).data, status=201)

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.errors import InvalidInput
+from posttrain.projects.access import readable
 from posttrain.runs import comparison
 from posttrain.runs.api import serializers as s
 from posttrain.runs.api.chart_series import SERIES_PARAMETERS, ChartSeriesSerializer, series_query
@@ -77,7 +78,7 @@ class CompareView(APIView):
         responses={200: _compare_response, 400: ERRORS_RESPONSE},
     )
     def get(self, request: Request) -> Response:
-        runs = comparison.runs_in_order(request.query_params.getlist("runs"))
+        runs = comparison.runs_in_order(request.query_params.getlist("runs"), readable(Run.objects.all(), request.user))
         query = series_query(request)
         curves = run_series.runs_series(runs, query.names, query.x_axis, query.max_points)
         # One serializer for all runs: a ModelSerializer builds its fields per instance (1 ms each).
@@ -118,7 +119,7 @@ class ComparePromptsView(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        runs = comparison.runs_in_order(request.query_params.getlist("runs"))
+        runs = comparison.runs_in_order(request.query_params.getlist("runs"), readable(Run.objects.all(), request.user))
         prompts = comparison.shared_prompts(runs, text_param(request, "q"))
         return Response({"prompts": [{"prompt": p.prompt, "counts": p.counts} for p in prompts]})
 
@@ -154,7 +155,7 @@ class CompareSamplesView(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        runs = comparison.runs_in_order(request.query_params.getlist("runs"))
+        runs = comparison.runs_in_order(request.query_params.getlist("runs"), readable(Run.objects.all(), request.user))
         prompt = request.query_params.get("prompt", "").replace("\x00", "")
         if not prompt:
             raise InvalidInput.one("prompt", "required: the exact prompt text")

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.errors import InvalidInput
+from posttrain.projects.permissions import target_project
 from posttrain.runs import services
 from posttrain.runs.api.serializers import ExperimentCreateSerializer
 
@@ -126,10 +127,12 @@ class ExperimentValidateView(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        body = ExperimentCreateSerializer(data=request.data)
+        project = target_project(request)
+        body = ExperimentCreateSerializer(data=request.data, context={"request": request})
         body.is_valid(raise_exception=True)
         data = body.validated_data
         checked = services.experiment_check(
+            project=project,
             name=data["name"],
             model=data["model"],
             dataset=data["dataset"],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -12,6 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
+from posttrain.projects.access import Access
+from posttrain.projects.permissions import object_for
 from posttrain.runs.models import Run
 from posttrain.runs.selectors import run_alerts
 
@@ -55,5 +56,5 @@ class RunAlertsView(APIView):
         responses={200: RunAlertsSerializer},
     )
     def get(self, request: Request, pk) -> Response:
-        run = get_object_or_404(Run.objects.only("id"), pk=pk)
+        run = object_for(request, Run.objects.only("id", "project_id"), Access.READ, pk=pk)
         return Response({"alerts": [asdict(alert) for alert in run_alerts(run.pk)]})

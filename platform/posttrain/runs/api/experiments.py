@@ -12,6 +12,8 @@ from rest_framework.response import Response
 
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
+from posttrain.projects.access import Access
+from posttrain.projects.permissions import ProjectAccess, ProjectScopedMixin, target_project
 from posttrain.runs import selectors, services
 from posttrain.runs.api import serializers as s
 
@@ -20,15 +22,17 @@ from posttrain.runs.api import serializers as s
     list=extend_schema(summary="Experiments"),
     retrieve=extend_schema(summary="One experiment"),
 )
-class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    permission_classes = [IsResearcher]
+class ExperimentViewSet(ProjectScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = [IsResearcher, ProjectAccess]
+    # A launch makes the user's own run in the experiment's project; it changes nothing of the experiment.
+    project_access = {"launch": Access.CREATE}
     serializer_class = s.ExperimentSerializer
     filter_backends = [django_filters.rest_framework.DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
     filterset_fields = ["model", "dataset"]
     search_fields = ["name", "description"]
     ordering_fields = ["created_at", "name"]
 
-    def get_queryset(self):
+    def base_queryset(self):
         return selectors.experiment_list()
 
     @extend_schema(
@@ -39,10 +43,12 @@ class ExperimentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         responses={201: s.ExperimentSerializer, 400: ERRORS_RESPONSE},
     )
     def create(self, request: Request) -> Response:
-        body = s.ExperimentCreateSerializer(data=request.data)
+        project = target_project(request)
+        body = s.ExperimentCreateSerializer(data=request.data, context={"request": request})
         body.is_valid(raise_exception=True)
         data = body.validated_data
         experiment = services.experiment_create(
+            project=project,
             name=data["name"],
             description=data["description"],
             model=data["model"],

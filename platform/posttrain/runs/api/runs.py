@@ -16,6 +16,8 @@ from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.negotiation import FileFormatNegotiation
 from posttrain.core.errors import InvalidInput
+from posttrain.projects.access import Access, require_create
+from posttrain.projects.permissions import ProjectAccess, ProjectScopedMixin, copy_target
 from posttrain.registry.api.serializers import ModelAssetSerializer
 from posttrain.registry.services import model_register_checkpoint
 from posttrain.runs import selectors, services
@@ -70,8 +72,11 @@ class RunFilter(django_filters.FilterSet):
     ),
     retrieve=extend_schema(summary="One run, with its resolved config", responses=s.RunDetailSerializer),
 )
-class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    permission_classes = [IsResearcher]
+class RunViewSet(ProjectScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    permission_classes = [IsResearcher, ProjectAccess]
+    # Clones, resumes and registered checkpoints are the user's own new objects: they read the run, and check
+    # the project they are made in (copy_target).
+    project_access = {"clone": Access.READ, "resume": Access.READ, "register_checkpoint": Access.READ}
     serializer_class = s.RunSerializer
     filter_backends = [django_filters.rest_framework.DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
     filterset_class = RunFilter
@@ -79,7 +84,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     ordering_fields = ["created_at", "state", "name", "finished_at", "last_step"]
     lookup_value_regex = "[0-9a-fA-F-]{32,36}"
 
-    def get_queryset(self):
+    def base_queryset(self):
         return selectors.run_list()
 
     def get_serializer_class(self):
@@ -105,9 +110,10 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     @action(detail=True, methods=["post"])
     def priority(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
         body = s.RunPrioritySerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        run = run_set_priority(self.get_object(), body.validated_data["priority"], user=request.user)
+        run = run_set_priority(run, body.validated_data["priority"], user=request.user)
         return Response(s.RunDetailSerializer(selectors.run_list().get(pk=run.pk)).data)
 
     @extend_schema(summary="Cancel a run", request=None, responses={200: s.RunDetailSerializer, 409: ERRORS_RESPONSE})
@@ -124,9 +130,11 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["post"])
     def clone(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
+        project = copy_target(request, run)
         body = s.RunCloneSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        new = services.run_clone(run, user=request.user, **body.validated_data)
+        fields = {k: v for k, v in body.validated_data.items() if k != "project"}
+        new = services.run_clone(run, project=project, user=request.user, **fields)
         return Response(s.RunDetailSerializer(new).data, status=201)
 
     @extend_schema(
@@ -137,6 +145,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
+        require_create(request.user, run.project)  # a resume is the user's new run in the run's project
         body = s.RunResumeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         new = services.run_resume(run, body.validated_data["checkpoint"], user=request.user)
@@ -257,11 +266,17 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["post"], url_path="register-checkpoint")
     def register_checkpoint(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
+        project = copy_target(request, run)
         body = s.CheckpointRegisterSerializer(data=request.data, context={"run": run})
         body.is_valid(raise_exception=True)
         checkpoint = body.validated_data["checkpoint"]
         model = model_register_checkpoint(
-            run, checkpoint.step, checkpoint.path, body.validated_data.get("name"), user=request.user
+            run,
+            checkpoint.step,
+            checkpoint.path,
+            body.validated_data.get("name"),
+            project=project,
+            user=request.user,
         )
         return Response(ModelAssetSerializer(model).data, status=201)
 

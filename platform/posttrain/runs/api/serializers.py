@@ -7,6 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from posttrain.projects.api.fields import ReadableRelatedField, project_input_field, project_name_field
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunPriority, RunTransition
 from posttrain.runs.selectors import experiment_probe_summaries
@@ -23,6 +24,7 @@ class ExperimentRewardSerializer(serializers.ModelSerializer):
 
 
 class ExperimentSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
     rewards = ExperimentRewardSerializer(source="experimentreward_set", many=True, read_only=True)
     run_count = serializers.IntegerField(read_only=True, default=0)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
@@ -35,6 +37,8 @@ class ExperimentSerializer(serializers.ModelSerializer):
         model = Experiment
         fields = [
             "id",
+            "project",
+            "project_name",
             "name",
             "description",
             "model",
@@ -54,15 +58,18 @@ class ExperimentSerializer(serializers.ModelSerializer):
 
 
 class RewardWeightSerializer(serializers.Serializer):
-    reward = serializers.PrimaryKeyRelatedField(queryset=RewardFunction.objects.all())
+    reward = ReadableRelatedField(
+        queryset=RewardFunction.objects.all(), help_text="A reward of the experiment's project."
+    )
     weight = serializers.FloatField(default=1.0)
 
 
 class ExperimentCreateSerializer(serializers.Serializer):
+    project = project_input_field()
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
-    model = serializers.PrimaryKeyRelatedField(queryset=ModelAsset.objects.all())
-    dataset = serializers.PrimaryKeyRelatedField(queryset=Dataset.objects.all())
+    model = ReadableRelatedField(queryset=ModelAsset.objects.all(), help_text="A model of the experiment's project.")
+    dataset = ReadableRelatedField(queryset=Dataset.objects.all(), help_text="A dataset of the experiment's project.")
     rewards = RewardWeightSerializer(
         many=True, allow_empty=True, help_text="Empty only with a multi-turn environment or an agent in config."
     )
@@ -90,6 +97,7 @@ class ExperimentUpdateSerializer(serializers.Serializer):
 
 
 class RunSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
     experiment_name = serializers.CharField(source="experiment.name", read_only=True)
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
     algorithm = serializers.SerializerMethodField(help_text="The engine config's algorithm.name (grpo, ppo, ...).")
@@ -133,6 +141,8 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = [
             "id",
+            "project",
+            "project_name",
             "experiment",
             "experiment_name",
             "kind",
@@ -186,8 +196,10 @@ class RunDetailSerializer(RunSerializer):
 
 
 class ExternalRunCreateSerializer(serializers.Serializer):
-    project = serializers.CharField(
-        max_length=200, help_text="Groups the runs (an experiment without a model); created on first use."
+    project = project_input_field()
+    experiment = serializers.CharField(
+        max_length=200,
+        help_text="Groups the runs (an experiment without a model, in the project); created on first use.",
     )
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     config = serializers.JSONField(
@@ -225,6 +237,10 @@ class RunLaunchSerializer(serializers.Serializer):
 
 
 class RunCloneSerializer(serializers.Serializer):
+    project = project_input_field(
+        "Clone into another project (its id or name): the experiment and its model, dataset and rewards are copied "
+        "there. Default: the source run's experiment."
+    )
     seed = serializers.IntegerField(
         required=False, allow_null=True, default=None, help_text="Default: the source run's seed."
     )
@@ -248,6 +264,7 @@ class RunResumeSerializer(serializers.Serializer):
 
 
 class CheckpointRegisterSerializer(serializers.Serializer):
+    project = project_input_field("The project the model is registered in (its id or name). Default: the run's.")
     checkpoint = serializers.PrimaryKeyRelatedField(
         queryset=Checkpoint.objects.all(), help_text="A checkpoint of this run."
     )

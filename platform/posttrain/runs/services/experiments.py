@@ -14,8 +14,10 @@ from django.db import transaction
 
 from posttrain.core.errors import InvalidInput
 from posttrain.core.server_paths import run_config_check_user_paths, run_config_paths_resolve
+from posttrain.projects.models import Project
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.registry.reward_specs import component_name
+from posttrain.registry.services import dataset_copy, model_copy, reward_copy
 from posttrain.runs.models import (
     Experiment,
     ExperimentReward,
@@ -155,8 +157,26 @@ class CheckedExperiment:
     resources: dict[str, Any]
 
 
+def _check_same_project(
+    project: Project, model: ModelAsset, dataset: Dataset, rewards: Sequence[tuple[RewardFunction, float]]
+) -> None:
+    """An experiment refers to its own project's registry objects only: another project's are copied in first
+    (a reference across projects would show their names to members who cannot read them, and keep their owners
+    from deleting them)."""
+    named: list[tuple[str, ModelAsset | Dataset | RewardFunction]] = [("model", model), ("dataset", dataset)]
+    named += [(f"rewards[{i}].reward", reward) for i, (reward, _) in enumerate(rewards)]
+    errors = [
+        {"loc": loc, "msg": f"{obj.name!r} is in another project: copy it into {project.name!r} first"}
+        for loc, obj in named
+        if obj.project_id != project.pk
+    ]
+    if errors:
+        raise InvalidInput(errors)
+
+
 def experiment_check(
     *,
+    project: Project,
     name: str,
     model: ModelAsset,
     dataset: Dataset,
@@ -178,6 +198,7 @@ def experiment_check(
     if nul is not None:
         raise InvalidInput.one(nul or "config", "contains a NUL character")
     rewards = _check_rewards(rewards, config)
+    _check_same_project(project, model, dataset, rewards)
     webhook_url_checked(webhook_url)
     _check_platform_fields(config)
     if "seed" in config:  # the launch defaults to it, so a seed the launch refuses is refused here already
@@ -190,6 +211,7 @@ def experiment_check(
 
 def experiment_create(
     *,
+    project: Project,
     name: str,
     model: ModelAsset,
     dataset: Dataset,
@@ -204,10 +226,18 @@ def experiment_create(
     `config` is stored as given (without model.path, data.* of the dataset, rewards, logging.run_dir).
     `webhook_url`: where its runs' critical alerts go (services.alert_webhooks), checked by the outbound policy."""
     rewards = experiment_check(
-        name=name, model=model, dataset=dataset, rewards=rewards, config=config, user=user, webhook_url=webhook_url
+        project=project,
+        name=name,
+        model=model,
+        dataset=dataset,
+        rewards=rewards,
+        config=config,
+        user=user,
+        webhook_url=webhook_url,
     ).rewards
     with transaction.atomic():
         experiment = Experiment.objects.create(
+            project=project,
             name=name.strip(),
             description=description or "",
             model=model,
@@ -232,3 +262,52 @@ def experiment_engine_config(experiment: Experiment) -> dict[str, Any]:
         raise InvalidInput.one("experiment", f"{experiment.name!r} has no model or dataset to launch with")
     rewards = [(link.reward, link.weight) for link in experiment.experimentreward_set.select_related("reward")]
     return build_engine_config(experiment.config, experiment.model, experiment.dataset, rewards, name=experiment.name)
+
+
+def experiment_copy(experiment: Experiment, project: Project, *, user=None) -> Experiment:
+    """The experiment in another project, with its model, dataset and rewards copied there (each reused where the
+    project already holds the same one: the same folder, content or spec under the same name). The caller checked
+    that the user reads the experiment and creates in `project`."""
+    if experiment.model is None or experiment.dataset is None:
+        raise InvalidInput.one("experiment", f"{experiment.name!r} has no model or dataset to copy")
+    links = list(experiment.experimentreward_set.select_related("reward"))
+    with transaction.atomic():
+        model = _model_in(project, experiment.model, user)
+        dataset, _ = dataset_copy(experiment.dataset, project, user=user)
+        copy = Experiment.objects.create(
+            project=project,
+            name=experiment.name,
+            description=experiment.description,
+            model=model,
+            dataset=dataset,
+            config=experiment.config,
+            created_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        ExperimentReward.objects.bulk_create(
+            ExperimentReward(
+                experiment=copy, reward=_reward_in(project, link.reward, user), weight=link.weight, position=i
+            )
+            for i, link in enumerate(links)
+        )
+    return copy
+
+
+def _free_name(model: Any, project: Project, name: str, source_project: Project) -> str:
+    taken = model.objects.filter(project=project, name=name).exists()
+    return name if not taken else f"{name} (from {source_project.name})"[:200]
+
+
+def _model_in(project: Project, model: ModelAsset, user: Any) -> ModelAsset:
+    same = ModelAsset.objects.filter(project=project, name=model.name, path=model.path).first()
+    if same is not None:
+        return same
+    return model_copy(model, project, name=_free_name(ModelAsset, project, model.name, model.project), user=user)
+
+
+def _reward_in(project: Project, reward: RewardFunction, user: Any) -> RewardFunction:
+    same = RewardFunction.objects.filter(project=project, name=reward.name, kind=reward.kind, spec=reward.spec).first()
+    if same is not None:
+        return same
+    return reward_copy(
+        reward, project, name=_free_name(RewardFunction, project, reward.name, reward.project), user=user
+    )

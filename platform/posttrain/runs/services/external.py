@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from posttrain.core.errors import IllegalTransition, InvalidInput
+from posttrain.projects.models import Project
 from posttrain.runs.models import Experiment, Run, RunKind, RunState, RunTransition
 from posttrain.runs.services.experiments import nul_at
 from posttrain.runs.services.run_fields import clean_note, clean_tags
@@ -54,27 +55,33 @@ def _clean_config(config: Any) -> dict[str, Any]:
     return config
 
 
-def _lock_project_name(name: str) -> None:
-    """Clients that start runs of a new project at once must find one project, not make one each (or see
-    each other's half-made one as an experiment of Posttrain runs): a transaction lock per name, held
-    until the run is created. SQLite has one writer at a time already."""
+def _lock_experiment_name(project: Project, name: str) -> None:
+    """Clients that start runs of a new experiment at once must find one experiment, not make one each (or see
+    each other's half-made one as an experiment of Posttrain runs): a transaction lock per project and name,
+    held until the run is created. SQLite has one writer at a time already."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"posttrain-project:{name}"])
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"posttrain-external-experiment:{project.pk}:{name}"]
+            )
 
 
-def _project(name: Any, user) -> Experiment:
-    """The experiment without a model that groups a project's external runs (made on first use)."""
+def _experiment_for(name: Any, project: Project, user) -> Experiment:
+    """The experiment without a model that groups the project's external runs of that name (made on first use)."""
     if not isinstance(name, str) or not name.strip():
-        raise InvalidInput.one("project", "required")
+        raise InvalidInput.one("experiment", "required")
     name = name.strip()[:200]
-    _lock_project_name(name)
-    existing = Experiment.objects.filter(name=name, model__isnull=True).order_by("pk").first()
+    _lock_experiment_name(project, name)
+    named = Experiment.objects.filter(project=project, name=name)
+    existing = named.filter(model__isnull=True).order_by("pk").first()
     if existing is not None:
         return existing
-    if Experiment.objects.filter(name=name).exists():
-        raise InvalidInput.one("project", f"{name!r} is an experiment of Posttrain runs; name the project differently")
+    if named.exists():
+        raise InvalidInput.one(
+            "experiment", f"{name!r} is an experiment of Posttrain runs; name the external runs' experiment differently"
+        )
     return Experiment.objects.create(
+        project=project,
         name=name,
         description="External runs tracked through the SDK.",
         config={},
@@ -84,7 +91,8 @@ def _project(name: Any, user) -> Experiment:
 
 def external_run_create(
     *,
-    project: str,
+    project: Project,
+    experiment: str,
     name: str = "",
     config: Any = None,
     engine: Any = "python",
@@ -105,15 +113,16 @@ def external_run_create(
     reason = f"tracked from {engine} by {getattr(user, 'username', None) or 'someone'}"
     now = timezone.now()
     with transaction.atomic():
-        experiment = _project(project, user)
-        number = Run.objects.filter(experiment=experiment).count() + 1
+        grouping = _experiment_for(experiment, project, user)
+        number = Run.objects.filter(experiment=grouping).count() + 1
         run = Run.objects.create(
             id=run_id,
-            experiment=experiment,
+            experiment=grouping,
+            project=project,
             kind=RunKind.EXTERNAL,
             engine=engine,
             total_steps=total_steps,
-            name=(name or "").strip()[:200] or f"{experiment.name} #{number}"[:200],
+            name=(name or "").strip()[:200] or f"{grouping.name} #{number}"[:200],
             state=RunState.RUNNING,
             state_reason=reason,
             started_at=now,

@@ -15,6 +15,7 @@ from django.db import transaction
 from posttrain.core import dispatch
 from posttrain.core.errors import IllegalTransition, InvalidInput
 from posttrain.core.server_paths import resolve_run_checkpoint
+from posttrain.projects.models import Project
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Checkpoint,
@@ -22,7 +23,11 @@ from posttrain.runs.models import (
     Run,
     RunTransition,
 )
-from posttrain.runs.services.experiments import experiment_engine_config, validated_engine_config_and_needs
+from posttrain.runs.services.experiments import (
+    experiment_copy,
+    experiment_engine_config,
+    validated_engine_config_and_needs,
+)
 from posttrain.runs.services.external import external_run_cancel, refuse_external
 from posttrain.runs.services.run_fields import (
     clean_note,
@@ -68,6 +73,7 @@ def _create_queued_run(
         run = Run.objects.create(
             id=run_id,
             experiment=experiment,
+            project_id=experiment.project_id,
             name=f"{experiment.name} #{number}"[:200],
             seed=seed,
             state=S.QUEUED,
@@ -120,6 +126,7 @@ def run_launch(
 def run_clone(
     run: Run,
     *,
+    project: Project | None = None,
     seed: int | None = None,
     tags: Any = None,
     note: Any = None,
@@ -127,12 +134,17 @@ def run_clone(
     preemptible: Any = None,
     user=None,
 ) -> Run:
-    """A new run with exactly the source run's config (not the experiment's current one); new seed optional."""
+    """A new run with exactly the source run's config (not the experiment's current one); new seed optional.
+    Into another `project` (the caller checked the user creates there), the run's experiment is copied there
+    first, with its model, dataset and rewards (experiment_copy)."""
     refuse_external(run, "cloned")
     if not run.resolved_config:
         raise IllegalTransition("this run has no resolved config to clone (it was never launched)", run.state)
+    experiment = run.experiment
+    if project is not None and project.pk != run.project_id:
+        experiment = experiment_copy(experiment, project, user=user)
     return _create_queued_run(
-        experiment=run.experiment,
+        experiment=experiment,
         config=run.resolved_config,
         seed=clean_seed(seed, run.seed),
         tags=clean_tags(run.tags if tags is None else tags),

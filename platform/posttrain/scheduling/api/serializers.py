@@ -10,9 +10,14 @@ class ResourcesSerializer(serializers.Serializer):
     GPU = serializers.FloatField()
 
 
+_HIDDEN_HELP = "True: a run of a project you do not read (its id, owner and project are null, its name a placeholder)."
+
+
 class QueuedRunSerializer(serializers.Serializer):
-    id = serializers.CharField()
+    id = serializers.CharField(allow_null=True)
     name = serializers.CharField()
+    project = serializers.CharField(allow_null=True)
+    hidden = serializers.BooleanField(help_text=_HIDDEN_HELP)
     state = serializers.CharField()
     owner = serializers.CharField(allow_null=True)
     priority = serializers.CharField()
@@ -24,7 +29,9 @@ class QueuedRunSerializer(serializers.Serializer):
 
 
 class GrantedRunSerializer(serializers.Serializer):
-    id = serializers.CharField()
+    id = serializers.CharField(allow_null=True)
+    project = serializers.CharField(allow_null=True)
+    hidden = serializers.BooleanField(help_text=_HIDDEN_HELP)
     attempt = serializers.IntegerField()
     lost_steps = serializers.IntegerField()
     placement = serializers.DictField(child=ResourcesSerializer(), allow_null=True)

@@ -35,7 +35,7 @@ class QueueView(APIView):
         responses={200: s.QueueSerializer},
     )
     def get(self, request: Request) -> Response:
-        return Response(s.QueueSerializer(queue_overview()).data)
+        return Response(s.QueueSerializer(queue_overview(request.user)).data)
 
 
 WINDOW_PARAMETER = OpenApiParameter(

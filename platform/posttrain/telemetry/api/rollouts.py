@@ -25,6 +25,8 @@ from rest_framework.views import APIView
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.errors import InvalidInput, NotFound, PayloadTooLarge
+from posttrain.projects.access import Access
+from posttrain.projects.permissions import object_for
 from posttrain.runs.models import Run
 from posttrain.telemetry import rollouts
 from posttrain.telemetry.tokens import require_run_token
@@ -69,7 +71,7 @@ class RunRolloutFilesView(APIView):
         },
     )
     def get(self, request: Request, pk) -> Response:
-        run = get_object_or_404(Run, pk=pk)
+        run = object_for(request, Run.objects.all(), Access.READ, pk=pk)
         listing = rollouts.run_rollout_files(run)
         return Response({"files": listing.files, "gaps": gaps_payload(listing.gaps)})
 
@@ -82,7 +84,7 @@ class RunRolloutFileView(APIView):
         responses={(200, PARQUET_MEDIA_TYPE): bytes, 404: ERRORS_RESPONSE},
     )
     def get(self, request: Request, pk, name: str) -> FileResponse:
-        run = get_object_or_404(Run, pk=pk)
+        run = object_for(request, Run.objects.all(), Access.READ, pk=pk)
         if parse_file_name(name) is None or not run.rollout_files.filter(name=name).exists():
             raise NotFound(f"run {run.pk} has no rollout file {name[:60]!r}")
         response = FileResponse(rollouts.open_file(run.pk, name), content_type=PARQUET_MEDIA_TYPE)

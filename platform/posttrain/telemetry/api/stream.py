@@ -29,6 +29,7 @@ from posttrain.core.errors import (
     PermissionDenied,
     ServiceError,
 )
+from posttrain.projects.access import readable
 from posttrain.runs.models import Run
 from posttrain.telemetry.browser_stream import run_stream
 from posttrain.telemetry.event_schema import MAX_INT64
@@ -76,6 +77,10 @@ def resume_point(request: HttpRequest) -> int:
     return int(raw)
 
 
+def _readable_run_exists(user, pk: uuid.UUID) -> bool:
+    return readable(Run.objects.filter(pk=pk), user).exists()
+
+
 async def run_stream_view(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | StreamingHttpResponse:
     if request.method != "GET":
         refusal = error_response(MethodNotAllowed(request.method or ""))
@@ -84,7 +89,7 @@ async def run_stream_view(request: HttpRequest, pk: uuid.UUID) -> HttpResponse |
     try:
         await check_access(request)
         after = resume_point(request)
-        if not await sync_to_async(Run.objects.filter(pk=pk).exists)():
+        if not await sync_to_async(_readable_run_exists)(request.user, pk):
             raise NotFound("No Run matches the given query.")
     except ServiceError as exc:
         return error_response(exc)

@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from posttrain.core.errors import InvalidInput
+from posttrain.projects.models import Project, default_project_id
 from posttrain.registry.models import ModelAsset, RewardFunction
 from posttrain.registry.services import dataset_register_path, model_register, reward_create
 from posttrain.runs.models import TERMINAL_STATES, Experiment
@@ -53,10 +54,13 @@ class Command(BaseCommand):
             raise CommandError(f"{assets}: no demo build here; run `python -m rl_engine demo build {assets}` first")
         user = get_user_model().objects.get(username=username)
         engine_config = demo_run_config(assets).model_dump(mode="json")
+        # The demo's objects live in the default project, the one every user of a fresh install starts in.
+        project = Project.objects.get(pk=default_project_id())
 
-        model = ModelAsset.objects.filter(name="demo-qwen2").first() or model_register(
+        model = ModelAsset.objects.filter(project=project, name="demo-qwen2").first() or model_register(
             "demo-qwen2",
             str(assets / "model"),
+            project=project,
             description="Demo policy: small Qwen2 with a supervised warm start.",
             user=user,
         )
@@ -64,19 +68,21 @@ class Command(BaseCommand):
             "demo-addition",
             str(assets / "data" / "train.jsonl"),
             "jsonl",
+            project=project,
             description="Two-digit addition prompts.",
             user=user,
         )
-        reward = RewardFunction.objects.filter(name="correct").first() or reward_create(
+        reward = RewardFunction.objects.filter(project=project, name="correct").first() or reward_create(
             "correct",
             "builtin",
             {"type": "exact_match", "name": "correct"},
+            project=project,
             description="1 when the answer equals the label.",
             user=user,
         )
 
         name = "+".join([engine_config["name"], *overrides])
-        experiment = Experiment.objects.filter(name=name).first()
+        experiment = Experiment.objects.filter(project=project, name=name).first()
         if experiment is None:
             config = dict(engine_config)
             for field in _FROM_REGISTRY:
@@ -92,6 +98,7 @@ class Command(BaseCommand):
                 config = _with_overrides(config, overrides)
             try:
                 experiment = experiment_create(
+                    project=project,
                     name=name,
                     description=engine_config["description"],
                     model=model,
