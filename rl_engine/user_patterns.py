@@ -49,8 +49,9 @@ class InputTooLong(ValueError):
 class UserPattern:
     """A compiled user pattern: `matches(text, whole=...)` searches the text (or matches all of it)."""
 
-    def __init__(self, pattern: str, compiled: Any):
+    def __init__(self, pattern: str, compiled: Any, program_size: int):
         self.pattern = pattern
+        self.program_size = program_size  # RE2 instructions, the larger of its forward and reverse programs
         self._compiled = compiled
 
     def matches(self, text: str, *, whole: bool = False) -> bool:
@@ -82,7 +83,7 @@ def compile_user_pattern(pattern: Any) -> UserPattern:
     size = max(compiled.programsize, compiled.reverseprogramsize)
     if size > MAX_PROGRAM_SIZE:
         raise UserPatternError(_too_large(f"compiles to {size} RE2 instructions, more than {MAX_PROGRAM_SIZE}"))
-    return UserPattern(pattern, compiled)
+    return UserPattern(pattern, compiled, size)
 
 
 def check_user_pattern(pattern: Any) -> str | None:
