@@ -18,6 +18,7 @@ from rl_engine.algorithms import catalogue
 from rl_engine.config.errors import FieldErrors
 from rl_engine.config.rules import cross_field_errors
 from rl_engine.metric_catalogue import RESERVED_REWARD_NAMES
+from rl_engine.user_patterns import MAX_INPUT_CHARS, MAX_PATTERN_CHARS, check_user_pattern
 
 SCHEMA_VERSION = 1
 
@@ -178,18 +179,24 @@ class RegexReward(_RewardBase):
     """A fixed score for responses that match a regular expression."""
 
     type: Literal["regex"] = Field(default="regex", description="Regular expression match on the response.")
-    pattern: str = Field(description="Python regular expression.")
-    full_match: bool = Field(default=False, description="Require the whole response to match (else search).")
+    pattern: str = Field(
+        description=f"Regular expression in RE2 syntax, matched in linear time (at most {MAX_PATTERN_CHARS} "
+        "characters; no backreferences or lookaround; \\d, \\w and \\b are ASCII; flags inline: (?s), (?i), (?m))."
+    )
+    full_match: bool = Field(
+        default=False,
+        description=f"Require the whole response to match (else search). A response over {MAX_INPUT_CHARS} "
+        "characters is not matched.",
+    )
     score_match: float = Field(default=1.0, description="Score when the pattern matches.")
     score_miss: float = Field(default=0.0, description="Score when it does not.")
 
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as e:
-            raise ValueError(f"invalid regular expression: {e}") from None
+        problem = check_user_pattern(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
 

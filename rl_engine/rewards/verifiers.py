@@ -10,8 +10,12 @@ import re
 from fractions import Fraction
 
 from rl_engine.rewards.base import ComponentResult, RewardBatch
+from rl_engine.user_patterns import MAX_INPUT_CHARS, InputTooLong, UserPatternError, compile_user_pattern
 
 NO_LABEL = "no label to compare against"
+# A literal's exponent beyond this is no number to compare: Fraction("1e999999999") would build an integer
+# of a billion digits (minutes and gigabytes), so a response could stall the reward with one short word.
+MAX_EXPONENT = 1000
 
 # A number as people and models write it: optional sign, thousands separators, decimals,
 # exponent. The sign is only taken when it is not glued to a preceding word/number, so a
@@ -33,12 +37,17 @@ _NUMBER = re.compile(
 def parse_number(text: str) -> Fraction | None:
     """The exact value of a number literal like "12", "+12", "12.0", "1,234.5", "1e3"; else None."""
     text = text.strip()
-    if not _NUMBER.fullmatch(text):
+    if not _NUMBER.fullmatch(text) or _exponent_too_large(text):
         return None
     try:
         return Fraction(text.replace(",", ""))
     except (ValueError, ZeroDivisionError):
         return None
+
+
+def _exponent_too_large(literal: str) -> bool:
+    mantissa, e, exponent = literal.lower().partition("e")
+    return bool(e) and abs(int(exponent)) > MAX_EXPONENT
 
 
 def last_number(text: str) -> Fraction | None:
@@ -276,9 +285,12 @@ class BoxedMath:
 class RegexReward:
     """Format reward: ``score_match`` when the response matches ``pattern``, else ``score_miss``.
 
-    ``full_match=False`` searches anywhere in the response (``re.search``); ``True`` requires the
-    whole response to match (``re.fullmatch``). The pattern uses Python ``re`` syntax with no
-    implicit flags: write ``(?s)`` to let ``.`` cross newlines, ``(?m)``/``(?i)`` as needed.
+    ``full_match=False`` searches anywhere in the response; ``True`` requires the whole response to
+    match. The pattern is RE2 syntax, matched in time linear in the response whatever the pattern
+    (``rl_engine.user_patterns``: no backreferences or lookaround; ``\\d``, ``\\w`` and ``\\b`` are ASCII),
+    with no implicit flags: write ``(?s)`` to let ``.`` cross newlines, ``(?m)``/``(?i)`` as needed.
+    A response longer than ``MAX_INPUT_CHARS`` is not matched: it scores ``score_miss``, and the
+    ``too_long`` curve counts such responses.
     """
 
     def __init__(
@@ -290,9 +302,9 @@ class RegexReward:
         score_miss: float = 0.0,
     ):
         try:
-            self._regex = re.compile(pattern)
-        except (re.error, TypeError) as exc:
-            raise ValueError(f"pattern: invalid regular expression {pattern!r}: {exc}") from None
+            self._regex = compile_user_pattern(pattern)
+        except UserPatternError as exc:
+            raise ValueError(f"pattern: {exc}") from None
         self.name = name
         self.pattern = pattern
         self.full_match = full_match
@@ -300,9 +312,16 @@ class RegexReward:
         self.score_miss = float(score_miss)
 
     def score(self, batch: RewardBatch) -> ComponentResult:
-        find = self._regex.fullmatch if self.full_match else self._regex.search
-        scores = [self.score_match if find(r) else self.score_miss for r in batch.responses]
-        return ComponentResult.ok(scores)
+        scores: list[float] = []
+        too_long: list[float] = []
+        for response in batch.responses:
+            try:
+                matched = self._regex.matches(response, whole=self.full_match)
+            except InputTooLong:
+                matched = False
+            scores.append(self.score_match if matched else self.score_miss)
+            too_long.append(1.0 if len(response) > MAX_INPUT_CHARS else 0.0)
+        return ComponentResult.ok(scores, {"too_long": too_long})
 
     def close(self) -> None:
         pass

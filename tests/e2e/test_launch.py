@@ -224,7 +224,7 @@ def test_registry_forms_put_the_apis_errors_next_to_their_fields_and_list_what_t
     page.fill("#reward-name", "has a number")
     page.select_option("#reward-type", "regex")
     pattern = page.locator('#reward-spec .sf-field[data-loc="spec.pattern"]')
-    expect(pattern).to_contain_text("Python regular expression")
+    expect(pattern).to_contain_text("Regular expression in RE2 syntax")
     pattern.locator("input").fill("[0-")
     page.click("#reward-form button[type=submit]")
     expect(pattern.locator(".field-error")).to_contain_text("invalid regular expression")

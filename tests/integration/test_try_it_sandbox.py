@@ -115,3 +115,18 @@ def test_the_try_ran_on_the_worker_in_a_sandbox_not_under_the_web_server(stack, 
     # Celery logs "Task workers.reward_trial_run[<id>] received" where it ran.
     assert "workers.reward_trial_run[" in stack.user_code_log.read_text()
     assert "workers.reward_trial_run[" not in stack.worker_log.read_text()
+
+
+def test_a_builtin_try_is_scored_by_a_child_of_the_user_code_worker(stack, session):
+    # The child the worker starts for a builtin (python -m rl_engine.rewards score --cap-s) imports this
+    # checkout and answers; the catastrophic pattern finishes there in linear time.
+    spec = {"type": "regex", "pattern": r"^(a+)+$"}
+    reward = session.post(
+        f"{stack.web.url}/api/rewards/", json={"name": "nested", "kind": "builtin", "spec": spec}, timeout=120
+    ).json()
+    body = session.post(
+        f"{stack.web.url}/api/rewards/{reward['id']}/try/",
+        json={"samples": [{"prompt": "p", "response": "a" * 31 + "!"}, {"prompt": "p", "response": "aaa"}]},
+        timeout=120,
+    ).json()
+    assert (body["scores"], body["errors"]) == ([0.0, 1.0], [[], []]), body

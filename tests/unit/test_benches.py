@@ -570,3 +570,12 @@ def test_rollout_store_smoke():
         "peak_rss_mb",
     )
     assert doc["rollouts"] == 5 * 64
+
+
+def test_user_patterns_smoke():
+    doc = run_bench(
+        "user_patterns", "--chars", "2000", "--repeats", "1", "--re-max-n", "17", "--starts", "1", timeout_s=300
+    )
+    has(doc, "re2.usual.search_ms", "re2.worst.full_match_ms", "re2.worst_ms_per_text", "child_start_ms")
+    has(doc, "python_re.growth_per_char", "python_re.extrapolated_31_chars_s")
+    assert doc["re2"]["worst"]["instructions"] <= doc["bounds"]["max_program_size"]

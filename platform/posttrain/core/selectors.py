@@ -1,6 +1,8 @@
 """Reads of the core app: the health of the servers the platform depends on.
 
-The web process never imports ray: Ray is checked over its HTTP Jobs/dashboard API.
+The web process never imports ray: Ray is checked over its HTTP Jobs/dashboard API. Anyone may read whether
+each server answers and how fast; what each check found (the broker's URI, versions, the sandbox's limits and
+why one is missing, which name the host's paths) is for admins (`HealthReport.as_dict(details=True)`).
 """
 
 from __future__ import annotations
@@ -40,16 +42,25 @@ class HealthReport:
         """The servers this web server needs; the sandbox is reported, not counted (workers run user code)."""
         return self.database.ok and self.broker.ok and self.ray.ok
 
-    def as_dict(self) -> dict:
+    def as_dict(self, *, details: bool) -> dict:
+        """Status, and each check's `ok` and `latency_ms`; with `details` (an admin's view) also each check's
+        `detail`, `unsandboxed_code_allowed` and `warnings`."""
+        checks = {
+            "database": self.database,
+            "broker": self.broker,
+            "ray": self.ray,
+            "sandbox": self.sandbox,
+            "sandbox_limits": self.sandbox_limits,
+        }
+        status = "ok" if self.ok else "degraded"
+        if not details:
+            return {
+                "status": status,
+                "checks": {name: {"ok": c.ok, "latency_ms": c.latency_ms} for name, c in checks.items()},
+            }
         return {
-            "status": "ok" if self.ok else "degraded",
-            "checks": {
-                "database": asdict(self.database),
-                "broker": asdict(self.broker),
-                "ray": asdict(self.ray),
-                "sandbox": asdict(self.sandbox),
-                "sandbox_limits": asdict(self.sandbox_limits),
-            },
+            "status": status,
+            "checks": {name: asdict(check) for name, check in checks.items()},
             "unsandboxed_code_allowed": self.unsandboxed_code_allowed,
             "warnings": list(self.warnings),
         }

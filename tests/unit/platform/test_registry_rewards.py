@@ -69,7 +69,7 @@ def test_spec_field_errors_come_out_in_the_engines_wording(researcher_client):
     errors = {}
     for error in response.json()["errors"]:
         errors.setdefault(error["loc"], []).append(error["msg"])
-    assert errors["spec.pattern"][0].startswith("invalid regular expression: missing ), unterminated subpattern")
+    assert errors["spec.pattern"] == ["invalid regular expression: missing ): ("]
     assert errors["spec.full_mach"] == ["unknown field 'full_mach' (did you mean 'full_match'?)"]
 
 
@@ -326,3 +326,41 @@ def test_trials_no_worker_finished_are_failed_by_the_periodic_check(settings):
     fresh.refresh_from_db()
     assert running.state == "failed" and "the user-code worker stops user code after 150s" in running.error
     assert fresh.state == "running"
+
+
+def test_a_regex_the_linear_time_engine_refuses_is_a_400_naming_the_pattern(researcher_client):
+    for pattern, why in [(r"(\w+) \1", "backreferences"), (r"\d+(?= apples)", "lookahead and lookbehind")]:
+        response = create(researcher_client, name="r", kind="builtin", spec={"type": "regex", "pattern": pattern})
+        assert response.status_code == 400
+        [error] = response.json()["errors"]
+        assert error["loc"] == "spec.pattern" and f"{why} are not supported" in error["msg"], error
+    response = create(researcher_client, name="r", kind="builtin", spec={"type": "regex", "pattern": "a" * 1001})
+    assert response.json()["errors"] == [
+        {"loc": "spec.pattern", "msg": "is 1001 characters long; a pattern may have at most 1000"}
+    ]
+
+
+@pytest.mark.timeout(60)  # with backtracking, the try would hold the worker for longer than the universe has
+def test_a_catastrophic_pattern_in_try_it_finishes_and_scores_zero(researcher_client):
+    spec = {"type": "regex", "pattern": r"^(a+)+$", "full_match": True}
+    reward = create(researcher_client, name="nested", kind="builtin", spec=spec).json()
+    body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": "a" * n + "!"} for n in (31, 5000)])
+    assert body.json()["scores"] == [0.0, 0.0] and body.json()["errors"] == [[], []]
+
+
+@pytest.mark.timeout(120)
+def test_a_builtin_in_try_it_is_ended_at_the_cap_wherever_it_is(researcher_client, monkeypatch):
+    import importlib
+    import random
+
+    trials = importlib.import_module("posttrain.registry.services.reward_try")
+    monkeypatch.setattr(trials, "TRY_TIMEOUT_CAP_S", 0.05)
+    # RE2's slowest case within the bounds: an automaton too large for its memory, on long texts (seconds
+    # of C code in all; a Python-level timeout could not interrupt it).
+    spec = {"type": "regex", "pattern": r"[ab]*a[ab]{999}c"}
+    reward = create(researcher_client, name="slow", kind="builtin", spec=spec).json()
+    rng = random.Random(0)
+    text = "".join(rng.choice("ab") for _ in range(100_000))
+    body = try_(researcher_client, reward["id"], [{"prompt": "p", "response": text}] * 8).json()
+    assert body["scores"] == [0.0] * 8
+    assert body["errors"] == [["slow: scoring took longer than 0.05s and was stopped"]] * 8

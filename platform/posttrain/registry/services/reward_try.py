@@ -5,12 +5,22 @@ Celery worker in the engine's sandbox, never in the web process, which only wait
 The task goes to the `user_code` queue (settings.USER_CODE_QUEUE), which a worker of its own serves, so
 user code never delays run submission or admission; Celery's soft time limit ends a trial as a result
 ("stopped at the time limit"), its hard limit kills the worker's child, and `reward_trials_expire` (beat)
-fails whatever such a kill left `running`."""
+fails whatever such a kill left `running`.
+
+Scoring off a run ("Try it", probes, judges) is bounded per call by one cap, `TRY_TIMEOUT_CAP_S`, whatever
+the reward type, each by the mechanism that can stop it: python code (and the reasoning-gym and verifiers
+adapters) in its sandbox, whose parent kills a call at its `timeout_s` (`scoring_spec` caps it); an HTTP
+reward's exchange, closed at its `timeout_s` (capped too, retries at most one); the rewards the engine runs
+in its own process (the builtins, a reward model) in a child process of their own that the kernel ends at
+the cap after loading (`python -m rl_engine.rewards score --cap-s`), since a builtin stuck in C code cannot
+be interrupted from Python. Loading a reward model is bounded apart, by REWARD_TRY_TIMEOUT_S for the
+child's whole life."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,10 +44,15 @@ from rl_engine.spec.user_code import CompositeReward, RewardBatch, build_compone
 MAX_TRY_SAMPLES = 32
 # A trial unfinished this long after the user-code time limit and the web's wait is one no worker will finish.
 STALE_GRACE_S = 30.0
-TRY_TIMEOUT_CAP_S = 10.0  # per call, for python and http rewards in "try it"
+# One scoring call off a run, every reward type: a python call, an HTTP exchange, a builtin's or a reward
+# model's whole batch.
+TRY_TIMEOUT_CAP_S = 10.0
+REWARD_TRY_TIMEOUT_S = 180.0  # a scoring child's whole life, a reward model's loading included (settings overrides)
 POLL_INTERVAL_S = 0.1
 FINISHED = (RewardTrial.State.DONE, RewardTrial.State.FAILED)
 SANDBOXED_TYPES = ("python", "reasoning_gym", "verifiers")  # reward code that runs in the engine's sandbox
+# The types that stop themselves at their own `timeout_s`; every other type is scored in a child process.
+SELF_TIMED_TYPES = (*SANDBOXED_TYPES, "http")
 
 
 def reward_try(
@@ -166,21 +181,23 @@ def _run_try(trial: RewardTrial) -> dict[str, Any]:
 
 def reward_score(spec: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Score `{prompt, response, label, metadata}` samples with one reward spec as a run would: the engine's
-    component and composite, python code in its sandbox (call `sandbox.require()` first), a reward model in
-    a separate process. Worker side only. {"scores", "components", "errors", "extra_logs"}, one entry per
-    sample; a sample the reward failed on scores 0 with its errors listed."""
+    component and composite, python code in its sandbox (call `sandbox.require()` first), builtins and reward
+    models in a child process ended at TRY_TIMEOUT_CAP_S. Worker side only. {"scores", "components",
+    "errors", "extra_logs"}, one entry per sample; a sample the reward failed on scores 0 with its errors
+    listed."""
     batch = RewardBatch.build(
         [s["prompt"] for s in samples],
         [s["response"] for s in samples],
         [s["label"] for s in samples],
         metadata=[s["metadata"] for s in samples],
     )
-    if spec.get("type") == "reward_model":
-        return _score_in_subprocess(spec, batch)
-    try:
+    try:  # building is cheap and runs nothing: a pattern compiles, a file is parsed, a model is not loaded yet
         component = build_component(spec, outbound=outbound_policy())
     except ValueError as exc:
         return _failed_result(spec.get("name", "reward"), len(batch), f"the stored reward cannot be built: {exc}")
+    if spec.get("type") not in SELF_TIMED_TYPES:
+        component.close()
+        return _score_in_subprocess(spec, batch, TRY_TIMEOUT_CAP_S)
     with CompositeReward([(component, 1.0)]) as composite:
         result = composite.score(batch)
     return {
@@ -196,7 +213,7 @@ def scoring_spec(spec: dict[str, Any]) -> dict[str, Any]:
     answer in seconds and a probe finish within the user-code time limit, while a run may wait out a server's
     retries or a slow per-sample call. Everything else is unchanged."""
     spec = dict(spec)
-    if "timeout_s" in spec and spec.get("type") in ("python", "http"):
+    if "timeout_s" in spec and spec.get("type") in SELF_TIMED_TYPES:
         spec["timeout_s"] = min(float(spec["timeout_s"]), TRY_TIMEOUT_CAP_S)
     if spec.get("type") == "http":
         spec["retries"] = min(int(spec.get("retries", 0)), 1)
@@ -229,9 +246,11 @@ def _try_batch(samples: Any) -> RewardBatch:
     return RewardBatch.build(prompts, responses, labels, metadata=metadata)
 
 
-def _score_in_subprocess(spec: dict[str, Any], batch: RewardBatch) -> dict[str, Any]:
-    """Run `python -m rl_engine.rewards score` (torch loads there, never here) with a timeout."""
-    timeout_s = float(getattr(settings, "REWARD_TRY_TIMEOUT_S", 180))
+def _score_in_subprocess(spec: dict[str, Any], batch: RewardBatch, cap_s: float) -> dict[str, Any]:
+    """Run `python -m rl_engine.rewards score` (torch loads there, never here): the kernel ends it `cap_s`
+    after its components loaded, and we kill it at REWARD_TRY_TIMEOUT_S whatever it does."""
+    timeout_s = float(getattr(settings, "REWARD_TRY_TIMEOUT_S", REWARD_TRY_TIMEOUT_S))
+    name = spec.get("name", "reward")
     payload = {
         "rewards": [spec],
         "samples": [
@@ -247,7 +266,7 @@ def _score_in_subprocess(spec: dict[str, Any], batch: RewardBatch) -> dict[str, 
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "rl_engine.rewards", "score"],
+            [sys.executable, "-m", "rl_engine.rewards", "score", "--cap-s", repr(cap_s)],
             input=json.dumps(payload),
             capture_output=True,
             text=True,
@@ -256,15 +275,17 @@ def _score_in_subprocess(spec: dict[str, Any], batch: RewardBatch) -> dict[str, 
             env=env,
         )
     except subprocess.TimeoutExpired:
-        return _failed_result(spec["name"], len(batch), f"scoring took longer than {timeout_s:g}s and was stopped")
+        return _failed_result(name, len(batch), f"scoring took longer than {timeout_s:g}s and was stopped")
+    if proc.returncode == -signal.SIGALRM:
+        return _failed_result(name, len(batch), f"scoring took longer than {cap_s:g}s and was stopped")
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         detail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        return _failed_result(spec["name"], len(batch), f"scoring process failed: {detail}")
+        return _failed_result(name, len(batch), f"scoring process failed: {detail}")
     try:
         return json.loads(lines[-1])  # the result is the last line; libraries may print before it
     except json.JSONDecodeError:
-        return _failed_result(spec["name"], len(batch), "scoring process printed no result")
+        return _failed_result(name, len(batch), "scoring process printed no result")
 
 
 def _failed_result(name: str, n: int, reason: str) -> dict[str, Any]:
