@@ -32,6 +32,7 @@ _HEALTH = inline_serializer(
             },
         ),
         "unsandboxed_code_allowed": serializers.BooleanField(),
+        "ray_auth": serializers.ChoiceField(choices=["token", "disabled", "unknown"]),
         "warnings": serializers.ListField(child=serializers.CharField()),
     },
 )
@@ -44,7 +45,8 @@ _HEALTH = inline_serializer(
     "commands) can run in a bubblewrap sandbox on this host; `checks.sandbox_limits` which of the kernel's limits "
     "each sandbox gets (a cgroup for memory, pids and cpu; a seccomp filter; a fresh keyring), failing with what "
     "cannot be enforced here, which `warnings` repeats; `unsandboxed_code_allowed` is the admin's "
-    "POSTTRAIN_ALLOW_UNSANDBOXED_CODE (off by default).",
+    "POSTTRAIN_ALLOW_UNSANDBOXED_CODE (off by default); `ray_auth` the authentication the Ray head says it enforces "
+    "(`token`; `disabled`, which `warnings` repeats; `unknown` when it does not answer).",
     responses={(200, "application/json"): _HEALTH},
 )
 @api_view(["GET"])
