@@ -13,7 +13,6 @@ DEMO_ASSETS ?= $${POSTTRAIN_STORAGE:-$(DEMO_HOME)/storage}/imports/demo
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
-export RAY_AUTH_MODE ?= disabled
 export PYTHONDONTWRITEBYTECODE := 1
 
 # Two pytest-xdist workers, a module each at a time (its module-scoped servers start once); `TEST_WORKERS=0` runs

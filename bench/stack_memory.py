@@ -287,7 +287,7 @@ def stack_env(home: Path) -> dict[str, str]:
         OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),
         HF_HUB_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
-        RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"),
+        RAY_AUTH_MODE="token",  # as shipped: scripts/demo.sh starts the head with the home's own token file
         PYTHONDONTWRITEBYTECODE="1",
     )
     return env

@@ -18,7 +18,6 @@ RAY_AGENT_PORT="${POSTTRAIN_RAY_AGENT_PORT:-52365}"
 # Unix socket paths must stay under ~107 characters, so Ray's session folder lives in /tmp.
 RAY_TMP="${POSTTRAIN_RAY_TMP:-/tmp/posttrain-ray-$(id -u)}"
 export RAY_ADDRESS="${RAY_ADDRESS:-http://127.0.0.1:$RAY_DASHBOARD_PORT}"
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
 # Where the engine of a run posts its events: this web server.
 export POSTTRAIN_PUBLIC_URL="${POSTTRAIN_PUBLIC_URL:-http://127.0.0.1:$WEB_PORT}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -47,11 +46,28 @@ wait_http() {  # url, what, seconds
   return 1
 }
 
+# The Ray head's environment, `env` and its arguments: token authentication with the platform's token file (made
+# once next to the secret key; POSTTRAIN_RAY_TOKEN_FILE names another), the one the web server and workers send
+# (docs/SECURITY.md, "Ray"). The head gets the file's path, never the token; RAY_AUTH_TOKEN would override the
+# file, so it is dropped. RAY_AUTH_MODE=disabled is an admin's explicit opt-out, said loudly here and by every
+# platform process.
+ray_head_env() {
+  local auth
+  auth="$("$BIN/python" "$ROOT/manage.py" ray_auth)"
+  if [[ "$auth" == disabled ]]; then
+    echo "  WARNING: RAY_AUTH_MODE=disabled: anyone who can reach ports $RAY_GCS_PORT and $RAY_DASHBOARD_PORT can run code as you" >&2
+    HEAD_ENV=(env -u RAY_AUTH_TOKEN -u RAY_AUTH_TOKEN_PATH RAY_AUTH_MODE=disabled)
+  else
+    HEAD_ENV=(env -u RAY_AUTH_TOKEN RAY_AUTH_MODE=token "RAY_AUTH_TOKEN_PATH=${auth#token }")
+  fi
+}
+
 start() {
   mkdir -p "$PIDS" "$LOGS"
   echo "Starting the Posttrain demo stack (state in $POSTTRAIN_HOME)"
   if [[ "$RAY_ADDRESS" == "http://127.0.0.1:$RAY_DASHBOARD_PORT" ]]; then
-    launch ray "$BIN/ray" start --head --block --port "$RAY_GCS_PORT" --dashboard-host 127.0.0.1 \
+    ray_head_env
+    launch ray "${HEAD_ENV[@]}" "$BIN/ray" start --head --block --port "$RAY_GCS_PORT" --dashboard-host 127.0.0.1 \
       --dashboard-port "$RAY_DASHBOARD_PORT" --dashboard-agent-listen-port "$RAY_AGENT_PORT" --num-cpus "$(cpus)" --temp-dir "$RAY_TMP" --disable-usage-stats
   fi
   # Two workers: runs (submit, admission, cancel, the periodic reconcile) on the default queue, and user code
@@ -63,7 +79,8 @@ start() {
     --pool prefork --concurrency 2 --max-tasks-per-child 50 --loglevel INFO
   launch web "$BIN/uvicorn" --app-dir "$ROOT/platform" posttrain.asgi:application --host 127.0.0.1 --port "$WEB_PORT"
   wait_http "http://127.0.0.1:$WEB_PORT/login/" "the web server" 60
-  wait_http "$RAY_ADDRESS/api/version" "the Ray head" 90
+  # A health path Ray answers without a token: the token stays out of this script.
+  wait_http "$RAY_ADDRESS/api/gcs_healthz" "the Ray head" 90
 }
 
 stop() {

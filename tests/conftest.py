@@ -10,12 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.stack import REPO_ROOT, RayHead, redis_url_for_worker
+from tests.support.stack import REPO_ROOT, RayHead, make_ray_token_file, redis_url_for_worker
 
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+# Every Ray cluster of the session runs with token authentication, as the platform's own does, on one token of the
+# session's: the heads and nodes the tests start (tests/support/stack.py, ray_node_env), the local clusters the
+# engine's tests start in this process (Ray reads RAY_AUTH_TOKEN_PATH; without it Ray would write a token into the
+# home folder), and the platform's stacks, which copy this environment (POSTTRAIN_RAY_TOKEN_FILE).
+RAY_TOKEN_FILE = make_ray_token_file()
+os.environ.pop("RAY_AUTH_TOKEN", None)
+os.environ.update(
+    RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(RAY_TOKEN_FILE), POSTTRAIN_RAY_TOKEN_FILE=str(RAY_TOKEN_FILE)
+)
 
 # Each pytest-xdist worker (`make test` runs two) gets a Redis database of its own: the stacks of two
 # workers would otherwise share the `celery` queue, and one worker's Celery process would run the other's
@@ -54,6 +63,17 @@ def flush_retries_a_deadlock() -> Iterator[None]:
         yield
     finally:
         flush.Command.handle = original
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_token_for_tests() -> Path:
+    """This process's settings were read before this file (pytest-django sets Django up first): they take the
+    session's Ray token too, so the platform's code under test reaches the session's Ray clusters."""
+    from django.conf import settings
+
+    settings.RAY_AUTH_MODE = "token"
+    settings.RAY_TOKEN_FILE = RAY_TOKEN_FILE
+    return RAY_TOKEN_FILE
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,7 +3,8 @@
 Read from the dashboard's REST API (`GET <RAY_ADDRESS>/api/cluster_status?format=0`, the report behind
 `ray status`): plain HTTP on the address the Jobs API already uses, so the worker never becomes a Ray
 driver (no `ray.init` in a Celery process, nothing to reconnect when the head restarts) and the web
-process needs nothing of it. One HTTP session per address is kept for the worker's life.
+process needs nothing of it. One HTTP session per address is kept for the worker's life; each request carries
+the cluster's token (posttrain.core.ray_auth), read at the time.
 
 Ray refreshes this report every few seconds, so a job admitted a moment ago may not show in it yet;
 admission therefore also subtracts what the platform itself granted (posttrain.scheduling.services),
@@ -18,6 +19,7 @@ import requests
 from django.conf import settings
 
 from posttrain.core.errors import JobsUnavailable
+from posttrain.core.ray_auth import ray_auth_headers, refused_reason
 from posttrain.scheduling.rules import RESOURCE_KEYS, ClusterNode, ClusterView
 
 TIMEOUT_S = 5.0
@@ -32,7 +34,12 @@ def cluster_view(address: str | None = None) -> ClusterView:
     """Every alive node with its total and free CPUs/GPUs; JobsUnavailable when Ray does not answer."""
     address = (address or settings.RAY_ADDRESS).rstrip("/")
     try:
-        response = _session(address).get(f"{address}/api/cluster_status", params={"format": "0"}, timeout=TIMEOUT_S)
+        response = _session(address).get(
+            f"{address}/api/cluster_status", params={"format": "0"}, headers=ray_auth_headers(), timeout=TIMEOUT_S
+        )
+        refused = refused_reason(response.status_code)
+        if refused:
+            raise JobsUnavailable(f"cannot read the Ray cluster's resources: {refused}")
         response.raise_for_status()
         report = response.json()["data"]["clusterStatus"]["loadMetricsReport"]
     except (OSError, ValueError, KeyError, TypeError) as exc:  # requests' errors are OSErrors

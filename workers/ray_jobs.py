@@ -18,13 +18,16 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, wraps
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 
 from posttrain.core.errors import JobsUnavailable
 from posttrain.core.outbound import engine_outbound_env
+from posttrain.core.ray_auth import ray_auth_headers, refused_reason
 from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.runs.models import Run
 from posttrain.scheduling.rules import run_resources
@@ -33,17 +36,39 @@ from rl_engine.spec.jobs import clear_request, request_preemption
 from rl_engine.spec.user_code import ALLOW_UNSANDBOXED_ENV
 
 _NOT_FOUND = ("does not exist", "status code 404")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @lru_cache(maxsize=4)
-def _client(address: str):
+def _client(address: str, authorization: str | None):
     from ray.job_submission import JobSubmissionClient
 
-    return JobSubmissionClient(address)
+    return JobSubmissionClient(address, headers={"Authorization": authorization} if authorization else None)
 
 
 def client():
-    return _client(settings.RAY_ADDRESS)
+    """The Jobs API client of settings.RAY_ADDRESS, sending the cluster's token (posttrain.core.ray_auth; a new
+    client once the token file holds another token). It checks the address and the token as it is made."""
+    return _client(settings.RAY_ADDRESS, ray_auth_headers().get("Authorization"))
+
+
+def _refusal_waits(call: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Ray's 401 or 403 (the platform's token is missing or not the cluster's) is JobsUnavailable: an admin's to
+    fix, so a submit waits and is retried meanwhile (a run fails only after POSTTRAIN_RUN_SUBMIT_TIMEOUT_S, with
+    this reason), and a reconcile leaves the run as it is."""
+
+    @wraps(call)
+    def calling(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        from ray.exceptions import AuthenticationError
+
+        try:
+            return call(*args, **kwargs)
+        except AuthenticationError as exc:
+            status = 401 if str(exc).startswith("Authentication required") else 403
+            raise JobsUnavailable(str(refused_reason(status))) from None
+
+    return calling
 
 
 def _not_found(exc: Exception) -> bool:
@@ -124,7 +149,8 @@ def engine_threads(run: Run) -> int:
 def engine_env(run: Run, token_path: Path) -> dict[str, str]:
     """The engine's environment: where to post events and where its token is (never the token: Ray shows a
     job's runtime_env to anyone who can list jobs), the outbound policy (rl_engine/outbound.py) and the
-    thread/offline settings."""
+    thread/offline settings. Nothing of Ray's authentication: the driver inherits its node's own (RAY_AUTH_MODE,
+    RAY_AUTH_TOKEN_PATH), which is what its `ray.init()` needs, and the platform's token never leaves it."""
     env = {
         "POSTTRAIN_RUN_ID": str(run.id),
         "POSTTRAIN_EVENTS_URL": f"{settings.PUBLIC_URL}/api/runs/{run.id}/events",
@@ -133,7 +159,6 @@ def engine_env(run: Run, token_path: Path) -> dict[str, str]:
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1") if _unscheduled() else str(engine_threads(run)),
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
-        "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
         "PYTHONUNBUFFERED": "1",  # job logs appear while the run goes, not at exit
     }
     if settings.ALLOW_UNSANDBOXED_CODE:
@@ -156,6 +181,7 @@ def _unscheduled() -> bool:
     return settings.SCHEDULER == "all-at-once"
 
 
+@_refusal_waits
 def submit(run: Run) -> str:
     """Submit the run's job. A job with this submission id already existing is success: a retried
     or re-dispatched task must not start a run twice (and writes no token file for it)."""
@@ -206,6 +232,7 @@ def _transient(exc: RuntimeError) -> bool:
     return "status code 5" in text or "No available agent" in text
 
 
+@_refusal_waits
 def stop(run: Run) -> bool:
     """Ask Ray to stop the job (SIGTERM, then SIGKILL); False when there is no such job."""
     try:
@@ -216,6 +243,7 @@ def stop(run: Run) -> bool:
         raise
 
 
+@_refusal_waits
 def status(run: Run) -> str | None:
     """PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED; None when Ray has no job for the run."""
     try:
@@ -226,6 +254,7 @@ def status(run: Run) -> str | None:
         raise
 
 
+@_refusal_waits
 def exit_code(run: Run) -> int | None:
     """The driver's exit code once its job ended (negative: killed by that signal); None when Ray has none
     (no such job, or the job failed before or around its driver, e.g. its supervisor died)."""
@@ -238,6 +267,7 @@ def exit_code(run: Run) -> int | None:
     return None if code is None else int(code)
 
 
+@_refusal_waits
 def logs(run: Run) -> str:
     try:
         return client().get_job_logs(run.ray_job_id)

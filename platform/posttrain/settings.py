@@ -10,6 +10,8 @@ transport), in-process pub/sub, and a local Ray head. Real servers are used when
     POSTTRAIN_HOME     folder for local state              (default: <repo>/var)
     POSTTRAIN_DEBUG    1 to turn DEBUG on                  (default: off)
     POSTTRAIN_SECRET_KEY                                   (default: a random key kept in POSTTRAIN_HOME)
+    RAY_AUTH_MODE      token or disabled                   (default: token; docs/SECURITY.md, "Ray")
+    POSTTRAIN_RAY_TOKEN_FILE  the Ray cluster's token      (default: generated once into POSTTRAIN_HOME/ray_token)
     POSTTRAIN_ALLOWED_HOSTS  comma-separated              (default: localhost,127.0.0.1)
     POSTTRAIN_IMPORT_ROOTS   server folders users may name  (default: <storage>/imports; docs/SECURITY.md)
     POSTTRAIN_HTTP_ALLOW     hosts/CIDRs rewards may reach although private or the cluster's (default: none)
@@ -17,9 +19,12 @@ transport), in-process pub/sub, and a local Ray head. Real servers are used when
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import dj_database_url
@@ -36,16 +41,31 @@ def _env_flag(name: str, default: bool = False) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _state_secret(name: str, generate: Callable[[], str]) -> Path:
+    """`STATE_DIR/<name>`, generated once per state folder (never committed anywhere) and readable by this OS user
+    only. It is written whole into a private temporary file (mkstemp makes it 0600) and linked into place, so no
+    reader ever sees it half-written or open to others, and of two processes starting at once (`make demo`
+    starts the web server and two workers together) both keep the first one's."""
+    path = STATE_DIR / name
+    if path.exists():
+        return path
+    handle, draft = tempfile.mkstemp(dir=STATE_DIR, prefix=f".{name}.")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(generate())
+        with contextlib.suppress(FileExistsError):
+            os.link(draft, path)
+    finally:
+        os.unlink(draft)
+    return path
+
+
 def _secret_key() -> str:
-    """The configured key, else one generated once per state folder (never committed anywhere)."""
+    """The configured key, else one generated once per state folder."""
     configured = os.environ.get("POSTTRAIN_SECRET_KEY")
     if configured:
         return configured
-    key_file = STATE_DIR / "secret_key"
-    if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
-    return key_file.read_text().strip()
+    return _state_secret("secret_key", lambda: secrets.token_urlsafe(50)).read_text().strip()
 
 
 SECRET_KEY = _secret_key()
@@ -296,6 +316,23 @@ PUBSUB_BACKEND = "redis" if REDIS_URL else "inprocess"
 SSE_KEEPALIVE_S = float(os.environ.get("POSTTRAIN_SSE_KEEPALIVE_S", "15"))
 SSE_MAX_STREAM_S = float(os.environ.get("POSTTRAIN_SSE_MAX_STREAM_S", "300"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
+# Ray's token authentication (docs/SECURITY.md, "Ray"): Ray's own variable, read by the Ray processes and by the
+# platform alike. `token` (the default): the platform sends the cluster's token with every request to the
+# dashboard and Jobs API, and `make demo` starts its head with it; `disabled` is an admin's explicit opt-out
+# (anyone who reaches the head's ports runs code as the platform), logged at every start and shown on /api/health/.
+RAY_AUTH_MODE = os.environ.get("RAY_AUTH_MODE", "token").strip().lower()
+if RAY_AUTH_MODE not in ("token", "disabled"):
+    raise ValueError(f"RAY_AUTH_MODE must be token or disabled, got {RAY_AUTH_MODE!r}")
+# The cluster's token: a file of the operator's for a cluster of their own (POSTTRAIN_RAY_TOKEN_FILE, the file the
+# nodes' RAY_AUTH_TOKEN_PATH names), else one generated once next to the secret key, which `make demo` gives its
+# head. The file's path is all any process is handed, never the token.
+_OPERATORS_RAY_TOKEN_FILE = os.environ.get("POSTTRAIN_RAY_TOKEN_FILE", "").strip()
+if _OPERATORS_RAY_TOKEN_FILE:
+    RAY_TOKEN_FILE = Path(_OPERATORS_RAY_TOKEN_FILE).expanduser()
+elif RAY_AUTH_MODE == "token":
+    RAY_TOKEN_FILE = _state_secret("ray_token", lambda: secrets.token_hex(32))  # the format of Ray's own tokens
+else:
+    RAY_TOKEN_FILE = STATE_DIR / "ray_token"
 # The scheduler (docs/ARCHITECTURE.md, "The scheduler"): `admission` submits a queued run only when the
 # cluster holds it now, in priority / fair-share / age order; `all-at-once` submits every run at launch
 # and leaves the waiting to Ray (the old behaviour, kept for bench/queue_admission.py).

@@ -3,22 +3,19 @@ platform's events exactly the run folder's events.jsonl, and nothing of the run 
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 
 from tests.support.api import Api, assert_store_matches_the_run_folder, ray_state
-from tests.support.stack import PlatformStack
+from tests.support.stack import PlatformStack, ray_get_json
 
 SETTLE_S = 60
 
 
 def ray_jobs(stack: PlatformStack) -> list[dict]:
-    with urllib.request.urlopen(f"{stack.ray}/api/jobs/", timeout=10) as response:
-        return json.load(response)
+    return ray_get_json(f"{stack.ray}/api/jobs/")
 
 
 def engine_processes(run: dict) -> list[psutil.Process]:

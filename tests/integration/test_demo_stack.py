@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -18,6 +19,8 @@ from tests.support.demo_builds import shared_demo_build
 from tests.support.stack import REPO_ROOT, free_port
 
 EXTERNAL_SERVERS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "RAY_ADDRESS")
+# The session's Ray token (tests/conftest.py): the demo makes and uses its own.
+SESSION_RAY_TOKEN = ("POSTTRAIN_RAY_TOKEN_FILE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
 
 
 @pytest.fixture
@@ -32,7 +35,7 @@ def demo_env(tmp_path, built_demo):
     # this test pays for the stack and not for a warm start the suite's other users of the same build already
     # paid for. The build itself is tested in tests/unit/engine/test_demo_build.py.
     shutil.copytree(built_demo, tmp_path / "demo" / "storage" / "imports" / "demo")
-    env = {k: v for k, v in os.environ.items() if k not in EXTERNAL_SERVERS}
+    env = {k: v for k, v in os.environ.items() if k not in EXTERNAL_SERVERS + SESSION_RAY_TOKEN}
     env.update(
         DEMO_HOME=str(tmp_path / "demo"),
         POSTTRAIN_PORT=str(free_port()),
@@ -109,6 +112,22 @@ def _wait_for_demo_run_metrics(opener, base: str, demo_home: str, timeout_s: flo
     raise AssertionError(f"the demo run sent no metrics within {timeout_s:.0f} s: {run}\n{_logs_tail(demo_home)}")
 
 
+def _assert_ray_is_behind_the_demos_own_token(demo_env: dict[str, str], make_output: str) -> None:
+    """The demo's head runs with token authentication (docs/SECURITY.md, "Ray"), on a token made once next to the
+    secret key and readable by this user only, which nothing printed."""
+    token_file = Path(demo_env["DEMO_HOME"]) / "ray_token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    ray = f"http://127.0.0.1:{demo_env['POSTTRAIN_RAY_DASHBOARD_PORT']}"
+    with urllib.request.urlopen(f"{ray}/api/authentication_mode", timeout=10) as response:
+        assert json.load(response)["authentication_mode"] == "token"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{ray}/api/jobs/", timeout=10)
+    assert refused.value.code == 401
+    token = token_file.read_text().strip()
+    logs = Path(demo_env["DEMO_HOME"]) / "logs"
+    assert token not in make_output and not any(token in log.read_text(errors="replace") for log in logs.iterdir())
+
+
 # Its own deadlines (make demo, then the first metrics) end inside this limit, so a slow or stuck demo fails with
 # the run's state and the demo's logs rather than a bare timeout.
 @pytest.mark.timeout(900)
@@ -152,6 +171,7 @@ def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_
         health = json.load(response)
     assert health["checks"]["database"]["detail"] == "sqlite"
     assert health["checks"]["broker"]["detail"].startswith("sqla+sqlite")
+    _assert_ray_is_behind_the_demos_own_token(demo_env, started.stdout + started.stderr)
 
     # The demo experiment was launched: Celery -> Ray job -> engine -> events -> store.
     run = _wait_for_demo_run_metrics(opener, base, demo_env["DEMO_HOME"], timeout_s=700 - made_in)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from tests.support.api import (
     run_config,
     run_folder_events,
 )
-from tests.support.stack import PlatformStack
+from tests.support.stack import PlatformStack, ray_get_json
 from tests.support.stack_fixtures import api, check_after_test, demo_assets, registry, stack  # noqa: F401  (fixtures)
 
 # A test's `api`, `registry`, `stack` or `demo_assets` parameter is pytest handing it the fixture imported above,
@@ -101,8 +100,7 @@ def assert_the_token_never_reached_ray(stack: PlatformStack, run: dict) -> None:
     folder instead, which the engine deleted once it had read it."""
     from posttrain.telemetry.tokens import ingest_token
 
-    with urllib.request.urlopen(f"{stack.ray}/api/jobs/{run['id']}", timeout=10) as response:
-        job = json.load(response)
+    job = ray_get_json(f"{stack.ray}/api/jobs/{run['id']}")
     env = job["runtime_env"]["env_vars"]
     assert "POSTTRAIN_INGEST_TOKEN" not in env
     assert ingest_token(run["id"]) not in json.dumps(job)

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from tests.support.api import admitted_at, create_experiment, run_config
 from tests.support.stack import (
@@ -20,6 +19,8 @@ from tests.support.stack import (
     free_port,
     platform_stack,
     postgres_url,
+    ray_get_json,
+    ray_node_env,
     stop_process_group,
     wait_for_http,
 )
@@ -34,6 +35,7 @@ NODE_JOIN_ATTEMPTS = 3
 def ray_node(args: list[str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [str(VENV_BIN / "ray"), "start", "--block", "--num-cpus", "1", "--disable-usage-stats", *args],
+        env=ray_node_env(),  # token authentication, the head and the joining node alike
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -127,7 +129,7 @@ def _after_each_test(stack, api) -> Iterator[None]:  # noqa: F811  (the fixture 
 
 def driver_node(ray_address: str, run_id: str) -> str:
     """The node Ray placed the run's driver on (the Jobs API's job details)."""
-    job = requests.get(f"{ray_address}/api/jobs/{run_id}", timeout=10).json()
+    job = ray_get_json(f"{ray_address}/api/jobs/{run_id}")
     return job["driver_node_id"]
 
 

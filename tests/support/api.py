@@ -5,17 +5,15 @@ tests/support/stack_fixtures.py's."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import requests
 
-from tests.support.stack import REPO_ROOT, PlatformStack
+from tests.support.stack import REPO_ROOT, PlatformStack, ray_get_json
 
 RUN_TIMEOUT_S = 150
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -116,8 +114,7 @@ def ray_job_status(stack: PlatformStack, run_id: str, timeout_s: float = 30) -> 
     """The Ray job's final status (the engine process may still be exiting when its run already ended)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        with urllib.request.urlopen(f"{stack.ray}/api/jobs/{run_id}", timeout=10) as response:
-            status = json.load(response)["status"]
+        status = ray_get_json(f"{stack.ray}/api/jobs/{run_id}")["status"]
         if status in ("SUCCEEDED", "FAILED", "STOPPED") or time.monotonic() > deadline:
             return status
         time.sleep(0.3)
@@ -171,8 +168,7 @@ def assert_rollout_files_match(folder: Path, announced: list[tuple[int, str, int
 
 def ray_state(stack: PlatformStack, kind: str) -> list[dict]:
     """Ray's state API (`actors`, `placement_groups`) over HTTP, as the dashboard reads it."""
-    with urllib.request.urlopen(f"{stack.ray}/api/v0/{kind}?limit=1000", timeout=10) as response:
-        return json.load(response)["data"]["result"]["result"]
+    return ray_get_json(f"{stack.ray}/api/v0/{kind}?limit=1000")["data"]["result"]["result"]
 
 
 def admitted_at(api: Api, run_id: str) -> str:

@@ -4,13 +4,16 @@ tests/conftest.py's fixtures start them for the session; a module that needs its
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -85,6 +89,36 @@ def stop_process_group(process: subprocess.Popen, timeout_s: float = 20) -> None
         process.wait()
 
 
+def make_ray_token_file() -> Path:
+    """A token for the test session's Ray clusters, in a private folder of its own (0700, the file 0600), as the
+    platform keeps its own next to the secret key; removed when the session's process exits."""
+    folder = Path(tempfile.mkdtemp(prefix="pt-ray-token-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = folder / "ray_token"
+    path.write_text(secrets.token_hex(32))
+    path.chmod(0o600)
+    return path
+
+
+def ray_node_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a `ray start` the tests run: token authentication with the session's token file
+    (POSTTRAIN_RAY_TOKEN_FILE, which tests/conftest.py sets and the platform's stacks read too), as `make demo`
+    starts its head. Never RAY_AUTH_TOKEN, which would take precedence over the file."""
+    env = {key: value for key, value in (env or os.environ).items() if key != "RAY_AUTH_TOKEN"}
+    return {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": env["POSTTRAIN_RAY_TOKEN_FILE"]}
+
+
+def ray_headers() -> dict[str, str]:
+    """The session's token as Ray's HTTP API wants it, for a test that reads Ray's jobs itself."""
+    return {"Authorization": f"Bearer {Path(os.environ['POSTTRAIN_RAY_TOKEN_FILE']).read_text().strip()}"}
+
+
+def ray_get_json(url: str, timeout_s: float = 10) -> Any:
+    """GET one of Ray's dashboard URLs with the session's token."""
+    with urllib.request.urlopen(urllib.request.Request(url, headers=ray_headers()), timeout=timeout_s) as response:
+        return json.load(response)
+
+
 def tiny_demo_assets(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     """The demo task at its smallest (tiny model, short warm start): what a test run trains on."""
     from rl_engine.demo.build import build_demo
@@ -127,6 +161,7 @@ class RayHead:
                 str(self.temp_dir),
                 "--disable-usage-stats",
             ],
+            env=ray_node_env(),
             stdout=self.log.open("a"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -337,9 +372,9 @@ def forget_what_the_worker_wrote_unasked(database_url: str) -> None:
 
 def stop_ray_jobs(ray_address: str) -> None:
     """Stops every pending or running Ray job (a failed test must not leave an engine running)."""
-    with urllib.request.urlopen(f"{ray_address}/api/jobs/", timeout=10) as response:
-        jobs = json.load(response)
-    for job in jobs:
+    for job in ray_get_json(f"{ray_address}/api/jobs/"):
         if job.get("submission_id") and job.get("status") in ("PENDING", "RUNNING"):
-            request = urllib.request.Request(f"{ray_address}/api/jobs/{job['submission_id']}/stop", method="POST")
+            request = urllib.request.Request(
+                f"{ray_address}/api/jobs/{job['submission_id']}/stop", method="POST", headers=ray_headers()
+            )
             urllib.request.urlopen(request, timeout=10).close()

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection
 from kombu import Connection
 
+from posttrain.core.ray_auth import DISABLED_WARNING, ray_request, refused_reason
 from rl_engine.spec.user_code import sandbox
 
 
@@ -35,6 +36,7 @@ class HealthReport:
     sandbox: DependencyStatus
     sandbox_limits: DependencyStatus
     unsandboxed_code_allowed: bool
+    ray_auth: str = "unknown"  # what the Ray head says it enforces: token, disabled, or unknown (no answer)
     warnings: tuple[str, ...] = ()
 
     @property
@@ -44,7 +46,7 @@ class HealthReport:
 
     def as_dict(self, *, details: bool) -> dict:
         """Status, and each check's `ok` and `latency_ms`; with `details` (an admin's view) also each check's
-        `detail`, `unsandboxed_code_allowed` and `warnings`."""
+        `detail`, `unsandboxed_code_allowed`, `ray_auth` and `warnings`."""
         checks = {
             "database": self.database,
             "broker": self.broker,
@@ -62,6 +64,7 @@ class HealthReport:
             "status": status,
             "checks": {name: asdict(check) for name, check in checks.items()},
             "unsandboxed_code_allowed": self.unsandboxed_code_allowed,
+            "ray_auth": self.ray_auth,
             "warnings": list(self.warnings),
         }
 
@@ -92,13 +95,32 @@ def _check_broker() -> str:
         return conn.as_uri()  # masks any password
 
 
-def _check_ray() -> str:
+def _ray_dashboard() -> str:
     address = settings.RAY_ADDRESS.rstrip("/")
     if not address.startswith(("http://", "https://")):
         raise ValueError(f"RAY_ADDRESS must be the Ray dashboard URL (http://host:8265), got {address!r}")
-    with urllib.request.urlopen(f"{address}/api/version", timeout=settings.HEALTH_CHECK_TIMEOUT_S) as response:
-        version = json.load(response)
+    return address
+
+
+def _check_ray() -> str:
+    """Ray's version, asked with the platform's token as every request to Ray is: a token Ray refuses fails it."""
+    request = ray_request(f"{_ray_dashboard()}/api/version")
+    try:
+        with urllib.request.urlopen(request, timeout=settings.HEALTH_CHECK_TIMEOUT_S) as response:
+            version = json.load(response)
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(refused_reason(exc.code) or f"Ray answered {exc.code}") from None
     return f"ray {version.get('ray_version', '?')}"
+
+
+def _ray_auth_mode() -> str:
+    """The authentication the head enforces, as it says itself (`/api/authentication_mode` needs no token)."""
+    try:
+        url = f"{_ray_dashboard()}/api/authentication_mode"
+        with urllib.request.urlopen(url, timeout=settings.HEALTH_CHECK_TIMEOUT_S) as response:
+            return str(json.load(response)["authentication_mode"])
+    except Exception:  # Ray down or too old to say: the ray check reports the first, the field says "unknown"
+        return "unknown"
 
 
 def _check_sandbox() -> str:
@@ -120,6 +142,10 @@ def _check_sandbox_limits() -> str:
 
 def system_health() -> HealthReport:
     sandbox_limits = _timed(_check_sandbox_limits)
+    ray_auth = _ray_auth_mode()
+    warnings = [] if sandbox_limits.ok else [f"user code: {sandbox_limits.detail}"]
+    if ray_auth == "disabled":
+        warnings.append(f"ray: {DISABLED_WARNING}")
     return HealthReport(
         database=_timed(_check_database),
         broker=_timed(_check_broker),
@@ -127,5 +153,6 @@ def system_health() -> HealthReport:
         sandbox=_timed(_check_sandbox),
         sandbox_limits=sandbox_limits,
         unsandboxed_code_allowed=settings.ALLOW_UNSANDBOXED_CODE,
-        warnings=() if sandbox_limits.ok else (f"user code: {sandbox_limits.detail}",),
+        ray_auth=ray_auth,
+        warnings=tuple(warnings),
     )

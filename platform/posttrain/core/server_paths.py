@@ -289,7 +289,8 @@ def _holds_private(real: Path) -> bool:
 def _private_areas() -> _Private:
     state = Path(os.path.realpath(settings.STATE_DIR))
     storage = Path(os.path.realpath(settings.STORAGE_ROOT))
-    files = [state / "secret_key", *state.glob("*-password")]  # also matched by inode: a hard link elsewhere
+    # Also matched by inode (a hard link elsewhere). The Ray token may be an operator's file outside the state folder.
+    files = [state / "secret_key", *state.glob("*-password"), Path(os.path.realpath(settings.RAY_TOKEN_FILE))]
     for database in settings.DATABASES.values():
         if database["ENGINE"].endswith("sqlite3") and str(database.get("NAME") or "").strip():
             files += _with_sidecars(Path(str(database["NAME"])))

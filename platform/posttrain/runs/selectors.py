@@ -19,6 +19,7 @@ from django.db.models import Count, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from posttrain.core.errors import DispatchError
+from posttrain.core.ray_auth import RayTokenUnavailable, ray_request, refused_reason
 from posttrain.registry.selectors import latest_probes
 from posttrain.runs import diagnostics, hacking
 from posttrain.runs.hacking_examples import pick_examples
@@ -145,12 +146,14 @@ def run_job_logs(run: Run, tail_chars: int = DEFAULT_LOG_TAIL_CHARS) -> dict[str
         raise DispatchError(f"RAY_ADDRESS must be the Ray dashboard URL (http://host:8265), got {address!r}")
     url = f"{address}/api/jobs/{run.ray_job_id}/logs"
     try:
-        with urllib.request.urlopen(url, timeout=RAY_HTTP_TIMEOUT_S) as response:
+        with urllib.request.urlopen(ray_request(url), timeout=RAY_HTTP_TIMEOUT_S) as response:
             logs = json.load(response).get("logs") or ""
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return {"logs": "", "truncated": False, "job": None}
-        raise DispatchError(f"Ray answered {exc.code} for the job's logs") from None
+        raise DispatchError(refused_reason(exc.code) or f"Ray answered {exc.code} for the job's logs") from None
+    except RayTokenUnavailable as exc:
+        raise DispatchError(str(exc)) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise DispatchError(f"cannot read the job's logs from Ray at {address}: {exc}") from None
     truncated = len(logs) > tail_chars

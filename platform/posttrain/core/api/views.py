@@ -41,6 +41,9 @@ _HEALTH = inline_serializer(
             fields={name: _dependency() for name in ("database", "broker", "ray", "sandbox", "sandbox_limits")},
         ),
         "unsandboxed_code_allowed": serializers.BooleanField(required=False, help_text=_ADMINS_ONLY),
+        "ray_auth": serializers.ChoiceField(
+            choices=["token", "disabled", "unknown"], required=False, help_text=_ADMINS_ONLY
+        ),
         "warnings": serializers.ListField(child=serializers.CharField(), required=False, help_text=_ADMINS_ONLY),
     },
 )
@@ -63,11 +66,13 @@ class _TokenOrAnonymous(TokenAuthentication):
     "503 (for load balancers). Each check says whether it passed (`ok`) and how long it took (`latency_ms`); "
     "anyone may read that much. An admin (signed-in session or token) also gets what each check found "
     "(`detail`: versions, the broker's URI, the sandbox's limits and what is missing), "
-    "`unsandboxed_code_allowed` and `warnings`; other credentials, valid or not, get the anonymous answer. "
-    "`checks.sandbox` says whether user code (python rewards, environments, agent commands) can run in a "
+    "`unsandboxed_code_allowed`, `ray_auth` and `warnings`; other credentials, valid or not, get the anonymous "
+    "answer. `checks.sandbox` says whether user code (python rewards, environments, agent commands) can run in a "
     "bubblewrap sandbox on this host; `checks.sandbox_limits` whether each sandbox gets all of the kernel's "
     "limits (a cgroup for memory, pids and cpu; a seccomp filter; a fresh keyring), which `warnings` says "
-    "otherwise; `unsandboxed_code_allowed` is the admin's POSTTRAIN_ALLOW_UNSANDBOXED_CODE (off by default).",
+    "otherwise; `unsandboxed_code_allowed` is the admin's POSTTRAIN_ALLOW_UNSANDBOXED_CODE (off by default); "
+    "`ray_auth` the authentication the Ray head says it enforces (`token`; `disabled`, which `warnings` repeats; "
+    "`unknown` when it does not answer).",
     responses={(200, "application/json"): _HEALTH},
 )
 @api_view(["GET"])
