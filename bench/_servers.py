@@ -19,6 +19,8 @@ import atexit
 import contextlib
 import ctypes
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -279,12 +281,23 @@ def start(
     return server
 
 
-def start_uvicorn(env: dict[str, str], log_path: Path, port: int | None = None, name: str = "ours") -> Server:
+def demo_web_flags() -> list[str]:
+    """uvicorn's flags as scripts/demo.sh starts the web server (its `WEB_FLAGS=(...)` line): the parser and the
+    limits a demo's web server runs with."""
+    line = re.search(r"^WEB_FLAGS=\((.*)\)$", (REPO / "scripts" / "demo.sh").read_text(), re.MULTILINE)
+    if line is None:
+        raise RuntimeError("scripts/demo.sh has no WEB_FLAGS=(...) line")
+    return shlex.split(line.group(1))
+
+
+def start_uvicorn(
+    env: dict[str, str], log_path: Path, port: int | None = None, name: str = "ours", flags: list[str] | None = None
+) -> Server:
     """The platform under uvicorn, one worker, on `port` (default: a free one; the same port again is a restart
-    as clients see it)."""
+    as clients see it), with `flags` added (demo_web_flags(): as the demo serves it)."""
     port = port or free_port()
     command = [str(VENV_BIN / "uvicorn"), "--app-dir", str(REPO / "platform"), "posttrain.asgi:application"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1", *(flags or [])]
     return start(name, command, env=env, log_path=log_path, url=f"http://127.0.0.1:{port}")
 
 

@@ -27,6 +27,12 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" HF_HUB_OFFLINE=1 TOKENIZERS_PARAL
 # OMP_NUM_THREADS=1, where the demo experiment (2 CPUs) then waited in the queue for ever.
 cpus() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 
+# The web server's own limits (docs/SECURITY.md, "Request bodies"); request bodies are capped by the app in front of
+# Django (posttrain.core.request_bounds). h11 parses HTTP: it caps a request's line and headers (1 MiB, so a long
+# prompt in the compare page's query string still fits), which httptools does not; at most 200 connections and
+# requests at once (past that uvicorn answers 503). The test stack's web server and bench/request_bounds.py read it.
+WEB_FLAGS=(--http h11 --h11-max-incomplete-event-size 1048576 --limit-concurrency 200)
+
 alive() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
 
 launch() {  # name, command...
@@ -77,7 +83,8 @@ start() {
     --pool threads --concurrency 4 --schedule "$POSTTRAIN_HOME/celerybeat-schedule" --loglevel INFO
   launch user_code "$BIN/celery" --workdir "$ROOT" -A workers.celery_app worker -n "user_code@%h" -Q user_code \
     --pool prefork --concurrency 2 --max-tasks-per-child 50 --loglevel INFO
-  launch web "$BIN/uvicorn" --app-dir "$ROOT/platform" posttrain.asgi:application --host 127.0.0.1 --port "$WEB_PORT"
+  launch web "$BIN/uvicorn" --app-dir "$ROOT/platform" posttrain.asgi:application --host 127.0.0.1 --port "$WEB_PORT" \
+    "${WEB_FLAGS[@]}"
   wait_http "http://127.0.0.1:$WEB_PORT/login/" "the web server" 60
   # A health path Ray answers without a token: the token stays out of this script.
   wait_http "$RAY_ADDRESS/api/gcs_healthz" "the Ray head" 90

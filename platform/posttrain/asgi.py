@@ -1,4 +1,8 @@
-"""ASGI entry point (uvicorn). ASGI, not WSGI, because the run page streams Server-Sent Events."""
+"""ASGI entry point (uvicorn). ASGI, not WSGI, because the run page streams Server-Sent Events.
+
+Django's application is wrapped in RequestBodyBounds: Django reads every request's whole body before anything of
+its own runs, so request bodies are capped, and refused without credentials, in front of it
+(posttrain.core.request_bounds; docs/SECURITY.md, "Request bodies")."""
 
 import os
 import sys
@@ -12,4 +16,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "posttrain.settings")
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-application = get_asgi_application()
+django_application = get_asgi_application()  # sets Django up: the middleware's imports need the apps loaded
+
+from posttrain.core.request_bounds import RequestBodyBounds  # noqa: E402
+
+application = RequestBodyBounds(django_application)

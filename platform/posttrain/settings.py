@@ -294,6 +294,29 @@ CELERY_TASK_ROUTES = {
 }
 # Largest event batch the ingestion endpoint reads (a step's samples can be several MB).
 INGEST_MAX_BODY_BYTES = int(os.environ.get("POSTTRAIN_INGEST_MAX_BODY_BYTES", str(64 * 1024 * 1024)))
+
+# --- Request bodies (docs/SECURITY.md, "Request bodies") ---------------------------------------------------------
+# The most bytes of body each kind of route takes, enforced in front of Django before a byte is read (Django's ASGI
+# handler spools any body to a temporary file before a view could refuse it): a declared Content-Length over the
+# cap is refused at once, a streamed body past it is cut off; which routes get which cap is
+# posttrain.core.request_bounds.ROUTES. The run's and the dataset's follow the limits their views apply.
+_MiB = 1 << 20
+REQUEST_BODY_MAX_BYTES = {
+    "events": INGEST_MAX_BODY_BYTES,  # POST /api/runs/<id>/events, the run's token
+    "rollout_upload": ROLLOUT_UPLOAD_MAX_BYTES,  # PUT /api/runs/<id>/rollouts/<name>/upload, the run's token
+    "dataset_upload": DATASET_MAX_BYTES + _MiB,  # POST /api/datasets/: the file plus the multipart form around it
+    # /api/rewards/… and /api/environments/…: a python reward's source inline (a server file may be 1 MiB; JSON
+    # escapes it), a "Try it" of 32 samples, an environment's 32 moves of up to 20,000 characters each.
+    "user_code": int(os.environ.get("POSTTRAIN_USER_CODE_BODY_MAX_BYTES", str(4 * _MiB))),
+    # Every other API body: the largest is an external run's config (1 MiB of JSON, its own limit) with its fields.
+    "api_json": int(os.environ.get("POSTTRAIN_API_BODY_MAX_BYTES", str(2 * _MiB))),
+    "form": int(os.environ.get("POSTTRAIN_FORM_BODY_MAX_BYTES", str(256 * 1024))),  # HTML form posts (the admin)
+    "login": 16 * 1024,  # POST /api/auth/token/, /login/, /admin/login/, /logout/: open to anyone
+    "safe_method": 64 * 1024,  # a GET, HEAD or OPTIONS request has no use for a body
+}
+# Django's own limits stay at their defaults: a body up to FILE_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB) is held in memory,
+# a larger one spooled to a temporary file (at most its cap, above); DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB) bounds
+# form fields, which the caps of the login and form routes keep far under.
 # Run states against Ray job states (lost heartbeats, jobs that ended without a final event).
 RUN_RECONCILE_INTERVAL_S = float(os.environ.get("POSTTRAIN_RUN_RECONCILE_INTERVAL_S", "15"))
 CELERY_BEAT_SCHEDULE = {

@@ -26,6 +26,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from bench._servers import demo_web_flags
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
@@ -196,7 +198,7 @@ def postgres_url(settings_dict: dict) -> str:
 
 
 class UvicornServer:
-    """The ASGI app under uvicorn, as `make demo` serves it, on a fixed port: it can be stopped and
+    """The ASGI app under uvicorn, as `make demo` serves it (scripts/demo.sh's WEB_FLAGS), on a fixed port: it can be stopped and
     started again on the same address (an outage of the web server, as the engine sees it)."""
 
     def __init__(self, env: dict[str, str], log_path: Path, port: int | None = None):
@@ -217,6 +219,7 @@ class UvicornServer:
                 "127.0.0.1",
                 "--port",
                 str(self.port),
+                *demo_web_flags(),  # the demo's parser and limits
             ],
             cwd=REPO_ROOT,
             env=self.env,

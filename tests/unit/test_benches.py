@@ -175,6 +175,18 @@ def test_web_restarts_smoke():
 
 
 @pytest.mark.slow
+def test_request_bounds_smoke():
+    doc = run_bench("request_bounds", "--cap-bytes", "65536", "--pg-url", pg_server_url(), timeout_s=300)
+    rows = {(row["route"], row["case"]): row for row in doc["rows"]}
+    routes = {"events", "rollout_upload", "dataset_upload", "user_code", "api_json", "login"}
+    assert {route for route, _ in rows} == routes and doc["web_alive"]
+    for (route, case), row in rows.items():
+        has(row, "status", "answer_s", "rss_growth_mib", "web_read_mib", "web_wrote_mib")
+        expected = {"largest it takes": (400 if route == "login" else 200, 201), "anonymous, chunked, endless": (401,)}
+        assert row["status"] in expected.get(case, (413,)), (route, case, row)
+
+
+@pytest.mark.slow
 def test_compare_smoke():
     args = ["--runs", "2", "--steps", "300", "--repeats", "1", "--baseline-repeats", "1", "--batch-steps", "100"]
     doc = run_bench("compare", *args, "--max-points", "100", "--no-mlflow", "--pg-url", pg_server_url(), timeout_s=300)

@@ -1,5 +1,6 @@
 """scripts/: `make install` and `make test` install Debian packages through apt_install.sh, which waits for apt's
-locks when another install holds them instead of failing at once; demo.sh gives the Ray head the machine's CPUs."""
+locks when another install holds them instead of failing at once; demo.sh gives the Ray head the machine's CPUs and
+starts the web server with the flags the test stack's web server and the benches read from it."""
 
 from __future__ import annotations
 
@@ -125,3 +126,19 @@ def test_the_demo_stacks_ray_head_gets_the_machines_cpus_whatever_omp_num_thread
         text=True,
     )
     assert done.returncode == 0 and int(done.stdout) == len(os.sched_getaffinity(0)), done
+
+
+def test_the_demo_web_server_is_started_with_the_flags_the_test_stack_reads_from_the_same_line():
+    """One line of demo.sh holds uvicorn's parser and limits (docs/SECURITY.md, "Request bodies"); the demo's web
+    server is started with it, and bench/_servers.demo_web_flags (which tests/support/stack.py uses) reads it."""
+    from bench._servers import demo_web_flags
+
+    demo = (REPO_ROOT / "scripts" / "demo.sh").read_text()
+    (launch,) = [line for line in demo.splitlines() if line.strip().startswith("launch web ")]
+    assert launch.endswith("\\") and '"${WEB_FLAGS[@]}"' in demo.split(launch, 1)[1].splitlines()[1]
+    flags = demo_web_flags()
+    assert dict(zip(flags[::2], flags[1::2], strict=True)) == {
+        "--http": "h11",
+        "--h11-max-incomplete-event-size": str(1 << 20),
+        "--limit-concurrency": "200",
+    }

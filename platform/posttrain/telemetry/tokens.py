@@ -38,15 +38,32 @@ def token_matches(token: str, stored_hash: str) -> bool:
     return hmac.compare_digest(token_hash(token), stored_hash)
 
 
+def bearer_token(authorization: str) -> str:
+    """The token of an `Authorization: Bearer <token>` header; IngestAuthError 401 for any other header."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise IngestAuthError("send the run's ingestion token as 'Authorization: Bearer <token>'", status_code=401)
+    return token.strip()
+
+
+def _not_this_runs() -> IngestAuthError:
+    return IngestAuthError("this token is not valid for this run", status_code=403)
+
+
 def require_run_token(authorization: str, stored_hash: str) -> None:
     """The `Authorization: Bearer <token>` header of a request for a run's own endpoints (its events, its rollout
     files' upload) checked against the run's stored hash: IngestAuthError 401 without one, 403 when it is not
     the run's."""
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise IngestAuthError("send the run's ingestion token as 'Authorization: Bearer <token>'", status_code=401)
-    if not token_matches(token.strip(), stored_hash):
-        raise IngestAuthError("this token is not valid for this run", status_code=403)
+    if not token_matches(bearer_token(authorization), stored_hash):
+        raise _not_this_runs()
+
+
+def require_derived_run_token(authorization: str, run_id: object) -> None:
+    """The same check before the run is looked up, against the token derived for this run id: what the web server
+    checks before it reads a body (posttrain.core.request_bounds), with no database. Only a holder of SECRET_KEY
+    can derive one; the view then checks the run's stored hash as ever."""
+    if not hmac.compare_digest(bearer_token(authorization), ingest_token(run_id)):
+        raise _not_this_runs()
 
 
 def token_files_remove(run_dir: str | Path | None) -> int:
