@@ -1,9 +1,10 @@
 """Every read of rollout files is bounded and survives a bad file: lists and texts are cut in the query and the
 answer says so (`truncated`: the full length), and a file a query cannot read is a gap naming it in the
-samples, the per-token view and compare, never a 500."""
+samples, the per-token view, compare and campaign creation, never a 500."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from posttrain.telemetry import rollouts
 from posttrain.telemetry.rollouts import rollout_folder
-from tests.unit.platform.helpers import run_with_samples, sample
+from tests.unit.platform.helpers import PASS_FAIL, run_with_samples, sample
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 
@@ -97,3 +98,24 @@ def test_compare_answers_from_the_readable_files_and_names_the_others(api, exper
     assert samples.status_code == 200
     assert [(r["step"], len(r["samples"])) for r in samples.json()["runs"]] == [(2, 3), (1, 3)]
     assert [(g["run"], g["file"]) for g in samples.json()["gaps"]] == [(str(second.id), BROKEN)]
+
+
+def test_another_users_campaign_over_a_run_with_an_unreadable_file_is_made_from_the_others(
+    client_for, experiment, make_user
+):
+    run = run_with_samples(experiment, steps())
+    break_file(run)
+    annotator = make_user("annotator", "ann")
+    body = {
+        "name": "review",
+        "kind": "single",
+        "questions": PASS_FAIL,
+        "source": {"runs": [str(run.id)], "rule": "random", "k": 2, "seed": 1},
+        "annotators": [annotator.username],
+    }
+    other = client_for("researcher")  # not the run's owner
+    response = other.post("/api/review/campaigns/", data=json.dumps(body), content_type="application/json")
+    assert response.status_code == 201, response.content[:500]
+    campaign = response.json()
+    assert campaign["item_count"] == 2
+    assert [(g["step"], g["file"], g["run"]) for g in campaign["gaps"]] == [(2, BROKEN, str(run.id))]
