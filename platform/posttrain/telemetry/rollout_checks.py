@@ -130,6 +130,43 @@ def _check_layout(parquet: Any) -> None:
                 )
 
 
+# Per row, the most values a list column may hold: what a reader checks in a stored file's footer before it
+# reads the column (`list_values_problems`), since the rows of a row group together hold at most rows x this.
+LIST_VALUES_PER_ROW: dict[str, int] = {
+    "errors": rf.MAX_ERRORS,
+    "turns": rf.MAX_TURNS,
+    "versions": 2 * rf.MAX_ROLLOUT_TOKENS,
+    "prompt_token_ids": rf.MAX_PROMPT_TOKENS,
+    **{c: rf.MAX_ROLLOUT_TOKENS for c in rf.TOKEN_COLUMNS if c != "prompt_token_ids"},
+}
+
+
+def list_values_problems(location: str) -> dict[str, str]:
+    """The list columns whose values a stored file's footer shows more of, in a row group, than its rows
+    could hold within the bounds (an old upload, made before the checks), each with what is wrong: a
+    reader leaves such a file out rather than have DuckDB decode the column. {} when none is (or when the
+    footer cannot tell: the query finds out)."""
+    fs, path = rf.split_url(location)
+    try:
+        with open(path, "rb") if fs is None else fs.open(path, "rb") as f:
+            meta = _open_footer(f, f.seek(0, 2)).metadata
+    except (OSError, RolloutFileRefused):
+        return {}
+    problems: dict[str, str] = {}
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            column = chunk.path_in_schema.split(".")[0]
+            most = LIST_VALUES_PER_ROW.get(column)
+            if most is not None and column not in problems and chunk.num_values > group.num_rows * (most + 1):
+                problems[column] = (
+                    f"its column {column!r} holds {chunk.num_values} values in {group.num_rows} rows "
+                    f"(row group {g}); a rollout holds at most {most}"
+                )
+    return problems
+
+
 # --- the rows --------------------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ import os
 import tempfile
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -493,6 +494,33 @@ def _unreadable(f: StoredFile, columns: Sequence[str]) -> Gap | None:
     return Gap(f.step, f"its rollout file {f.name} cannot be read: {reason}", file=f.name, run=f.run_id)
 
 
+# `rollout_checks.list_values_problems` by (file, bytes, sha256): an announced file never changes, so its
+# footer is read once per process.
+_LIST_VERDICTS: OrderedDict[tuple[str, int, str], dict[str, str]] = OrderedDict()
+MAX_LIST_VERDICTS = 65_536
+
+
+def within_list_bounds(files: list[StoredFile], columns: Sequence[str], gaps: list[Gap] | None) -> list[StoredFile]:
+    """The files whose footer allows their rows to be within the list bounds for `columns`; each other is a
+    gap (its lists are never decoded: an old upload of millions of values in one rollout)."""
+    lists = [c for c in columns if c in rollout_checks.LIST_VALUES_PER_ROW]
+    if not lists:
+        return files
+    kept = []
+    for f in files:
+        key = (f.location, f.bytes, f.sha256)
+        if key not in _LIST_VERDICTS:
+            _LIST_VERDICTS[key] = rollout_checks.list_values_problems(f.location)
+            if len(_LIST_VERDICTS) > MAX_LIST_VERDICTS:
+                _LIST_VERDICTS.popitem(last=False)
+        problem = next((_LIST_VERDICTS[key][c] for c in lists if c in _LIST_VERDICTS[key]), None)
+        if problem is None:
+            kept.append(f)
+        elif gaps is not None:
+            gaps.append(Gap(f.step, f"its rollout file {f.name} is not read: {problem}", file=f.name, run=f.run_id))
+    return kept
+
+
 def readable_stream(
     files: list[StoredFile],
     query: Callable[[list[StoredFile]], Iterator[dict[str, Any]]],
@@ -573,6 +601,7 @@ def rollouts_query(
             locations = [f.location for f in part]
             return stream(sql, [locations, *params, locations])
 
+        chunk = within_list_bounds(chunk, columns, gaps)
         run_of = {f.location: f.run_id for f in chunk}
         for row in readable_stream(chunk, query, _read_columns(columns, filters), gaps):
             if skip > 0:

@@ -43,7 +43,7 @@ def test_a_rollout_with_100k_token_pieces_answers_a_bounded_body_that_says_it_wa
 
 
 def test_long_texts_and_lists_are_cut_in_the_query_and_the_page_says_by_how_much(api, experiment):
-    record = sample(0, 1.0, "q" * 50_000, "r" * 100_000, errors=["e" * 5000] * 7000)
+    record = sample(0, 1.0, "q" * 50_000, "r" * 100_000, errors=["e" * 5000] * 60)
     run = run_with_samples(experiment, {1: [record]})
     response = api.get(f"/api/runs/{run.id}/samples/")
     assert response.status_code == 200
@@ -51,7 +51,24 @@ def test_long_texts_and_lists_are_cut_in_the_query_and_the_page_says_by_how_much
     (row,) = response.json()["results"]
     assert len(row["prompt"]) == len(row["response"]) == rollouts.TEXT_CHARS
     assert len(row["errors"]) == rollouts.ERRORS_SHOWN and {len(e) for e in row["errors"]} == {rollouts.ERROR_CHARS}
-    assert row["truncated"] == {"prompt": 50_000, "response": 100_000, "errors": 7000, "errors.text": 5000}
+    assert row["truncated"] == {"prompt": 50_000, "response": 100_000, "errors": 60, "errors.text": 5000}
+
+
+def test_a_file_holding_more_list_values_than_its_rows_may_is_a_gap_and_its_lists_are_never_read(api, experiment):
+    """An upload from before the checks: 7,000 errors in one rollout (the attack had 7 million). Its footer
+    says so; the pages that read the lists leave it out, those that do not still read it."""
+    flood = sample(0, 1.0, "q", "r", errors=["boom"] * 7000, token_text=["t"] * 300_000)
+    run = run_with_samples(experiment, {1: [sample(0, 1.0, "q", "fine")], 2: [flood]})
+    body = api.get(f"/api/runs/{run.id}/samples/").json()
+    assert [(r["step"], r["response"]) for r in body["results"]] == [(1, "fine")]
+    (gap,) = body["gaps"]
+    assert (gap["step"], gap["file"]) == (2, BROKEN)
+    assert gap["reason"].endswith(
+        "its column 'errors' holds 7000 values in 1 rows (row group 0); a rollout holds at most 64"
+    )
+    assert api.get(f"/api/runs/{run.id}/samples/", {"min_reward": 0.5}).json()["count"] == 2  # no list read
+    tokens = api.get(f"/api/runs/{run.id}/sample-tokens/", {"step": 2, "index": 0})
+    assert tokens.status_code == 404 and "holds 300000 values" in tokens.json()["errors"][0]["msg"]
 
 
 def test_an_unreadable_file_is_a_gap_of_the_samples_and_of_the_per_token_view(api, experiment, storage):
