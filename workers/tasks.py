@@ -110,6 +110,14 @@ def review_judge_run(judge_id: str) -> None:
     judge_run_execute(judge_id)
 
 
+@app.task(name="workers.review_campaign_build")
+def review_campaign_build(campaign_id: str) -> None:
+    """Draw the items of a campaign too large to build in its request (building → draft, or failed)."""
+    from posttrain.review.services import campaign_build
+
+    campaign_build(campaign_id)
+
+
 @app.task(name="workers.run_alerts_notify")
 def run_alerts_notify(run_id: str) -> int:
     """New critical alerts of a run, each recorded once and sent to its experiment's webhook."""

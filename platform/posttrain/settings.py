@@ -244,6 +244,9 @@ HTTP_ALLOW = [item for item in os.environ.get("POSTTRAIN_HTTP_ALLOW", "").replac
 ROLLOUT_STORE = os.environ.get("POSTTRAIN_ROLLOUT_STORE") or str(STORAGE_ROOT)
 # The largest rollout file an external run may upload (one step's rollouts, compressed).
 ROLLOUT_UPLOAD_MAX_BYTES = int(os.environ.get("POSTTRAIN_ROLLOUT_UPLOAD_MAX_BYTES", str(512 * 1024 * 1024)))
+# A review campaign over more rollouts than this (its runs' files at its steps, by the index) is built on a
+# worker (`workers.review_campaign_build`), the campaign `building` until then; smaller ones in the request.
+REVIEW_CAMPAIGN_INLINE_MAX_ROLLOUTS = int(os.environ.get("POSTTRAIN_REVIEW_CAMPAIGN_INLINE_ROLLOUTS", "200000"))
 DATASET_MAX_BYTES = int(os.environ.get("POSTTRAIN_DATASET_MAX_BYTES", str(200 * 1024 * 1024)))
 # Where a run's engine posts its events: this server as the Ray job's machine can reach it.
 PUBLIC_URL = os.environ.get("POSTTRAIN_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")

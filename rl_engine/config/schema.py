@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, field_validator, model_validator
 
+from posttrain_sdk import rollout_files
 from rl_engine.algorithms import catalogue
 from rl_engine.config.errors import FieldErrors
 from rl_engine.config.rules import cross_field_errors
@@ -105,7 +106,9 @@ class DataConfig(_Section):
     system_prompt: str | None = Field(
         default=None, description="System message prepended when the chat template is applied."
     )
-    max_prompt_tokens: int = Field(default=512, ge=1, description="Maximum prompt length in tokens.")
+    max_prompt_tokens: int = Field(
+        default=512, ge=1, le=rollout_files.MAX_PROMPT_TOKENS, description="Maximum prompt length in tokens."
+    )
     shuffle: bool = Field(default=True, description="Shuffle the prompt order (seeded by the run seed).")
 
     @model_validator(mode="after")
@@ -546,7 +549,9 @@ class RolloutConfig(_Section):
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold (1 = off).")
     top_k: int = Field(default=-1, description="Sample among the k most likely tokens (-1 = off).")
-    max_new_tokens: int = Field(default=16, ge=1, description="Maximum response length in tokens.")
+    max_new_tokens: int = Field(
+        default=16, ge=1, le=rollout_files.MAX_NEW_TOKENS, description="Maximum response length in tokens."
+    )
     stop: list[str] = Field(default_factory=list, description="Strings that end a response.")
     filters: FiltersConfig = Field(
         default_factory=FiltersConfig,
@@ -670,7 +675,10 @@ class LoggingConfig(_Section):
     eval_every: int = Field(default=10, ge=0, description="Evaluate every N steps (0 = never).")
     eval_size: int = Field(default=500, ge=1, description="Held-out prompts used per evaluation.")
     eval_max_new_tokens: int | None = Field(
-        default=None, ge=1, description="Response limit during evaluation; empty = rollout.max_new_tokens."
+        default=None,
+        ge=1,
+        le=rollout_files.MAX_NEW_TOKENS,
+        description="Response limit during evaluation; empty = rollout.max_new_tokens.",
     )
     samples: Literal["all", "none"] = Field(
         default="all", description="Record each step's rollouts as a Parquet file (all) or not (none)."

@@ -261,6 +261,8 @@ class EventSender:
             text = _read_error(exc)
             if exc.code in _RETRY_STATUSES:
                 return "retry", f"HTTP {exc.code} uploading {path.name}: {text[:200]}"
+            if exc.code == 409 and '"loc":"name"' in text.replace(" ", ""):
+                return "ok", None  # announced already: a resent batch (`posttrain sync`) of a file the platform holds
             refused = f"the platform refused the rollout file {path.name} (HTTP {exc.code}): {text[:500]}"
             # A token the platform does not take fails the events too; anything else is this file's own fault.
             return ("fatal" if exc.code in (401, 403) else "refused"), refused

@@ -38,6 +38,27 @@ FOLDER = "rollouts"  # inside a run's folder
 COMPRESSION = "zstd"
 # Rows per row group: a page of the run page's table reads one group, not a whole step.
 ROW_GROUP_ROWS = 256
+
+# --- Bounds ------------------------------------------------------------------------------------------
+# One rollout (a row) as the engine can make it, and the file around it: the engine's config takes its
+# limits from here (rollout.max_new_tokens, data.max_prompt_tokens), the writer below keeps every row group
+# within the group bounds, and the platform refuses an uploaded file that exceeds any of them
+# (posttrain.telemetry.rollout_checks), so a reader's cost per row and per row group is known in advance.
+MAX_NEW_TOKENS = 131_072  # rollout.max_new_tokens (one generation)
+MAX_PROMPT_TOKENS = 131_072  # data.max_prompt_tokens: prompt_token_ids
+MAX_ROLLOUT_TOKENS = 262_144  # a rollout's per-token lists (a multi-turn episode's observations included)
+MAX_TEXT_BYTES = 4 << 20  # prompt, response, label, a turn's text (UTF-8 bytes)
+MAX_JSON_BYTES = 64 << 10  # components, env: a JSON object's text
+MAX_NAME_BYTES = 64  # finish_reason, a turn's role
+MAX_ERRORS = 64  # reward errors of one rollout (one per reward component, and the weighted total's)
+MAX_ERROR_BYTES = 4096  # each (the engine cuts a reason at 500 characters)
+MAX_TURNS = 1024  # turns of one episode (the agent's max_turns is at most 256: its completions and observations)
+MAX_PIECE_BYTES = 1024  # a token's text piece
+MAX_ROW_BYTES = 16 << 20  # a row's texts and list values together
+MAX_ROWS = 262_144  # rollouts in one file (one step's batch)
+# Row groups: what a reader decodes at once. The writer splits a group that would hold more.
+MAX_GROUP_BYTES = 32 << 20  # a row group's values (Arrow bytes, uncompressed)
+MAX_GROUP_VALUES = 1 << 22  # the list values of one column in one row group
 _NAME = re.compile(r"^step_(\d{8})(?:\.(\d{1,4}))?\.parquet$")
 
 ROLLOUT_COLUMNS = (
@@ -260,17 +281,56 @@ def encode(table: pa.Table, metadata: Mapping[str, str] | None = None) -> bytes:
     meta = {**(table.schema.metadata or {}), b"posttrain.format": FORMAT_VERSION.encode()}
     for key, value in (metadata or {}).items():
         meta[f"posttrain.{key}".encode()] = str(value).encode()
+    table = table.replace_schema_metadata(meta)
     buffer = io.BytesIO()
-    pq.write_table(
-        table.replace_schema_metadata(meta),
+    with pq.ParquetWriter(
         buffer,
+        table.schema,
         compression=COMPRESSION,
-        row_group_size=ROW_GROUP_ROWS,
         # Dictionary pages help repeated prompts and token pieces, not 4 KB responses.
         use_dictionary=["prompt", "label", "finish_reason", "token_text.list.element", "turns.list.element.role"],
         write_statistics=["step", "index", "group", "reward", "advantage", "length", "kept"],
-    )
+    ) as writer:
+        for start, rows in row_groups(table):
+            writer.write_table(table.slice(start, rows), row_group_size=rows)
     return buffer.getvalue()
+
+
+def row_groups(table: pa.Table) -> list[tuple[int, int]]:
+    """(first row, rows) of each row group: ROW_GROUP_ROWS rows, or fewer where long rows would put more
+    than MAX_GROUP_BYTES or, in one column, MAX_GROUP_VALUES list values in one group (halved until they
+    fit; a row within the row bounds always fits alone)."""
+    groups: list[tuple[int, int]] = []
+    pending = [
+        (start, min(ROW_GROUP_ROWS, table.num_rows - start)) for start in range(0, table.num_rows, ROW_GROUP_ROWS)
+    ]
+    while pending:
+        start, rows = pending.pop(0)
+        if rows > 1 and not _group_fits(table.slice(start, rows)):
+            half = rows // 2
+            pending[:0] = [(start, half), (start + half, rows - half)]
+            continue
+        groups.append((start, rows))
+    return groups
+
+
+def _group_fits(group: pa.Table) -> bool:
+    if group.nbytes > MAX_GROUP_BYTES:
+        return False
+    return all(_leaf_values(column) <= MAX_GROUP_VALUES for column in group.columns)
+
+
+def _leaf_values(column: Any) -> int:
+    """How many values the innermost lists of a (chunked) list column hold; 0 for other columns."""
+    import pyarrow as pa
+
+    total = 0
+    for chunk in column.chunks:
+        values = chunk
+        while pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+            values = values.flatten()
+        total += len(values) if values is not chunk else 0
+    return total
 
 
 def split_url(folder: str | os.PathLike[str]) -> tuple[Any, str]:

@@ -570,6 +570,17 @@ def test_queue_trace_simulated_smoke():
     has(doc, "simulated.backfill.utilisation", "simulated.comparison.mean_completion_drop", "load_average_start")
 
 
+@pytest.mark.slow
+def test_rollout_bounds_smoke():
+    doc = run_bench("rollout_bounds", "--smoke", "--pg-url", pg_server_url(), timeout_s=600)
+    has(doc, "bounds.max_rollout_tokens", "upload_at_bounds.web_peak_rss_mib_after", "web_peak_rss_mib_at_end")
+    has(doc, "reads.attack_sample_tokens.answer_bytes", "campaign_in_request.s", "campaign_on_worker.s")
+    assert doc["upload_at_bounds"]["status"] == 201
+    assert {name: read["status"] for name, read in doc["reads"].items()} == dict.fromkeys(doc["reads"], 200)
+    assert doc["campaign_in_request_items"] == doc["campaign_on_worker"]["items"] == 3 * 2
+    assert doc["campaign_on_worker"]["state"] == "draft"
+
+
 def test_rollout_store_smoke():
     doc = run_bench("rollout_store", "--smoke", timeout_s=300)
     has(

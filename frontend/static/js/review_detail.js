@@ -123,10 +123,18 @@ function renderProgress(campaign) {
   );
 }
 
+// A large campaign is built on a worker (building, then draft or failed); files its rule could not read are gaps.
+function buildNote(campaign) {
+  if (campaign.state === "building") return el("span", { class: "muted" }, " Its items are being drawn on a worker: reload in a moment.");
+  if (campaign.state === "failed") return el("span", { class: "error" }, ` ${campaign.build_error}`);
+  const gaps = campaign.gaps || [];
+  return gaps.length ? el("span", { class: "muted" }, ` Drawn without ${gaps.length} unreadable rollout file(s): ${gaps[0].reason}`) : null;
+}
+
 function renderHeader(campaign) {
   document.title = `${campaign.name} · Review · Posttrain`;
   $("campaign-title").textContent = campaign.name;
-  $("campaign-state").replaceChildren(stateBadge(campaign.state));
+  $("campaign-state").replaceChildren(...[stateBadge(campaign.state), buildNote(campaign)].filter(Boolean));
   $("activate-button").hidden = campaign.state !== "draft";
   $("close-button").hidden = campaign.state === "closed";
 }

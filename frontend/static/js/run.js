@@ -451,11 +451,18 @@ function renderSample() {
     ),
     components.length ? el("table", { class: "data compact" },
       el("tbody", {}, components.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, formatNumber(v)))))) : null,
-    el("h3", {}, "Prompt"), visibleText(s.prompt, showSpecial),
-    (s.turns || []).length ? trajectory(s, showSpecial) : [el("h3", {}, "Response"), visibleText(s.response, showSpecial)],
-    s.label !== null && s.label !== undefined ? [el("h3", {}, "Label"), visibleText(s.label, showSpecial)] : null,
-    (s.errors || []).length ? [el("h3", {}, "Reward errors"), el("pre", { class: "code error" }, s.errors.join("\n"))] : null,
+    el("h3", {}, "Prompt"), visibleText(s.prompt, showSpecial), cutNote(s, "prompt", (s.prompt || "").length, "characters"),
+    (s.turns || []).length ? [trajectory(s, showSpecial), cutNote(s, "turns", s.turns.length, "turns")]
+      : [el("h3", {}, "Response"), visibleText(s.response, showSpecial), cutNote(s, "response", (s.response || "").length, "characters")],
+    s.label !== null && s.label !== undefined ? [el("h3", {}, "Label"), visibleText(s.label, showSpecial), cutNote(s, "label", s.label.length, "characters")] : null,
+    (s.errors || []).length ? [el("h3", {}, "Reward errors"), el("pre", { class: "code error" }, s.errors.join("\n")), cutNote(s, "errors", s.errors.length, "errors")] : null,
   ));
+}
+
+// The server cuts long texts and lists (`truncated`: the full length of each it cut): say what is shown.
+function cutNote(sample, name, shown, unit) {
+  const full = (sample.truncated || {})[name];
+  return full ? el("p", { class: "muted cut-note" }, `Showing the first ${shown} of ${full} ${unit}.`) : null;
 }
 
 function assistantTurns(sample) {

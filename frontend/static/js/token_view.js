@@ -77,7 +77,8 @@ function renderView(body, view) {
   const missing = FIELDS.filter((name) => !view[name]);
   body.replaceChildren(
     el("p", { class: "muted token-summary" },
-      `${rows.length} tokens; ${disagreeing} where the trainer's log-prob differs from the rollout's by ${DISAGREE} or more.`,
+      (view.truncated && view.truncated.token_text ? `The first ${rows.length} of ${view.truncated.token_text} tokens` : `${rows.length} tokens`) +
+        `; ${disagreeing} where the trainer's log-prob differs from the rollout's by ${DISAGREE} or more.`,
       missing.length ? ` Not recorded this step: ${missing.map((n) => n.replace("_", " ")).join(", ")}.` : null),
     el("pre", { class: "code token-text" }, rows.map((row, i) => tokenSpan(row, i, versions[i]))),
     tokenTable(rows, versions),

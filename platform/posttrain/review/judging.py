@@ -39,7 +39,7 @@ from posttrain.registry.services.reward_try import reward_score
 from posttrain.review.models import Campaign, JudgeRun, JudgeRunState, JudgeScore, ReviewRollout
 from posttrain.review.sampling import validate_source
 from posttrain.runs.models import Run
-from posttrain.telemetry.selectors import rollouts_query
+from posttrain.telemetry.selectors import rollouts_query, rollouts_total
 from rl_engine.spec.user_code import sandbox
 
 SCORE_BATCH = 64
@@ -131,7 +131,7 @@ def judge_pool_create(
     missing = [i for i, run_id in enumerate(pool["runs"]) if run_id not in known]
     if missing:
         raise InvalidInput.one(f"source.runs[{missing[0]}]", f"no run with id {pool['runs'][missing[0]]}")
-    total = sum(1 for _ in _pool_rollouts(pool, text=False))
+    total = rollouts_total(pool["runs"], pool["steps"], pool["step_range"])  # the index's count: no file read
     if total == 0:
         raise InvalidInput.one("source", "the runs have no rollouts at these steps")
     if total > MAX_POOL_ROLLOUTS:

@@ -1,7 +1,8 @@
 """Annotator review: campaigns over runs' rollouts, their items, the judgements on them, the reviewers'
 decisions, and judges (registered rewards) that pre-score the items.
 
-A campaign's state changes only in services, as compare-and-set updates (draft → active → closed).
+A campaign's state changes only in services, as compare-and-set updates (draft → active → closed; a large
+campaign starts building, and becomes a draft, or failed, once a worker drew its items).
 An item's lock (`locked_by`, `locked_until`), its `judgement_count` and its `review_state` also change
 only there, in `UPDATE … WHERE` statements, so two annotators (or two reviewers) can never both win the
 same item. A judge run changes state the same way (queued → running → done | failed).
@@ -19,6 +20,8 @@ from posttrain.projects.models import default_project_id
 
 
 class CampaignState(models.TextChoices):
+    BUILDING = "building"  # a large campaign's items are being drawn on a worker
+    FAILED = "failed"  # its items could not be drawn (`build_error` says why)
     DRAFT = "draft"
     ACTIVE = "active"
     CLOSED = "closed"
@@ -59,6 +62,12 @@ class Campaign(models.Model):
     )
     show_suggestions = models.BooleanField(
         default=False, help_text="Show annotators the latest judge run's pre-labels (else they judge blind)."
+    )
+    build_error = models.TextField(blank=True, help_text="Why a campaign built on a worker failed.")
+    gaps = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Rollout files the items could not be drawn from (missing, unreadable): [{run, step, file, reason}].",
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -595,7 +595,11 @@ def reviewer_queue(user: User, now: datetime | None = None) -> list[dict[str, An
     """The user's active or closed campaigns with what is left to adjudicate in each."""
     now = now or timezone.now()
     entries = []
-    campaigns = reviewer_campaigns(user).exclude(state=CampaignState.DRAFT).order_by("created_at", "pk")
+    campaigns = (
+        reviewer_campaigns(user)
+        .filter(state__in=[CampaignState.ACTIVE, CampaignState.CLOSED])
+        .order_by("created_at", "pk")
+    )
     for campaign in campaigns:
         pending = review_items(campaign)
         entries.append(

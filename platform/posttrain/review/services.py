@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
@@ -37,9 +39,11 @@ from django.utils import timezone
 from posttrain.accounts.roles import Role
 from posttrain.accounts.selectors import user_roles
 from posttrain.core.errors import IllegalTransition, InvalidInput, ItemUnavailable, NotAssigned
+from posttrain.core.task_queue import task_send
 from posttrain.projects.access import readable
 from posttrain.projects.models import Project
 from posttrain.registry.models import Dataset
+from posttrain.review.candidates import candidate_batches
 from posttrain.review.gold import MAX_GOLD_DATASET_ROWS, GoldRow, gold_count, gold_rows, validate_gold_spec
 from posttrain.review.labels import disagreeing_questions, validate_gold_policy
 from posttrain.review.models import (
@@ -57,11 +61,12 @@ from posttrain.review.models import (
     Skip,
 )
 from posttrain.review.questions import swap_pairwise, validate_answers, validate_known_answers, validate_questions
-from posttrain.review.sampling import Candidate, Pick, RolloutKey, queue_order, select, validate_source
+from posttrain.review.sampling import Pick, RolloutKey, queue_order, select, validate_source
 from posttrain.review.steps import check_step_answer, split_steps
 from posttrain.runs.models import Run
 from posttrain.runs.selectors import run_alerts
-from posttrain.telemetry.selectors import rollouts_query
+from posttrain.telemetry.rollouts import Gap, gaps_payload, unique_gaps
+from posttrain.telemetry.selectors import rollouts_query, rollouts_total
 from rl_engine.spec.user_code import DataError, read_rows
 
 NAME_MAX_CHARS = 200
@@ -196,18 +201,48 @@ def _pool_scores(source: dict[str, Any]) -> dict[RolloutKey, float]:
     }
 
 
-def _candidates(source: dict[str, Any], kind: str) -> list[Candidate]:
+@dataclass
+class Draw:
+    """What a campaign's items are made of: the picks, the gold rows mixed in, and the rollout files the
+    picks could not be drawn from."""
+
+    picks: list[Pick]
+    gold: list[GoldRow]
+    gaps: list[Gap]
+
+
+def _draw(source: dict[str, Any], kind: str, questions: list, gold: dict[str, Any] | None) -> Draw:
+    """The items of a campaign, drawn in DuckDB with a limit per step (posttrain.review.candidates), a batch
+    of steps at a time; refused (InvalidInput naming the field) when they are none or too many."""
     judge = _pool_scores(source) if source["rule"] == "reward_vs_judge" else {}
+    gaps: list[Gap] = []
+    picks: list[Pick] = []
+    for batch in candidate_batches(source, kind, judge, gaps):
+        picks += select(batch, source, kind)
+        if len(picks) > MAX_ITEMS:  # no need to read further steps: it is refused
+            raise InvalidInput.one(
+                "source.k",
+                f"selects more than {MAX_ITEMS} items; at most {MAX_ITEMS} per campaign: lower k or choose fewer steps",
+            )
+    if not picks:
+        unreadable = f" ({len(gaps)} rollout files could not be read: {gaps[0].reason})" if gaps else ""
+        raise InvalidInput.one("source", _nothing_selected(source, kind) + unreadable)
+    gold_picked = _gold_items(gold, questions, len(picks), source["seed"])
+    if len(picks) + len(gold_picked) > MAX_ITEMS:
+        raise InvalidInput.one(
+            "source.k",
+            f"selects {len(picks) + len(gold_picked)} items (gold included); at most {MAX_ITEMS} per campaign: "
+            "lower k or choose fewer steps",
+        )
+    return Draw(picks, gold_picked, unique_gaps(gaps))
+
+
+def source_rollouts(source: dict[str, Any]) -> int:
+    """How many rollouts the source's runs hold at its steps, from the index alone (no file is read)."""
     steps = source["steps"]
     if source["rule"] == "alerts":
         steps = sorted({alert["step"] for alert in source["alerts"]})
-    rollouts = rollouts_query(
-        source["runs"],
-        steps=steps,
-        step_range=None if source["step_range"] is None else tuple(source["step_range"]),
-        text=kind == CampaignKind.PAIR,  # pairing compares prompt and response texts; singles never load them
-    )
-    return [Candidate.from_rollout(r, judge.get((r["run"], r["step"], r["index"]))) for r in rollouts]
+    return rollouts_total(source["runs"], steps, source["step_range"])
 
 
 def _nothing_selected(source: dict[str, Any], kind: str) -> str:
@@ -340,63 +375,105 @@ def campaign_create(
 
     if source["rule"] == "alerts" and source["alerts"] is None:
         source["alerts"] = _alert_pointers(source)
-    picks = select(_candidates(source, kind), source, kind)
-    if not picks:
-        raise InvalidInput.one("source", _nothing_selected(source, kind))
-    gold_picked = _gold_items(gold, questions, len(picks), source["seed"])
-    if len(picks) + len(gold_picked) > MAX_ITEMS:
-        raise InvalidInput.one(
-            "source.k",
-            f"selects {len(picks) + len(gold_picked)} items (gold included); at most {MAX_ITEMS} per campaign: "
-            "lower k or choose fewer steps",
-        )
-    gold_picks = [
-        Pick(("gold", row.row, "a"), None if row.response_b is None else ("gold", row.row, "b"), {"rule": "gold"})
-        for row in gold_picked
-    ]
-    known = {("gold", row.row, "a"): row.answers for row in gold_picked}
+    fields = {
+        "project": project,
+        "name": name,
+        "description": description,
+        "instructions": instructions,
+        "kind": kind,
+        "questions": questions,
+        "source": source,
+        "blind": blind,
+        "overlap": overlap,
+        "lock_ttl_s": lock_ttl_s,
+        "review_rating_spread": review_rating_spread,
+        "gold_spec": gold,
+        "gold_policy": gold_policy,
+        "show_suggestions": show_suggestions,
+        "created_by": user if user is not None and user.is_authenticated else None,
+    }
+    if source_rollouts(source) > settings.REVIEW_CAMPAIGN_INLINE_MAX_ROLLOUTS:
+        return _campaign_queue_build(fields, annotators, reviewers)
+    draw = _draw(source, kind, questions, gold)
     with transaction.atomic():
-        campaign = Campaign.objects.create(
-            project=project,
-            name=name,
-            description=description,
-            instructions=instructions,
-            kind=kind,
-            questions=questions,
-            source=source,
-            blind=blind,
-            overlap=overlap,
-            lock_ttl_s=lock_ttl_s,
-            review_rating_spread=review_rating_spread,
-            gold_spec=gold,
-            gold_policy=gold_policy,
-            show_suggestions=show_suggestions,
-            created_by=user if user is not None and user.is_authenticated else None,
-        )
+        campaign = Campaign.objects.create(**fields, gaps=gaps_payload(draw.gaps, with_run=True))
         campaign.annotators.set(annotators)
         campaign.reviewers.set(reviewers)
-        copies: dict[Any, ReviewRollout] = {
-            **_rollout_copies(campaign, picks, source),
-            **(_gold_copies(campaign, gold_picked, gold["dataset"]) if gold else {}),
-        }
-        picks = picks + gold_picks
-        ReviewItem.objects.bulk_create(
-            [
-                ReviewItem(
-                    campaign=campaign,
-                    position=position,
-                    rollout_a=copies[pick.a],
-                    rollout_b=None if pick.b is None else copies[pick.b],
-                    display_swap=swap,
-                    selection=pick.selection,
-                    gold=known.get(pick.a),
-                    gold_source=GoldSource.DATASET if pick.a in known else GoldSource.NONE,
-                )
-                for position, (pick, swap) in enumerate(queue_order(picks, source["seed"]))
-            ],
-            batch_size=1000,
-        )
+        _make_items(campaign, draw)
     return campaign
+
+
+def _campaign_queue_build(fields: dict[str, Any], annotators: Sequence[User], reviewers: Sequence[User]) -> Campaign:
+    """A campaign over more rollouts than a request should read: created building, its items drawn by the
+    task `workers.review_campaign_build` (campaign_build) after commit, on the default queue."""
+    with transaction.atomic():
+        campaign = Campaign.objects.create(**fields, state=CampaignState.BUILDING)
+        campaign.annotators.set(annotators)
+        campaign.reviewers.set(reviewers)
+        transaction.on_commit(lambda: task_send("review_campaign_build", str(campaign.pk)))
+    return campaign
+
+
+def campaign_build(campaign_id: Any) -> None:
+    """A worker draws a building campaign's items: building → draft with its items, or → failed with the
+    reason (what the request would have answered: none selected, too many, a gold dataset unreadable).
+    Idempotent: a campaign no longer building is left alone, and the items are made under its row lock."""
+    campaign = Campaign.objects.filter(pk=campaign_id, state=CampaignState.BUILDING).first()
+    if campaign is None:
+        return
+    try:
+        draw = _draw(campaign.source, campaign.kind, campaign.questions, campaign.gold_spec)
+    except InvalidInput as refused:
+        _build_failed(campaign, "; ".join(f"{e['loc']}: {e['msg']}" if e["loc"] else e["msg"] for e in refused.errors))
+        return
+    except Exception as exc:
+        _build_failed(campaign, f"{type(exc).__name__}: {exc}")
+        raise
+    with transaction.atomic():
+        if not Campaign.objects.select_for_update().filter(pk=campaign.pk, state=CampaignState.BUILDING).exists():
+            return  # closed meanwhile, or built by another worker
+        _make_items(campaign, draw)
+        Campaign.objects.filter(pk=campaign.pk).update(
+            state=CampaignState.DRAFT, state_changed_at=timezone.now(), gaps=gaps_payload(draw.gaps, with_run=True)
+        )
+
+
+def _build_failed(campaign: Campaign, reason: str) -> None:
+    Campaign.objects.filter(pk=campaign.pk, state=CampaignState.BUILDING).update(
+        state=CampaignState.FAILED, state_changed_at=timezone.now(), build_error=reason[:2000]
+    )
+
+
+def _make_items(campaign: Campaign, draw: Draw) -> None:
+    """The campaign's copies of the picked rollouts and gold rows, and its items in queue order."""
+    source, gold = campaign.source, campaign.gold_spec
+    gold_picks = [
+        Pick(("gold", row.row, "a"), None if row.response_b is None else ("gold", row.row, "b"), {"rule": "gold"})
+        for row in draw.gold
+    ]
+    known = {("gold", row.row, "a"): row.answers for row in draw.gold}
+    copies: dict[Any, ReviewRollout] = {
+        **_rollout_copies(campaign, draw.picks, source),
+        **(_gold_copies(campaign, draw.gold, gold["dataset"]) if gold else {}),
+    }
+    # A pick whose file went away since the draw (retention) has no copy: it is left out.
+    picks = [pick for pick in draw.picks + gold_picks if pick.a in copies and (pick.b is None or pick.b in copies)]
+    ReviewItem.objects.bulk_create(
+        [
+            ReviewItem(
+                campaign=campaign,
+                position=position,
+                rollout_a=copies[pick.a],
+                rollout_b=None if pick.b is None else copies[pick.b],
+                display_swap=swap,
+                selection=pick.selection,
+                gold=known.get(pick.a),
+                gold_source=GoldSource.DATASET if pick.a in known else GoldSource.NONE,
+            )
+            for position, (pick, swap) in enumerate(queue_order(picks, source["seed"]))
+        ],
+        batch_size=1000,
+    )
 
 
 def campaign_update(
@@ -477,8 +554,15 @@ def campaign_activate(campaign: Campaign, *, now: datetime | None = None) -> Cam
 
 
 def campaign_close(campaign: Campaign, *, now: datetime | None = None) -> Campaign:
-    """Stop the work (draft or active → closed); judgements stay for results and export."""
-    return _transition(campaign, [CampaignState.DRAFT, CampaignState.ACTIVE], CampaignState.CLOSED, "close", now)
+    """Stop the work (draft or active → closed; a building or failed campaign too); judgements stay for
+    results and export."""
+    return _transition(
+        campaign,
+        [CampaignState.DRAFT, CampaignState.ACTIVE, CampaignState.BUILDING, CampaignState.FAILED],
+        CampaignState.CLOSED,
+        "close",
+        now,
+    )
 
 
 # =============================================================================================

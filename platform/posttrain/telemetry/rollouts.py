@@ -20,18 +20,23 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
+import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.conf import settings
+from django.db import transaction
 
-from posttrain.core.errors import NotFound
-from posttrain.telemetry import rollout_index
+from posttrain.core.errors import Conflict, IllegalTransition, NotFound
+from posttrain.telemetry import rollout_checks, rollout_index
 from posttrain_sdk import rollout_files
 
 RunId = uuid.UUID | str
@@ -47,6 +52,7 @@ MAX_SAME_PROMPT = 2000
 # view is read on its own, for one rollout).
 TABLE_COLUMNS = tuple(c for c in rollout_files.ROLLOUT_COLUMNS if c != "versions")
 _JSON_COLUMNS = ("components", "env")
+_KEY_STEP = 1 << 32  # (step, index) as one number: step * _KEY_STEP + index
 
 
 def rollout_folder(run_id: RunId) -> str:
@@ -87,28 +93,80 @@ def existing_names(run_id: RunId) -> set[str]:
     return {name for name in (str(p).rsplit("/", 1)[-1] for p in listed) if rollout_files.parse_file_name(name)}
 
 
-def store_upload(run_id: RunId, name: str, chunks: Iterator[bytes]) -> int:
-    """An external run's uploaded file, streamed into the store as it arrives (never parsed here); it
-    appears whole or not at all, as the engine's files do."""
+def rollout_upload(run_id: RunId, name: str, chunks: Iterator[bytes]) -> int:
+    """An external run's uploaded rollout file, put in place once it is known to be one: refused (409) to
+    a run that ended and for a name a `samples` event announced already (an announced file is never
+    replaced: the index keeps its digest); streamed to a staged file as it arrives, checked there against
+    the rollout file's schema and bounds (posttrain.telemetry.rollout_checks: 400 naming the column and
+    row), and put in place under the run's row lock (which ingestion holds while it indexes a file), after
+    both refusals are checked again. The staged file is removed whatever happens. Returns its bytes."""
+    _accepts_upload(run_id, name)
+    with _staged(run_id, name) as staged:
+        size = _write_chunks(staged, chunks)
+        rollout_checks.check_upload(str(staged), name)
+        with transaction.atomic():
+            _accepts_upload(run_id, name, lock=True)
+            _put_staged(run_id, name, staged)
+    return size
+
+
+def _accepts_upload(run_id: RunId, name: str, *, lock: bool = False) -> None:
+    from posttrain.runs.models import TERMINAL_STATES, Run
+
+    runs = Run.objects.select_for_update() if lock else Run.objects
+    state = runs.filter(pk=run_id).values_list("state", flat=True).first()
+    if state in TERMINAL_STATES:
+        raise IllegalTransition(f"run {run_id} has ended ({state}): it takes no more rollout files", state)
+    if announced(run_id, name):
+        raise Conflict(
+            f"{name} is announced already (a samples event named it): an announced rollout file is never replaced",
+            loc="name",
+        )
+
+
+def announced(run_id: RunId, name: str) -> bool:
+    """Whether a `samples` event named this file (it is in the run's index)."""
+    from posttrain.telemetry.models import RolloutFile
+
+    return RolloutFile.objects.filter(run_id=run_id, name=name).exists()
+
+
+@contextmanager
+def _staged(run_id: RunId, name: str) -> Iterator[Path]:
+    """Where an upload is staged, removed on the way out: a hidden partial file beside its place on a
+    folder (put in place by a rename), a temporary local file for a bucket (put by one PUT)."""
     location = file_location(run_id, name)
     fs, path = rollout_files.split_url(location)
-    if fs is not None:  # a bucket: one PUT of the whole object
-        data = b"".join(chunks)
-        rollout_files.put_bytes(rollout_folder(run_id), name, data)
-        return len(data)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{name}.{uuid.uuid4().hex[:8]}.partial")
-    size = 0
+    if fs is None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{name}.{uuid.uuid4().hex[:8]}.partial")
+    else:
+        handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial")
+        os.close(handle)
+        staged = Path(temporary)
     try:
-        with partial.open("wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-                size += len(chunk)
-        partial.replace(target)
+        yield staged
     finally:
-        partial.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
+
+
+def _write_chunks(staged: Path, chunks: Iterator[bytes]) -> int:
+    size = 0
+    with staged.open("wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+            size += len(chunk)
     return size
+
+
+def _put_staged(run_id: RunId, name: str, staged: Path) -> None:
+    fs, path = rollout_files.split_url(file_location(run_id, name))
+    if fs is None:
+        staged.replace(path)
+    else:
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.put_file(str(staged), path)
 
 
 def open_file(run_id: RunId, name: str) -> Any:
@@ -188,6 +246,27 @@ def run_files(run_ids: Sequence[RunId], steps: Sequence[int] | None = None) -> l
     return [f for run_id in dict.fromkeys(str(r) for r in run_ids) for f in by_run.get(run_id, [])]
 
 
+def present_files(
+    run_id: RunId,
+    steps: Sequence[int] | None = None,
+    step_range: tuple[int, int] | None = None,
+    gaps: list[Gap] | None = None,
+) -> list[StoredFile]:
+    """The run's indexed files at `steps` (or within `step_range`) that the store holds, by step and part;
+    each one it lacks is added to `gaps`."""
+    files = run_files([run_id], steps)
+    if step_range is not None:
+        files = [f for f in files if step_range[0] <= f.step <= step_range[1]]
+    present = existing_names(run_id)
+    if gaps is not None:
+        gaps += [
+            Gap(f.step, f"its rollout file {f.name} is not in the store (never arrived, or removed)", f.name, f.run_id)
+            for f in files
+            if f.name not in present
+        ]
+    return [f for f in files if f.name in present]
+
+
 @dataclass
 class RolloutFilter:
     """Conditions on a run's rollouts; every one optional."""
@@ -206,6 +285,7 @@ class RolloutFilter:
     group: int | None = None
     kept: bool | None = None
     index: int | None = None
+    keys: Sequence[tuple[int, int]] | None = None  # exactly these (step, index)
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -239,6 +319,9 @@ class RolloutFilter:
         if self.index is not None:
             clauses.append('"index" = ?')
             params.append(self.index)
+        if self.keys is not None:
+            clauses.append(f'list_contains(?, step::BIGINT * {_KEY_STEP} + "index")')
+            params.append(sorted({int(step) * _KEY_STEP + int(index) for step, index in self.keys}))
         if self.q:
             # The search index (rollout_index) lower-cases with the same DuckDB `lower`.
             clauses.append(
@@ -267,28 +350,126 @@ class RolloutFilter:
                 self.group,
                 self.kept,
                 self.index,
+                self.keys,
             )
         )
 
 
 def _quoted(column: str) -> str:
-    return f'"{column}"'
+    return '"' + column.replace('"', '""') + '"'
 
 
-def _decode(row: dict[str, Any]) -> dict[str, Any]:
+# --- what an answer shows of a row ---------------------------------------------------------------------
+# Every text and list is cut in the query (DuckDB's substring and list_slice), so a row costs the web
+# process at most these, whatever the file holds; a row says what was cut in `truncated`: {what: its full
+# length}, characters for a text, items for a list ("<column>.text": the longest item's characters where
+# items were cut). A JSON text longer than JSON_CHARS is shown as {} (half an object is no object).
+TEXT_CHARS = 16_384  # prompt, response
+LABEL_CHARS = 4096
+NAME_CHARS = 64  # finish_reason, a turn's role
+JSON_CHARS = 16_384  # components, env
+ERRORS_SHOWN = 16
+ERROR_CHARS = 1000
+TURNS_SHOWN = 32
+TURN_CHARS = 4096
+MAX_VIEW_TOKENS = 8192  # per-token lists and async segments
+PIECE_CHARS = 64  # a token's text piece
+
+
+@dataclass(frozen=True)
+class Shown:
+    """How a column is read: `select` (SQL, `$c` the column) and the measures that tell whether it was
+    cut: (a suffix to the column's name in `truncated`, SQL of its full size, the size shown)."""
+
+    select: str
+    sizes: tuple[tuple[str, str, int], ...] = ()
+
+
+def _text(chars: int) -> Shown:
+    return Shown(f"substring($c, 1, {chars})", (("", "length($c)", chars),))
+
+
+def _json(chars: int) -> Shown:
+    return Shown(f"CASE WHEN length($c) <= {chars} THEN $c ELSE '{{}}' END", (("", "length($c)", chars),))
+
+
+def _list(items: int, item: str = "", item_chars: int = 0, item_length: str = "length(x)") -> Shown:
+    """The first `items` of a list; each item cut by `item` (SQL over x) when given."""
+    sliced = f"list_slice($c, 1, {items})"
+    if not item:
+        return Shown(sliced, (("", "len($c)", items),))
+    longest = f"list_max(list_transform($c, x -> {item_length}))"
+    return Shown(f"list_transform({sliced}, x -> {item})", (("", "len($c)", items), (".text", longest, item_chars)))
+
+
+_TURN = (
+    f"{{'role': substring(x.role, 1, {NAME_CHARS}), 'text': substring(x.text, 1, {TURN_CHARS}), 'reward': x.reward}}"
+)
+SHOWN: dict[str, Shown] = {
+    "prompt": _text(TEXT_CHARS),
+    "response": _text(TEXT_CHARS),
+    "label": _text(LABEL_CHARS),
+    "finish_reason": _text(NAME_CHARS),
+    "components": _json(JSON_CHARS),
+    "env": _json(JSON_CHARS),
+    "errors": _list(ERRORS_SHOWN, f"substring(x, 1, {ERROR_CHARS})", ERROR_CHARS),
+    "turns": _list(TURNS_SHOWN, _TURN, TURN_CHARS, "length(x.text)"),
+    "versions": _list(MAX_VIEW_TOKENS, "list_slice(x, 1, 2)", 2, "len(x)"),
+    "token_text": _list(MAX_VIEW_TOKENS, f"substring(x, 1, {PIECE_CHARS})", PIECE_CHARS),
+    **{c: _list(MAX_VIEW_TOKENS) for c in rollout_files.TOKEN_COLUMNS if c != "token_text"},
+}
+
+
+def _select(columns: Sequence[str], whole: Sequence[str] = ()) -> tuple[str, list[tuple[str, int]]]:
+    """The SELECT list of `columns` as answers show them (a column in `whole` read as stored), and the
+    size measures it adds: (`truncated`'s name, the size shown), in the order of their `__size_<i>` columns."""
+    items: list[str] = []
+    sizes: list[tuple[str, int]] = []
+    for column in columns:
+        quoted = _quoted(column)
+        shown = None if column in whole else SHOWN.get(column)
+        if shown is None:
+            items.append(quoted)
+            continue
+        items.append(f"{shown.select.replace('$c', quoted)} AS {quoted}")
+        for suffix, sql, limit in shown.sizes:
+            items.append(f"{sql.replace('$c', quoted)} AS __size_{len(sizes)}")
+            sizes.append((column + suffix, limit))
+    return ", ".join(items), sizes
+
+
+def _decode(row: dict[str, Any], sizes: Sequence[tuple[str, int]] = ()) -> dict[str, Any]:
+    truncated: dict[str, int] = {}
+    for i, (name, shown) in enumerate(sizes):
+        size = row.pop(f"__size_{i}", None)
+        if size is not None and size > shown:
+            truncated[name] = int(size)
     for name in _JSON_COLUMNS:
         if name in row and isinstance(row[name], str):
-            row[name] = json.loads(row[name])
+            row[name] = json_object(row[name])
     for name in ("reward", "advantage"):
         value = row.get(name)
         if isinstance(value, float) and not math.isfinite(value):
             row[name] = None
+    row["truncated"] = truncated
     return row
 
 
-def _stream(sql: str, params: list[Any]) -> Iterator[dict[str, Any]]:
+def json_object(text: str) -> dict[str, Any]:
+    """A JSON column's object; {} for text that is not one (a file from another writer)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def stream(sql: str, params: list[Any], tables: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """The query's rows as dicts, fetched FETCH_ROWS at a time (`tables`: Arrow tables it reads by name)."""
     cursor = connection().cursor()
     try:
+        for name, table in (tables or {}).items():
+            cursor.register(name, table)
         cursor.execute(sql, params)
         names = [d[0] for d in cursor.description]
         while rows := cursor.fetchmany(FETCH_ROWS):
@@ -296,6 +477,82 @@ def _stream(sql: str, params: list[Any]) -> Iterator[dict[str, Any]]:
                 yield dict(zip(names, values, strict=True))
     finally:
         cursor.close()
+
+
+# --- files a query cannot read ---------------------------------------------------------------------
+# A query reads several files at once; when DuckDB refuses (a file that is not Parquet, lacks a column,
+# or holds data it cannot decode) the files are split in halves and each half queried again, down to the
+# files that fail alone: each is a gap naming it (`Gap.file`), and the query answers from the others.
+
+
+def _unreadable(f: StoredFile, columns: Sequence[str]) -> Gap | None:
+    """The gap of a file a query failed on alone, or None when the file itself reads well (then the query
+    is at fault, and its error is no gap)."""
+    reason = rollout_checks.unreadable_reason(f.location, columns, connection())
+    if reason is None:
+        return None
+    return Gap(f.step, f"its rollout file {f.name} cannot be read: {reason}", file=f.name, run=f.run_id)
+
+
+# `rollout_checks.list_values_problems` by (file, bytes, sha256): an announced file never changes, so its
+# footer is read once per process.
+_LIST_VERDICTS: OrderedDict[tuple[str, int, str], dict[str, str]] = OrderedDict()
+MAX_LIST_VERDICTS = 65_536
+
+
+def within_list_bounds(files: list[StoredFile], columns: Sequence[str], gaps: list[Gap] | None) -> list[StoredFile]:
+    """The files whose footer allows their rows to be within the list bounds for `columns`; each other is a
+    gap (its lists are never decoded: an old upload of millions of values in one rollout)."""
+    lists = [c for c in columns if c in rollout_checks.LIST_VALUES_PER_ROW]
+    if not lists:
+        return files
+    kept = []
+    for f in files:
+        key = (f.location, f.bytes, f.sha256)
+        if key not in _LIST_VERDICTS:
+            _LIST_VERDICTS[key] = rollout_checks.list_values_problems(f.location)
+            if len(_LIST_VERDICTS) > MAX_LIST_VERDICTS:
+                _LIST_VERDICTS.popitem(last=False)
+        problem = next((_LIST_VERDICTS[key][c] for c in lists if c in _LIST_VERDICTS[key]), None)
+        if problem is None:
+            kept.append(f)
+        elif gaps is not None:
+            gaps.append(Gap(f.step, f"its rollout file {f.name} is not read: {problem}", file=f.name, run=f.run_id))
+    return kept
+
+
+def readable_stream(
+    files: list[StoredFile],
+    query: Callable[[list[StoredFile]], Iterator[dict[str, Any]]],
+    columns: Sequence[str],
+    gaps: list[Gap] | None,
+) -> Iterator[dict[str, Any]]:
+    """`query(files)`'s rows, leaving out the files it cannot read (each added to `gaps`). The query must
+    read every file before its first row (ORDER BY, an aggregate): a failure after it is raised, and so is
+    one on a file that reads well alone."""
+    import duckdb
+
+    if not files:
+        return
+    rows = query(files)
+    try:
+        first = next(rows)
+    except StopIteration:
+        return
+    except duckdb.Error:
+        if len(files) > 1:
+            half = len(files) // 2
+            yield from readable_stream(files[:half], query, columns, gaps)
+            yield from readable_stream(files[half:], query, columns, gaps)
+            return
+        gap = _unreadable(files[0], columns)
+        if gap is None:
+            raise
+        if gaps is not None:
+            gaps.append(gap)
+        return
+    yield first
+    yield from rows
 
 
 def rollouts_query(
@@ -307,15 +564,18 @@ def rollouts_query(
     offset: int = 0,
     present: set[tuple[str, str]] | None = None,
     files: list[StoredFile] | None = None,
+    gaps: list[Gap] | None = None,
+    whole: Sequence[str] = (),
 ) -> Iterator[dict[str, Any]]:
-    """The rollouts of `run_ids` matching `filters` as plain dicts (`run` plus `columns`), ordered by run
-    (as given), step and index, `offset` rows skipped and at most `limit` returned. Streams: the files
-    are read a few at a time, in step order, until `limit` rows are out. Files the index names but the
-    store lacks are left out (`present`: the (run, name) pairs known to exist; default: listed here);
-    `run_rollout_gaps` names them.
+    """The rollouts of `run_ids` matching `filters` as plain dicts (`run` plus `columns`, as SHOWN says,
+    `whole` ones as stored, and `truncated`), ordered by run (as given), step and index, `offset` rows
+    skipped and at most `limit` returned. Streams: the files are read a few at a time, in step order,
+    until `limit` rows are out. Files the index names but the store lacks are left out (`present`: the
+    (run, name) pairs known to exist; default: listed here); `run_rollout_gaps` names them. Files DuckDB
+    cannot read are left out too, each added to `gaps`.
 
     The one reader of rollouts for every page and API: the run page's table, compare, review campaigns'
-    sampling (a `Candidate` per dict), the samples API and the SDK."""
+    copies, the samples API and the SDK."""
     filters = filters or RolloutFilter()
     if files is None:  # `files`: the index already read (the bench reads files it wrote itself)
         files = run_files(run_ids, filters.steps)
@@ -323,13 +583,12 @@ def rollouts_query(
             present = {(str(r), n) for r in dict.fromkeys(str(r) for r in run_ids) for n in existing_names(r)}
         files = [f for f in files if (f.run_id, f.name) in present]
     where, params = filters.where()
-    select = ", ".join(_quoted(c) for c in columns)
+    select, sizes = _select(columns, whole)
     skip, left = offset, limit
     # A text search or a prompt: only the files their search index cannot rule out, consulted as we go.
     for chunk in rollout_index.candidate_chunks(connection(), files, filters.q, filters.prompt, FILES_PER_QUERY):
         if left is not None and left <= 0:
             return
-        run_of = {f.location: f.run_id for f in chunk}
         window = ""
         if left is not None:
             window = f" LIMIT {int(left) + int(skip)}"
@@ -337,25 +596,42 @@ def rollouts_query(
             f"SELECT filename, {select} FROM read_parquet(?, filename = true) WHERE {where} "
             f'ORDER BY list_position(?, filename), step, "index"{window}'
         )
-        locations = [f.location for f in chunk]
-        for row in _stream(sql, [locations, *params, locations]):
+
+        def query(part: list[StoredFile], sql: str = sql) -> Iterator[dict[str, Any]]:
+            locations = [f.location for f in part]
+            return stream(sql, [locations, *params, locations])
+
+        chunk = within_list_bounds(chunk, columns, gaps)
+        run_of = {f.location: f.run_id for f in chunk}
+        for row in readable_stream(chunk, query, _read_columns(columns, filters), gaps):
             if skip > 0:
                 skip -= 1
                 continue
             row["run"] = run_of.get(row.pop("filename"), "")
-            yield _decode(row)
+            yield _decode(row, sizes)
             if left is not None:
                 left -= 1
                 if left <= 0:
                     return
 
 
+def _read_columns(columns: Sequence[str], filters: RolloutFilter) -> list[str]:
+    """The file's columns a query reads (its own and its filters'), for naming what a file lacks."""
+    filtered = ["step", "index", "reward", "advantage", "length", "finish_reason", "prompt", "group", "kept"]
+    if filters.q:
+        filtered += ["response", "label"]
+    return list(dict.fromkeys([*columns, *filtered]))
+
+
 def rollouts_count(
-    run_ids: Sequence[RunId], filters: RolloutFilter | None = None, present: set[tuple[str, str]] | None = None
+    run_ids: Sequence[RunId],
+    filters: RolloutFilter | None = None,
+    present: set[tuple[str, str]] | None = None,
+    gaps: list[Gap] | None = None,
 ) -> int | None:
     """How many rollouts match: from the index alone with no filter but steps, from a scan of the
-    filtered columns otherwise; None for a text search (it would read every response: the page pages
-    with `next` instead)."""
+    filtered columns otherwise (files DuckDB cannot read left out, each added to `gaps`); None for a
+    text search (it would read every response: the page pages with `next` instead)."""
     filters = filters or RolloutFilter()
     files = run_files(run_ids, filters.steps)
     if present is not None:
@@ -366,13 +642,12 @@ def rollouts_count(
         return None
     if filters.prompt is not None:
         files = rollout_index.candidate_files(connection(), files, None, filters.prompt)
-    if not files:
-        return 0
     where, params = filters.where()
-    rows = list(
-        _stream(f"SELECT count(*) AS n FROM read_parquet(?) WHERE {where}", [[f.location for f in files], *params])
-    )
-    return int(rows[0]["n"])
+
+    def query(part: list[StoredFile]) -> Iterator[dict[str, Any]]:
+        return stream(f"SELECT count(*) AS n FROM read_parquet(?) WHERE {where}", [[f.location for f in part], *params])
+
+    return sum(int(row["n"]) for row in readable_stream(files, query, _read_columns((), filters), gaps))
 
 
 # --- one rollout --------------------------------------------------------------------------------
@@ -393,53 +668,71 @@ VIEW_COLUMNS = {
     "entropy": "entropy",
     "advantage": "token_advantage",
 }
-MAX_VIEW_TOKENS = 8192
 
 
 def packed_view(row: dict[str, Any]) -> dict[str, Any]:
     """A rollout's per-token view as the dialog reads it: {text: [piece], <array>: base64 float16 (one
-    value per piece), versions}; {} when its step recorded none."""
+    value per piece), versions, and `truncated` when the query cut it: {column: its full length}}; {}
+    when its step recorded none. The query cut each list at MAX_VIEW_TOKENS (rows_query's SHOWN); a row
+    read otherwise is cut here."""
     text = row.get("token_text") or []
     if not text:
         return {}
+    cut = {
+        name: size
+        for name, size in (row.get("truncated") or {}).items()
+        if name.split(".")[0] in ("token_text", "versions", *VIEW_COLUMNS.values())
+    }
+    if len(text) > MAX_VIEW_TOKENS:
+        cut.setdefault("token_text", len(text))
     view: dict[str, Any] = {"text": text[:MAX_VIEW_TOKENS]}
     for name, column in VIEW_COLUMNS.items():
         values = row.get(column)
         if values is not None:
             view[name] = pack_f16(values[:MAX_VIEW_TOKENS])
     if row.get("versions"):
-        view["versions"] = [list(v) for v in row["versions"]]
+        view["versions"] = [list(v) for v in row["versions"][:MAX_VIEW_TOKENS]]
+    if cut:
+        view["truncated"] = cut
     return view
 
 
 def rollout_token_view(run_id: RunId, step: int, index: int) -> dict[str, Any]:
-    """One rollout's per-token view ({text, <array>: base64 float16, versions}) and the responses to the
-    same prompt at every step ([{step, index}], at most MAX_SAME_PROMPT). NotFound names the rollout."""
-    present = existing_names(run_id)
+    """One rollout's per-token view ({text, <array>: base64 float16, versions, truncated}) and the
+    responses to the same prompt at every step ([{step, index}], at most MAX_SAME_PROMPT), with the gaps
+    of the files the same-prompt search could not read. NotFound names the rollout (and its file when
+    that cannot be read)."""
+    present = {(str(run_id), n) for n in existing_names(run_id)}
+    gaps: list[Gap] = []
     rows = list(
         rollouts_query(
             [run_id],
             filters=RolloutFilter(steps=[step], index=index),
             columns=["prompt", "versions", "token_text", *VIEW_COLUMNS.values()],
             limit=1,
-            present={(str(run_id), n) for n in present},
+            present=present,
+            gaps=gaps,
+            whole=("prompt",),  # the same-prompt search matches it exactly (the file's bounds hold its size)
         )
     )
     if not rows:
-        raise NotFound(f"run {run_id} has no rollout {index} at step {step}")
+        unreadable = f" ({gaps[0].reason})" if gaps else ""
+        raise NotFound(f"run {run_id} has no rollout {index} at step {step}{unreadable}")
     found = rows[0]
     same = rollouts_query(
         [run_id],
         filters=RolloutFilter(prompt=found["prompt"]),
         columns=("step", "index"),
         limit=MAX_SAME_PROMPT,
-        present={(str(run_id), n) for n in present},
+        present=present,
+        gaps=gaps,
     )
     return {
         "step": step,
         "index": index,
         "tokens": packed_view(found),
         "same_prompt": [{"step": r["step"], "index": r["index"]} for r in same],
+        "gaps": gaps_payload(unique_gaps(gaps)),
     }
 
 
@@ -448,8 +741,23 @@ def rollout_token_view(run_id: RunId, step: int, index: int) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Gap:
+    """Rollouts a page cannot show: a step whose file is missing or unreadable (`file` names it)."""
+
     step: int
     reason: str
+    file: str | None = None
+    run: str | None = None
+
+
+def unique_gaps(gaps: Sequence[Gap]) -> list[Gap]:
+    """Each gap once (two queries of one request meet the same unreadable file), by run and step."""
+    seen = {(g.run, g.step, g.file, g.reason): g for g in gaps}
+    return sorted(seen.values(), key=lambda g: (g.run or "", g.step, g.file or ""))
+
+
+def gaps_payload(gaps: Sequence[Gap], *, with_run: bool = False) -> list[dict[str, Any]]:
+    """Gaps as the APIs answer them: {step, reason, file} (and `run` where an answer spans runs)."""
+    return [{"step": g.step, "reason": g.reason, "file": g.file, **({"run": g.run} if with_run else {})} for g in gaps]
 
 
 @dataclass
@@ -475,14 +783,23 @@ def run_rollout_files(run: Any) -> RolloutFiles:
         out.files.append(item)
         indexed_steps.add(item["step"])
         if not item["available"]:
-            out.gaps.append(Gap(item["step"], "its rollout file never arrived in the store (or was removed)"))
+            out.gaps.append(
+                Gap(
+                    item["step"],
+                    "its rollout file never arrived in the store (or was removed)",
+                    file=item["name"],
+                    run=str(run.pk),
+                )
+            )
     config: dict[str, Any] = run.resolved_config if isinstance(run.resolved_config, dict) else {}
     logging_cfg: dict[str, Any] = config["logging"] if isinstance(config.get("logging"), dict) else {}
     if not run.is_external and logging_cfg.get("samples", "all") == "all" and indexed_steps:
         keep = str(logging_cfg.get("rollouts_keep") or "all")
         expected = _expected_steps(keep, 1, max(indexed_steps))
         for step in sorted(expected - indexed_steps):
-            out.gaps.append(Gap(step, "the engine trained this step but its rollout file was never announced"))
+            out.gaps.append(
+                Gap(step, "the engine trained this step but its rollout file was never announced", run=str(run.pk))
+            )
     out.gaps.sort(key=lambda gap: gap.step)
     return out
 
@@ -503,6 +820,8 @@ def rollout_index_update(run_id: RunId) -> int:
     """Builds the search index of every indexed rollout file of the run that the store holds and that
     has no current one; returns how many it wrote. Idempotent (two at once write the same bytes). A
     worker's task, after each samples event; never the web process's."""
+    import duckdb
+
     present = existing_names(run_id)
     files = [f for f in run_files([run_id]) if f.name in present]
     sidecars = rollout_index.read_sidecars(files)
@@ -514,6 +833,8 @@ def rollout_index_update(run_id: RunId) -> int:
             rollout_index_build(run_id, f.name)
         except FileNotFoundError:
             continue  # removed since the listing (retention): nothing to index
+        except duckdb.Error:
+            continue  # a file DuckDB cannot read: scanned (and named as a gap) by every query, never indexed
         written += 1
     return written
 

@@ -63,46 +63,65 @@ def rollouts_query(
     refs: Iterable[RolloutRef] | None = None,
     text: bool = False,
     tokens: bool = False,
+    gaps: list[rollouts.Gap] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The runs' rollouts as plain dicts, read from their rollout files (posttrain.telemetry.rollouts): the one
-    read review campaigns pick their items through.
+    read review campaigns copy their items through.
 
     Which rollouts: those of `run_ids`, at `steps` (a list) or within `step_range` (first, last,
-    inclusive) or at every step; `refs` narrows them to exactly those (run id, step, index).
+    inclusive) or at every step; `refs` narrows them to exactly those (run id, step, index), in the query.
     Each dict holds ROLLOUT_FIELDS: `run` (the run id as a string), `step`, `index`, `group` (the
     prompt group), `reward` (a finite float, or None where the engine reported none or a non-finite
     one), `components` (component name -> score; {} when absent) and `finish_reason`; with `text` also
     ROLLOUT_TEXT_FIELDS: `prompt`, `response`, `label` (the dataset's reference answer, or None) and `turns`
     (a multi-turn episode's [{role, text, reward}], [] for a single turn);
     with `tokens` also `tokens`, the per-token view ({text: [piece], rollout_logprob, trainer_logprob,
-    entropy, advantage: base64 float16, versions}; {} when the step had none). Order: by run id, step
-    and index. Streams: the files are read a few at a time; the texts only when asked for."""
-    wanted: dict[tuple[str, int], set[int]] | None = None
+    entropy, advantage: base64 float16, versions}; {} when the step had none). Texts and lists are cut
+    as every answer cuts them (rollouts.SHOWN); `truncated` ({what: its full length}) is there only when
+    something was. Order: by run id, step and index. Streams: the files are read a few at a time; the
+    texts only when asked for. Files DuckDB cannot read are left out, each added to `gaps`."""
+    wanted: dict[str, list[tuple[int, int]]] | None = None
     if refs is not None:
         wanted = {}
         for run_id, step, index in refs:
-            wanted.setdefault((str(run_id), int(step)), set()).add(int(index))
+            wanted.setdefault(str(run_id), []).append((int(step), int(index)))
         if not wanted:
             return
-        chosen = {step for _, step in wanted}
-        steps = sorted(chosen if steps is None else chosen & set(steps))
     columns = [c for c in ROLLOUT_FIELDS if c != "run"]
     if text:
         columns += list(ROLLOUT_TEXT_FIELDS)
     if tokens:
         columns += ["versions", "token_text", *rollouts.VIEW_COLUMNS.values()]
-    filters = rollouts.RolloutFilter(steps=steps, step_range=step_range)
     for run_id in sorted({str(r) for r in run_ids}):
-        for row in rollouts.rollouts_query([run_id], filters=filters, columns=columns):
-            if wanted is not None and row["index"] not in wanted.get((row["run"], row["step"]), ()):
+        filters = rollouts.RolloutFilter(steps=steps, step_range=step_range)
+        if wanted is not None:
+            keys = wanted.get(run_id, [])
+            if not keys:
                 continue
+            chosen = {step for step, _ in keys}
+            filters.steps = sorted(chosen if steps is None else chosen & set(steps))
+            filters.keys = keys
+        for row in rollouts.rollouts_query([run_id], filters=filters, columns=columns, gaps=gaps):
             if not isinstance(row.get("components"), dict):
                 row["components"] = {}
             if text:
                 row["turns"] = [dict(turn) for turn in row.get("turns") or []]
             if tokens:
                 row["tokens"] = rollouts.packed_view(row)
+            if not row["truncated"]:
+                del row["truncated"]
             yield row
+
+
+def rollouts_total(
+    run_ids: Sequence[RunId], steps: Sequence[int] | None = None, step_range: Sequence[int] | None = None
+) -> int:
+    """How many rollouts the runs' indexed files hold at `steps` (or within `step_range`): the index's
+    count, no file read."""
+    files = rollouts.run_files(run_ids, steps)
+    if step_range is not None:
+        files = [f for f in files if step_range[0] <= f.step <= step_range[1]]
+    return sum(f.rows for f in files)
 
 
 def run_log_entries(run: Run, *, upto_seq: int, limit: int = 500) -> list[dict[str, Any]]:

@@ -546,13 +546,13 @@ def test_the_default_config_is_runnable():
 
 def test_a_response_longer_than_the_models_context_is_refused_naming_both_numbers(tmp_path: Path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 128}))
-    cfg = validate_config(with_changes({"model.path": str(tmp_path), "rollout.max_new_tokens": 10**9}))
+    cfg = validate_config(with_changes({"model.path": str(tmp_path), "rollout.max_new_tokens": 100_000}))
     with pytest.raises(ConfigError) as refused:
         check_runnable(cfg)
     assert refused.value.errors == [
         {
             "loc": "rollout.max_new_tokens",
-            "msg": "1000000000 tokens do not fit the model's context length of 128 tokens "
+            "msg": "100000 tokens do not fit the model's context length of 128 tokens "
             "(the prompt needs room too): at most 127",
         }
     ]
@@ -566,8 +566,21 @@ def test_the_context_length_is_read_from_nested_text_configs_and_skipped_without
         check_runnable(cfg)
     assert [e["loc"] for e in refused.value.errors] == ["logging.eval_max_new_tokens"]
     check_runnable(
-        validate_config(with_changes({"model.path": str(tmp_path / "missing"), "rollout.max_new_tokens": 10**9}))
+        validate_config(with_changes({"model.path": str(tmp_path / "missing"), "rollout.max_new_tokens": 131_072}))
     )
+
+
+def test_a_response_or_prompt_longer_than_a_rollout_file_holds_is_refused():
+    from posttrain_sdk import rollout_files
+
+    for loc, value in (
+        ("rollout.max_new_tokens", rollout_files.MAX_NEW_TOKENS + 1),
+        ("logging.eval_max_new_tokens", rollout_files.MAX_NEW_TOKENS + 1),
+        ("data.max_prompt_tokens", rollout_files.MAX_PROMPT_TOKENS + 1),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            validate_config(with_changes({loc: value}))
+        assert [e["loc"] for e in refused.value.errors] == [loc]
 
 
 @pytest.mark.parametrize("name", ["mean", "std", "errors", "task_mean", "group_all_equal_rate"])

@@ -180,22 +180,26 @@ def deep_json(url: str) -> Callable[[APIClient, Ctx], Any]:
     return lambda client, ctx: client.generic("POST", url, "[" * 100_000, content_type="application/json")
 
 
-def experiment_on_a_short_context_model(client: APIClient, ctx: Ctx) -> Any:
-    """A model whose config.json allows 128 positions, asked for 10^9 new tokens."""
-    folder = ctx.tmp / "short-model"
-    folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 128}')
-    return client.post(
-        "/api/experiments/validate/",
-        {
-            "name": "e",
-            "model": a_model_row(path=str(folder)).pk,
-            "dataset": a_dataset_row().pk,
-            "rewards": [{"reward": a_reward_row().pk, "weight": 1}],
-            "config": {"rollout": {"max_new_tokens": 10**9}},
-        },
-        format="json",
-    )
+def experiment_on_a_short_context_model(new_tokens: int) -> Callable[[APIClient, Ctx], Any]:
+    """A model whose config.json allows 128 positions, asked for `new_tokens` new tokens."""
+
+    def send(client: APIClient, ctx: Ctx) -> Any:
+        folder = ctx.tmp / "short-model"
+        folder.mkdir()
+        (folder / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 128}')
+        return client.post(
+            "/api/experiments/validate/",
+            {
+                "name": "e",
+                "model": a_model_row(path=str(folder)).pk,
+                "dataset": a_dataset_row().pk,
+                "rewards": [{"reward": a_reward_row().pk, "weight": 1}],
+                "config": {"rollout": {"max_new_tokens": new_tokens}},
+            },
+            format="json",
+        )
+
+    return send
 
 
 def run_get(path: str, params: dict[str, Any]) -> Callable[[APIClient, Ctx], Any]:
@@ -450,8 +454,13 @@ CASES: list[Case] = [
     ),
     Case(
         "config-validate-response-longer-than-the-context",
-        experiment_on_a_short_context_model,
-        "rollout.max_new_tokens: 1000000000 tokens do not fit the model's context length of 128 tokens",
+        experiment_on_a_short_context_model(100_000),
+        "rollout.max_new_tokens: 100000 tokens do not fit the model's context length of 128 tokens",
+    ),
+    Case(  # beyond any context: past the rollout file's bound on a response (posttrain_sdk.rollout_files)
+        "config-validate-response-longer-than-a-rollout-holds",
+        experiment_on_a_short_context_model(10**9),
+        "rollout.max_new_tokens: Input should be less than or equal to 131072",
     ),
     Case("deep-json-reward-create", deep_json("/api/rewards/"), "nested too deeply"),
     # Even where an admin opened the whole disk, the platform's own files stay closed.

@@ -162,9 +162,10 @@ def test_prompts_every_run_sampled_come_most_recent_first_with_counts(api, sampl
     assert response.status_code == 200
     assert response.json() == {
         "prompts": [
-            {"prompt": "2+2=", "counts": {str(a.id): 1, str(b.id): 3}},  # b stored its "2+2=" last
-            {"prompt": "3+3=", "counts": {str(a.id): 4, str(b.id): 1}},
-        ]
+            {"prompt": "2+2=", "counts": {str(a.id): 1, str(b.id): 3}, "truncated": {}},  # b stored its "2+2=" last
+            {"prompt": "3+3=", "counts": {str(a.id): 4, str(b.id): 1}, "truncated": {}},
+        ],
+        "gaps": [],
     }
 
 
@@ -202,6 +203,7 @@ def test_samples_of_a_prompt_show_each_runs_latest_step_with_it(api, sampled):
         "kept",
         "turns",
         "env",
+        "truncated",
     }
 
 

@@ -67,6 +67,8 @@ def test_packed_values_come_back_at_float16_precision():
 def test_a_view_packs_the_columns_it_has_and_is_bounded():
     long = MAX_VIEW_TOKENS + 5
     view = packed_view({"token_text": ["x"] * long, "token_advantage": [1.0] * long, "entropy": None})
-    assert set(view) == {"text", "advantage"}  # the file's token_advantage is the dialog's advantage
+    assert set(view) == {"text", "advantage", "truncated"}  # the file's token_advantage is the dialog's advantage
     assert len(view["text"]) == MAX_VIEW_TOKENS == len(unpack_f16(view["advantage"]))
+    assert view["truncated"] == {"token_text": long}  # what the dialog says it shows the first of
+    assert "truncated" not in packed_view({"token_text": ["x"], "token_advantage": [1.0]})
     assert packed_view({"token_text": None, "token_advantage": None}) == {}  # a step that recorded none

@@ -27,6 +27,7 @@ class Platform:
         self.drop_connections = False
         self.fail_with: int | None = None
         self.fail_next = 0
+        self.upload_answer: tuple[int, dict] = (201, {})  # PUT .../rollouts/<name>/upload
 
     @property
     def last_seq(self) -> int:
@@ -64,7 +65,13 @@ def platform():
             if answer is None:  # the server goes away mid-request: no status line at all
                 self.close_connection = True
                 return
-            status, body = answer
+            self.answer(*answer)
+
+        def do_PUT(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.answer(*state.upload_answer)
+
+        def answer(self, status: int, body: dict) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -264,3 +271,25 @@ def test_without_a_token_file_the_token_comes_from_the_environment(monkeypatch):
     monkeypatch.delenv("POSTTRAIN_INGEST_TOKEN_FILE", raising=False)
     monkeypatch.setenv("POSTTRAIN_INGEST_TOKEN", TOKEN)
     assert ingest_token_from_env() == TOKEN
+
+
+@pytest.mark.parametrize(
+    "loc, refused",
+    [("name", False), ("", True)],  # a file the platform announced already; a run that ended
+)
+def test_an_upload_answered_409_is_held_when_the_file_is_announced_and_refused_otherwise(
+    tmp_path, platform, loc, refused
+):
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / "step_00000001.parquet").write_bytes(b"PAR1 rows PAR1")
+    path = tmp_path / "events.jsonl"
+    samples = {"run": "r", "seq": 1, "type": "samples", "step": 1, "time": 1.0}
+    path.write_text(json.dumps({**samples, "data": {"file": "step_00000001.parquet", "upload": True}}) + "\n")
+    platform.upload_answer = (409, {"errors": [{"loc": loc, "msg": "no"}]})
+    sender = sender_for(path, platform)
+    try:
+        assert sender.flush(timeout_s=30)
+    finally:
+        sender.close()
+    assert platform.stored == [1]  # the event goes out either way
+    assert ("step_00000001.parquet" in sender.refused_files) is refused

@@ -105,7 +105,9 @@ class CampaignSerializer(serializers.ModelSerializer):
     )
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
     kind = serializers.CharField(read_only=True, help_text="single or pair")
-    state = serializers.CharField(read_only=True, help_text="draft, active or closed")
+    state = serializers.CharField(
+        read_only=True, help_text="draft, active or closed; building (a worker draws its items) or failed"
+    )
     item_count = serializers.IntegerField(read_only=True, default=0)
     items_complete = serializers.IntegerField(read_only=True, default=0, help_text="Items with `overlap` judgements.")
     judgement_total = serializers.IntegerField(read_only=True, default=0)
@@ -126,6 +128,8 @@ class CampaignSerializer(serializers.ModelSerializer):
             "annotators",
             "reviewers",
             "show_suggestions",
+            "build_error",
+            "gaps",
             "created_by",
             "created_at",
             "item_count",

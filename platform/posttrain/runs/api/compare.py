@@ -19,7 +19,9 @@ from posttrain.runs.api import serializers as s
 from posttrain.runs.api.chart_series import SERIES_PARAMETERS, ChartSeriesSerializer, series_query
 from posttrain.runs.api.params import int_param, text_param
 from posttrain.runs.models import Run
+from posttrain.telemetry import rollouts
 from posttrain.telemetry import series as run_series
+from posttrain.telemetry.api.rollouts import GapSerializer
 
 RUNS_PARAMETER = OpenApiParameter(
     "runs",
@@ -27,6 +29,10 @@ RUNS_PARAMETER = OpenApiParameter(
     required=True,
     description="Run ids, comma-separated or the parameter repeated; the answer keeps their order.",
 )
+
+
+class RunGapSerializer(GapSerializer):
+    run = serializers.CharField(help_text="The run whose file it is.")
 
 
 class CompareRunSerializer(serializers.ModelSerializer):
@@ -110,9 +116,14 @@ class ComparePromptsView(APIView):
                                 "counts": serializers.DictField(
                                     child=serializers.IntegerField(), help_text="Run id to samples."
                                 ),
+                                "truncated": serializers.DictField(
+                                    child=serializers.IntegerField(),
+                                    help_text="{prompt: its full length} when the prompt shown was cut.",
+                                ),
                             },
                         )
                     ),
+                    "gaps": RunGapSerializer(many=True),
                 },
             ),
             400: ERRORS_RESPONSE,
@@ -120,8 +131,13 @@ class ComparePromptsView(APIView):
     )
     def get(self, request: Request) -> Response:
         runs = comparison.runs_in_order(request.query_params.getlist("runs"), readable(Run.objects.all(), request.user))
-        prompts = comparison.shared_prompts(runs, text_param(request, "q"))
-        return Response({"prompts": [{"prompt": p.prompt, "counts": p.counts} for p in prompts]})
+        shared = comparison.shared_prompts(runs, text_param(request, "q"))
+        return Response(
+            {
+                "prompts": [{"prompt": p.prompt, "counts": p.counts, "truncated": p.truncated} for p in shared.prompts],
+                "gaps": rollouts.gaps_payload(shared.gaps, with_run=True),
+            }
+        )
 
 
 class CompareSamplesView(APIView):
@@ -149,6 +165,7 @@ class CompareSamplesView(APIView):
                             },
                         )
                     ),
+                    "gaps": RunGapSerializer(many=True),
                 },
             ),
             400: ERRORS_RESPONSE,
@@ -160,7 +177,8 @@ class CompareSamplesView(APIView):
         if not prompt:
             raise InvalidInput.one("prompt", "required: the exact prompt text")
         step = int_param(request, "step")
-        shown = comparison.samples_of_prompt(runs, prompt, step)
+        gaps: list[rollouts.Gap] = []
+        shown = comparison.samples_of_prompt(runs, prompt, step, gaps)
         return Response(
             {
                 "runs": [
@@ -170,6 +188,7 @@ class CompareSamplesView(APIView):
                         "samples": item.samples,
                     }
                     for item in shown
-                ]
+                ],
+                "gaps": rollouts.gaps_payload(rollouts.unique_gaps(gaps), with_run=True),
             }
         )

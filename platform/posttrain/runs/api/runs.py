@@ -174,7 +174,8 @@ class RunViewSet(ProjectScopedMixin, mixins.ListModelMixin, mixins.RetrieveModel
     @extend_schema(
         summary="Rollout samples of a run (paginated; read from the run's rollout files)",
         description="`count` is null when only reading every file could tell it (a filter other than `step`): "
-        "page with `next`. `gaps` names the steps whose rollout file is missing.",
+        "page with `next`. `gaps` names the steps whose rollout file is missing or cannot be read. Texts and "
+        "lists are cut to a fixed size; `truncated` gives the full length of each one cut.",
         parameters=[
             OpenApiParameter("step", OpenApiTypes.INT),
             OpenApiParameter("min_reward", OpenApiTypes.FLOAT),
@@ -217,19 +218,25 @@ class RunViewSet(ProjectScopedMixin, mixins.ListModelMixin, mixins.RetrieveModel
             raise InvalidInput.one("offset", "must be 0 or more")
         listing = rollouts.run_rollout_files(run)
         present = {(str(run.pk), f["name"]) for f in listing.files if f["available"]}
+        gaps = list(listing.gaps)  # and the files the page's queries could not read
         # One row more than the page says whether there is a next page without counting every match.
-        rows = list(rollouts.rollouts_query([run.pk], filters=filters, limit=limit + 1, offset=offset, present=present))
+        rows = list(
+            rollouts.rollouts_query(
+                [run.pk], filters=filters, limit=limit + 1, offset=offset, present=present, gaps=gaps
+            )
+        )
+        count = rollouts.rollouts_count([run.pk], filters, present, gaps)
         more = len(rows) > limit
         page_url = request.build_absolute_uri
         return Response(
             {
-                "count": rollouts.rollouts_count([run.pk], filters, present),
+                "count": count,
                 "next": page_url(_with_query(request, offset=offset + limit, limit=limit)) if more else None,
                 "previous": page_url(_with_query(request, offset=max(0, offset - limit), limit=limit))
                 if offset
                 else None,
                 "results": rows[:limit],
-                "gaps": [{"step": gap.step, "reason": gap.reason} for gap in listing.gaps],
+                "gaps": rollouts.gaps_payload(rollouts.unique_gaps(gaps)),
             }
         )
 

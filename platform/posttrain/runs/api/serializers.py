@@ -11,6 +11,7 @@ from posttrain.projects.api.fields import ReadableRelatedField, project_input_fi
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 from posttrain.runs.models import Checkpoint, Experiment, ExperimentReward, Run, RunPriority, RunTransition
 from posttrain.runs.selectors import experiment_probe_summaries
+from posttrain.telemetry.api.rollouts import GapSerializer
 
 # --- experiments -----------------------------------------------------------------------------
 
@@ -300,6 +301,11 @@ class SampleSerializer(serializers.Serializer):
     kept = serializers.BooleanField()
     turns = serializers.ListField(child=serializers.DictField(), allow_null=True)
     env = serializers.DictField(child=serializers.FloatField(allow_null=True))
+    truncated = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="What the answer cut, with its full length: characters of a text, items of a list "
+        '("<column>.text": the longest item\'s characters). Empty when nothing was cut.',
+    )
 
 
 class SamplePageSerializer(serializers.Serializer):
@@ -307,9 +313,7 @@ class SamplePageSerializer(serializers.Serializer):
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = SampleSerializer(many=True)
-    gaps = serializers.ListField(
-        child=serializers.DictField(), help_text="[{step, reason}]: steps whose rollout file is missing."
-    )
+    gaps = GapSerializer(many=True, help_text="Steps whose rollout file is missing or cannot be read.")
 
 
 class SampleRefSerializer(serializers.Serializer):
@@ -322,9 +326,11 @@ class SampleTokensSerializer(serializers.Serializer):
     index = serializers.IntegerField()
     tokens = serializers.JSONField(
         help_text="{text: [piece], rollout_logprob, trainer_logprob, entropy, advantage: base64 little-endian "
-        "float16 (one per token; a field the step did not produce is absent), versions: [[version, tokens]]}"
+        "float16 (one per token; a field the step did not produce is absent), versions: [[version, tokens]], "
+        "truncated: {column: its full length} when the lists were cut}"
     )
     same_prompt = SampleRefSerializer(many=True, help_text="The responses to the same prompt, by step.")
+    gaps = GapSerializer(many=True, help_text="Files the same-prompt search could not read.")
 
 
 class CheckpointSerializer(serializers.ModelSerializer):

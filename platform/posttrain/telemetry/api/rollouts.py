@@ -4,10 +4,11 @@
     GET /api/runs/<id>/rollouts/<name>           one file, streamed as stored (the export)
     PUT /api/runs/<id>/rollouts/<name>/upload    an external run's client uploads a step's file (run token)
 
-The upload is streamed into the store as it arrives and never parsed (only Parquet's leading and trailing
-magic bytes are checked, so a file that is not Parquet is refused instead of breaking every later query):
-the web process's cost is the copy, whatever the number of rollouts. The `samples` event that follows
-names the file.
+The upload is streamed to a staged file as it arrives (its size bounded, Parquet's magic bytes checked at
+both ends), then checked there without reading it into Python (posttrain.telemetry.rollout_checks: footer,
+schema, rows, row groups, each row's texts and lists) and put in place only if it is a rollout file within
+the engine's bounds. A run that ended, or a name a `samples` event announced already, is refused (409):
+an announced file is never replaced. The `samples` event that follows names the file.
 """
 
 from __future__ import annotations
@@ -51,10 +52,9 @@ class RolloutFileSerializer(serializers.Serializer):
 class GapSerializer(serializers.Serializer):
     step = serializers.IntegerField()
     reason = serializers.CharField()
-
-
-def gaps_payload(gaps: list[rollouts.Gap]) -> list[dict]:
-    return [{"step": gap.step, "reason": gap.reason} for gap in gaps]
+    file = serializers.CharField(
+        allow_null=True, help_text="The rollout file missing or unreadable; null for a step never announced."
+    )
 
 
 class RunRolloutFilesView(APIView):
@@ -73,7 +73,7 @@ class RunRolloutFilesView(APIView):
     def get(self, request: Request, pk) -> Response:
         run = object_for(request, Run.objects.all(), Access.READ, pk=pk)
         listing = rollouts.run_rollout_files(run)
-        return Response({"files": listing.files, "gaps": gaps_payload(listing.gaps)})
+        return Response({"files": listing.files, "gaps": rollouts.gaps_payload(listing.gaps)})
 
 
 class RunRolloutFileView(APIView):
@@ -94,7 +94,7 @@ class RunRolloutFileView(APIView):
 
 class RolloutUploadView(APIView):
     """An external run's client uploads a step's rollout file with the run's own bearer token (no session,
-    no CSRF). The body is read as it streams in, never parsed."""
+    no CSRF). The body is staged as it streams in and checked before it is put in place."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]  # the per-run token is checked in put()
@@ -109,6 +109,7 @@ class RolloutUploadView(APIView):
             400: ERRORS_RESPONSE,
             401: ERRORS_RESPONSE,
             403: ERRORS_RESPONSE,
+            409: ERRORS_RESPONSE,
             413: ERRORS_RESPONSE,
         },
     )
@@ -121,7 +122,7 @@ class RolloutUploadView(APIView):
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
         if declared > limit:
             raise PayloadTooLarge(f"a rollout file may be at most {limit} bytes, this one is {declared}")
-        size = rollouts.store_upload(run.pk, name, _body_chunks(request._request, limit))
+        size = rollouts.rollout_upload(run.pk, name, _body_chunks(request._request, limit))
         return Response({"name": name, "bytes": size}, status=201)
 
 
