@@ -12,9 +12,11 @@ from tests.support.browser import PASSWORD
 
 
 def a_researcher(username: str):
+    """A researcher who maintains the default project, where these tests' rows are."""
     from posttrain.accounts.services import user_create
+    from tests.unit.platform.helpers import join
 
-    return user_create(username, PASSWORD, "researcher")
+    return join(user_create(username, PASSWORD, "researcher"), "maintainer")
 
 
 def an_experiment(name: str):

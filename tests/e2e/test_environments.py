@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
-from tests.unit.platform.helpers import default_project, grant_server_paths
+from tests.unit.platform.helpers import default_project, grant_server_paths, join
 
 pytestmark = pytest.mark.django_db(transaction=True)
 pytest.importorskip("reasoning_gym")
@@ -39,7 +39,9 @@ def setup(tiny_model_folder, monkeypatch, settings, tmp_path, web_storage):
     settings.STORAGE_ROOT = web_storage  # the generated datasets go where the web server opens them
     environments = importlib.import_module("posttrain.registry.services.environments")
     monkeypatch.setattr(environments, "_dispatch_generate", lambda pk: environments.environment_generate(pk))
-    user = grant_server_paths(user_create("grace", PASSWORD, "researcher"))  # an admin's grant: the model's folder
+    user = grant_server_paths(
+        join(user_create("grace", PASSWORD, "researcher"), "maintainer")
+    )  # an admin's grant: the model's folder
     model = services.model_register("tiny-qwen", str(tiny_model_folder), user=user, project=default_project())
     arith = services.environment_create(
         "arith", "reasoning_gym", "basic_arithmetic", size=16, user=user, project=default_project()

@@ -16,7 +16,7 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
-from tests.unit.platform.helpers import default_project
+from tests.unit.platform.helpers import default_project, join
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +35,7 @@ def tiny_model_folder(tmp_path_factory) -> Path:
 def researcher():
     from posttrain.accounts.services import user_create
 
-    return user_create("rosalind", PASSWORD, "researcher")
+    return join(user_create("rosalind", PASSWORD, "researcher"), "maintainer")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 
 from tests.support.browser import PASSWORD, log_in, open_ready, screenshot
 from tests.support.stack import PlatformStack, platform_stack, postgres_url, stop_ray_jobs, tiny_demo_assets
-from tests.unit.platform.helpers import default_project, grant_server_paths
+from tests.unit.platform.helpers import default_project, grant_server_paths, join
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -81,7 +81,9 @@ def test_a_researcher_launches_watches_cancels_and_compares_in_the_browser(stack
     from posttrain.telemetry.models import MetricRow
 
     base = stack.web.url
-    researcher = grant_server_paths(user_create("barbara", PASSWORD, "researcher"))  # an admin's grant
+    researcher = grant_server_paths(
+        join(user_create("barbara", PASSWORD, "researcher"), "maintainer")
+    )  # an admin's grant
     assets = {
         "model": model_register("tiny demo", str(demo_assets / "model"), user=researcher, project=default_project()),
         "reward": reward_create(
@@ -179,7 +181,9 @@ def test_a_gspo_run_with_tis_correction_launched_from_the_form_draws_its_rollout
 
     base = stack.web.url
     settings.STORAGE_ROOT = stack.storage  # the dataset's copy goes where the stack's web process keeps datasets
-    researcher = grant_server_paths(user_create("grace", PASSWORD, "researcher"))  # an admin's grant
+    researcher = grant_server_paths(
+        join(user_create("grace", PASSWORD, "researcher"), "maintainer")
+    )  # an admin's grant
     model = model_register("tiny demo gspo", str(demo_assets / "model"), user=researcher, project=default_project())
     reward = reward_create(
         "correct answer", "builtin", {"type": "exact_match"}, user=researcher, project=default_project()

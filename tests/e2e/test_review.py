@@ -23,7 +23,7 @@ from posttrain.runs import services
 from posttrain.runs.models import Run
 from posttrain.telemetry.ingestion import events_ingest
 from tests.support.browser import PASSWORD, open_ready, screenshot
-from tests.unit.platform.helpers import BASE_CONFIG, default_project, registry_rows, sample_record, samples_event
+from tests.unit.platform.helpers import BASE_CONFIG, default_project, join, registry_rows, sample_record, samples_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,7 +103,7 @@ def people(tmp_path, monkeypatch, storage):
     from posttrain.core import dispatch
 
     monkeypatch.setattr(dispatch, "run_task", lambda task_name, run_id: None)
-    researcher = user_create("rosalind", PASSWORD, "researcher")
+    researcher = join(user_create("rosalind", PASSWORD, "researcher"), "maintainer")
     for name in ANNOTATORS:
         user_create(name, PASSWORD, "annotator")
     return researcher, _run_with_samples(tmp_path, researcher)

@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.browser import PASSWORD, log_in, screenshot
+from tests.unit.platform.helpers import join
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -80,7 +81,7 @@ def test_a_trl_grpo_run_with_the_callback_shows_on_its_run_page(web_server, page
     from posttrain.telemetry.rollouts import rollouts_query
     from posttrain_sdk.integrations.trl import PosttrainCallback
 
-    user = user_create("ada", PASSWORD, "researcher")
+    user = join(user_create("ada", PASSWORD, "researcher"), "maintainer")
     token = token_get_or_create(user).key
     callbacks: list[PosttrainCallback] = []
 

@@ -88,9 +88,12 @@ SEEDED_PASSPHRASE = "a-long-test-passphrase"  # the seeded researcher `ada`'s, t
 _SEED = """
 import json, sys
 from posttrain.accounts.services import token_get_or_create, user_create
+from posttrain.projects.models import Membership, default_project_id
 from posttrain.registry.models import Dataset, ModelAsset, RewardFunction
 assets = json.loads(sys.stdin.read())
-token = token_get_or_create(user_create("ada", assets["passphrase"], "researcher")).key
+ada = user_create("ada", assets["passphrase"], "researcher")
+Membership.objects.create(project_id=default_project_id(), user=ada, role="member")
+token = token_get_or_create(ada).key
 model = ModelAsset.objects.create(name="tiny demo", path=assets["model"])
 dataset = Dataset.objects.create(name="sums", sha256="0" * 64, format="jsonl", path=assets["train"],
     size_bytes=assets["train_bytes"], row_count=5000, prompt_field="prompt", label_field="label",

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.stack import UvicornServer, postgres_url
+from tests.unit.platform.helpers import join
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,7 +69,7 @@ def web(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Web]:
 def token(db) -> str:
     from posttrain.accounts.services import token_get_or_create, user_create
 
-    return token_get_or_create(user_create("ada", "a-long-test-passphrase", "researcher")).key
+    return token_get_or_create(join(user_create("ada", "a-long-test-passphrase", "researcher"), "maintainer")).key
 
 
 def rows(step: int, count: int = 4, chars: int = 20) -> list[dict]:

@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from tests.support.stack import UvicornServer, postgres_url
+from tests.unit.platform.helpers import join
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,7 +61,7 @@ def a_running_run():
     from posttrain.telemetry.tokens import ingest_token, token_hash
     from tests.unit.platform.helpers import a_reward_row, an_experiment
 
-    user_create("stream-reader", PASSWORD, "researcher")
+    join(user_create("stream-reader", PASSWORD, "researcher"), "maintainer")
     run_id = uuid.uuid4()
     Run.objects.create(
         id=run_id,

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.stack import REPO_ROOT, UvicornServer, free_port, platform_stack, postgres_url
+from tests.unit.platform.helpers import join
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,7 +50,7 @@ def user():
     from tests.unit.platform.helpers import grant_server_paths
 
     # `posttrain models register` names a folder on the server: an admin granted that.
-    return grant_server_paths(user_create("ada", PASSWORD, "researcher"))
+    return grant_server_paths(join(user_create("ada", PASSWORD, "researcher"), "maintainer"))
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from posttrain.projects.models import PROJECT_NAME_PATTERN, Membership, Project
 
 def project_list(user: AnyUser) -> QuerySet[Project]:
     """Every project the user reads (an admin: all), with its member count."""
-    return readable(Project.objects.annotate(member_count=Count("memberships")), user, field="pk")
+    # Ordered here: Django leaves a model's Meta.ordering out of a query that groups (the count).
+    return readable(Project.objects.annotate(member_count=Count("memberships")), user, field="pk").order_by("name")
 
 
 def project_named(value: object, user: AnyUser, loc: str = "project") -> Project:

@@ -414,26 +414,35 @@ class People:
         elsewhere = Project.objects.create(name="elsewhere")
         join(self.related["outsider"], "member", elsewhere)
         self.count = 0
+        self.clients: dict[Any, APIClient] = {}
 
     def cell(self) -> Cell:
         """A project of its own, with the researchers in their roles (the creator a member, the outsider not)."""
-        from posttrain.projects.models import Project
+        from posttrain.projects.models import Membership, Project
 
         self.count += 1
         project = Project.objects.create(name=f"cell-{self.count}")
-        roles = {"owner": "owner", "maintainer": "maintainer", "creator": "member", "member": "member"}
-        for relation, role in {**roles, "viewer": "viewer"}.items():
-            join(self.related[relation], role, project)
-        join(self.bystander, "member", project)
-        # The researcher of the role dimension is the creator (a member who made the object).
-        join(self.by_role[RESEARCHER], "member", project)
+        roles = {
+            "owner": "owner",
+            "maintainer": "maintainer",
+            "creator": "member",
+            "member": "member",
+            "viewer": "viewer",
+        }
+        members = [(self.related[relation], role) for relation, role in roles.items()]
+        # The researcher of the role dimension is a member too; the bystander is the one a membership DELETE removes.
+        members += [(self.bystander, "member"), (self.by_role[RESEARCHER], "member")]
+        Membership.objects.bulk_create(Membership(project=project, user=user, role=role) for user, role in members)
         return Cell(project=project, creator=self.related["creator"], bystander=self.bystander)
 
     def client(self, user: Any | None) -> APIClient:
-        client = APIClient()
-        if user is not None:
-            client.force_login(user)
-        return client
+        """One signed-in client per user for all of the endpoint's cells (a login is a session row)."""
+        key = user.pk if user is not None else None
+        if key not in self.clients:
+            self.clients[key] = APIClient()
+            if user is not None:
+                self.clients[key].force_login(user)
+        return self.clients[key]
 
 
 def _call(client: APIClient, method: str, url: str):
