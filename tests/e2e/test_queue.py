@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from tests.e2e.helpers import a_researcher, a_run, an_experiment
 from tests.support.browser import log_in, screenshot
-from tests.unit.platform.helpers import a_full_one_cpu_cluster
+from tests.unit.platform.helpers import a_full_one_cpu_cluster, join
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,7 +63,7 @@ def test_the_queue_page_draws_utilisation_waits_and_shares(web_server, page):
     from datetime import timedelta
 
     from posttrain.runs.models import RunTransition
-    from posttrain.scheduling.models import ClusterSample, Preemption
+    from posttrain.scheduling.models import ClusterSample, Preemption, Quota
 
     owner = a_researcher("grace")
     experiment = an_experiment("gsm metrics")
@@ -74,6 +74,8 @@ def test_the_queue_page_draws_utilisation_waits_and_shares(web_server, page):
         row = RunTransition.objects.create(run=run, from_state=old, to_state=new)
         RunTransition.objects.filter(pk=row.pk).update(at=now - timedelta(seconds=ago))
     Preemption.objects.create(run=run, forced=True, lost_steps=4, settled_at=now)
+    Quota.objects.create(project=run.project)  # its project is a team: the projects' chart shows it to its members
+    join(owner, "member", run.project)
     for ago, granted in ((900, 1.0), (300, 2.0)):
         ClusterSample.objects.create(
             at=now - timedelta(seconds=ago),
@@ -85,7 +87,8 @@ def test_the_queue_page_draws_utilisation_waits_and_shares(web_server, page):
     summary = page.locator("#metrics-summary")
     expect(summary).to_contain_text("CPUs granted 75%, used 75%")
     expect(summary).to_contain_text("1 preemptions, 1 stopped at the deadline, 4 steps lost")
-    for chart in ("utilisation", "waits", "user-shares"):
+    for chart in ("utilisation", "waits", "user-shares", "project-shares"):
         expect(page.locator(f"#chart-{chart} .main-svg").first).to_be_visible()
     expect(page.locator("#chart-waits")).to_contain_text("high")
+    expect(page.locator("#chart-project-shares")).to_contain_text(run.project.name)
     screenshot(page, "queue-metrics")

@@ -98,6 +98,8 @@ function renderMetrics(m) {
     m.shares.users.length ? "" : "no usage yet"));
   draw("chart-team-shares", shareTraces(m.shares.teams), layout("Teams: usage against weight", "%", {},
     m.shares.teams.length ? "" : "no team (a group with a quota) has used the cluster"));
+  draw("chart-project-shares", shareTraces(m.shares.projects), layout("Projects: usage against weight", "%", {},
+    m.shares.projects.length ? "" : "no project of yours with a quota has used the cluster"));
   const first = m.admission_to_first_step;
   $("metrics-summary").textContent = [
     `CPUs granted ${percent(u.granted_CPU)}, used ${percent(u.used_CPU)}`,

@@ -1,12 +1,12 @@
 """The scheduler's metrics over a window of time (Kueue's set; docs/SCHEDULER.md, "Metrics"): queue wait
 per priority, time from admission to first step, utilisation of the cluster's CPUs and GPUs over time
-(granted by the platform and used as Ray reported), preemptions and their lost steps, and each user's
-and team's share of the cluster against its weight. The /queue/ page draws them (`GET
+(granted by the platform and used as Ray reported), preemptions and their lost steps, and each user's,
+team's and project's share of the cluster against its weight. The /queue/ page draws them (`GET
 /api/queue/stats/`) and `GET /api/queue/metrics` gives them to Prometheus."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,11 +16,13 @@ from django.contrib.auth import get_user_model
 from django.db.models import Min, Sum
 from django.utils import timezone
 
+from posttrain.projects.access import AnyUser, readable_project_ids
+from posttrain.projects.models import Project
 from posttrain.runs.models import Run, RunKind, RunTransition
 from posttrain.runs.services.state_machine import WAITING_STATES, S
 from posttrain.scheduling.fair_share import fair_share
 from posttrain.scheduling.models import ClusterSample, ClusterSnapshot, Preemption
-from posttrain.scheduling.rules import RESOURCE_KEYS
+from posttrain.scheduling.rules import GROUP_TEAM, PROJECT_TEAM, RESOURCE_KEYS, team_kind_and_name
 from posttrain.telemetry.models import MetricRow
 
 DEFAULT_WINDOW_S = 86400.0
@@ -109,43 +111,69 @@ def _fraction(rows: list, column: int, key: str) -> float | None:
     return round(held / capacity, 4) if capacity else None
 
 
-def shares(now: datetime) -> dict[str, list[dict[str, Any]]]:
-    """Each user's and team's share of the decayed usage against its share of the weights."""
+def _share_rows(
+    usage: dict[str, float], weights: dict[str, float], label: Callable[[str], str | None]
+) -> list[dict[str, Any]]:
+    """Each one's share of the usage against its share of the weights, the largest user first; the shares are of
+    everyone in `usage`, and those `label` names None are left out (their shares still count in the others')."""
+    used_sum = sum(usage.values()) or 1.0
+    weight_sum = sum(weights.get(name, 1.0) for name in usage) or 1.0
+    found = []
+    for key, used in usage.items():
+        name = label(key)
+        if name is not None:
+            weight = weights.get(key, 1.0)
+            found.append(
+                {
+                    "name": name,
+                    "usage": round(used, 3),
+                    "share": round(used / used_sum, 4),
+                    "weight": weight,
+                    "weight_share": round(weight / weight_sum, 4),
+                }
+            )
+    return sorted(found, key=lambda row: -row["usage"])
+
+
+def _of_kind(usage: dict[str, float], kind: str) -> dict[str, float]:
+    return {key: used for key, used in usage.items() if team_kind_and_name(key)[0] == kind}
+
+
+def shares(now: datetime, viewer: AnyUser | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Each user's, team's (group's) and project's share of the decayed usage against its share of the weights.
+    A `viewer` sees only the projects they read by name (as on the queue, docs/SECURITY.md "The shared queue");
+    the others' usage still counts in the shares of those shown. No viewer: every project (the metrics' own
+    callers)."""
     snapshot = ClusterSnapshot.objects.filter(pk=1).first()
     total = snapshot.total if snapshot and snapshot.total else {"CPU": 1.0, "GPU": 0.0}
     fair, _ = fair_share([], total, now, settings.SCHEDULER_USAGE_HALF_LIFE_S)
     names = dict(
         get_user_model().objects.filter(pk__in=[int(u) for u in fair.user_usage if u]).values_list("pk", "username")
     )
+    readable = None if viewer is None else readable_project_ids(viewer)
+    shown = None if readable is None else set(Project.objects.filter(pk__in=readable).values_list("name", flat=True))
 
-    def rows(usage: dict[str, float], weights: dict[str, float], label) -> list[dict[str, Any]]:
-        used_sum = sum(usage.values()) or 1.0
-        weight_sum = sum(weights.get(name, 1.0) for name in usage) or 1.0
-        return sorted(
-            (
-                {
-                    "name": label(name),
-                    "usage": round(used, 3),
-                    "share": round(used / used_sum, 4),
-                    "weight": weights.get(name, 1.0),
-                    "weight_share": round(weights.get(name, 1.0) / weight_sum, 4),
-                }
-                for name, used in usage.items()
-            ),
-            key=lambda row: -row["usage"],
-        )
+    def project_label(key: str) -> str | None:
+        name = team_kind_and_name(key)[1]
+        return name if shown is None or name in shown else None
 
     return {
-        "users": rows(
+        "users": _share_rows(
             fair.user_usage,
             fair.user_weight,
             lambda uid: names.get(int(uid), "(deleted user)") if uid else "(no owner)",
         ),
-        "teams": rows(fair.team_usage, fair.team_weight, str),
+        "teams": _share_rows(
+            _of_kind(fair.team_usage, GROUP_TEAM), fair.team_weight, lambda key: team_kind_and_name(key)[1]
+        ),
+        "projects": _share_rows(_of_kind(fair.team_usage, PROJECT_TEAM), fair.team_weight, project_label),
     }
 
 
-def queue_metrics(window_s: float = DEFAULT_WINDOW_S, now: datetime | None = None) -> dict[str, Any]:
+def queue_metrics(
+    window_s: float = DEFAULT_WINDOW_S, now: datetime | None = None, viewer: AnyUser | None = None
+) -> dict[str, Any]:
+    """The metrics over the last `window_s`, as `viewer` may see them (shares)."""
     now = now or timezone.now()
     since = now - timedelta(seconds=window_s)
     found = admissions(since)
@@ -169,7 +197,7 @@ def queue_metrics(window_s: float = DEFAULT_WINDOW_S, now: datetime | None = Non
             "forced": preemptions.filter(forced=True).count(),
             "lost_steps": int(lost),
         },
-        "shares": shares(now),
+        "shares": shares(now, viewer),
         "waiting": Run.objects.filter(state__in=WAITING_STATES, kind=RunKind.NATIVE).count(),
         "totals": {
             "preemptions": Preemption.objects.count(),

@@ -67,10 +67,11 @@ class _QueueCollector:
         yield lost
         share = GaugeMetricFamily(
             "posttrain_fair_share_ratio",
-            "Each user's and team's share of the decayed usage, and its share of the weights",
+            "Each user's, team's and project's share of the decayed usage, and its share of the weights",
             labels=["kind", "name", "of"],
         )
-        for kind, rows in (("user", f["shares"]["users"]), ("team", f["shares"]["teams"])):
+        kinds = (("user", "users"), ("team", "teams"), ("project", "projects"))
+        for kind, rows in ((kind, f["shares"][key]) for kind, key in kinds):
             for row in rows:
                 share.add_metric([kind, row["name"], "usage"], row["share"])
                 share.add_metric([kind, row["name"], "weight"], row["weight_share"])

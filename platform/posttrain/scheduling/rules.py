@@ -110,11 +110,31 @@ class ClusterView:
 
 @dataclass(frozen=True)
 class Limits:
-    """A user's tightest quota (None: no limit)."""
+    """One account's tightest quota (None: no limit): a user's (their own and their groups'), or a project's."""
 
     max_runs: int | None = None
     max_cpus: float | None = None
     max_gpus: float | None = None
+
+
+def project_account(project: str) -> str:
+    """The key of a project's quota and usage, beside the users' (their ids) in the same mappings."""
+    return f"project:{project}"
+
+
+# A team is what fair share and lending count a run against beyond its user: a project or a group with a quota.
+# Its key says which, since a group and a project may share a name.
+GROUP_TEAM, PROJECT_TEAM = "group", "project"
+
+
+def team_key(kind: str, name: str) -> str:
+    return f"{kind}:{name}"
+
+
+def team_kind_and_name(key: str) -> tuple[str, str]:
+    """("group", "lab-a") of "group:lab-a"; the name keeps any colon of its own."""
+    kind, _, name = key.partition(":")
+    return kind, name
 
 
 @dataclass(frozen=True)
@@ -130,16 +150,23 @@ class Candidate:
     # What must each sit on one node: the driver and each bundle (default: the whole need in one piece).
     pieces: tuple[Resources, ...] = ()
     duration_s: float | None = None  # its expected length (None: unknown, so it never ends as far as we know)
-    team: str = ""  # the group it counts against for fair share; "" for none
+    team: str = ""  # the team (team_key) it counts against for fair share and lending; "" for none
+    project: str = ""  # its project's name: it is held to the project's quota too ("" for none)
 
     @property
     def parts(self) -> tuple[Resources, ...]:
         return self.pieces or (self.need,)
 
+    @property
+    def quota_accounts(self) -> tuple[tuple[str, str], ...]:
+        """The quotas the run is held to: (the key of their limits and usage, whose quota a reason names)."""
+        mine = ((self.owner, "your"),)
+        return (*mine, (project_account(self.project), f"project {self.project}'s")) if self.project else mine
+
 
 @dataclass
 class Usage:
-    """What one user's runs hold now."""
+    """What one account's runs hold now: a user's, or a project's (project_account)."""
 
     runs: int = 0
     held: Resources = field(default_factory=lambda: {key: 0.0 for key in RESOURCE_KEYS})
@@ -158,7 +185,7 @@ class FairShare:
     """Fair share over time (Slurm's decayed usage, Kueue's admission fair sharing): each user's and each
     team's usage, in share-seconds of the cluster decayed with a half-life (`decayed_usage`), over its
     weight. Between runs of equal priority the team with the smaller ratio goes first, then within it the
-    user with the smaller one. A user in no team is a team of one."""
+    user with the smaller one. A run of no team is its user's team of one. Teams are keyed by team_key."""
 
     user_usage: dict[str, float] = field(default_factory=dict)
     team_usage: dict[str, float] = field(default_factory=dict)
@@ -192,25 +219,44 @@ def _order_key(c: Candidate, level: int, fair: FairShare):
     return (-level, *fair.key(c), c.created_at)
 
 
-def quota_refusal(limits: Limits, used: Usage, need: Mapping[str, float]) -> str | None:
-    """Why admitting a run of `need` would put its user over quota, or None."""
+def quota_refusal(limits: Limits, used: Usage, need: Mapping[str, float], whose: str = "your") -> str | None:
+    """Why admitting a run of `need` would put the account (`whose` quota: "your", "project alpha's") over its
+    quota, or None."""
     if limits.max_runs is not None and used.runs + 1 > limits.max_runs:
-        return f"over your quota of {limits.max_runs} concurrent run{'s' if limits.max_runs != 1 else ''}"
+        return f"over {whose} quota of {limits.max_runs} concurrent run{'s' if limits.max_runs != 1 else ''}"
     if limits.max_cpus is not None and used.held["CPU"] + need.get("CPU", 0.0) > limits.max_cpus + 1e-9:
-        return f"over your quota of {limits.max_cpus:g} CPUs ({used.held['CPU']:g} in use)"
+        return f"over {whose} quota of {limits.max_cpus:g} CPUs ({used.held['CPU']:g} in use)"
     if limits.max_gpus is not None and used.held["GPU"] + need.get("GPU", 0.0) > limits.max_gpus + 1e-9:
-        return f"over your quota of {limits.max_gpus:g} GPUs ({used.held['GPU']:g} in use)"
+        return f"over {whose} quota of {limits.max_gpus:g} GPUs ({used.held['GPU']:g} in use)"
     return None
 
 
-def over_quota_alone(need: Mapping[str, float], limits: Limits) -> str | None:
-    """Why the run alone exceeds its user's quota (it can never start, however long it waits), or None."""
+def quotas_refusal(c: Candidate, limits: Mapping[str, Limits], usage: Mapping[str, Usage]) -> str | None:
+    """Why admitting the run would put its user or its project over quota, or None."""
+    for key, whose in c.quota_accounts:
+        refusal = quota_refusal(limits.get(key, Limits()), usage.get(key, Usage()), c.need, whose)
+        if refusal:
+            return refusal
+    return None
+
+
+def over_quota_alone(need: Mapping[str, float], limits: Limits, whose: str = "your") -> str | None:
+    """Why the run alone exceeds a quota (it can never start, however long it waits), or None."""
     if limits.max_runs == 0:
-        return "your quota allows no runs"
+        return f"{whose} quota allows no runs"
     if limits.max_cpus is not None and need.get("CPU", 0.0) > limits.max_cpus + 1e-9:
-        return f"needs {amount(need['CPU'], 'CPU')}, more than your quota of {limits.max_cpus:g}"
+        return f"needs {amount(need['CPU'], 'CPU')}, more than {whose} quota of {limits.max_cpus:g}"
     if limits.max_gpus is not None and need.get("GPU", 0.0) > limits.max_gpus + 1e-9:
-        return f"needs {amount(need['GPU'], 'GPU')}, more than your quota of {limits.max_gpus:g}"
+        return f"needs {amount(need['GPU'], 'GPU')}, more than {whose} quota of {limits.max_gpus:g}"
+    return None
+
+
+def over_quotas_alone(c: Candidate, limits: Mapping[str, Limits]) -> str | None:
+    """Why the run alone exceeds its user's or its project's quota, or None."""
+    for key, whose in c.quota_accounts:
+        reason = over_quota_alone(c.need, limits.get(key, Limits()), whose)
+        if reason:
+            return reason
     return None
 
 
@@ -278,7 +324,8 @@ def admission_plan(
 
     Order: higher (aged) priority first, then the team and then the user with the smaller decayed usage
     over weight (FairShare), then the older run; each admission is charged as it is made, so one user's
-    many runs interleave with everyone else's. A run held by its quota is passed over. Every other run
+    many runs interleave with everyone else's. A run held by its user's or its project's quota is passed
+    over (`usage` and `limits` are keyed by user id and by project_account). Every other run
     gets the earliest start at which its pieces fit on real nodes for its expected length, around the
     runs ahead of it (backfill.Timeline): it starts now when that is now, even ahead of runs that wait
     before it, since it then takes no room they need before it ends. A run whose start cannot be known
@@ -302,8 +349,7 @@ def admission_plan(
         if fresh != key:
             heapq.heappush(heap, (fresh, i, candidate))
             continue
-        used = usage.get(candidate.owner, Usage())
-        refusal = quota_refusal(limits.get(candidate.owner, Limits()), used, candidate.need)
+        refusal = quotas_refusal(candidate, limits, usage)
         if refusal:
             decisions.append(Decision(candidate.run_id, False, refusal))
             continue
@@ -311,7 +357,8 @@ def admission_plan(
         if slot is not None:
             timeline.reserve(slot[0], candidate.duration_s, slot[1])
         if slot is not None and slot[0] == 0.0:
-            usage[candidate.owner] = used.plus(candidate.need)
+            for account, _ in candidate.quota_accounts:
+                usage[account] = usage.get(account, Usage()).plus(candidate.need)
             fair.charge(candidate, cluster.total)
             grant = f"granted {describe(candidate.need)}"
             if waiting_ahead:

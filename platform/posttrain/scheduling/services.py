@@ -50,9 +50,11 @@ from posttrain.runs.services.run_fields import clean_priority
 from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES, S, run_transition
 from posttrain.scheduling.backfill import Allocation
 from posttrain.scheduling.durations import expected_length, expected_remaining, experiment_paces
-from posttrain.scheduling.fair_share import fair_share
+from posttrain.scheduling.fair_share import Teams, fair_share
 from posttrain.scheduling.models import ClusterSample, ClusterSnapshot, Preemption, Quota
 from posttrain.scheduling.rules import (
+    GROUP_TEAM,
+    PROJECT_TEAM,
     RESOURCE_KEYS,
     Candidate,
     ClusterView,
@@ -65,12 +67,16 @@ from posttrain.scheduling.rules import (
     add,
     admission_plan,
     describe,
-    over_quota_alone,
+    over_quotas_alone,
     preemption_victims,
+    project_account,
     subtract,
+    team_key,
+    team_kind_and_name,
     too_large_for_cluster,
     total_of,
 )
+from posttrain.scheduling.selectors import HIDDEN_RUN_NAME
 from rl_engine.spec.checkpoints import checkpoint_step, latest_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -89,8 +95,24 @@ def _owner(run: Run) -> str:
     return str(run.created_by_id or "")
 
 
+def _tightest(quotas: list[Quota]) -> Limits:
+    """The tightest of each limit of `quotas`; a lending quota's CPU and GPU limits are a guarantee, not a cap."""
+
+    def tightest(values: list):
+        present = [v for v in values if v is not None]
+        return min(present) if present else None
+
+    caps = [q for q in quotas if not q.borrowing]
+    return Limits(
+        max_runs=tightest([q.max_runs for q in quotas]),
+        max_cpus=tightest([q.max_cpus for q in caps]),
+        max_gpus=tightest([q.max_gpus for q in caps]),
+    )
+
+
 def quota_limits(user_ids: Iterable[int | None]) -> dict[str, Limits]:
-    """Each user's tightest limits: their own quota and every quota of their groups."""
+    """Each user's tightest limits: their own quota and every quota of their groups (each counts the user's
+    own runs)."""
     known = [uid for uid in set(user_ids) if uid]
     quotas: dict[int, list[Quota]] = {uid: [] for uid in known}
     for quota in Quota.objects.filter(user_id__in=known):
@@ -98,25 +120,25 @@ def quota_limits(user_ids: Iterable[int | None]) -> dict[str, Limits]:
             quotas[quota.user_id].append(quota)
     memberships = get_user_model().groups.through.objects.filter(user_id__in=known)
     group_quotas = {q.group_id: q for q in Quota.objects.filter(group_id__in=memberships.values("group_id"))}
-    for quota in group_quotas.values():
-        if quota.borrowing:  # a lending team's CPU and GPU limits are a guarantee, not a cap
-            quota.max_cpus = quota.max_gpus = None
     for membership in memberships:
         if membership.group_id in group_quotas:
             quotas[membership.user_id].append(group_quotas[membership.group_id])
+    return {str(uid): _tightest(qs) for uid, qs in quotas.items()}
 
-    def tightest(values: list):
-        present = [v for v in values if v is not None]
-        return min(present) if present else None
 
-    return {
-        str(uid): Limits(
-            max_runs=tightest([q.max_runs for q in qs]),
-            max_cpus=tightest([q.max_cpus for q in qs]),
-            max_gpus=tightest([q.max_gpus for q in qs]),
-        )
-        for uid, qs in quotas.items()
-    }
+def project_quota_limits(project_ids: Iterable[int | None]) -> dict[str, Limits]:
+    """Each project's limits (rules.project_account keys), which count all the project's runs together."""
+    found = Quota.objects.filter(project_id__in=set(project_ids)).select_related("project")
+    return {project_account(q.project.name): _tightest([q]) for q in found if q.project is not None}
+
+
+def holding_usage(holding: Iterable[Run]) -> dict[str, Usage]:
+    """What the holding runs hold now, by user id and by project (rules.project_account)."""
+    usage: dict[str, Usage] = {}
+    for run in holding:
+        for account in (_owner(run), project_account(run.project.name)):
+            usage[account] = usage.get(account, Usage()).plus(total_of(run))
+    return usage
 
 
 def _locked_snapshot() -> ClusterSnapshot:
@@ -202,17 +224,28 @@ def _free_by_node(view: ClusterView, holding: list[Run], now) -> dict[str, Resou
 TeamQuota = dict[str, float | None]  # "CPU", "GPU": the lending quota's limits (None: no limit)
 
 
-def _teams(team_of: dict[str, str], holding: list[Run]) -> tuple[dict[str, TeamQuota], dict[str, Resources]]:
+def _team_of(run: Run, teams: Teams) -> str:
+    return teams.of(_owner(run), run.project.name)
+
+
+def _lending_quotas() -> dict[str, TeamQuota]:
+    """Each lending team's (rules.team_key) CPU and GPU limits."""
+    nominal: dict[str, TeamQuota] = {}
+    for q in Quota.objects.filter(borrowing=True, user__isnull=True).select_related("group", "project"):
+        if q.project is not None:
+            nominal[team_key(PROJECT_TEAM, q.project.name)] = {"CPU": q.max_cpus, "GPU": q.max_gpus}
+        elif q.group is not None:
+            nominal[team_key(GROUP_TEAM, q.group.name)] = {"CPU": q.max_cpus, "GPU": q.max_gpus}
+    return nominal
+
+
+def _teams(teams: Teams, holding: list[Run]) -> tuple[dict[str, TeamQuota], dict[str, Resources]]:
     """Each lending team's quota (its CPU and GPU limits) and what its runs hold now."""
-    nominal: dict[str, TeamQuota] = {
-        q.group.name: {"CPU": q.max_cpus, "GPU": q.max_gpus}
-        for q in Quota.objects.filter(group__isnull=False, borrowing=True).select_related("group")
-        if q.group is not None
-    }
+    nominal = _lending_quotas()
     held: dict[str, Resources] = {}
     for run in holding:
-        team = team_of.get(_owner(run))
-        if team is not None and team in nominal:
+        team = _team_of(run, teams)
+        if team in nominal:
             held[team] = add(held.get(team, {}), total_of(run))
     return nominal, held
 
@@ -221,12 +254,12 @@ def _over(held: Resources, quota: TeamQuota) -> bool:
     return any((limit := quota.get(k)) is not None and held.get(k, 0.0) > limit + 1e-9 for k in RESOURCE_KEYS)
 
 
-def _borrowed(holding: list[Run], team_of: dict[str, str], nominal: dict, held: dict) -> set[str]:
+def _borrowed(holding: list[Run], teams: Teams, nominal: dict, held: dict) -> set[str]:
     """The runs that hold room beyond their team's quota: the team's youngest, until the rest is within it."""
     borrowed: set[str] = set()
     for team, quota in nominal.items():
         left = dict(held.get(team, {}))
-        mine = sorted((r for r in holding if team_of.get(_owner(r)) == team), key=lambda r: r.created_at, reverse=True)
+        mine = sorted((r for r in holding if _team_of(r, teams) == team), key=lambda r: r.created_at, reverse=True)
         for run in mine:
             if not _over(left, quota):
                 break
@@ -254,17 +287,19 @@ def runs_admit(
     now = now or timezone.now()
     with _sqlite_guard(), transaction.atomic():
         snapshot = _locked_snapshot()
-        holding = list(Run.objects.filter(kind=RunKind.NATIVE, state__in=ACTIVE_STATES))
-        waiting = list(Run.objects.filter(kind=RunKind.NATIVE, state__in=WAITING_STATES).order_by("created_at"))
-        usage: dict[str, Usage] = {}
-        for run in holding:
-            usage[_owner(run)] = usage.get(_owner(run), Usage()).plus(total_of(run))
-        limits = quota_limits(r.created_by_id for r in waiting)
-        fair, team_of = fair_share(
+        native = Run.objects.filter(kind=RunKind.NATIVE).select_related("project")
+        holding = list(native.filter(state__in=ACTIVE_STATES))
+        waiting = list(native.filter(state__in=WAITING_STATES).order_by("created_at"))
+        usage = holding_usage(holding)
+        limits = {
+            **quota_limits(r.created_by_id for r in waiting),
+            **project_quota_limits(r.project_id for r in waiting),
+        }
+        fair, teams = fair_share(
             [_owner(r) for r in waiting + holding], view.total, now, settings.SCHEDULER_USAGE_HALF_LIFE_S
         )
         paces = experiment_paces(r.experiment_id for r in waiting + holding)
-        candidates, held = _candidates(waiting, limits, team_of, paces, view)
+        candidates, held = _candidates(waiting, limits, teams, paces, view)
         grace = settings.SCHEDULER_PREEMPT_GRACE_S
         free = _free_by_node(view, holding, now)
         plan = Plan(
@@ -300,7 +335,7 @@ def runs_admit(
                 head = decision
         if head is not None and settings.SCHEDULER_PREEMPTION:
             # After every admission of the pass: the room a backfilled run took is not the head's to count.
-            preempted = _preempt_for(candidate_of[head.run_id], by_id[head.run_id].name, free, holding, view, team_of)
+            preempted = _preempt_for(candidate_of[head.run_id], by_id[head.run_id].name, free, holding, view, teams)
         preempting = bool(preempted) or any(h.state == S.PREEMPTING for h in holding)
         _record_queue(decisions, head, preempting, held, now)
         _record_cluster(snapshot, view, free, holding, admitted, by_id, now)
@@ -312,7 +347,7 @@ def runs_admit(
 
 
 def _candidates(
-    waiting: list[Run], limits: dict, team_of: dict[str, str], paces: dict, view: ClusterView
+    waiting: list[Run], limits: dict, teams: Teams, paces: dict, view: ClusterView
 ) -> tuple[list[Candidate], dict[str, str]]:
     """The waiting runs as the plan sees them, and those held out (run id -> why it can never start as it is)."""
     held: dict[str, str] = {}
@@ -321,25 +356,23 @@ def _candidates(
     for run in waiting:
         needs = run.resources or {}
         pieces = [needs.get("driver", {}), *needs.get("bundles", [])]
-        never = over_quota_alone(total_of(run), limits.get(_owner(run), Limits())) or too_large_for_cluster(
-            pieces, node_totals
+        candidate = Candidate(
+            str(run.pk),
+            _owner(run),
+            run.priority,
+            run.state_changed_at,
+            run.created_at,
+            total_of(run),
+            pieces=tuple({k: float(p.get(k, 0.0)) for k in RESOURCE_KEYS} for p in pieces if p) if needs else (),
+            duration_s=expected_length(run, paces.get(run.experiment_id)),
+            team=_team_of(run, teams),
+            project=run.project.name,
         )
+        never = over_quotas_alone(candidate, limits) or too_large_for_cluster(pieces, node_totals)
         if never:
             held[str(run.pk)] = f"can never start as it is: {never}"
             continue
-        candidates.append(
-            Candidate(
-                str(run.pk),
-                _owner(run),
-                run.priority,
-                run.state_changed_at,
-                run.created_at,
-                total_of(run),
-                pieces=tuple({k: float(p.get(k, 0.0)) for k in RESOURCE_KEYS} for p in pieces if p) if needs else (),
-                duration_s=expected_length(run, paces.get(run.experiment_id)),
-                team=team_of.get(_owner(run), ""),
-            )
-        )
+        candidates.append(candidate)
     return candidates, held
 
 
@@ -408,15 +441,16 @@ def _preempt_for(
     free: dict[str, Resources],
     holding: list[Run],
     view: ClusterView,
-    team_of: dict[str, str],
+    teams: Teams,
 ) -> list[str]:
     """Move the running runs that must make room for `blocked` to `preempting` (compare-and-set); their
-    engines are asked after commit. Runs already preempting count as room on its way. A run of a team
-    within its lending quota also takes back room other teams borrowed (docs/SCHEDULER.md, "Quotas")."""
+    engines are asked after commit. Runs already preempting count as room on its way. A run of a team (a
+    project or a group) within its lending quota also takes back room other teams borrowed (docs/SCHEDULER.md,
+    "Lending quotas")."""
     coming_free = _sum_by_node(_placement_of(run, view) for run in holding if run.state == S.PREEMPTING)
-    nominal, team_held = _teams(team_of, holding)
-    borrowed = _borrowed(holding, team_of, nominal, team_held)
-    team = team_of.get(blocked.owner)
+    nominal, team_held = _teams(teams, holding)
+    borrowed = _borrowed(holding, teams, nominal, team_held)
+    team = blocked.team
     reclaims = team in nominal and not _over(add(team_held.get(team, {}), blocked.need), nominal[team])
     running = [
         Holder(
@@ -426,24 +460,35 @@ def _preempt_for(
             total_of(r),
             r.preemptible,
             placement=_placement_of(r, view),
-            borrowed=str(r.pk) in borrowed and team_of.get(_owner(r)) != team,
+            borrowed=str(r.pk) in borrowed and _team_of(r, teams) != team,
         )
         for r in holding
         if r.state == S.RUNNING
     ]
     victims = preemption_victims(blocked, free, running, coming_free, reclaims=reclaims)
     lent = {h.run_id for h in running if h.borrowed}
+    project_of = {str(r.pk): r.project.name for r in holding}
     made = []
     for run_id in victims:
-        why = (
-            f"preempted for {name or blocked.run_id}: its team {team} takes back the quota this run borrowed"
-            if run_id in lent and reclaims
-            else f"preempted for {name or blocked.run_id} ({blocked.priority} priority, needs {describe(blocked.need)})"
-        )
+        reclaimer = team if run_id in lent and reclaims else ""
+        why = _preemption_reason(blocked, name, project_of[run_id], reclaimer)
         if run_transition(run_id, [S.RUNNING], S.PREEMPTING, why):
             Preemption.objects.create(run_id=run_id, reason=why)
             made.append(run_id)
     return made
+
+
+def _preemption_reason(blocked: Candidate, name: str, victim_project: str, reclaimer: str) -> str:
+    """Why a run is preempted for `blocked` (`reclaimer`: the team taking back what the run borrowed, if that is
+    why), as the preempted run's readers see it: the run it makes room for is named only within the same project,
+    as on the queue (docs/SECURITY.md, "The shared queue")."""
+    who = (name or blocked.run_id) if victim_project == blocked.project else HIDDEN_RUN_NAME
+    if not reclaimer:
+        return f"preempted for {who} ({blocked.priority} priority, needs {describe(blocked.need)})"
+    kind, team_name = team_kind_and_name(reclaimer)
+    # A project takes back only what other projects' runs borrowed (its own runs are its team): unnamed.
+    whose = "project" if kind == PROJECT_TEAM else f"team {team_name}"
+    return f"preempted for {who}: its {whose} takes back the quota this run borrowed"
 
 
 def run_request_preemption(run_id: uuid.UUID | str, *, jobs=None) -> None:

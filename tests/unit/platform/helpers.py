@@ -24,7 +24,7 @@ from posttrain.accounts.services import user_create
 from posttrain.review import services as review
 from posttrain.review.models import Campaign, ReviewItem
 from posttrain.runs import services
-from posttrain.runs.models import Run, RunState
+from posttrain.runs.models import Run, RunState, RunTransition
 from posttrain.scheduling.models import ClusterSnapshot
 from posttrain.scheduling.rules import ClusterNode, ClusterView
 from posttrain.telemetry.ingestion import events_ingest
@@ -315,6 +315,20 @@ def state(run: Run) -> str:
     """The run's state as the database has it now."""
     run.refresh_from_db()
     return run.state
+
+
+def cpus(n: float) -> dict:
+    """A run's stored resource needs (Run.resources): `n` CPUs for its driver, no bundles."""
+    return {"driver": {"CPU": n, "GPU": 0.0}, "bundles": [], "total": {"CPU": n, "GPU": 0.0}}
+
+
+def held_between(run: Run, start: datetime, end: datetime) -> None:
+    """A run's history: admitted at `start`, ended at `end` (the times are set after the rows are made)."""
+    first = RunTransition.objects.create(run=run, from_state=RunState.QUEUED, to_state=RunState.STARTING)
+    last = RunTransition.objects.create(run=run, from_state=RunState.RUNNING, to_state=RunState.SUCCEEDED)
+    RunTransition.objects.filter(pk=first.pk).update(at=start)
+    RunTransition.objects.filter(pk=last.pk).update(at=end)
+    Run.objects.filter(pk=run.pk).update(state=RunState.SUCCEEDED, finished_at=end)
 
 
 # --- registry rows (for tests that need an object but not the validation path) ---------------------

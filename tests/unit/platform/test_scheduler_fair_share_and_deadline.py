@@ -13,7 +13,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from posttrain.runs import services
-from posttrain.runs.models import Run, RunTransition
+from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import S
 from posttrain.scheduling.fair_share import holdings, usage_by_owner
 from posttrain.scheduling.models import ClusterSample, ClusterSnapshot, Preemption, Quota
@@ -22,20 +22,11 @@ from posttrain.scheduling.services import runs_admit
 from posttrain.telemetry.event_schema import parse_batch
 from posttrain.telemetry.ingestion import events_ingest
 from posttrain.telemetry.models import MetricRow
-from tests.unit.platform.helpers import FakeJobs, a_researcher, cluster, event, launch, state
+from tests.unit.platform.helpers import FakeJobs, a_researcher, cluster, cpus, event, held_between, launch, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
 
 HOUR = 3600.0
-
-
-def held_between(run: Run, start, end) -> None:
-    """A run's history: admitted at `start`, ended at `end` (the times are set after the rows are made)."""
-    first = RunTransition.objects.create(run=run, from_state=S.QUEUED, to_state=S.STARTING)
-    last = RunTransition.objects.create(run=run, from_state=S.RUNNING, to_state=S.SUCCEEDED)
-    RunTransition.objects.filter(pk=first.pk).update(at=start)
-    RunTransition.objects.filter(pk=last.pk).update(at=end)
-    Run.objects.filter(pk=run.pk).update(state=S.SUCCEEDED, finished_at=end)
 
 
 def test_decayed_usage_is_the_integral_of_share_halved_every_half_life():
@@ -49,9 +40,9 @@ def test_decayed_fair_share_orders_two_users_runs_as_the_formula_says(experiment
     now = timezone.now()
     bob = a_researcher("bob")
     # ada held 2 of 4 CPUs from 3 h to 2 h ago; bob held 1 CPU for an hour, until a minute ago.
-    old = launch(experiment, researcher, resources=_cpus(2))
+    old = launch(experiment, researcher, resources=cpus(2))
     held_between(old, now - timedelta(hours=3), now - timedelta(hours=2))
-    recent = launch(experiment, bob, resources=_cpus(1))
+    recent = launch(experiment, bob, resources=cpus(1))
     held_between(recent, now - timedelta(minutes=61), now - timedelta(minutes=1))
     usage = usage_by_owner(holdings(now - timedelta(hours=8)), {"CPU": 4.0, "GPU": 0.0}, now, HOUR)
     ada_usage = 0.5 * HOUR / math.log(2) * (2**-2 - 2**-3)  # 325 share-seconds
@@ -72,15 +63,11 @@ def test_decayed_fair_share_orders_two_users_runs_as_the_formula_says(experiment
     assert runs_admit(cluster=cluster(4.0, free=1.0), jobs=FakeJobs(), now=now) == [str(bobs.pk)]
 
 
-def _cpus(n: float) -> dict:
-    return {"driver": {"CPU": n, "GPU": 0.0}, "bundles": [], "total": {"CPU": n, "GPU": 0.0}}
-
-
 def test_a_run_that_fits_the_clusters_total_but_no_node_is_not_admitted(experiment, researcher):
     two_halves = ClusterView(
         [ClusterNode(f"n{i}", f"10.0.0.{i}", {"CPU": 2.0, "GPU": 0.0}, {"CPU": 1.0, "GPU": 0.0}) for i in range(2)]
     )
-    run = launch(experiment, researcher, resources=_cpus(2))
+    run = launch(experiment, researcher, resources=cpus(2))
     assert runs_admit(cluster=lambda: two_halves, jobs=FakeJobs()) == []
     run.refresh_from_db()
     assert run.queue_reason == "fits the cluster's total but no node has 2 CPUs free (the most on one node: 1 CPU)"
@@ -91,14 +78,14 @@ def test_an_admitted_run_is_placed_on_a_node_and_that_node_counts_it(experiment,
         [ClusterNode(f"n{i}", f"10.0.0.{i}", {"CPU": 2.0, "GPU": 0.0}, {"CPU": 2.0, "GPU": 0.0}) for i in range(2)]
     )
     first, second = (
-        launch(experiment, researcher, resources=_cpus(2)),
-        launch(experiment, researcher, resources=_cpus(2)),
+        launch(experiment, researcher, resources=cpus(2)),
+        launch(experiment, researcher, resources=cpus(2)),
     )
     assert runs_admit(cluster=lambda: view, jobs=FakeJobs()) == [str(first.pk), str(second.pk)]
     first.refresh_from_db()
     second.refresh_from_db()
     assert {**first.placement, **second.placement} == {"n0": {"CPU": 2.0, "GPU": 0.0}, "n1": {"CPU": 2.0, "GPU": 0.0}}
-    third = launch(experiment, researcher, resources=_cpus(1))
+    third = launch(experiment, researcher, resources=cpus(1))
     assert runs_admit(cluster=lambda: view, jobs=FakeJobs()) == []  # Ray's report lags: the grants count
     third.refresh_from_db()
     assert third.queue_reason == "needs 1 CPU, 0 free"
@@ -145,7 +132,7 @@ def test_a_waiting_run_is_expected_to_start_when_the_running_run_of_its_pace_end
         experiment,
         researcher,
         state=S.RUNNING,
-        resources=_cpus(2),
+        resources=cpus(2),
         started_at=now - timedelta(seconds=30),
         last_step=1,  # 30 s a step; the test config has 2 steps: 30 s to go
     )

@@ -17,7 +17,9 @@ from posttrain.scheduling.rules import (
     dominant_share,
     effective_priority,
     over_quota_alone,
+    over_quotas_alone,
     preemption_victims,
+    project_account,
     quota_refusal,
     too_large_for_cluster,
 )
@@ -35,9 +37,11 @@ def cand(
     gpus: float = 0,
     duration_s: float | None = None,
     team: str = "",
+    project: str = "",
 ):
     at = T0 - timedelta(seconds=age_s)
-    return Candidate(run_id, owner, priority, at, at, {"CPU": cpus, "GPU": gpus}, duration_s=duration_s, team=team)
+    need = {"CPU": cpus, "GPU": gpus}
+    return Candidate(run_id, owner, priority, at, at, need, duration_s=duration_s, team=team, project=project)
 
 
 def one_node(free=None, ends=()):
@@ -109,6 +113,40 @@ def test_cpu_and_gpu_quotas_count_what_the_user_holds():
     assert quota_refusal(Limits(max_cpus=4), used, {"CPU": 2.0}) == "over your quota of 4 CPUs (3 in use)"
     assert quota_refusal(Limits(max_gpus=1), used, {"CPU": 0.0, "GPU": 1.0}) == "over your quota of 1 GPUs (1 in use)"
     assert quota_refusal(Limits(max_cpus=4, max_gpus=2), used, {"CPU": 1.0, "GPU": 1.0}) is None
+
+
+def test_a_project_quota_counts_the_runs_of_every_user_of_the_project_together():
+    limits = {project_account("alpha"): Limits(max_runs=2)}
+    usage = {project_account("alpha"): Usage(runs=1, held={"CPU": 1.0, "GPU": 0.0})}  # one run of a's holds
+    waiting = [
+        cand("b0", owner="b", project="alpha", age_s=30),
+        cand("c0", owner="c", project="alpha", age_s=20),
+        cand("d0", owner="d", project="beta", age_s=10),
+    ]
+    assert plan(waiting, usage=usage, limits=limits) == [
+        ("b0", True, "granted 1 CPU"),
+        ("c0", False, "over project alpha's quota of 2 concurrent runs"),
+        ("d0", True, "granted 1 CPU"),  # another project's quota is not alpha's
+    ]
+
+
+def test_the_tightest_of_the_users_and_the_projects_quotas_holds_a_run():
+    waiting = [cand(f"a{i}", owner="a", project="alpha", age_s=10 - i) for i in range(3)]
+    user_tighter = {"a": Limits(max_runs=1), project_account("alpha"): Limits(max_runs=2)}
+    project_tighter = {"a": Limits(max_runs=3), project_account("alpha"): Limits(max_cpus=1.5)}
+    assert [reason for _, _, reason in plan(waiting, limits=user_tighter)][1:] == [
+        "over your quota of 1 concurrent run",
+        "over your quota of 1 concurrent run",
+    ]
+    assert [reason for _, _, reason in plan(waiting, limits=project_tighter)][1:] == [
+        "over project alpha's quota of 1.5 CPUs (1 in use)",
+        "over project alpha's quota of 1.5 CPUs (1 in use)",
+    ]
+    too_big = cand("big", owner="a", project="alpha", cpus=2)
+    assert over_quotas_alone(too_big, project_tighter) == "needs 2 CPUs, more than project alpha's quota of 1.5"
+    assert over_quotas_alone(too_big, {project_account("alpha"): Limits(max_runs=0)}) == (
+        "project alpha's quota allows no runs"
+    )
 
 
 @pytest.mark.parametrize(

@@ -65,13 +65,14 @@ class QueueStatsView(APIView):
         "`admission_to_first_step`: the same for the time from a run's first admission to its first step. "
         "`utilisation`: the cluster's CPUs and GPUs granted by the platform and used as Ray reported, as fractions "
         "of capacity over the window and as a `series` over time. `preemptions`: asked in the window, `forced` "
-        "(stopped at the deadline) and their `lost_steps`. `shares`: each user's and team's share of the decayed "
-        "usage against its share of the weights. `totals`: preemptions and lost steps ever.",
+        "(stopped at the deadline) and their `lost_steps`. `shares`: each user's, team's (`teams`: groups with a "
+        "quota) and project's (`projects`: those you read, with a quota) share of the decayed usage against its "
+        "share of the weights. `totals`: preemptions and lost steps ever.",
         parameters=[WINDOW_PARAMETER],
         responses={200: OpenApiTypes.OBJECT},
     )
     def get(self, request: Request) -> Response:
-        return Response(queue_metrics(_window(request)))
+        return Response(queue_metrics(_window(request), viewer=request.user))
 
 
 class QueueMetricsView(APIView):
@@ -91,4 +92,5 @@ class QueueMetricsView(APIView):
         responses={(200, "text/plain"): OpenApiTypes.STR},
     )
     def get(self, request: Request) -> HttpResponse:
-        return HttpResponse(exposition(queue_metrics(_window(request))), content_type=PROMETHEUS_CONTENT_TYPE)
+        figures = queue_metrics(_window(request), viewer=request.user)
+        return HttpResponse(exposition(figures), content_type=PROMETHEUS_CONTENT_TYPE)
