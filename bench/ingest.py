@@ -191,9 +191,13 @@ def start_ours(env: dict[str, str], workdir: Path, port: int | None = None) -> S
     return _servers.start_uvicorn(env, workdir / "ours.log", port)
 
 
+# The researcher owns one project, the one its runs and uploads go into when they name none.
 _CREATE_USER = """
 from posttrain.accounts.services import token_get_or_create, user_create
-print("BENCH_TOKEN " + token_get_or_create(user_create("bench", "a-long-bench-passphrase", "researcher")).key)
+from posttrain.projects.services import project_create
+user = user_create("bench", "a-long-bench-passphrase", "researcher")
+project_create("bench", user=user)
+print("BENCH_TOKEN " + token_get_or_create(user).key)
 """
 
 

@@ -301,7 +301,7 @@ def routes(caps: dict[str, int], api_token: str, run: dict[str, Any]) -> list[Ro
         )
 
     def external_run() -> bytes:  # the body is taken whole; its config is over the service's 1 MiB: a 400
-        return json_padded(lambda pad: {"project": "bench", "name": "big", "config": {"pad": pad}}, caps["api_json"])
+        return json_padded(lambda pad: {"experiment": "bench", "name": "big", "config": {"pad": pad}}, caps["api_json"])
 
     return [
         Route(
@@ -372,7 +372,7 @@ def measure_route(url: str, web: WebProcess, route: Route) -> list[dict[str, Any
 def external_run(url: str, api_token: str) -> dict[str, Any]:
     connection = http.client.HTTPConnection(url.removeprefix("http://"), timeout=60)
     headers = {"Authorization": f"Token {api_token}", "Content-Type": "application/json"}
-    connection.request("POST", "/api/runs/external/", json.dumps({"project": "bench", "name": "bounds"}), headers)
+    connection.request("POST", "/api/runs/external/", json.dumps({"experiment": "bench", "name": "bounds"}), headers)
     response = connection.getresponse()
     body = json.loads(response.read())
     if response.status != 201:

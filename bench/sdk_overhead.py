@@ -69,7 +69,7 @@ trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(assets / "model
                       processing_class=AutoTokenizer.from_pretrained(assets / "model"), callbacks=[Clock()])
 if with_sdk:
     from posttrain_sdk.integrations.trl import PosttrainCallback
-    trainer.add_callback(PosttrainCallback(trainer, project="bench sdk overhead", url=sys.argv[5], token=sys.argv[6],
+    trainer.add_callback(PosttrainCallback(trainer, experiment="bench sdk overhead", url=sys.argv[5], token=sys.argv[6],
                                            dir=str(out / "posttrain-runs"), heartbeat_s=10))
 trainer.train()
 print(json.dumps({"step_s": [b - a for a, b in zip(Clock.starts, Clock.starts[1:])]}))

@@ -3,6 +3,10 @@
 Exit codes: 0 done; 1 the server refused (the error names the field) or the followed run did not
 succeed; 2 bad usage or a bad local file; 3 not logged in, or the token was refused; 4 the server
 cannot be reached.
+
+The project: `--project` (or POSTTRAIN_PROJECT), else the server's default (`posttrain projects use`).
+With one, lists show that project only and creates go into it; without, lists show every project you
+read, with a project column.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
 from pathlib import Path
 from typing import Any
@@ -25,7 +29,7 @@ from rich.table import Table
 from posttrain_sdk import __version__, credentials
 from posttrain_sdk.client import Client
 from posttrain_sdk.errors import APIError, AuthError, NotLoggedIn, PosttrainError, ServerUnreachable
-from posttrain_sdk.types import ApiObject, Run
+from posttrain_sdk.types import ApiObject, InProject, Project, Run
 
 KEY_METRICS = ("reward/mean", "kl/mean", "policy/entropy", "response/length_mean", "policy/loss", "eval/reward/mean")
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
@@ -36,6 +40,7 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 PRIORITIES = ("low", "normal", "high", "urgent")
+PROJECT_ROLES = ("owner", "maintainer", "member", "viewer")
 
 
 def _fail(message: str, code: int) -> None:
@@ -66,7 +71,7 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _client(ctx: click.Context) -> Client:
     options = ctx.find_root().obj
-    return Client(options.get("url"), options.get("token"))
+    return Client(options.get("url"), options.get("token"), project=options.get("project"))
 
 
 def _emit_json(value: Any) -> None:
@@ -126,17 +131,33 @@ def _table(
     return table
 
 
+def _project_column(
+    client: Client, columns: list[str], rows: Sequence[Sequence[Any]], items: Sequence[InProject]
+) -> tuple[list[str], list[list[Any]]]:
+    """A list of every project read (no project chosen) mixes projects: it gets a project column after the name."""
+    if client.project is not None:
+        return columns, [list(row) for row in rows]
+    at = columns.index("name") + 1
+    mixed = [[*row[:at], item.project_name or "—", *row[at:]] for row, item in zip(rows, items, strict=True)]
+    return [*columns[:at], "project", *columns[at:]], mixed
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
 @click.group()
 @click.option("--url", envvar="POSTTRAIN_URL", help="The server (default: the one you logged in to last).")
 @click.option("--token", envvar="POSTTRAIN_TOKEN", help="An API token instead of the stored one.")
+@click.option(
+    "--project",
+    envvar="POSTTRAIN_PROJECT",
+    help="The project (name or id) lists show and creates go into (default: `posttrain projects use`'s).",
+)
 @click.version_option(__version__, prog_name="posttrain")
 @click.pass_context
-def main(ctx: click.Context, url: str | None, token: str | None) -> None:
+def main(ctx: click.Context, url: str | None, token: str | None, project: str | None) -> None:
     """Posttrain from the terminal: runs, registry, experiments, and tracking of other engines' runs."""
-    ctx.obj = {"url": url, "token": token}
+    ctx.obj = {"url": url, "token": token, "project": project}
 
 
 # -- login ----------------------------------------------------------------------------------------
@@ -187,13 +208,124 @@ def logout(ctx: click.Context, server_url: str | None) -> None:
 @click.pass_context
 @reports_errors
 def whoami(ctx: click.Context, as_json: bool) -> None:
-    """The user the token belongs to."""
+    """The user the token belongs to, and the project lists and creates use."""
     client = _client(ctx)
     me = client.me()
     if as_json:
-        _emit_json({**me, "url": client.url})
+        _emit_json({**me, "url": client.url, "project": client.project})
+        return
+    out.print(f"{me['username']} ({me.get('role') or 'no role'}) on {client.url}", markup=False)
+    if client.project is not None:
+        out.print(f"project: {client.project}", markup=False)
     else:
-        out.print(f"{me['username']} ({me.get('role') or 'no role'}) on {client.url}", markup=False)
+        out.print("project: none chosen; lists show every project you read (`posttrain projects use NAME`)")
+
+
+# -- projects -------------------------------------------------------------------------------------
+
+
+@main.group()
+def projects() -> None:
+    """Projects, their members and roles (owner, maintainer, member, viewer), and your default one."""
+
+
+@projects.command("ls")
+@json_option
+@click.pass_context
+@reports_errors
+def projects_ls(ctx, as_json: bool) -> None:
+    """The projects you read and your role in each; * marks the one in use."""
+    client = _client(ctx)
+    found = client.projects.list()
+    if as_json:
+        _emit_json(found)
+        return
+    chosen = client.project
+
+    def in_use(project: Project) -> str:
+        return "*" if chosen in (project.name, str(project.id)) else ""
+
+    rows = [(in_use(p), p.id, p.name, p.role or "admin", p.member_count, p.description) for p in found]
+    out.print(_table(["", "id", "name", "role", "members", "description"], rows, shorten=("description",)))
+
+
+@projects.command("create")
+@click.argument("name")
+@click.option("--description", default="")
+@json_option
+@click.pass_context
+@reports_errors
+def projects_create(ctx, name: str, description: str, as_json: bool) -> None:
+    """A new project; you are its owner."""
+    project = _client(ctx).projects.create(name, description=description)
+    if as_json:
+        _emit_json(project)
+    else:
+        out.print(f"project {project.id} {project.name} (you are its {project.role})", markup=False)
+
+
+@projects.command("members")
+@click.argument("project")
+@json_option
+@click.pass_context
+@reports_errors
+def projects_members(ctx, project: str, as_json: bool) -> None:
+    """A project's members and their roles."""
+    found = _client(ctx).projects.members(project)
+    if as_json:
+        _emit_json(found)
+    else:
+        out.print(_table(["username", "role", "added"], [(m.username, m.role, m.added_at[:10]) for m in found]))
+
+
+@projects.command("add")
+@click.argument("project")
+@click.argument("username")
+@click.argument("role", type=click.Choice(PROJECT_ROLES))
+@json_option
+@click.pass_context
+@reports_errors
+def projects_add(ctx, project: str, username: str, role: str, as_json: bool) -> None:
+    """Add a user to a project, or change their role (owners and maintainers; only an owner makes an owner)."""
+    member = _client(ctx).projects.set_member(username, role, project=project)
+    if as_json:
+        _emit_json(member)
+    else:
+        out.print(f"{member.username} is {member.role} in {project}", markup=False)
+
+
+@projects.command("remove")
+@click.argument("project")
+@click.argument("username")
+@click.pass_context
+@reports_errors
+def projects_remove(ctx, project: str, username: str) -> None:
+    """Take a user out of a project (what they made stays); anyone may leave."""
+    _client(ctx).projects.remove_member(username, project=project)
+    out.print(f"{username} is no longer in {project}", markup=False)
+
+
+@projects.command("use")
+@click.argument("name", required=False)
+@click.option("--clear", is_flag=True, help="Forget the default: lists show every project you read again.")
+@click.pass_context
+@reports_errors
+def projects_use(ctx, name: str | None, clear: bool) -> None:
+    """The default project on this server (stored beside its token): lists show it, creates go into it.
+    --project and POSTTRAIN_PROJECT override it."""
+    if clear == (name is not None):
+        raise PosttrainError("give a project NAME, or --clear")
+    if clear:
+        url = _server(ctx, None)
+        credentials.save_project(url, None)
+        out.print(f"no default project on {url}", markup=False)
+        return
+    client = _client(ctx)
+    project = client.projects.get(str(name))
+    credentials.save_project(client.url, project.name)
+    out.print(f"default project on {client.url}: {project.name}", markup=False)
+    if ctx.find_root().obj.get("project"):
+        err.print("note: --project / POSTTRAIN_PROJECT is set, and overrides it", markup=False)
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -235,7 +367,7 @@ wide_option = click.option(
 
 @runs.command("ls")
 @click.option("--state", multiple=True, help="Only runs in this state (repeatable).")
-@click.option("--experiment", type=int, help="Only runs of this experiment or project id.")
+@click.option("--experiment", type=int, help="Only runs of this experiment (its id).")
 @click.option("--tag", help="Only runs carrying this tag.")
 @click.option("--kind", type=click.Choice(["native", "external"]), help="Our engine's runs, or tracked ones.")
 @click.option("--search", "-q", help="Text in the name, note or experiment name.")
@@ -246,14 +378,16 @@ wide_option = click.option(
 @reports_errors
 def runs_ls(ctx, state, experiment, tag, kind, search, limit, wide, as_json) -> None:
     """Runs, newest first. Any command taking a RUN_ID takes the short id shown here, or any unique start of one."""
-    found = _client(ctx).runs.list(
+    client = _client(ctx)
+    found = client.runs.list(
         state=list(state) or None, experiment=experiment, tag=tag, kind=kind, search=search, limit=limit
     )
     if as_json:
         _emit_json(found)
         return
     columns = ["id", "name", "state", "algorithm", *(["experiment"] if wide else []), "step", "reward", "created"]
-    out.print(_table(columns, _run_rows(found, wide), shorten=() if wide else ("name",)))
+    columns, rows = _project_column(client, columns, _run_rows(found, wide), found)
+    out.print(_table(columns, rows, shorten=() if wide else ("name",)))
 
 
 @runs.command("show")
@@ -273,6 +407,7 @@ def runs_show(ctx, run_id: str, as_json: bool) -> None:
         ("name", run.name),
         ("state", f"{run.state} — {run.state_reason}" if run.state_reason else run.state),
         ("kind", f"{run.kind} ({run.engine})"),
+        ("project", run.project_name),
         ("experiment", f"{run.experiment_name} (#{run.experiment})"),
         ("step", f"{run.last_step}/{run.total_steps}" if run.total_steps else _number(run.last_step)),
     ]
@@ -425,13 +560,18 @@ def runs_cancel(ctx, run_id: str, as_json: bool) -> None:
 @click.option("--seed", type=int, help="Default: the source run's seed.")
 @click.option("--tag", "tags", multiple=True, help="Default: the source run's tags.")
 @click.option("--note", default="")
+@click.option(
+    "--project",
+    "into",
+    help="Clone into this project (its experiment, model, dataset and rewards copied there). Default: beside it.",
+)
 @json_option
 @click.pass_context
 @reports_errors
-def runs_clone(ctx, run_id: str, seed, tags, note, as_json: bool) -> None:
+def runs_clone(ctx, run_id: str, seed, tags, note, into: str | None, as_json: bool) -> None:
     """A new run with exactly this run's config."""
     client = _client(ctx)
-    run = client.runs.clone(_run_id(client, run_id), seed=seed, tags=list(tags) or None, note=note)
+    run = client.runs.clone(_run_id(client, run_id), seed=seed, tags=list(tags) or None, note=note, project=into)
     _report_new_run(run, as_json)
 
 
@@ -581,6 +721,24 @@ def _follow(client: Client, run_id: str, as_json: bool) -> None:
 # -- registry -------------------------------------------------------------------------------------
 
 
+def _add_copy_command(group: click.Group, section: str, kind: str) -> None:
+    """`posttrain <section> copy ID_OR_NAME --to PROJECT`: the same object in another project too."""
+
+    @group.command("copy", help=f"The {kind} in another project too (you read it here and create there).")
+    @click.argument("source", metavar="ID_OR_NAME")
+    @click.option("--to", "target", required=True, help="The project to copy into (name or id).")
+    @click.option("--name", help="Its name there (default: the same).")
+    @json_option
+    @click.pass_context
+    @reports_errors
+    def copy(ctx, source: str, target: str, name: str | None, as_json: bool) -> None:
+        made = getattr(_client(ctx), section).copy(source, target, name=name)
+        if as_json:
+            _emit_json(made)
+        else:
+            out.print(f"{kind} {made.id} {made.name} in {made.project_name}", markup=False)
+
+
 @main.group()
 def datasets() -> None:
     """Prompt datasets of the registry."""
@@ -612,16 +770,16 @@ def datasets_push(ctx, file: Path, name, prompt_field, label_field, fmt, descrip
 @click.pass_context
 @reports_errors
 def datasets_ls(ctx, as_json: bool) -> None:
-    found = _client(ctx).datasets.list()
+    client = _client(ctx)
+    found = client.datasets.list()
     if as_json:
         _emit_json(found)
-    else:
-        out.print(
-            _table(
-                ["id", "name", "format", "rows", "prompt", "label"],
-                [(d.id, d.name, d.format, d.row_count, d.prompt_field, d.label_field or "—") for d in found],
-            )
-        )
+        return
+    rows = [(d.id, d.name, d.format, d.row_count, d.prompt_field, d.label_field or "—") for d in found]
+    out.print(_table(*_project_column(client, ["id", "name", "format", "rows", "prompt", "label"], rows, found)))
+
+
+_add_copy_command(datasets, "datasets", "dataset")
 
 
 @main.group()
@@ -664,11 +822,16 @@ def rewards_push(ctx, name: str, file: Path | None, builtin, kind, spec_json, de
 @click.pass_context
 @reports_errors
 def rewards_ls(ctx, as_json: bool) -> None:
-    found = _client(ctx).rewards.list()
+    client = _client(ctx)
+    found = client.rewards.list()
     if as_json:
         _emit_json(found)
-    else:
-        out.print(_table(["id", "name", "kind", "spec"], [(r.id, r.name, r.kind, json.dumps(r.spec)) for r in found]))
+        return
+    rows = [(r.id, r.name, r.kind, json.dumps(r.spec)) for r in found]
+    out.print(_table(*_project_column(client, ["id", "name", "kind", "spec"], rows, found)))
+
+
+_add_copy_command(rewards, "rewards", "reward")
 
 
 @main.group()
@@ -699,16 +862,16 @@ def models_register(ctx, name: str, path: str, description: str, as_json: bool) 
 @click.pass_context
 @reports_errors
 def models_ls(ctx, as_json: bool) -> None:
-    found = _client(ctx).models.list()
+    client = _client(ctx)
+    found = client.models.list()
     if as_json:
         _emit_json(found)
-    else:
-        out.print(
-            _table(
-                ["id", "name", "architecture", "parameters", "path"],
-                [(m.id, m.name, m.architecture, m.parameter_count, m.path) for m in found],
-            )
-        )
+        return
+    rows = [(m.id, m.name, m.architecture, m.parameter_count, m.path) for m in found]
+    out.print(_table(*_project_column(client, ["id", "name", "architecture", "parameters", "path"], rows, found)))
+
+
+_add_copy_command(models, "models", "model")
 
 
 # -- experiments ----------------------------------------------------------------------------------
@@ -726,8 +889,8 @@ def experiments() -> None:
 @click.pass_context
 @reports_errors
 def experiments_create(ctx, file: Path, then_launch: bool, as_json: bool) -> None:
-    """From a YAML file: name, model, dataset, rewards (registry names or ids) and config (the engine's
-    run config without model.path, data and rewards)."""
+    """From a YAML file: name, model, dataset, rewards (registry names or ids), optional project (it wins
+    over --project) and config (the engine's run config without model.path, data and rewards)."""
     client = _client(ctx)
     experiment = client.experiments.create_from_yaml(file)
     run = client.runs.launch(experiment.id) if then_launch else None
@@ -744,16 +907,13 @@ def experiments_create(ctx, file: Path, then_launch: bool, as_json: bool) -> Non
 @click.pass_context
 @reports_errors
 def experiments_ls(ctx, as_json: bool) -> None:
-    found = _client(ctx).experiments.list()
+    client = _client(ctx)
+    found = client.experiments.list()
     if as_json:
         _emit_json(found)
-    else:
-        out.print(
-            _table(
-                ["id", "name", "runs", "model", "dataset"],
-                [(e.id, e.name, e.run_count, e.model or "external", e.dataset or "—") for e in found],
-            )
-        )
+        return
+    rows = [(e.id, e.name, e.run_count, e.model or "external", e.dataset or "—") for e in found]
+    out.print(_table(*_project_column(client, ["id", "name", "runs", "model", "dataset"], rows, found)))
 
 
 # -- review ---------------------------------------------------------------------------------------
@@ -789,7 +949,8 @@ def review_export(ctx, campaign: int, fmt: str, question, output: Path) -> None:
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--project", required=True, help="The project the run goes into (made on first use).")
+@click.option("--experiment", required=True, help="The experiment that groups the runs (made on first use).")
+@click.option("--project", "misplaced_project", hidden=True)  # the grouping name before projects existed
 @click.option("--name", help="Default: the folder or file name.")
 @click.option(
     "--format",
@@ -812,18 +973,27 @@ def review_export(ctx, campaign: int, fmt: str, question, output: Path) -> None:
 @click.option("--dir", "run_dir", type=click.Path(path_type=Path), help="Where the run's local event log goes.")
 @click.pass_context
 @reports_errors
-def track(ctx, path: Path, project, name, fmt, engine, total_steps, idle_timeout, poll, run_dir) -> None:
+def track(
+    ctx, path: Path, experiment, misplaced_project, name, fmt, engine, total_steps, idle_timeout, poll, run_dir
+) -> None:
     """Follow a running job's logs into an external run: TensorBoard event files or verl's JSONL,
-    their metric names mapped to Posttrain's (the README lists the map)."""
+    their metric names mapped to Posttrain's (the README lists the map). The run goes into the global
+    --project (`posttrain --project P track ...`), else the default one."""
     from posttrain_sdk.followers import follower_for
     from posttrain_sdk.tracking import init
 
+    if misplaced_project is not None:
+        raise click.UsageError(
+            "--project names the Posttrain project and goes before the command (`posttrain --project P track "
+            "PATH --experiment E`); --experiment names the experiment that groups the runs"
+        )
     follower = follower_for(path, fmt)
     options = ctx.find_root().obj
     run = init(
-        project,
+        experiment,
         name or path.stem,
         {"source": str(path), "format": follower.format},
+        project=options.get("project"),
         engine=engine or follower.engine,
         total_steps=total_steps,
         dir=run_dir,

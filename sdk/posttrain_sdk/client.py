@@ -3,22 +3,29 @@
     import posttrain_sdk as posttrain
 
     client = posttrain.Client()                       # the server and token `posttrain login` stored
+    client = posttrain.Client(project="vision")       # lists show one project; creates go into it
     dataset = client.datasets.push("prompts.jsonl", name="addition")
     run = client.runs.launch(experiment_id, seed=1)
     for message in client.runs.follow(run.id):        # live: metrics, state, end
         ...
 
 Every refusal raises APIError (AuthError, NotFound, Conflict) whose `errors` name the field.
+
+The project: `Client(project=...)` (a name or id), else POSTTRAIN_PROJECT, else the default stored for the
+server by `posttrain projects use`; `project=""` chooses none. Without one, lists show every project you read
+and creates go into the one project you can create in (the server asks which when there are several).
 """
 
 from __future__ import annotations
 
 import builtins
+import os
 import string
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import httpx
 import yaml
@@ -35,15 +42,38 @@ from posttrain_sdk.errors import (
     field_errors,
 )
 from posttrain_sdk.sse import Message, read_stream
-from posttrain_sdk.types import ApiObject, Campaign, Dataset, Experiment, Model, Reward, Run, Sample
+from posttrain_sdk.types import (
+    Campaign,
+    Dataset,
+    Experiment,
+    InProject,
+    Member,
+    Model,
+    Project,
+    Reward,
+    Run,
+    Sample,
+)
 
-_ApiT = TypeVar("_ApiT", bound=ApiObject)
+_ApiT = TypeVar("_ApiT", bound=InProject)
 
 DEFAULT_TIMEOUT_S = 60.0
 PAGE_SIZE = 200
 AMBIGUOUS_SHOWN = 10  # runs an ambiguous id prefix names
 RECONNECT_DELAY_S = 1.0  # what EventSource waits (the stream's `retry:`)
 DATASET_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+PROJECT_ENV = "POSTTRAIN_PROJECT"
+ProjectRef = str | int  # a project's name or id
+
+
+def _chosen_project(given: ProjectRef | None, stored: str | None) -> str | None:
+    """The project argument, else POSTTRAIN_PROJECT, else the server's stored default; an empty one chooses none."""
+    if given is None:
+        given = os.environ.get(PROJECT_ENV)
+    if given is None:
+        given = stored
+    text = str(given).strip() if given is not None else ""
+    return text or None
 
 
 def _error_for(response: httpx.Response) -> APIError:
@@ -63,15 +93,26 @@ def _error_for(response: httpx.Response) -> APIError:
 
 
 class Client:
-    def __init__(self, url: str | None = None, token: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        project: ProjectRef | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ):
         found = credentials.resolve(url, token)
         self.url = found.url
         self.token = found.token
+        self.project = _chosen_project(project, found.project)
         self._http = httpx.Client(
             base_url=self.url,
             headers={"Authorization": f"Token {self.token}", "Accept": "application/json"},
             timeout=timeout_s,
+            transport=transport,
         )
+        self.projects = Projects(self)
         self.models = Models(self)
         self.datasets = Datasets(self)
         self.rewards = Rewards(self)
@@ -118,8 +159,13 @@ class Client:
         response = self.request("POST", path, json={} if body is None else body)
         return response.json() if response.content else None
 
-    def pages(self, path: str, limit: int | None = None, **params: Any) -> Iterator[dict[str, Any]]:
-        """Every item of a paginated list (LimitOffsetPagination), `limit` at most."""
+    def pages(
+        self, path: str, limit: int | None = None, *, scoped: bool = True, **params: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every item of a paginated list (LimitOffsetPagination), `limit` at most. A list of project objects
+        (`scoped`) shows the client's project only, when it has one."""
+        if scoped and params.get("project") is None:
+            params["project"] = self.project
         offset = 0
         while True:
             page_size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - offset)
@@ -134,6 +180,11 @@ class Client:
 
     def me(self) -> dict[str, Any]:
         return self.get("/api/auth/me/")
+
+    def creating_in(self, project: ProjectRef | None) -> dict[str, str]:
+        """The `project` field of a create: the one named, else the client's; none lets the server choose."""
+        chosen = _chosen_project(project, None) if project is not None else self.project
+        return {"project": chosen} if chosen is not None else {}
 
     @staticmethod
     def obtain_token(url: str, username: str, password: str, *, timeout_s: float = 30.0) -> str:
@@ -155,33 +206,114 @@ class _Section:
         self.client = client
 
 
-def _one_by_name(section: str, client: Client, path: str, name_or_id: str | int, kind: type[_ApiT]) -> _ApiT:
-    """A registry object by id, or by its exact name (the list filter matches parts of names)."""
+def _one_by_name(
+    section: str,
+    client: Client,
+    path: str,
+    name_or_id: str | int,
+    kind: type[_ApiT],
+    project: ProjectRef | None = None,
+) -> _ApiT:
+    """A registry object by id, or by its exact name (the list filter matches parts of names) in `project`, else
+    the client's project, else every project read: a name found in several of them is refused."""
     if isinstance(name_or_id, int) or str(name_or_id).isdigit():
         return kind.from_api(client.get(f"{path}{int(name_or_id)}/"))
-    matches = [item for item in client.pages(path, name=name_or_id) if item["name"] == name_or_id]
+    where = client.creating_in(project)
+    items = client.pages(path, name=name_or_id, project=where.get("project"))
+    matches = [item for item in items if item["name"] == name_or_id]
     if not matches:
-        raise NotFound(404, [FieldError(section, f"no {section} named {name_or_id!r}")])
+        inside = f" in project {where['project']!r}" if where else ""
+        raise NotFound(404, [FieldError(section, f"no {section} named {name_or_id!r}{inside}")])
+    if len(matches) > 1:
+        found_in = ", ".join(sorted({str(item.get("project_name")) for item in matches}))
+        raise PosttrainError(
+            f"{section}: {name_or_id!r} names a {section} in several projects ({found_in}): "
+            "name the project (--project, project=) or give the id"
+        )
     return kind.from_api(matches[0])
+
+
+class _Registry(_Section, Generic[_ApiT]):
+    """A registry section: list (by part of a name), get (by id, or exact name), copy into another project."""
+
+    section: str
+    path: str
+    kind: type[_ApiT]
+
+    def list(self, name: str | None = None) -> list[_ApiT]:
+        return [self.kind.from_api(item) for item in self.client.pages(self.path, name=name)]
+
+    def get(self, name_or_id: str | int, *, project: ProjectRef | None = None) -> _ApiT:
+        """By id, or by name in `project` (default: the client's; without one, every project you read)."""
+        return _one_by_name(self.section, self.client, self.path, name_or_id, self.kind, project)
+
+    def copy(self, name_or_id: str | int, project: ProjectRef, *, name: str | None = None) -> _ApiT:
+        """The object in `project` too (default name: the same); the server reads it here and creates there."""
+        source = self.get(name_or_id)
+        body = {"project": str(project), **({"name": name} if name else {})}
+        return self.kind.from_api(self.client.post(f"{self.path}{source.raw['id']}/copy/", body))
+
+
+# -- projects -------------------------------------------------------------------------------------
+
+
+class Projects(_Section):
+    """Projects you read, their members and roles (owner, maintainer, member, viewer)."""
+
+    def list(self) -> list[Project]:
+        return [Project.from_api(item) for item in self.client.get("/api/projects/")]
+
+    def get(self, name_or_id: ProjectRef) -> Project:
+        """A project by id or name (names never start with a digit)."""
+        if isinstance(name_or_id, int) or str(name_or_id).isdigit():
+            return Project.from_api(self.client.get(f"/api/projects/{int(name_or_id)}/"))
+        for project in self.list():
+            if project.name == name_or_id:
+                return project
+        raise NotFound(404, [FieldError("project", f"no project named {name_or_id!r}")])
+
+    def create(self, name: str, *, description: str = "") -> Project:
+        """A new project; you are its owner."""
+        return Project.from_api(self.client.post("/api/projects/", {"name": name, "description": description}))
+
+    def members(self, project: ProjectRef | None = None) -> builtins.list[Member]:
+        """The members of `project` (default: the client's) and their roles."""
+        found = self.client.get(f"/api/projects/{self._id(project)}/members/")
+        return [Member.from_api(item) for item in found]
+
+    def set_member(self, username: str, role: str, *, project: ProjectRef | None = None) -> Member:
+        """Add a user to `project` (default: the client's) with `role`, or change their role."""
+        path = self._member_path(project, username)
+        return Member.from_api(self.client.request("PUT", path, json={"role": role}).json())
+
+    def remove_member(self, username: str, *, project: ProjectRef | None = None) -> None:
+        self.client.request("DELETE", self._member_path(project, username))
+
+    def _member_path(self, project: ProjectRef | None, username: str) -> str:
+        return f"/api/projects/{self._id(project)}/members/{quote(username, safe='')}/"
+
+    def _id(self, project: ProjectRef | None) -> int:
+        chosen = project if project is not None else self.client.project
+        if chosen is None:
+            raise PosttrainError("project: name the project (project=, --project, or `posttrain projects use`)")
+        return self.get(chosen).id
 
 
 # -- registry -------------------------------------------------------------------------------------
 
 
-class Models(_Section):
-    def register(self, name: str, path: str, *, description: str = "") -> Model:
+class Models(_Registry[Model]):
+    section, path, kind = "model", "/api/models/", Model
+
+    def register(self, name: str, path: str, *, description: str = "", project: ProjectRef | None = None) -> Model:
         """Register a Hugging Face model folder that the server can read (its path on the server)."""
-        body = {"name": name, "path": str(path), "description": description}
+        body = {"name": name, "path": str(path), "description": description, **self.client.creating_in(project)}
         return Model.from_api(self.client.post("/api/models/", body))
 
-    def list(self, name: str | None = None) -> list[Model]:
-        return [Model.from_api(item) for item in self.client.pages("/api/models/", name=name)]
 
-    def get(self, name_or_id: str | int) -> Model:
-        return _one_by_name("model", self.client, "/api/models/", name_or_id, Model)
+class Datasets(_Registry[Dataset]):
+    section, path, kind = "dataset", "/api/datasets/", Dataset
 
-
-class Datasets(_Section):
     def push(
         self,
         path: str | Path,
@@ -191,8 +323,10 @@ class Datasets(_Section):
         label_field: str | None = "label",
         format: str | None = None,
         description: str = "",
+        project: ProjectRef | None = None,
     ) -> Dataset:
-        """Upload a JSONL, CSV or Parquet file; the same content again returns the existing dataset."""
+        """Upload a JSONL, CSV or Parquet file; the same content again (in the same project) returns the existing
+        dataset."""
         path = Path(path)
         if not path.is_file():
             raise PosttrainError(f"file: no such file {path}")
@@ -201,6 +335,7 @@ class Datasets(_Section):
             "prompt_field": prompt_field,
             "label_field": label_field or "",
             "description": description,
+            **self.client.creating_in(project),
         }
         guessed = format or DATASET_SUFFIXES.get(path.suffix.lower())
         if guessed:
@@ -209,14 +344,10 @@ class Datasets(_Section):
             response = self.client.request("POST", "/api/datasets/", data=fields, files={"file": (path.name, f)})
         return Dataset.from_api(response.json())
 
-    def list(self, name: str | None = None) -> list[Dataset]:
-        return [Dataset.from_api(item) for item in self.client.pages("/api/datasets/", name=name)]
 
-    def get(self, name_or_id: str | int) -> Dataset:
-        return _one_by_name("dataset", self.client, "/api/datasets/", name_or_id, Dataset)
+class Rewards(_Registry[Reward]):
+    section, path, kind = "reward", "/api/rewards/", Reward
 
-
-class Rewards(_Section):
     def push(
         self,
         name: str,
@@ -225,10 +356,16 @@ class Rewards(_Section):
         kind: str | None = None,
         spec: dict[str, Any] | None = None,
         description: str = "",
+        project: ProjectRef | None = None,
     ) -> Reward:
         """A Python reward file (`reward_func` or verl's `compute_score`, checked in the server's
         sandbox) or a spec: `rewards.push("exact", spec={"type": "exact_match"})` is a builtin."""
-        body: dict[str, Any] = {"name": name, "description": description, "spec": spec or {}}
+        body: dict[str, Any] = {
+            "name": name,
+            "description": description,
+            "spec": spec or {},
+            **self.client.creating_in(project),
+        }
         if path is not None:
             path = Path(path)
             if not path.is_file():
@@ -238,12 +375,6 @@ class Rewards(_Section):
         else:
             body["kind"] = kind or "builtin"
         return Reward.from_api(self.client.post("/api/rewards/", body))
-
-    def list(self, name: str | None = None) -> list[Reward]:
-        return [Reward.from_api(item) for item in self.client.pages("/api/rewards/", name=name)]
-
-    def get(self, name_or_id: str | int) -> Reward:
-        return _one_by_name("reward", self.client, "/api/rewards/", name_or_id, Reward)
 
 
 # -- experiments ----------------------------------------------------------------------------------
@@ -259,28 +390,31 @@ class Experiments(_Section):
         rewards: list[Any],
         config: dict[str, Any] | None = None,
         description: str = "",
+        project: ProjectRef | None = None,
     ) -> Experiment:
-        """An experiment from registry names or ids; `rewards` items are a name/id or
-        `{"reward": name_or_id, "weight": w}`. The config is checked by the engine's schema."""
+        """An experiment from registry names or ids (names are looked up in `project`, else the client's);
+        `rewards` items are a name/id or `{"reward": name_or_id, "weight": w}`. The config is checked by the
+        engine's schema."""
         resolved = []
         for i, item in enumerate(rewards or []):
             reward, weight = (item.get("reward"), item.get("weight", 1.0)) if isinstance(item, dict) else (item, 1.0)
             if reward is None:
                 raise PosttrainError(f"rewards[{i}].reward: required")
-            resolved.append({"reward": self.client.rewards.get(reward).id, "weight": weight})
+            resolved.append({"reward": self.client.rewards.get(reward, project=project).id, "weight": weight})
         body = {
             "name": name,
             "description": description,
-            "model": self.client.models.get(model).id,
-            "dataset": self.client.datasets.get(dataset).id,
+            "model": self.client.models.get(model, project=project).id,
+            "dataset": self.client.datasets.get(dataset, project=project).id,
             "rewards": resolved,
             "config": config or {},
+            **self.client.creating_in(project),
         }
         return Experiment.from_api(self.client.post("/api/experiments/", body))
 
     def create_from_yaml(self, path: str | Path) -> Experiment:
-        """`name`, `model`, `dataset`, `rewards` (registry names or ids), optional `description`, and
-        `config`: the engine run config without model.path, data and rewards."""
+        """`name`, `model`, `dataset`, `rewards` (registry names or ids), optional `description` and `project`
+        (it wins over the client's), and `config`: the engine run config without model.path, data and rewards."""
         path = Path(path)
         if not path.is_file():
             raise PosttrainError(f"file: no such file {path}")
@@ -295,7 +429,7 @@ class Experiments(_Section):
         missing = [key for key in ("name", "model", "dataset", "rewards") if key not in spec]
         if missing:
             raise PosttrainError(f"{path}: {missing[0]}: required")
-        unknown = sorted(set(spec) - {"name", "description", "model", "dataset", "rewards", "config"})
+        unknown = sorted(set(spec) - {"name", "description", "project", "model", "dataset", "rewards", "config"})
         if unknown:
             raise PosttrainError(f"{path}: {unknown[0]}: unknown key (engine settings go under `config:`)")
         return self.create(
@@ -305,6 +439,7 @@ class Experiments(_Section):
             rewards=spec["rewards"] if isinstance(spec["rewards"], list) else [spec["rewards"]],
             config=spec.get("config") or {},
             description=spec.get("description") or "",
+            project=spec.get("project"),
         )
 
     def list(self) -> list[Experiment]:
@@ -389,9 +524,19 @@ class Runs(_Section):
         return Run.from_api(self.client.post(f"/api/runs/{run_id}/cancel/", {}))
 
     def clone(
-        self, run_id: str, *, seed: int | None = None, tags: builtins.list[str] | None = None, note: str = ""
+        self,
+        run_id: str,
+        *,
+        seed: int | None = None,
+        tags: builtins.list[str] | None = None,
+        note: str = "",
+        project: ProjectRef | None = None,
     ) -> Run:
-        body = {"seed": seed, "tags": tags, "note": note}
+        """A new run with the run's config; into `project` (its experiment and assets copied there) when named,
+        else beside the source (the client's project is not used: a clone stays put unless told)."""
+        body: dict[str, Any] = {"seed": seed, "tags": tags, "note": note}
+        if project is not None:
+            body["project"] = str(project)
         return Run.from_api(self.client.post(f"/api/runs/{run_id}/clone/", body))
 
     def resume(self, run_id: str, checkpoint: int | None = None) -> Run:
@@ -451,6 +596,7 @@ class Runs(_Section):
         items = self.client.pages(
             f"/api/runs/{run_id}/samples/",
             limit=limit,
+            scoped=False,
             step=step,
             min_reward=min_reward,
             max_reward=max_reward,
@@ -510,11 +656,13 @@ class Runs(_Section):
                 pass  # the server restarted or the stream timed out: reconnect from `last`
             _pause_before_reconnect()
 
-    def track(self, project: str, name: str | None = None, **kwargs: Any) -> Any:
-        """An external run (see posttrain_sdk.tracking.init) on this client's server and token."""
+    def track(self, experiment: str, name: str | None = None, **kwargs: Any) -> Any:
+        """An external run in `experiment` (see posttrain_sdk.tracking.init) on this client's server, token and
+        project (`project=` names another)."""
         from posttrain_sdk.tracking import init
 
-        return init(project, name, url=self.client.url, token=self.client.token, **kwargs)
+        kwargs.setdefault("project", self.client.project if self.client.project is not None else "")
+        return init(experiment, name, url=self.client.url, token=self.client.token, **kwargs)
 
 
 def _pause_before_reconnect() -> None:

@@ -4,6 +4,9 @@
 `POSTTRAIN_CONFIG_DIR` moves it), like `huggingface-cli login` and `wandb login`, and remembers the
 last server logged in to as the default. `POSTTRAIN_URL` and `POSTTRAIN_TOKEN` override both (CI,
 notebooks, jobs on a cluster).
+
+`posttrain projects use NAME` stores a default project beside the server's token: lists show only it
+and creates go into it. `POSTTRAIN_PROJECT` (or `--project`, `Client(project=...)`) overrides it.
 """
 
 from __future__ import annotations
@@ -64,8 +67,24 @@ def _write(data: dict) -> None:
 def save_token(url: str, token: str, username: str) -> None:
     data = _read()
     url = normalize_url(url)
-    data["servers"][url] = {"token": token, "username": username}
+    # Logging in again keeps the server's default project.
+    data["servers"][url] = {**data["servers"].get(url, {}), "token": token, "username": username}
     data["default"] = url
+    _write(data)
+
+
+def save_project(url: str, project: str | None) -> None:
+    """The default project of the server (None forgets it)."""
+    data = _read()
+    url = normalize_url(url)
+    if not project and url not in data["servers"]:
+        return
+    entry = dict(data["servers"].get(url) or {})
+    if project:
+        entry["project"] = project
+    else:
+        entry.pop("project", None)
+    data["servers"][url] = entry
     _write(data)
 
 
@@ -74,7 +93,7 @@ def forget_token(url: str) -> bool:
     url = normalize_url(url)
     removed = data["servers"].pop(url, None) is not None
     if data.get("default") == url:
-        data["default"] = next(iter(data["servers"]), None)
+        data["default"] = next((u for u, entry in data["servers"].items() if entry.get("token")), None)
     _write(data)
     return removed
 
@@ -84,6 +103,7 @@ class Credentials:
     url: str
     token: str
     username: str | None = None
+    project: str | None = None  # the server's default project (`posttrain projects use`)
 
 
 def default_url() -> str:
@@ -95,8 +115,18 @@ def resolve(url: str | None = None, token: str | None = None) -> Credentials:
     url = normalize_url(url) if url else default_url()
     token = token or os.environ.get("POSTTRAIN_TOKEN")
     if token:
-        return Credentials(url, token)
+        return Credentials(url, token, project=stored_project(url))
     stored = _read()["servers"].get(url)
     if not stored or not stored.get("token"):
         raise NotLoggedIn(f"not logged in to {url}: run `posttrain login --url {url}` (or set POSTTRAIN_TOKEN)")
-    return Credentials(url, stored["token"], stored.get("username"))
+    return Credentials(url, stored["token"], stored.get("username"), stored.get("project") or None)
+
+
+def stored_project(url: str) -> str | None:
+    """The default project stored for the server; None when there is none, or no readable file (a token given
+    by argument or environment needs no file)."""
+    try:
+        entry = _read()["servers"].get(normalize_url(url))
+    except NotLoggedIn:
+        return None
+    return (entry.get("project") or None) if isinstance(entry, dict) else None

@@ -2,7 +2,7 @@
 
     import posttrain_sdk as posttrain
 
-    run = posttrain.init("gsm8k-grpo", name="qwen-0.5b lr=1e-6", config={"lr": 1e-6})
+    run = posttrain.init("gsm8k-grpo", name="qwen-0.5b lr=1e-6", config={"lr": 1e-6}, project="math")
     for step in range(100):
         run.log({"reward/mean": r, "kl/mean": kl}, step=step)
         run.log_samples([{"prompt": p, "response": c, "reward": s}], step=step)
@@ -14,6 +14,10 @@ retries and resends whatever an outage of the server held back. A heartbeat ever
 tells the server the client is alive; when heartbeats stop (the process was killed) the server
 fails the run as "lost". Events still undelivered when the process ends stay in the folder:
 `posttrain sync <dir>` sends them later.
+
+The first argument of `init` is the experiment that groups the runs (made on first use); `project=` is
+the Posttrain project it is in. Before projects existed that first argument was called `project`: code
+that passed `project="gsm8k-grpo"` by keyword now names a Posttrain project, and is told so.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from types import TracebackType
 from typing import Any
 
 from posttrain_sdk import rollout_files
-from posttrain_sdk.client import Client
-from posttrain_sdk.errors import PosttrainError
+from posttrain_sdk.client import Client, ProjectRef
+from posttrain_sdk.errors import FieldError, NotFound, PosttrainError
 from posttrain_sdk.event_log import EventLog, Heartbeat
 from posttrain_sdk.event_sender import DEFAULT_FLUSH_TIMEOUT_S, EventSender
 
@@ -275,10 +279,11 @@ class TrackedRun:
 
 
 def init(
-    project: str,
+    experiment: str | None = None,
     name: str | None = None,
     config: Mapping[str, Any] | None = None,
     *,
+    project: ProjectRef | None = None,
     engine: str = "python",
     tags: list[str] | None = None,
     note: str = "",
@@ -289,24 +294,34 @@ def init(
     heartbeat_s: float = DEFAULT_HEARTBEAT_S,
     flush_timeout_s: float | None = None,
 ) -> TrackedRun:
-    """Register an external run in `project` (created on first use) and start tracking it.
+    """Register an external run in `experiment` (an experiment without a model, made on first use) and start
+    tracking it.
 
+    `project` is the Posttrain project (a name or id) the experiment is in; default POSTTRAIN_PROJECT, else the
+    server's default from `posttrain projects use`, else the one project you can create in. (It used to be the
+    name of the first argument: `init(project="x")` now fails, asking for the experiment.)
     `config` is stored as the run's config (compare shows the fields that differ between runs);
     `engine` names what trains (trl, openrlhf, verl, ...); `total_steps` draws the progress bar.
     The run finishes as succeeded when the process exits normally, failed on an uncaught exception."""
     global _current
-    client = Client(url, token)
+    if not experiment:
+        raise PosttrainError(
+            "experiment: required: init's first argument names the experiment that groups the runs; "
+            "project= names the Posttrain project it is in"
+        )
+    client = Client(url, token, project=project)
     try:
         body = {
-            "project": project,
+            "experiment": experiment,
             "name": name or "",
             "config": _jsonable(dict(config or {})),
             "engine": engine,
             "tags": tags or [],
             "note": note,
             "total_steps": total_steps,
+            **client.creating_in(None),
         }
-        answer = client.post("/api/runs/external/", body)
+        answer = _register(client, body)
     finally:
         client.close()
     run_dir = Path(dir or os.environ.get("POSTTRAIN_DIR") or DEFAULT_DIR) / answer["run"]["id"]
@@ -326,6 +341,20 @@ def init(
     _current = run
     _finish_at_exit(run)
     return run
+
+
+def _register(client: Client, body: dict[str, Any]) -> dict[str, Any]:
+    """`POST /api/runs/external/`; a project that does not exist gets a word on what `project` means now."""
+    try:
+        return client.post("/api/runs/external/", body)
+    except NotFound as missing:
+        if "project" not in missing.fields:
+            raise
+        hint = (
+            f"{missing.fields['project']} (project= names a Posttrain project; the experiment that groups the runs "
+            "is init's first argument)"
+        )
+        raise NotFound(missing.status, [FieldError("project", hint)], body=missing.body) from None
 
 
 def _write_run_file(run_dir: Path, answer: dict[str, Any], server_url: str) -> None:

@@ -21,7 +21,15 @@ class ApiObject:
 
 
 @dataclass(frozen=True)
-class Run(ApiObject):
+class InProject(ApiObject):
+    """An object that belongs to a project: its id and its name."""
+
+    project: int
+    project_name: str
+
+
+@dataclass(frozen=True)
+class Run(InProject):
     id: str
     name: str
     state: str
@@ -47,7 +55,7 @@ class Run(ApiObject):
 
 
 @dataclass(frozen=True)
-class Experiment(ApiObject):
+class Experiment(InProject):
     id: int
     name: str
     description: str
@@ -58,7 +66,7 @@ class Experiment(ApiObject):
 
 
 @dataclass(frozen=True)
-class Dataset(ApiObject):
+class Dataset(InProject):
     id: int
     name: str
     format: str
@@ -70,7 +78,7 @@ class Dataset(ApiObject):
 
 
 @dataclass(frozen=True)
-class Reward(ApiObject):
+class Reward(InProject):
     id: int
     name: str
     kind: str
@@ -78,7 +86,7 @@ class Reward(ApiObject):
 
 
 @dataclass(frozen=True)
-class Model(ApiObject):
+class Model(InProject):
     id: int
     name: str
     path: str
@@ -102,7 +110,25 @@ class Sample(ApiObject):
 
 
 @dataclass(frozen=True)
-class Campaign(ApiObject):
+class Campaign(InProject):
     id: int
     name: str
     state: str
+
+
+@dataclass(frozen=True)
+class Project(ApiObject):
+    id: int
+    name: str
+    description: str
+    role: str | None  # yours: owner, maintainer, member, viewer (None: you read it as an admin)
+    member_count: int
+    created_by: str | None
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Member(ApiObject):
+    username: str
+    role: str
+    added_at: str

@@ -81,13 +81,13 @@ def test_a_trl_grpo_run_with_the_callback_shows_on_its_run_page(web_server, page
     from posttrain.telemetry.rollouts import rollouts_query
     from posttrain_sdk.integrations.trl import PosttrainCallback
 
-    user = join(user_create("ada", PASSWORD, "researcher"), "maintainer")
+    user = join(user_create("ada", PASSWORD, "researcher"))  # a member of the default project, her only one
     token = token_get_or_create(user).key
     callbacks: list[PosttrainCallback] = []
 
     def callback_for(trainer):
         callbacks.append(
-            PosttrainCallback(trainer, project="addition trl", url=web_server, token=token, dir=tmp_path / "runs")
+            PosttrainCallback(trainer, experiment="addition trl", url=web_server, token=token, dir=tmp_path / "runs")
         )
         return callbacks[0]
 

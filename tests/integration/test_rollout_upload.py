@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.stack import UvicornServer, postgres_url
-from tests.unit.platform.helpers import join
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,9 +66,10 @@ def web(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Web]:
 
 @pytest.fixture
 def token(db) -> str:
-    from posttrain.accounts.services import token_get_or_create, user_create
+    from posttrain.accounts.services import token_get_or_create
+    from tests.unit.platform.helpers import a_researcher
 
-    return token_get_or_create(join(user_create("ada", "a-long-test-passphrase", "researcher"), "maintainer")).key
+    return token_get_or_create(a_researcher("ada")).key  # a member of the default project, her only one
 
 
 def rows(step: int, count: int = 4, chars: int = 20) -> list[dict]:

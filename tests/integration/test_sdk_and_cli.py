@@ -15,11 +15,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.stack import REPO_ROOT, UvicornServer, free_port, platform_stack, postgres_url
-from tests.unit.platform.helpers import join
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,18 +46,18 @@ def web(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Uvicor
 
 @pytest.fixture
 def user():
-    from posttrain.accounts.services import user_create
-    from tests.unit.platform.helpers import grant_server_paths
+    from tests.unit.platform.helpers import a_researcher, grant_server_paths
 
-    # `posttrain models register` names a folder on the server: an admin granted that.
-    return grant_server_paths(join(user_create("ada", PASSWORD, "researcher"), "maintainer"))
+    # A member of the default project, her only one (creates go there); `posttrain models register` names a
+    # folder on the server: an admin granted that.
+    return grant_server_paths(a_researcher("ada"))
 
 
-@pytest.fixture
-def cli(web, tmp_path, user):
-    """Runs `posttrain …` as a user would, with a config folder of its own; returns (code, stdout, stderr)."""
-    env = {**os.environ, "POSTTRAIN_CONFIG_DIR": str(tmp_path / "config"), "COLUMNS": "200"}
-    env.pop("POSTTRAIN_TOKEN", None)
+def terminal_of(web: UvicornServer, home: Path) -> Any:
+    """Runs `posttrain …` as a user would, with the config folder `home/config`; returns (code, stdout, stderr)."""
+    env = {**os.environ, "POSTTRAIN_CONFIG_DIR": str(home / "config"), "COLUMNS": "200"}
+    for name in ("POSTTRAIN_TOKEN", "POSTTRAIN_PROJECT"):
+        env.pop(name, None)
 
     def run(*args: str, stdin: str = "", timeout: float = 120) -> tuple[int, str, str]:
         done = subprocess.run(
@@ -66,13 +66,18 @@ def cli(web, tmp_path, user):
             capture_output=True,
             text=True,
             env=env,
-            cwd=tmp_path,
+            cwd=home,
             timeout=timeout,
         )
         return done.returncode, done.stdout, done.stderr
 
     run.env = env  # type: ignore[attr-defined]
     return run
+
+
+@pytest.fixture
+def cli(web, tmp_path, user):
+    return terminal_of(web, tmp_path)
 
 
 @pytest.fixture
@@ -125,7 +130,8 @@ def test_login_takes_its_server_as_the_readme_and_the_not_logged_in_error_say(we
     code, out, err = posttrain("login", "--url", web.url, "-u", "ada", "--password-stdin", stdin=PASSWORD + "\n")
     assert code == 0 and out.strip() == f"Logged in to {web.url} as ada (researcher)", err
     code, out, err = posttrain("whoami")  # the server logged in to last is the default
-    assert code == 0 and out.strip() == f"ada (researcher) on {web.url}", err
+    assert code == 0 and out.splitlines()[0] == f"ada (researcher) on {web.url}", err
+    assert out.splitlines()[1].startswith("project: none chosen; lists show every project you read")
     code, out, err = posttrain("logout", "--url", web.url)
     assert code == 0 and out.strip() == f"Logged out of {web.url}", err
     code, _, err = posttrain("--url", web.url, "whoami")
@@ -256,7 +262,11 @@ def test_registry_experiments_and_runs_from_the_terminal(logged_in, tmp_path):
     code, out, _ = cli("runs", "show", run["id"])
     assert code == 0 and "grpo" in out and "tiny" in out
     code, out, err = cli("runs", "clone", run["id"], "--seed", "4", "--json")
-    assert code == 0 and json.loads(out)["seed"] == 4, err
+    assert code == 0 and json.loads(out)["seed"] == 4 and json.loads(out)["project_name"] == "default", err
+    code, _, err = cli("projects", "create", "sums-again")
+    assert code == 0, err
+    code, out, err = cli("runs", "clone", run["id"], "--project", "sums-again", "--json")
+    assert code == 0 and json.loads(out)["project_name"] == "sums-again", err  # its experiment copied there
     code, out, _ = cli("runs", "cancel", run["id"])
     assert code == 0 and "cancelled" in out  # still queued (no Ray here): nothing to stop, cancelled at once
     code, _, err = cli("runs", "launch", "999999")
@@ -265,6 +275,94 @@ def test_registry_experiments_and_runs_from_the_terminal(logged_in, tmp_path):
     assert code == 1 and "No Run matches the given query." in err
     code, _, err = cli("runs", "resume", run["id"])
     assert code == 2 and err.strip() == f"error: checkpoint: run {run['id']} has no checkpoint left to resume from"
+
+
+def test_projects_from_the_terminal_share_work_with_their_members_only(logged_in, web, token, tmp_path):
+    import posttrain_sdk as posttrain
+    from tests.unit.platform.helpers import a_researcher, write_model_folder
+
+    ada = logged_in
+    terminals = {}
+    for name in ("grace", "mallory"):  # members of the default project, like ada
+        a_researcher(name)
+        (tmp_path / name).mkdir()
+        terminals[name] = terminal_of(web, tmp_path / name)
+        code, _, err = terminals[name]("login", "-u", name, "--password-stdin", stdin=PASSWORD + "\n")
+        assert code == 0, err
+    grace, mallory = terminals["grace"], terminals["mallory"]
+
+    code, out, err = ada("projects", "create", "vision", "--description", "image captions")
+    assert code == 0 and out.strip().endswith("vision (you are its owner)"), err
+    code, out, err = ada("projects", "add", "vision", "grace", "member")
+    assert code == 0 and out.strip() == "grace is member in vision", err
+    data = tmp_path / "captions.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"describe {i}", "label": "cat"}) + "\n" for i in range(3)))
+    code, out, err = ada("--project", "vision", "datasets", "push", str(data), "--json")
+    assert code == 0 and json.loads(out)["project_name"] == "vision", err
+    code, _, err = ada("datasets", "push", str(data))  # in two projects now: the server asks which
+    assert (
+        code == 1
+        and err.strip() == "error: project: name the project to create in (you can create in: default, vision)"
+    )
+
+    code, out, err = grace("projects", "ls", "--json")
+    assert code == 0 and {(p["name"], p["role"]) for p in json.loads(out)} == {
+        ("default", "member"),
+        ("vision", "member"),
+    }
+    code, out, _ = grace("--project", "vision", "datasets", "ls", "--json")
+    assert [(d["name"], d["project_name"]) for d in json.loads(out)] == [("captions", "vision")]
+    code, out, _ = grace("datasets", "ls")  # every project she reads: the table names each row's
+    header, row = out.splitlines()
+    assert header.split()[:3] == ["id", "name", "project"] and row.split()[1:3] == ["captions", "vision"]
+    code, out, _ = mallory("datasets", "ls", "--json")
+    assert code == 0 and json.loads(out) == []
+    code, _, err = mallory("--project", "vision", "datasets", "ls")
+    assert code == 1 and err.strip() == "error: project: no project named 'vision'"
+    code, _, err = mallory("projects", "members", "vision")
+    assert code == 1 and err.strip() == "error: project: no project named 'vision'"
+
+    code, out, err = grace("projects", "use", "vision")
+    assert code == 0 and out.strip() == f"default project on {web.url}: vision", err
+    stored = json.loads((tmp_path / "grace" / "config" / "credentials.json").read_text())
+    assert stored["servers"][web.url]["project"] == "vision"
+    code, out, _ = grace("whoami")
+    assert out.splitlines() == [f"grace (researcher) on {web.url}", "project: vision"]
+    code, out, err = grace("rewards", "push", "exact", "--builtin", "exact_match", "--json")
+    assert code == 0 and json.loads(out)["project_name"] == "vision", err  # into her default
+    code, out, _ = grace("rewards", "ls")
+    assert out.splitlines()[0].split() == ["id", "name", "kind", "spec"]  # one project: no project column
+    code, out, _ = grace("projects", "use", "--clear")
+    assert (
+        code == 0
+        and "project"
+        not in json.loads((tmp_path / "grace" / "config" / "credentials.json").read_text())["servers"][web.url]
+    )
+
+    code, out, err = ada("datasets", "copy", "captions", "--to", "default", "--json")
+    assert code == 0 and json.loads(out)["project_name"] == "default", err
+    code, out, err = ada("rewards", "copy", "exact", "--to", "default", "--name", "exact-too")
+    assert code == 0 and out.strip().endswith("exact-too in default"), err
+    code, _, err = ada("--project", "vision", "models", "register", "tiny", str(write_model_folder(tmp_path / "m")))
+    assert code == 0, err
+    code, out, err = ada("models", "copy", "tiny", "--to", "default", "--json")
+    assert code == 0 and json.loads(out)["project_name"] == "default", err
+    code, out, err = ada("models", "ls")
+    assert code == 0 and sorted(line.split()[2] for line in out.splitlines()[1:]) == ["default", "vision"], err
+
+    run = posttrain.init("captions trl", project="vision", url=web.url, token=token, dir=tmp_path, heartbeat_s=0)
+    run.log({"reward/mean": 0.5}, step=0)
+    assert run.finish(timeout_s=30)
+    (tracked,) = posttrain.Client(web.url, token, project="vision").runs.list()
+    assert (tracked.id, tracked.project_name, tracked.experiment_name) == (run.id, "vision", "captions trl")
+    assert posttrain.Client(web.url, token, project="default").runs.list() == []
+
+    code, out, _ = ada("projects", "members", "vision", "--json")
+    assert {(m["username"], m["role"]) for m in json.loads(out)} == {("ada", "owner"), ("grace", "member")}
+    code, out, err = ada("projects", "remove", "vision", "grace")
+    assert code == 0 and out.strip() == "grace is no longer in vision", err
+    code, out, _ = grace("datasets", "ls", "--json")
+    assert [d["project_name"] for d in json.loads(out)] == ["default"]  # the copy; vision's is out of her sight
 
 
 def track_script(url: str, token: str, run_dir: Path, body: str) -> str:
@@ -457,7 +555,7 @@ def test_posttrain_track_follows_event_files_and_verl_jsonl_while_they_are_writt
             web.url,
             "track",
             str(logdir),
-            "--project",
+            "--experiment",
             "openrlhf",
             *common,
         ],
@@ -467,7 +565,9 @@ def test_posttrain_track_follows_event_files_and_verl_jsonl_while_they_are_writt
         text=True,
         cwd=tmp_path,
     )
-    code, _, err = logged_in("track", str(verl), "--project", "verl", "--total-steps", "5", *common)
+    code, _, err = logged_in(
+        "--project", "default", "track", str(verl), "--experiment", "verl", "--total-steps", "5", *common
+    )
     writer.join()
     assert code == 0, err
     _, tb_err = tb.communicate(timeout=120)
@@ -479,12 +579,12 @@ def test_posttrain_track_follows_event_files_and_verl_jsonl_while_they_are_writt
         [0.2, 0.4, 0.6, 0.8, 1.0]
     )
     (tb_run,) = client.runs.list(kind="external", search="openrlhf")
-    assert tb_run.engine == "openrlhf"
+    assert tb_run.engine == "openrlhf" and tb_run.experiment_name == "openrlhf" and tb_run.project_name == "default"
     metrics = client.runs.metrics(tb_run.id, ["reward/mean", "policy/loss"])
     assert metrics["reward/mean"]["steps"] == [1, 2, 3, 4, 5] and metrics["policy/loss"]["values"][0] == pytest.approx(
         -0.01
     )
-    code, _, err = logged_in("track", str(tmp_path / "notes.txt"), "--project", "x")
+    code, _, err = logged_in("track", str(tmp_path / "notes.txt"), "--experiment", "x")
     assert code == 2 and "--format" in err
 
 
@@ -528,6 +628,8 @@ def test_the_readmes_python_examples_work_as_pasted(logged_in, web, token, tmp_p
     assert done.returncode == 0, done.stderr
     assert "{'train.lr': 'Input should be greater than 0'}" in done.stdout
 
+    code, _, err = cli("projects", "create", "my-project")  # the project the tracking example names
+    assert code == 0, err
     tracking_example = readme_block("Track a TRL / OpenRLHF / verl run", "python")
     done = subprocess.run(
         [sys.executable, "-c", tracking_example], capture_output=True, text=True, env=env, cwd=tmp_path
@@ -537,4 +639,5 @@ def test_the_readmes_python_examples_work_as_pasted(logged_in, web, token, tmp_p
 
     (run,) = posttrain.Client(web.url, token).runs.list(kind="external", search="baseline")
     assert (run.state, run.last_step, run.total_steps) == ("succeeded", 99, 100)
+    assert (run.experiment_name, run.project_name) == ("gsm8k-grpo", "my-project")
     assert (tmp_path / "posttrain-runs" / run.id / "events.jsonl").exists()

@@ -3,8 +3,11 @@
     from posttrain_sdk.integrations.trl import PosttrainCallback
 
     trainer = GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(..., logging_steps=1), ...)
-    trainer.add_callback(PosttrainCallback(trainer, project="gsm8k-grpo"))
+    trainer.add_callback(PosttrainCallback(trainer, experiment="gsm8k-grpo", project="math"))
     trainer.train()
+
+`experiment` groups the runs (made on first use); `project` is the Posttrain project (default:
+POSTTRAIN_PROJECT, else `posttrain projects use`'s, else the one you can create in).
 
 Each of TRL's log calls becomes one metrics event at `state.global_step`, its names renamed to
 Posttrain's (posttrain_sdk.metric_names.TRL: reward -> reward/mean, kl -> kl/mean, ...), so the run
@@ -32,7 +35,8 @@ class PosttrainCallback(TrainerCallback):
         self,
         trainer: Any = None,
         *,
-        project: str,
+        experiment: str,
+        project: str | int | None = None,
         name: str | None = None,
         config: dict[str, Any] | None = None,
         log_samples: bool = True,
@@ -41,6 +45,7 @@ class PosttrainCallback(TrainerCallback):
         """`trainer` gives the callback TRL's logged completions (without it only metrics go);
         `init_kwargs` go to posttrain_sdk.init (url, token, tags, note, dir, heartbeat_s, ...)."""
         self.trainer = trainer
+        self.experiment = experiment
         self.project = project
         self.name = name
         self.extra_config = config or {}
@@ -60,9 +65,10 @@ class PosttrainCallback(TrainerCallback):
             model = getattr(self.trainer, "model", None)
             config.setdefault("model_name_or_path", getattr(getattr(model, "config", None), "_name_or_path", None))
         self.run = init(
-            self.project,
+            self.experiment,
             self.name or (args.run_name if args.run_name != args.output_dir else None),
             config,
+            project=self.project,
             total_steps=state.max_steps or None,
             **self.init_kwargs,
         )

@@ -54,7 +54,13 @@ def test_health_details_are_for_admins_by_session_or_token_and_no_one_else(admin
 
     settings.RAY_ADDRESS = "ray://head:10001"  # refused at once: no wait on a network that is not there
 
-    assert set(admin.get(reverse("api-health")).json()) == {"status", "checks", "unsandboxed_code_allowed", "warnings"}
+    assert set(admin.get(reverse("api-health")).json()) == {
+        "status",
+        "checks",
+        "unsandboxed_code_allowed",
+        "ray_auth",
+        "warnings",
+    }
     assert "detail" in admin.get(reverse("api-health")).json()["checks"]["database"]
     by_token = APIClient()
     by_token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=make_user('admin', 'ops')).key}")

@@ -15,7 +15,7 @@ from posttrain.review.candidates import PAIR_SAMPLE_SLACK, candidate_batches
 from posttrain.review.models import CampaignState
 from posttrain.review.sampling import Candidate, select, validate_source
 from posttrain.telemetry.selectors import rollouts_query
-from tests.unit.platform.helpers import PASS_FAIL, run_with_samples, sample
+from tests.unit.platform.helpers import PASS_FAIL, a_campaign_owner, default_project, run_with_samples, sample
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch")]
 
@@ -104,6 +104,8 @@ def campaign(runs, annotators, **source):
         questions=PASS_FAIL,
         source={"runs": [str(r.id) for r in runs], "rule": "random", "k": 3, "seed": 5, **source},
         annotators=annotators,
+        project=default_project(),
+        user=a_campaign_owner(),
     )
 
 

@@ -397,6 +397,22 @@ def test_a_bad_resume_point_is_a_400_naming_it(client, finished_run, query, head
     }
 
 
+def test_a_token_client_streams_the_runs_it_reads_and_no_other_projects(finished_run, make_user):
+    from rest_framework.authtoken.models import Token
+
+    from posttrain.projects.models import Project
+    from tests.unit.platform.helpers import join
+
+    run, _ = finished_run
+    reader = make_user("researcher", "reader")  # a member of the run's project (the default one)
+    outsider = join(make_user("researcher", "outsider"), "owner", Project.objects.create(name="elsewhere"))
+    outsider.project_memberships.filter(project__name="default").delete()
+    token = lambda user: f"Token {Token.objects.create(user=user).key}"  # noqa: E731
+    assert get(AsyncClient(), f"/api/runs/{run.pk}/stream/", Authorization=token(reader)).status_code == 200
+    hidden = get(AsyncClient(), f"/api/runs/{run.pk}/stream/", Authorization=token(outsider))
+    assert hidden.status_code == 404
+
+
 def test_the_stream_of_an_unknown_run_is_a_404(client):
     response = get(client, "/api/runs/6f1c1b2e-0000-4000-8000-000000000000/stream/")
     assert response.status_code == 404

@@ -13,6 +13,7 @@ The resume point is the `Last-Event-ID` header (EventSource sends it when it rec
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -47,9 +48,10 @@ def _token_user(key: str):
         return None
 
 
-async def check_access(request: HttpRequest) -> None:
-    """The runs API's refusals: 401 for a token it does not know, 403 when not signed in (session
-    authentication sends no challenge, so DRF never says 401), 403 naming the role otherwise."""
+async def check_access(request: HttpRequest) -> Any:
+    """The user the request is from (by its API token or its session), or the runs API's refusals: 401 for a token
+    it does not know, 403 when not signed in (session authentication sends no challenge, so DRF never says 401), 403
+    naming the role otherwise."""
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "token" and key.strip():
         user = await sync_to_async(_token_user)(key.strip())
@@ -64,6 +66,7 @@ async def check_access(request: HttpRequest) -> None:
         raise PermissionDenied(
             f"Only researchers and admins may use this endpoint; your role is {role or 'none (ask an admin)'}."
         )
+    return user
 
 
 def resume_point(request: HttpRequest) -> int:
@@ -87,9 +90,10 @@ async def run_stream_view(request: HttpRequest, pk: uuid.UUID) -> HttpResponse |
         refusal["Allow"] = "GET"
         return refusal
     try:
-        await check_access(request)
+        # A token client's user is not request.user (no DRF here): the check names who the request is from.
+        user = await check_access(request)
         after = resume_point(request)
-        if not await sync_to_async(_readable_run_exists)(request.user, pk):
+        if not await sync_to_async(_readable_run_exists)(user, pk):
             raise NotFound("No Run matches the given query.")
     except ServiceError as exc:
         return error_response(exc)
