@@ -191,13 +191,6 @@ def send_request(
         sock.close()
 
 
-def repeated(piece: bytes, total: int) -> Iterator[bytes]:
-    """`total` bytes as copies of `piece` (the last one cut)."""
-    while total > 0:
-        yield piece[:total]
-        total -= len(piece)
-
-
 def endless() -> Iterator[bytes]:
     piece = b"x" * PIECE
     while True:
@@ -231,11 +224,41 @@ def log_event(run_id: str, seq: int, message: str) -> dict[str, Any]:
     return {"run": run_id, "seq": seq, "type": "log", "step": 0, "time": 1.0, "data": data}
 
 
-def parquet_shaped(size: int) -> Iterator[bytes]:
-    """`size` bytes that begin and end as a Parquet file does (the upload checks only that)."""
-    yield b"PAR1"
-    yield from repeated(b"\0" * PIECE, size - 8)
-    yield b"PAR1"
+def rollout_file_under(size: int) -> bytes:
+    """A real rollout file (the upload parses it: footer, schema, bounds) of at most `size` bytes and not much less:
+    rows whose responses are random text at most MAX_TEXT_BYTES long (zstd cannot shrink it much), as many as fit."""
+    import base64
+    import os as system
+
+    from posttrain_sdk import rollout_files as rf
+
+    text_bytes = min(rf.MAX_TEXT_BYTES, max(1024, size // 8))
+
+    def encoded(rows: int) -> bytes:
+        records = [
+            {
+                "index": i,
+                "group": i,
+                "prompt": "p",
+                "response": base64.b64encode(system.urandom(text_bytes * 3 // 4)).decode()[:text_bytes],
+                "label": "l",
+                "reward": 0.0,
+                "components": {},
+                "advantage": 0.0,
+                "length": 1,
+                "finish_reason": "length",
+                "kept": True,
+            }
+            for i in range(rows)
+        ]
+        return rf.encode(rf.rows_table(records, 1))
+
+    rows = max(1, size // text_bytes)
+    body = encoded(rows)
+    while len(body) > size and rows > 1:  # the file's own bytes (footer, other columns) pushed it over
+        rows = max(1, min(rows - 1, rows * size // len(body)))
+        body = encoded(rows)
+    return body
 
 
 def dataset_multipart(file_size: int) -> tuple[str, int, Iterator[bytes]]:
@@ -317,7 +340,7 @@ def routes(caps: dict[str, int], api_token: str, run: dict[str, Any]) -> list[Ro
             "PUT",
             f"/api/runs/{run['id']}/rollouts/step_00000001.parquet/upload",
             {**engine, "Content-Type": "application/vnd.apache.parquet"},
-            lambda: (caps["rollout_upload"], parquet_shaped(caps["rollout_upload"]), {}),
+            lambda: whole(rollout_file_under(caps["rollout_upload"])),
             run_token=True,
         ),
         Route("dataset_upload", "POST", "/api/datasets/", user, dataset),
