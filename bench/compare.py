@@ -152,10 +152,13 @@ def django_setup(pg: Postgres, workdir: Path) -> dict[str, str]:
 
 def create_runs(n_runs: int) -> tuple[Any, str, list[str]]:
     from posttrain.accounts.services import token_get_or_create, user_create
+    from posttrain.projects.models import Membership, default_project_id
     from posttrain.registry.models import Dataset, ModelAsset
     from posttrain.runs.models import Experiment, Run, RunState
 
     user = user_create("bench-researcher", secrets.token_urlsafe(16), "researcher")
+    # A member of the default project, where the runs below are made.
+    Membership.objects.create(project_id=default_project_id(), user=user, role="member")
     model = ModelAsset.objects.create(name="bench-compare", path="/nonexistent")
     data = Dataset.objects.create(
         name="bench-compare", sha256="0" * 64, format="jsonl", path="/nonexistent", size_bytes=0, row_count=0

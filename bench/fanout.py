@@ -92,7 +92,9 @@ def main() -> int:
         api.headers["Authorization"] = f"Token {token}"
         runs = []
         for i in range(args.runs):
-            answer = api.post(f"{base}/api/runs/external/", json={"project": "fanout", "name": f"live {i}"}, timeout=60)
+            answer = api.post(
+                f"{base}/api/runs/external/", json={"experiment": "fanout", "name": f"live {i}"}, timeout=60
+            )
             answer.raise_for_status()
             body = answer.json()
             runs.append(

@@ -114,10 +114,12 @@ def pg_admin(pg_url: str, sql: str) -> None:
 _CREATE_RUN = """
 import json, uuid
 from posttrain.accounts.services import user_create
+from posttrain.projects.models import Membership, default_project_id
 from posttrain.registry.models import Dataset, ModelAsset
 from posttrain.runs.models import Experiment, Run, RunState
 from posttrain.telemetry.tokens import ingest_token, token_hash
-user_create(%(username)r, %(password)r, "researcher")
+user = user_create(%(username)r, %(password)r, "researcher")
+Membership.objects.create(project_id=default_project_id(), user=user, role="member")  # where the run below is
 model = ModelAsset.objects.create(name="bench-latency", path="/nonexistent")
 data = Dataset.objects.create(name="bench-latency", sha256="0" * 64, format="jsonl", path="/nonexistent",
                               size_bytes=0, row_count=0)

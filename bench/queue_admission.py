@@ -154,6 +154,7 @@ def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> Non
     manage(base_env, "migrate", "--noinput", "-v0")
     manage(base_env, "ensure_admin")
     token = line_value(manage(base_env, "create_user", "queue-bench", "--role", "researcher", "--token"), "API token: ")
+    manage(base_env, "project_member", "default", "queue-bench", "member")  # the demo's objects are there
     api = Api(f"http://127.0.0.1:{base_env['POSTTRAIN_PORT']}", token)
     overrides = [f"train.steps={args.steps}", "logging.eval_every=0"]
     report["overrides"] = overrides

@@ -191,6 +191,13 @@ def send_request(
         sock.close()
 
 
+def repeated(piece: bytes, total: int) -> Iterator[bytes]:
+    """`total` bytes as copies of `piece` (the last one cut): a body far over a cap (tests/security too)."""
+    while total > 0:
+        yield piece[:total]
+        total -= len(piece)
+
+
 def endless() -> Iterator[bytes]:
     piece = b"x" * PIECE
     while True:

@@ -296,7 +296,11 @@ def main() -> int:
         from posttrain_sdk import rollout_files as rf
 
         dispatch.run_task = lambda *args: None  # no worker: the search index is not what is measured
+        from posttrain.projects.models import Membership, Project, default_project_id
+
         researcher = user_create("bench-researcher", PASSWORD, "researcher")
+        # A maintainer of the default project, where the runs below are made (campaigns over them too).
+        Membership.objects.create(project_id=default_project_id(), user=researcher, role="maintainer")
         user_create("bench-annotator", PASSWORD, "annotator")
         token = "Token " + Token.objects.create(user=researcher).key
         bounds, attack, large = a_run("bounds"), a_run("attack"), a_run("large")
@@ -329,6 +333,8 @@ def main() -> int:
             kind="single",
             questions=[{"key": "ok", "kind": "pass_fail", "label": "OK?"}],
             source={"runs": [str(large.id)], "rule": "lowest_reward", "k": args.k, "seed": 1},
+            project=Project.objects.get(pk=default_project_id()),
+            user=researcher,
         )
         worker = built_on_a_worker(queued.pk)
         document = {

@@ -411,6 +411,7 @@ def measure(args: argparse.Namespace, home: Path, report: dict[str, Any]) -> Non
     manage(env, "migrate", "--noinput", "-v0")
     manage(env, "ensure_admin")
     token = line_value(manage(env, "create_user", "stack-bench", "--role", "researcher", "--token"), "API token: ")
+    manage(env, "project_member", "default", "stack-bench", "maintainer")  # it cancels the demo run it measured
     overrides = [f"backends.rollout={args.rollout}"]
 
     sampler = Sampler(home / "pids", args.interval_s)

@@ -452,7 +452,7 @@ function renderSample() {
     components.length ? el("table", { class: "data compact" },
       el("tbody", {}, components.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { class: "num" }, formatNumber(v)))))) : null,
     el("h3", {}, "Prompt"), visibleText(s.prompt, showSpecial), cutNote(s, "prompt", (s.prompt || "").length, "characters"),
-    (s.turns || []).length ? [trajectory(s, showSpecial), cutNote(s, "turns", s.turns.length, "turns")]
+    (s.turns || []).length ? [...trajectory(s, showSpecial), cutNote(s, "turns", s.turns.length, "turns")]
       : [el("h3", {}, "Response"), visibleText(s.response, showSpecial), cutNote(s, "response", (s.response || "").length, "characters")],
     s.label !== null && s.label !== undefined ? [el("h3", {}, "Label"), visibleText(s.label, showSpecial), cutNote(s, "label", s.label.length, "characters")] : null,
     (s.errors || []).length ? [el("h3", {}, "Reward errors"), el("pre", { class: "code error" }, s.errors.join("\n")), cutNote(s, "errors", s.errors.length, "errors")] : null,
