@@ -1,6 +1,7 @@
 """A GGUF upload streamed straight into the models store's staging folder (one folder per import, named by its
-id), hashed on the way: a model of many GiB is written once, not spooled to a temporary file and copied. The
-request's body is bounded in front of Django (posttrain.core.request_bounds, `gguf_upload`); past
+id), hashed on the way: Django's default handler would write a file of many GiB to a temporary file, which the
+service would then copy and read again (the ASGI handler's own spool of the request body comes before either).
+The request's body is bounded in front of Django (posttrain.core.request_bounds, `gguf_upload`); past
 GGUF_IMPORT_MAX_BYTES nothing more is written and the upload is refused by the service.
 
 A staged upload nobody claims (the request failed before its import was recorded) is removed when Django closes

@@ -115,7 +115,7 @@ class ModelAssetViewSet(_RegistryViewSet):
         drf_request = super().initialize_request(request, *args, **kwargs)
         if self.action == "import_gguf":
             # Before anything reads the body (the CSRF check reads the form): the file goes straight into its
-            # staging folder, hashed on the way, never spooled to a temporary file first.
+            # staging folder, hashed on the way, instead of into a temporary file to be copied from.
             request.upload_handlers = [GGUFUploadHandler(request)]
         return drf_request
 
