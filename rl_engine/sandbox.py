@@ -8,7 +8,10 @@ in new user, PID, network, IPC and UTS namespaces with a root filesystem of our 
 - read-only: `/usr` (with the `/bin`, `/lib*` links of a merged-/usr system), `/etc/ld.so.cache` and the
   time zone, the Python runtime (`sys.base_prefix`, `sys.prefix` and every site-packages folder, symlinks
   resolved, so a venv outside the repository works and `import torch` does too), and the files the caller
-  hands in (the user's file, copied in through a file descriptor);
+  hands in (the user's file, copied in through a file descriptor), or binds in whole (`Sandbox.add_bind`: a
+  model file too large to copy);
+- writable, besides /tmp: only a folder the caller binds writable (`add_bind`: where a conversion writes
+  the model it makes) and the engine's sockets;
 - nothing else: no POSTTRAIN_HOME, storage, run folders, home directory or repository, no other
   process (`/proc` shows the sandbox's own), no network but its own loopback.
 
@@ -59,8 +62,8 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -247,6 +250,7 @@ class Sandbox:
     files: dict[str, Path]  # path inside -> host file, copied in read-only
     sockets: dict[str, Path]  # path inside -> host Unix socket
     cwd: str = "/tmp"  # the command's working folder inside (read-only unless /tmp)
+    binds: dict[str, tuple[Path, bool]] = field(default_factory=dict)  # path inside -> (host path, writable)
 
     @classmethod
     def create(cls, limits: Limits) -> Sandbox:
@@ -260,6 +264,17 @@ class Sandbox:
             return str(host)
         inside = str(host) if same_path else f"{inside_dir}/{host.name}"
         self.files[inside] = host
+        return inside
+
+    def add_bind(self, host_path: str | os.PathLike, inside: str, writable: bool = False) -> str:
+        """Makes a host file or folder visible to the command at `inside` as it is, not copied (a file too large to
+        copy in, a folder the command writes its output to), read-only unless `writable`; returns the path the
+        command must use. The command's user must be allowed to read it (and to write a writable folder): run as
+        root, the command is `nobody` (SANDBOX_UID)."""
+        host = Path(host_path).resolve()
+        if not self.sandboxed:
+            return str(host)
+        self.binds[inside] = (host, writable)
         return inside
 
     def add_socket(self, host_path: str | os.PathLike, name: str) -> str:
@@ -300,7 +315,9 @@ class Sandbox:
         bwrap = _bwrap()
         if bwrap is None:
             raise SandboxUnavailable(f"bubblewrap is not installed; {_INSTALL_HINT}")
-        return _popen(bwrap, command, self.limits, environment, self.files, self.sockets, tuple(pass_fds), self.cwd)
+        return _popen(
+            bwrap, command, self.limits, environment, self.files, self.sockets, tuple(pass_fds), self.cwd, self.binds
+        )
 
 
 # The first program of every sandbox, run by the platform's own Python outside it: joins the sandbox's cgroups
@@ -475,6 +492,7 @@ def _popen(
     sockets: Mapping[str, Path],
     pass_fds: tuple[int, ...],
     cwd: str = "/tmp",
+    binds: Mapping[str, tuple[Path, bool]] | None = None,
 ) -> SandboxProcess:
     as_root = os.geteuid() == 0
     opened: list[int] = []
@@ -484,7 +502,7 @@ def _popen(
             bwrap,
             *_namespace_args(as_root),
             *_seccomp_args(opened),
-            *_filesystem_args(limits, files, sockets, opened, cwd),
+            *_filesystem_args(limits, files, sockets, opened, cwd, binds or {}),
         ]
         inner = ["/usr/bin/prlimit", *limits.prlimit_args(with_processes=True), "--", *command]
         if not as_root:
@@ -524,7 +542,12 @@ def _namespace_args(as_root: bool) -> list[str]:
 
 
 def _filesystem_args(
-    limits: Limits, files: Mapping[str, Path], sockets: Mapping[str, Path], opened: list[int], cwd: str
+    limits: Limits,
+    files: Mapping[str, Path],
+    sockets: Mapping[str, Path],
+    opened: list[int],
+    cwd: str,
+    binds: Mapping[str, tuple[Path, bool]],
 ) -> list[str]:
     plan = _MountPlan()
     # The sandbox's own /proc, /dev, /tmp and /dev/shm first: a bind below /tmp (the runtime of a project
@@ -557,6 +580,8 @@ def _filesystem_args(
         plan.data(inside, fd)
     for inside, host in sockets.items():
         plan.bind(str(host), inside, writable=True)
+    for inside, (host, writable) in binds.items():
+        plan.bind(str(host), inside, writable=writable)
     if cwd != "/tmp":
         plan.folder(cwd)
     # The root (and every folder made above) read-only: only /tmp and /dev/shm, which have a size, take writes.
@@ -821,6 +846,90 @@ class OutputRelay:
 
     def join(self, timeout_s: float | None) -> None:  # None: until the code's output ends
         self._thread.join(timeout_s)
+
+
+# --- a command that reports on a pipe ---------------------------------------------------------
+
+
+class ReportTooLarge(ValueError):
+    """A command wrote more than the caller reads of its report."""
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What a reporting command left: its report, its exit code, whether it lingered after closing the pipe
+    (then killed), and the last lines it printed (for a reason it failed)."""
+
+    data: bytes
+    returncode: int | None
+    lingered: bool
+    tail: str
+
+
+def run_reporting(
+    box: Sandbox,
+    command: Callable[[int], Sequence[str]],
+    *,
+    timeout_s: float,
+    max_bytes: int,
+    label: str,
+    env: Mapping[str, str] | None = None,
+    exit_grace_s: float = 15.0,
+) -> Reported:
+    """Runs `command(fd)` in the sandbox, `fd` the write end of a pipe for its report, and reads the report
+    until the command closes its end: TimeoutError once `timeout_s` pass, ReportTooLarge past `max_bytes`;
+    either way the sandbox is killed. A command still running `exit_grace_s` after closing the pipe is killed
+    too (its report is whole). What it prints is relayed to our stderr (OutputRelay)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = box.popen(command(write_fd), env=env, pass_fds=(write_fd,))
+    except BaseException:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    os.close(write_fd)
+    relay = OutputRelay(proc.stdout, label=label)
+    lingered = False
+    try:
+        data = read_pipe(read_fd, time.monotonic() + timeout_s, max_bytes)
+        try:
+            proc.wait(timeout=exit_grace_s)
+        except subprocess.TimeoutExpired:
+            lingered = True
+    finally:
+        os.close(read_fd)
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+    relay.join(1.0)
+    return Reported(data, proc.returncode, lingered, relay.tail().strip())
+
+
+def read_pipe(fd: int, deadline: float, max_bytes: int) -> bytes:
+    """Everything written to the pipe `fd` until every writer has closed it: TimeoutError once `deadline`
+    (time.monotonic()) passes, ReportTooLarge past `max_bytes`."""
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    size = 0
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the command did not finish in time")
+        if not poller.poll(max(1, int(left * 1000))):
+            continue
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > max_bytes:
+            raise ReportTooLarge(f"the command wrote over {max_bytes} bytes")
+        chunks.append(chunk)
 
 
 # --- the gate a run passes before it starts ---------------------------------------------------

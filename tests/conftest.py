@@ -15,6 +15,8 @@ from tests.support.stack import REPO_ROOT, RayHead, make_ray_token_file, redis_u
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A GGUF import's vLLM check takes a minute: off in every stack the tests start (unit tests set it themselves).
+os.environ.setdefault("POSTTRAIN_GGUF_CHECK_VLLM", "0")
 
 # Every Ray cluster of the session runs with token authentication, as the platform's own does, on one token of the
 # session's: the heads and nodes the tests start (tests/support/stack.py, ray_node_env), the local clusters the

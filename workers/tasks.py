@@ -140,10 +140,24 @@ def alert_deliver(self, delivery_id: str) -> str:
 
 @app.task(name="workers.reward_trials_expire", expires=60)
 def reward_trials_expire() -> int:
-    """Periodic: fail the trials and probes a killed or absent user-code worker left unfinished."""
+    """Periodic: fail the trials, probes and model imports a killed or absent user-code worker left unfinished."""
     from posttrain.registry import services
 
-    return services.reward_trials_expire() + services.reward_probes_expire()
+    return services.reward_trials_expire() + services.reward_probes_expire() + services.model_imports_expire()
+
+
+@app.task(
+    name="workers.model_import_run",
+    # On the user_code queue (settings.CELERY_TASK_ROUTES): the conversion's own deadline, plus the time to copy a
+    # server file in and move the result into place; the soft limit fails the import, the hard one kills the child.
+    soft_time_limit=settings.GGUF_IMPORT_TIMEOUT_S + settings.GGUF_IMPORT_COPY_S,
+    time_limit=settings.GGUF_IMPORT_TIMEOUT_S + settings.GGUF_IMPORT_COPY_S + 30,
+)
+def model_import_run(import_id: str) -> None:
+    """A GGUF converted into a registry model, in the engine's sandbox on this worker."""
+    from posttrain.registry import services
+
+    services.model_import_run(import_id)
 
 
 @app.task(

@@ -284,6 +284,25 @@ USER_CODE_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_TIME_LIMIT_S"
 # dataset; each sandboxed call under its own deadline) have a limit of their own, sized for hundreds of items.
 USER_CODE_LONG_SOFT_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_LONG_SOFT_TIME_LIMIT_S", "1800"))
 USER_CODE_LONG_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_LONG_TIME_LIMIT_S", "1830"))
+# GGUF imports (docs/SECURITY.md, "GGUF imports"): a GGUF file uploaded (at most GGUF_IMPORT_MAX_BYTES) or named on
+# the server becomes a model folder of the models store, converted on the user-code worker in the engine's sandbox
+# under a memory cap (the sandbox's cgroup and each process's address space) and a deadline; the worker's task gets
+# the deadline plus GGUF_IMPORT_COPY_S for copying a server file in and moving the result into place.
+GGUF_IMPORT_MAX_BYTES = int(os.environ.get("POSTTRAIN_GGUF_MAX_BYTES", str(8 << 30)))
+GGUF_IMPORT_MEMORY_MB = int(os.environ.get("POSTTRAIN_GGUF_MEMORY_MB", "16384"))
+GGUF_IMPORT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_GGUF_TIMEOUT_S", "3600"))
+GGUF_IMPORT_COPY_S = float(os.environ.get("POSTTRAIN_GGUF_COPY_S", "600"))
+GGUF_IMPORT_CPUS = float(os.environ.get("POSTTRAIN_GGUF_CPUS", "2"))
+# The dtype of the converted weights: `auto` is the worker machine's training dtype (bfloat16 where it computes in
+# it natively: a CUDA GPU that does, or a CPU with AVX512-BF16/AMX-BF16; float32 elsewhere).
+GGUF_IMPORT_DTYPE = os.environ.get("POSTTRAIN_GGUF_DTYPE", "auto").strip().lower()
+if GGUF_IMPORT_DTYPE not in ("auto", "float32", "bfloat16", "float16"):
+    raise ValueError(f"POSTTRAIN_GGUF_DTYPE must be auto, float32, bfloat16 or float16, got {GGUF_IMPORT_DTYPE!r}")
+# After converting, the model answers a prompt with transformers; with vLLM too where this is on and vLLM is
+# installed (about a minute more; the tests turn it off).
+GGUF_IMPORT_CHECK_VLLM = _env_flag("POSTTRAIN_GGUF_CHECK_VLLM", True)
+# An import no user-code worker took within this long is failed (beat).
+GGUF_IMPORT_QUEUE_S = float(os.environ.get("POSTTRAIN_GGUF_QUEUE_S", str(24 * 3600)))
 # Routed by name: the web process sends tasks by name too.
 CELERY_TASK_ROUTES = {
     name: {"queue": USER_CODE_QUEUE}
@@ -293,6 +312,7 @@ CELERY_TASK_ROUTES = {
         "workers.review_judge_run",
         "workers.environment_generate",
         "workers.environment_trial_run",
+        "workers.model_import_run",
     )
 }
 # Largest event batch the ingestion endpoint reads (a step's samples can be several MB).
@@ -308,6 +328,7 @@ REQUEST_BODY_MAX_BYTES = {
     "events": INGEST_MAX_BODY_BYTES,  # POST /api/runs/<id>/events, the run's token
     "rollout_upload": ROLLOUT_UPLOAD_MAX_BYTES,  # PUT /api/runs/<id>/rollouts/<name>/upload, the run's token
     "dataset_upload": DATASET_MAX_BYTES + _MiB,  # POST /api/datasets/: the file plus the multipart form around it
+    "gguf_upload": GGUF_IMPORT_MAX_BYTES + _MiB,  # POST /api/models/import-gguf/: the GGUF and its form
     # /api/rewards/… and /api/environments/…: a python reward's source inline (a server file may be 1 MiB; JSON
     # escapes it), a "Try it" of 32 samples, an environment's 32 moves of up to 20,000 characters each.
     "user_code": int(os.environ.get("POSTTRAIN_USER_CODE_BODY_MAX_BYTES", str(4 * _MiB))),

@@ -17,18 +17,13 @@ itself is read-only there, with the rest of site-packages). The engine never imp
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import select
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl_engine.rewards.packages import ADAPTERS, REASONING_GYM, VERIFIERS
-from rl_engine.sandbox import Limits, OutputRelay, Sandbox
+from rl_engine.sandbox import Limits, ReportTooLarge, Sandbox, run_reporting
 
 if TYPE_CHECKING:
     from rl_engine.config import EnvironmentConfig
@@ -43,7 +38,6 @@ PACKAGE_ENVIRONMENTS: dict[str, tuple[Path, str]] = {
 }
 GENERATE_TIMEOUT_S = 300.0
 GENERATE_MAX_BYTES = 256 << 20
-READ_CHUNK = 1 << 16
 EXIT_GRACE_S = 15.0
 
 
@@ -144,67 +138,32 @@ def generate_rows(
     for extra in files or ():
         box.add_file(extra)
     inside = box.add_file(adapter)
-    read_fd, write_fd = os.pipe()
     try:
-        proc = box.popen(
-            [sys.executable, "-I", inside, "generate", json.dumps(spec), str(write_fd)], pass_fds=(write_fd,)
-        )
-    except BaseException:
-        os.close(read_fd)
-        os.close(write_fd)
-        raise
-    os.close(write_fd)
-    relay = OutputRelay(proc.stdout, label=adapter.name)
-    lingered = False
-    try:
-        data = _read_all(read_fd, time.monotonic() + timeout_s, max_bytes)
         # The rows are whole once the adapter closed its end; a package slow to shut down is not waited for long.
-        try:
-            proc.wait(timeout=EXIT_GRACE_S)
-        except subprocess.TimeoutExpired:
-            lingered = True
-    finally:
-        os.close(read_fd)
-        if proc.poll() is None:
-            proc.kill()
-        with contextlib.suppress(Exception):
-            proc.wait(timeout=5)
-    relay.join(1.0)
+        done = run_reporting(
+            box,
+            lambda fd: [sys.executable, "-I", inside, "generate", json.dumps(spec), str(fd)],
+            timeout_s=timeout_s,
+            max_bytes=max_bytes,
+            label=adapter.name,
+            exit_grace_s=EXIT_GRACE_S,
+        )
+    except TimeoutError:
+        raise GenerationError("generation did not finish in time") from None
+    except ReportTooLarge:
+        raise GenerationError(f"the generated dataset is over {max_bytes >> 20} MiB") from None
+    data, lingered = done.data, done.lingered
     rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
     if len(rows) == 1 and "error" in rows[0]:
         raise GenerationError(f"{adapter.stem}: {rows[0]['error']}")
     counted = len(rows) == spec["size"] if exact else 1 <= len(rows) <= spec["size"]
-    if not counted or (proc.returncode != 0 and not lingered):
-        tail = relay.tail().strip()
+    if not counted or (done.returncode != 0 and not lingered):
+        tail = done.tail
         raise GenerationError(
-            f"generation failed (exit code {proc.returncode}, {len(rows)} of {spec['size']} rows)"
+            f"generation failed (exit code {done.returncode}, {len(rows)} of {spec['size']} rows)"
             + (f": {tail}" if tail else "")
         )
     return rows
-
-
-def _read_all(fd: int, deadline: float, max_bytes: int) -> bytes:
-    os.set_blocking(fd, False)
-    chunks: list[bytes] = []
-    size = 0
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise GenerationError("generation did not finish in time")
-        if not poller.poll(max(1, int(left * 1000))):
-            continue
-        try:
-            chunk = os.read(fd, READ_CHUNK)
-        except BlockingIOError:
-            continue
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > max_bytes:
-            raise GenerationError(f"the generated dataset is over {max_bytes >> 20} MiB")
-        chunks.append(chunk)
 
 
 def play_episode(cfg: EnvironmentConfig, row: dict[str, Any], moves: list[str]) -> dict[str, Any]:

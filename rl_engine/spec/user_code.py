@@ -1,7 +1,7 @@
 """Researchers' code and what reaches out of the host, contained: the sandbox (`sandbox.require`, its
 status and kernel limits), the outbound policy for HTTP, and what the platform's workers run inside that
 containment: reward components (a "Try it", a judge), dataset rows, reward probes, installed
-environments (dataset generation and one episode)."""
+environments (dataset generation and one episode), and GGUF models converted into model folders."""
 
 from rl_engine import sandbox
 from rl_engine.data import DataError, read_rows
@@ -12,6 +12,9 @@ from rl_engine.environments.installed import (
     generate_tasks,
     play_episode,
 )
+from rl_engine.models.gguf import PREAMBLE_BYTES as GGUF_PREAMBLE_BYTES
+from rl_engine.models.gguf import GGUFError, check_preamble, training_dtype
+from rl_engine.models.sandboxed import ConvertOptions, convert_gguf
 from rl_engine.outbound import ALLOW_ENV, DENY_ENV, OutboundFailed, OutboundPolicy, OutboundRefused, post
 from rl_engine.reward_probes import build_cases, hackability_report
 from rl_engine.rewards import CompositeReward, RewardBatch, build_component, check_reward_file
@@ -27,8 +30,11 @@ __all__ = [
     "ALLOW_UNSANDBOXED_ENV",
     "BUILTIN_ENVIRONMENTS",
     "DENY_ENV",
+    "GGUF_PREAMBLE_BYTES",
     "CompositeReward",
+    "ConvertOptions",
     "DataError",
+    "GGUFError",
     "GenerationError",
     "OutboundFailed",
     "OutboundPolicy",
@@ -37,7 +43,9 @@ __all__ = [
     "SandboxUnavailable",
     "build_cases",
     "build_component",
+    "check_preamble",
     "check_reward_file",
+    "convert_gguf",
     "generate_dataset",
     "generate_games",
     "generate_tasks",
@@ -46,4 +54,5 @@ __all__ = [
     "post",
     "read_rows",
     "sandbox",
+    "training_dtype",
 ]

@@ -1,10 +1,12 @@
 """Every hostile program of tests/hostile_programs.py through a python reward's "Try it" on the real stack
 (uvicorn, a Celery worker, Postgres, Redis): the code runs on the worker in the sandbox, never in the
-web server's process tree; each is contained, and the web server and the worker keep running."""
+web server's process tree; each is contained, and the web server and the worker keep running. A GGUF
+import, untrusted input converted in the same sandbox on the same worker, goes that way too."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,3 +132,22 @@ def test_a_builtin_try_is_scored_by_a_child_of_the_user_code_worker(stack, sessi
         timeout=120,
     ).json()
     assert (body["scores"], body["errors"]) == ([0.0, 1.0], [[], []]), body
+
+
+def test_an_uploaded_gguf_is_converted_on_the_user_code_worker_and_becomes_a_model(stack, session, tmp_path):
+    from tests.support.gguf_files import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny-qwen2.gguf", "qwen2")
+    with gguf.open("rb") as handle:  # through the web server's body bound and its upload handler
+        answer = session.post(f"{stack.web.url}/api/models/import-gguf/", files={"file": handle}, timeout=120)
+    assert answer.status_code == 202, answer.text
+    record = answer.json()
+    deadline = time.monotonic() + 300
+    while record["state"] in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(1)
+        record = session.get(f"{stack.web.url}{record['url']}", timeout=30).json()
+    assert record["state"] == "done", record["error"]
+    assert record["model"]["architecture"] == "Qwen2ForCausalLM" and record["model"]["source"] == "gguf"
+    assert record["model"]["provenance"]["check"]["tokens"] == 8
+    assert "workers.model_import_run[" in stack.user_code_log.read_text()
+    assert "workers.model_import_run[" not in stack.worker_log.read_text()

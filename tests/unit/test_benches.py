@@ -602,3 +602,14 @@ def test_user_patterns_smoke():
     has(doc, "re2.usual.search_ms", "re2.worst.full_match_ms", "re2.worst_ms_per_text", "child_start_ms")
     has(doc, "python_re.growth_per_char", "python_re.extrapolated_31_chars_s")
     assert doc["re2"]["worst"]["instructions"] <= doc["bounds"]["max_program_size"]
+
+
+@pytest.mark.slow
+def test_gguf_import_smoke(tmp_path):
+    from tests.support.gguf_files import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny-llama.gguf")
+    doc = run_bench("gguf_import", "--gguf", str(gguf), "--cpus", "1", "--memory-mb", "4096", timeout_s=600)
+    has(doc, "header_ms", "file.quantization", "sandboxed.seconds", "sandboxed.convert_seconds", "sandboxed.check.text")
+    has(doc, "unsandboxed.peak_rss_mb", "limits.memory_mb")
+    assert doc["unsandboxed"]["ok"] is True and doc["sandboxed"]["check"]["tokens"] == 8

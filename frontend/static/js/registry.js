@@ -1,10 +1,11 @@
 // The registry page: lists of models, datasets and rewards, with a form for each (dataset upload,
-// model folder registration, reward creation with its spec fields generated from the engine's
-// schema) and a preview of a dataset's first rows.
+// GGUF import and model folder registration, reward creation with its spec fields generated from the
+// engine's schema) and a preview of a dataset's first rows.
 
 import { $, api, el, formatNumber } from "./api.js";
 import { formatBytes, formatParameters, formatWhen, listAll, rewardSummary } from "./assets.js";
 import { clearFieldErrors, errorsOf, placeFieldErrors, showErrorSummary } from "./form_errors.js";
+import { followImport, ggufSource } from "./model_imports.js";
 import { followProbe, probeReport } from "./reward_probes.js";
 import { SchemaForm } from "./schema_form.js";
 
@@ -61,15 +62,20 @@ function freshClass(kind, id) {
   return state.fresh.has(`${kind}:${id}`) ? "fresh" : undefined;
 }
 
+function modelSource(model) {
+  if (model.source === "checkpoint" && model.source_run) {
+    return el("a", { href: `/runs/${model.source_run}/` }, `run checkpoint, step ${model.source_step}`);
+  }
+  return model.source === "gguf" ? ggufSource(model.provenance) : "folder";
+}
+
 function renderModels() {
   const rows = state.models.map((model) => el(
     "tr", { "data-id": model.id, class: freshClass("model", model.id) },
     el("td", {}, el("strong", {}, model.name), model.description ? el("div", { class: "muted" }, model.description) : null),
     el("td", {}, model.architecture || "—"),
     el("td", { class: "num" }, formatParameters(model.parameter_count)),
-    el("td", {}, model.source === "checkpoint" && model.source_run
-      ? el("a", { href: `/runs/${model.source_run}/` }, `run checkpoint, step ${model.source_step}`)
-      : "folder"),
+    el("td", {}, modelSource(model)),
     el("td", { class: "path" }, model.path),
     el("td", {}, formatWhen(model.created_at)),
   ));
@@ -220,6 +226,27 @@ async function registerModel(event) {
   });
 }
 
+// The upload answers at once with the import (202); the worker converts it, and the page follows it there.
+async function importGguf(event) {
+  event.preventDefault();
+  const form = event.target;
+  await submitting(form, async () => {
+    const data = new FormData();
+    const file = $("gguf-file").files[0];
+    if (file) data.append("file", file);
+    data.append("name", $("gguf-name").value.trim());
+    data.append("description", $("gguf-description").value);
+    setFormStatus(form, file ? `Uploading ${file.name}…` : "Sending…");
+    const record = await api("/api/models/import-gguf/", { method: "POST", body: data });
+    form.reset();
+    followImport(record, $("gguf-import"), (model) => {
+      state.models = putFirst(state.models, model, "model");
+      renderModels();
+    }).catch((error) => setFormStatus(form, `Lost track of the import: ${error.message}`));
+    return "";
+  });
+}
+
 function rewardType() {
   const kind = $("reward-kind").value;
   return kind === "builtin" ? $("reward-type").value : kind;
@@ -268,6 +295,7 @@ async function init() {
   $("reward-type").replaceChildren(...BUILTIN_TYPES.map((type) => el("option", { value: type }, type)));
   $("dataset-form").addEventListener("submit", uploadDataset);
   $("model-form").addEventListener("submit", registerModel);
+  $("gguf-form").addEventListener("submit", importGguf);
   $("reward-form").addEventListener("submit", createReward);
   $("reward-kind").addEventListener("change", renderSpecForm);
   $("reward-type").addEventListener("change", renderSpecForm);

@@ -101,6 +101,7 @@ ROUTES: tuple[BodyRoute, ...] = (
     # Any name, a decoded slash included: the run's token holder hears the view's (or the router's) answer about it.
     _route({"PUT"}, rf"/api/runs/(?P<run>{_UUID})/rollouts/.+/upload", "rollout_upload", RUN_TOKEN, "a rollout file"),
     _route({"POST"}, "/api/datasets/", "dataset_upload", USER, "a dataset upload (the file and its form)"),
+    _route({"POST"}, "/api/models/import-gguf/", "gguf_upload", USER, "a GGUF model upload (the file and its form)"),
     _route(None, "/api/(?:rewards|environments)/.*", "user_code", USER, "a reward's or environment's request"),
     _route({"POST"}, "/api/auth/token/|/login/|/admin/login/|/logout/", "login", NONE, "a login request"),
     _route(None, "/api/.*", "api_json", USER, "an API request's body"),

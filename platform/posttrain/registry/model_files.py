@@ -68,7 +68,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
         raise ModelFolderError(f"no config.json in {folder}")
     try:
         # NaN/Infinity kept as text: the config is stored as JSON, and Postgres refuses them.
-        config = _json_safe(json.loads(config_file.read_text(encoding="utf-8"), parse_constant=str))
+        config = json_safe(json.loads(config_file.read_text(encoding="utf-8"), parse_constant=str))
     except UnicodeDecodeError:
         raise ModelFolderError(f"config.json in {folder} is not UTF-8 text") from None
     except json.JSONDecodeError as exc:  # its message names a line and column, never the text
@@ -78,14 +78,14 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
-def _json_safe(value: Any) -> Any:
-    """Postgres jsonb also refuses NUL characters in strings."""
+def json_safe(value: Any) -> Any:
+    """`value` as Postgres stores it in jsonb, which refuses NUL characters in strings (replaced here)."""
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
     if isinstance(value, dict):
-        return {_json_safe(k): _json_safe(v) for k, v in value.items()}
+        return {json_safe(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 

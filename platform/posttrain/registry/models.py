@@ -11,11 +11,13 @@ from posttrain.projects.models import default_project_id
 
 
 class ModelAsset(models.Model):
-    """A policy model: a local Hugging Face folder, or a checkpoint of an earlier run (lineage kept)."""
+    """A policy model: a local Hugging Face folder, a checkpoint of an earlier run (lineage kept), or a GGUF file
+    converted into a folder of the models store (`provenance` says from what)."""
 
     class Source(models.TextChoices):
         FOLDER = "folder", "Local folder"
         CHECKPOINT = "checkpoint", "Run checkpoint"
+        GGUF = "gguf", "GGUF import"
 
     project = models.ForeignKey(
         "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
@@ -29,6 +31,12 @@ class ModelAsset(models.Model):
     hf_config = models.JSONField(default=dict, blank=True)
     source_run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     source_step = models.IntegerField(null=True, blank=True)
+    provenance = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Where an imported model came from: the GGUF's name, sha256, architecture, quantization, the "
+        "dtype it was converted to, the check's answers.",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -41,6 +49,40 @@ class ModelAsset(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ModelImport(models.Model):
+    """A GGUF file becoming a model: converted on the user-code worker in the engine's sandbox (queued -> running ->
+    done, with the model, | failed, with why), never in the web process. An upload waits in the models store's
+    staging folder named by the import's id; a server file is copied there by the worker."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=200, help_text="The model's name once imported.")
+    description = models.TextField(blank=True)
+    source_name = models.CharField(max_length=300, help_text="The file's name, as uploaded or on the server.")
+    source_path = models.CharField(max_length=1000, blank=True, help_text="The server file (empty: an upload).")
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    error = models.TextField(blank=True)
+    model = models.ForeignKey(ModelAsset, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"import {self.id} of {self.source_name} ({self.state})"
 
 
 class Dataset(models.Model):

@@ -12,6 +12,7 @@ from posttrain.registry.models import (
     Environment,
     EnvironmentTrial,
     ModelAsset,
+    ModelImport,
     RewardFunction,
     RewardProbe,
     RewardTrial,
@@ -20,6 +21,10 @@ from posttrain.registry.models import (
 
 def model_list() -> QuerySet[ModelAsset]:
     return ModelAsset.objects.select_related("created_by", "project")
+
+
+def model_imports() -> QuerySet[ModelImport]:
+    return ModelImport.objects.select_related("created_by", "project", "model__created_by", "model__project")
 
 
 def dataset_list() -> QuerySet[Dataset]:

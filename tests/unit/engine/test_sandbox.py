@@ -99,6 +99,36 @@ def test_a_runtime_folder_holding_the_platforms_state_is_refused(monkeypatch):
 
 
 @needs_sandbox
+def test_a_bound_file_is_read_in_place_and_only_a_folder_bound_writable_takes_writes(tmp_path):
+    big = tmp_path / "model.gguf"
+    big.write_bytes(b"GGUF" + b"\x00" * 100)
+    big.chmod(0o666)  # its mode allows writes: the read-only bind is what refuses them
+    out = tmp_path / "out"
+    out.mkdir()
+    if os.geteuid() == 0:
+        os.chown(out, sandbox.SANDBOX_UID, sandbox.SANDBOX_UID)  # the command is nobody
+    box = sandbox.Sandbox.create(sandbox.Limits())
+    source = box.add_bind(big, "/input/model.gguf")
+    target = box.add_bind(out, "/output", writable=True)
+    code = f"""
+        import errno
+        print(len(open({source!r}, "rb").read()))
+        open({target!r} + "/made", "w").write("ok")
+        for path in ({source!r}, {str(tmp_path)!r} + "/elsewhere"):
+            try:
+                open(path, "a").write("x")
+            except OSError as exc:
+                print(errno.errorcode[exc.errno])
+        """
+    proc = box.popen([sys.executable, "-I", "-c", textwrap.dedent(code)])
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert output.decode().split() == ["104", "EROFS", "ENOENT"]
+    assert (out / "made").read_text() == "ok" and big.stat().st_size == 104
+    assert not (tmp_path / "elsewhere").exists()
+
+
+@needs_sandbox
 def test_a_command_killed_by_a_signal_reports_the_signal():
     code, _ = run_inside("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     assert sandbox.died_by_signal(code, sandboxed=True) == 11

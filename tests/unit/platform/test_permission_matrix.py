@@ -105,6 +105,13 @@ def a_model(cell: Cell) -> dict[str, Any]:
     return {"pk": a_model_row(**_owned(cell)).pk}
 
 
+def a_model_import(cell: Cell) -> dict[str, Any]:
+    from posttrain.registry.models import ModelImport
+
+    record = ModelImport.objects.create(name="imported", source_name="model.gguf", state="failed", **_owned(cell))
+    return {"import_id": record.pk}
+
+
 def a_dataset(cell: Cell) -> dict[str, Any]:
     return {"pk": a_dataset_row(**_owned(cell)).pk}
 
@@ -271,6 +278,8 @@ MATRIX: dict[str, Access] = {
     "PATCH /api/models/{pk}/": Access(RESEARCH, WRITE, a_model),
     "DELETE /api/models/{pk}/": Access(RESEARCH, WRITE, a_model),
     "POST /api/models/{pk}/copy/": Access(RESEARCH, USE, a_model),
+    "POST /api/models/import-gguf/": Access(RESEARCH, NEW),
+    "GET /api/models/imports/{import_id}/": Access(RESEARCH, READ, a_model_import),
     "GET /api/datasets/": Access(RESEARCH, LIST, listed=a_dataset),
     "POST /api/datasets/": Access(RESEARCH, NEW),
     "GET /api/datasets/{pk}/": Access(RESEARCH, READ, a_dataset),

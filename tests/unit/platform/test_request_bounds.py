@@ -328,3 +328,4 @@ def test_every_route_of_the_table_has_a_cap_in_the_settings(settings):
     assert {route.cap for route in request_bounds.ROUTES} == set(settings.REQUEST_BODY_MAX_BYTES)
     assert settings.REQUEST_BODY_MAX_BYTES["events"] == settings.INGEST_MAX_BODY_BYTES
     assert settings.REQUEST_BODY_MAX_BYTES["dataset_upload"] > settings.DATASET_MAX_BYTES
+    assert settings.REQUEST_BODY_MAX_BYTES["gguf_upload"] > settings.GGUF_IMPORT_MAX_BYTES

@@ -11,6 +11,7 @@ from posttrain.registry.models import (
     Environment,
     EnvironmentTrial,
     ModelAsset,
+    ModelImport,
     RewardFunction,
     RewardProbe,
     RewardTrial,
@@ -38,10 +39,64 @@ class ModelAssetSerializer(serializers.ModelSerializer):
             "hf_config",
             "source_run",
             "source_step",
+            "provenance",
             "created_by",
             "created_at",
         ]
         read_only_fields = fields
+
+
+class ModelImportSerializer(serializers.ModelSerializer):
+    project_name = project_name_field()
+    model = ModelAssetSerializer(read_only=True, allow_null=True, help_text="The model, once done.")
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True, default=None)
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ModelImport
+        fields = [
+            "id",
+            "url",
+            "project",
+            "project_name",
+            "name",
+            "description",
+            "source_name",
+            "size_bytes",
+            "sha256",
+            "state",
+            "error",
+            "model",
+            "created_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    def get_url(self, record: ModelImport) -> str:
+        return f"/api/models/imports/{record.id}/"
+
+
+class _ModelImportInputSerializer(serializers.Serializer):
+    project = project_input_field()
+    name = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default="", help_text="Defaults to the file name."
+    )
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class ModelImportUploadSerializer(_ModelImportInputSerializer):
+    file = serializers.FileField(
+        help_text="A GGUF file (llama.cpp's format) of an architecture transformers dequantizes: Llama, Qwen2, "
+        "Mistral, Gemma, Phi-3, ..."
+    )
+
+
+class ModelImportPathSerializer(_ModelImportInputSerializer):
+    path = serializers.CharField(
+        max_length=1000, help_text="A GGUF file on the server (inside an import root); the worker copies it."
+    )
 
 
 class ModelRegisterSerializer(serializers.Serializer):

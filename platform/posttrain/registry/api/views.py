@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
@@ -23,12 +24,14 @@ from posttrain.projects.permissions import (
     ProjectAccess,
     ProjectScopedMixin,
     copy_target,
+    object_for,
     require_same_project,
     target_project,
 )
 from posttrain.registry import selectors, services
 from posttrain.registry.api import serializers as s
 from posttrain.registry.filters import DatasetFilter, ModelAssetFilter, RewardFunctionFilter
+from posttrain.registry.gguf_uploads import GGUFUploadHandler
 from posttrain.registry.models import Dataset, Environment, EnvironmentTrial, RewardTrial
 
 
@@ -45,6 +48,16 @@ _WORKER_UNAVAILABLE = OpenApiResponse(
     description="No worker ran the user code in time, or the worker has no sandbox for it (the message says what "
     "to install).",
 )
+
+
+def _is_upload(request: Request) -> bool:
+    """Whether a create that takes a file names it by upload (multipart `file`) or by server path (`path`);
+    without either, an upload whose file is missing (the error names `file`)."""
+    if not hasattr(request.data, "keys"):
+        raise serializers.ValidationError({"non_field_errors": ["the body must be a JSON object or a form"]})
+    if "file" in request.FILES and "path" in request.data:
+        raise serializers.ValidationError({"path": ["give either an uploaded file or a server-side path, not both"]})
+    return "file" in request.FILES or "path" not in request.data
 
 
 def _trial_response(trial: RewardTrial) -> Response:
@@ -98,6 +111,14 @@ class ModelAssetViewSet(_RegistryViewSet):
     def base_queryset(self):
         return selectors.model_list()
 
+    def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Request:
+        drf_request = super().initialize_request(request, *args, **kwargs)
+        if self.action == "import_gguf":
+            # Before anything reads the body (the CSRF check reads the form): the file goes straight into its
+            # staging folder, hashed on the way, instead of into a temporary file to be copied from.
+            request.upload_handlers = [GGUFUploadHandler(request)]
+        return drf_request
+
     @extend_schema(
         summary="Register a local Hugging Face model folder",
         description="Reads the architecture and the parameter count (from the safetensors headers) from the folder.",
@@ -139,6 +160,74 @@ class ModelAssetViewSet(_RegistryViewSet):
     @action(detail=True, methods=["post"])
     def copy(self, request: Request, pk: str | None = None) -> Response:
         return self._copy(request, services.model_copy)
+
+    @extend_schema(
+        summary="Import a GGUF model",
+        description=(
+            "Multipart with `file` uploads a GGUF (at most GGUF_IMPORT_MAX_BYTES); JSON with `path` names one on "
+            "the server (a user an admin granted server paths). A file that does not start as a GGUF of version 2 "
+            "or 3 is refused at once; the rest is the user-code worker's, in the engine's sandbox: the header read "
+            "with bounded reads (truncated files, unsupported tensor types and architectures refused, each named), "
+            "the weights dequantized into safetensors in the host's training dtype with the config, tokenizer, "
+            "chat template and generation config, the result loaded and asked one prompt, then moved into the "
+            "models store and registered with its provenance. Answers 202 with the import; follow it at its `url` "
+            "until `state` is done (its `model`) or failed (its `error`)."
+        ),
+        request={
+            "multipart/form-data": s.ModelImportUploadSerializer,
+            "application/json": s.ModelImportPathSerializer,
+        },
+        responses={202: s.ModelImportSerializer, **_ERRORS},
+        examples=[
+            OpenApiExample(
+                "Not a GGUF",
+                value={
+                    "errors": [
+                        {
+                            "loc": "file",
+                            "msg": "not a GGUF file: it starts with 50 4b 03 04, not the magic bytes 47 47 55 46 "
+                            "('GGUF')",
+                        }
+                    ]
+                },
+                response_only=True,
+                status_codes=["400"],
+            )
+        ],
+        tags=["models"],
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="import-gguf",
+        url_name="import-gguf",
+        parser_classes=[MultiPartParser, JSONParser],
+    )
+    def import_gguf(self, request: Request) -> Response:
+        uploaded = _is_upload(request)
+        project = target_project(request)
+        if uploaded:
+            data = _valid(s.ModelImportUploadSerializer, request)
+            record = services.model_import_upload(
+                data["name"], data["file"], project=project, description=data["description"], user=request.user
+            )
+        else:
+            data = _valid(s.ModelImportPathSerializer, request)
+            record = services.model_import_path(
+                data["name"], data["path"], project=project, description=data["description"], user=request.user
+            )
+        return Response(s.ModelImportSerializer(record).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        summary="A GGUF import",
+        description="Poll until `state` is done (then `model`) or failed (then `error`).",
+        responses={200: s.ModelImportSerializer},
+        tags=["models"],
+    )
+    @action(detail=False, methods=["get"], url_path=r"imports/(?P<import_id>[0-9a-fA-F-]{36})", url_name="import")
+    def import_(self, request: Request, import_id: str | None = None) -> Response:
+        record = object_for(request, selectors.model_imports(), Access.READ, pk=import_id)
+        return Response(s.ModelImportSerializer(record).data)
 
 
 # --- datasets ---------------------------------------------------------------------------------
@@ -202,14 +291,9 @@ class DatasetViewSet(_RegistryViewSet):
         tags=["datasets"],
     )
     def create(self, request: Request) -> Response:
-        if not hasattr(request.data, "keys"):
-            raise serializers.ValidationError({"non_field_errors": ["the body must be a JSON object or a form"]})
-        if "file" in request.FILES and "path" in request.data:
-            raise serializers.ValidationError(
-                {"path": ["give either an uploaded file or a server-side path, not both"]}
-            )
+        uploaded = _is_upload(request)
         project = target_project(request)
-        if "file" in request.FILES or "path" not in request.data:
+        if uploaded:
             data = _valid(s.DatasetUploadSerializer, request)
             dataset, created = services.dataset_upload(
                 data["name"],

@@ -1,7 +1,7 @@
 """Writes of the registry, one module per asset: `model_assets.py`, `datasets.py`, `rewards.py`, and
-`reward_try.py` (trying a reward out and checking new code, on a worker), `reward_probes.py` (probing a
-reward with adversarial answers, on a worker), `environments.py` (installed environments: generated on a
-worker, tried, mixed); `common.py` holds what they
+`model_imports.py` (GGUF files converted into models, on a worker), `reward_try.py` (trying a reward out and
+checking new code, on a worker), `reward_probes.py` (probing a reward with adversarial answers, on a worker),
+`environments.py` (installed environments: generated on a worker, tried, mixed); `common.py` holds what they
 share (names, deletes, storage).
 
 Every problem with the input raises Django's ValidationError keyed by the input field
@@ -33,6 +33,12 @@ from posttrain.registry.services.model_assets import (
     model_register_checkpoint,
     model_update,
 )
+from posttrain.registry.services.model_imports import (
+    model_import_path,
+    model_import_run,
+    model_import_upload,
+    model_imports_expire,
+)
 from posttrain.registry.services.reward_probes import reward_probe_run, reward_probe_start, reward_probes_expire
 from posttrain.registry.services.reward_try import (
     MAX_TRY_SAMPLES,
@@ -62,6 +68,10 @@ __all__ = [
     "environments_mix",
     "model_copy",
     "model_delete",
+    "model_import_path",
+    "model_import_run",
+    "model_import_upload",
+    "model_imports_expire",
     "model_register",
     "model_register_checkpoint",
     "model_update",

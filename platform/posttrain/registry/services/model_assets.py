@@ -1,4 +1,5 @@
-"""Models: a Hugging Face folder on the server, or a run's checkpoint copied into the storage root."""
+"""Models: a Hugging Face folder on the server, a run's checkpoint copied into the storage root, or a folder the
+platform converted from a GGUF (model_imports.py) moved into it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.contrib.auth.models import AnonymousUser, User
 
 from posttrain.core.server_paths import resolve_run_checkpoint, resolve_user_path
 from posttrain.projects.models import Project
-from posttrain.registry.model_files import ModelFolderError, ModelFolderInfo, inspect_model_folder
+from posttrain.registry.model_files import ModelFolderError, ModelFolderInfo, inspect_model_folder, json_safe
 from posttrain.registry.models import ModelAsset
 from posttrain.registry.reward_specs import component_name
 from posttrain.registry.services.common import (
@@ -109,13 +110,46 @@ def model_register_checkpoint(
         raise
 
 
-def _copy_checkpoint(source: Path, name: str) -> Path:
+def model_register_converted(
+    folder: Path,
+    name: str,
+    *,
+    project: Project,
+    description: str = "",
+    user: User | AnonymousUser | None = None,
+    provenance: dict[str, Any],
+) -> ModelAsset:
+    """A model folder the platform made (a GGUF converted in the sandbox) moved into `<storage>/models/<name>/` (a
+    rename: it was made on that file system, so it appears whole) and registered with its provenance; nothing of
+    it stays in the store when this fails."""
+    name = clean_name(name)
+    check_unique_name(ModelAsset, name, "model", project)
+    target = _store_folder(name)
+    folder.rename(target)
+    try:
+        info = _inspect_model(target, "file")
+        return _create_model(
+            name, description, ModelAsset.Source.GGUF, info, user, project, provenance=json_safe(provenance)
+        )
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _store_folder(name: str) -> Path:
+    """A folder of the models store for a model named `name`, not taken."""
     root = storage_path("models")
     root.mkdir(parents=True, exist_ok=True)
     slug = component_name(name, "model")
     target = root / slug
     if target.exists():  # a name used before (the model was deleted, or renamed since)
         target = root / f"{slug}-{uuid.uuid4().hex[:8]}"
+    return target
+
+
+def _copy_checkpoint(source: Path, name: str) -> Path:
+    root = storage_path("models")
+    target = _store_folder(name)
     partial = root / f".{target.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     try:
@@ -141,9 +175,9 @@ def model_update(model: ModelAsset, *, name: str | None = None, description: str
 
 
 def model_delete(model: ModelAsset) -> None:
-    """Delete the registry entry; a checkpoint copy we made is removed too once no copy of the entry in another
-    project uses it, a user's folder never."""
-    own_copy = model.source == ModelAsset.Source.CHECKPOINT and same_folder(
+    """Delete the registry entry; a folder we made (a checkpoint's copy, a converted GGUF) is removed too once no
+    copy of the entry in another project uses it, a user's folder never."""
+    own_copy = model.source in (ModelAsset.Source.CHECKPOINT, ModelAsset.Source.GGUF) and same_folder(
         Path(model.path).parent, storage_path("models")
     )
     delete_unless_in_use(model, "model")
@@ -171,5 +205,6 @@ def model_copy(
         hf_config=model.hf_config,
         source_run=model.source_run,
         source_step=model.source_step,
+        provenance=model.provenance,
         created_by=user_or_none(user),
     )
