@@ -857,6 +857,33 @@ def models_register(ctx, name: str, path: str, description: str, as_json: bool) 
         )
 
 
+@models.command("import-gguf")
+@click.argument("name")
+@click.argument("file")
+@click.option("--description", default="")
+@click.option(
+    "--server-path", is_flag=True, help="FILE is a path on the server (needs an admin's grant), not uploaded."
+)
+@click.option("--no-wait", is_flag=True, help="Print the import and return; do not wait for the conversion.")
+@json_option
+@click.pass_context
+@reports_errors
+def models_import_gguf(ctx, name: str, file: str, description: str, server_path: bool, no_wait: bool, as_json: bool):
+    """Import a GGUF model file as NAME: the server converts it into a model folder (on its worker, sandboxed)."""
+    if not server_path and not Path(file).is_file():
+        _fail(f"file: no such file {file}", EXIT_USAGE)
+    record = _client(ctx).models.import_gguf(
+        file, name=name, description=description, server_path=server_path, wait=not no_wait
+    )
+    if as_json:
+        _emit_json(record)
+    elif record["state"] == "done":
+        model = record["model"]
+        out.print(f"model {model['id']} {model['name']}: imported from {record['source_name']}", markup=False)
+    else:
+        out.print(f"import {record['id']} {record['state']}: follow it at {record['url']}", markup=False)
+
+
 @models.command("ls")
 @json_option
 @click.pass_context

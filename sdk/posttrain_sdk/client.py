@@ -61,6 +61,7 @@ DEFAULT_TIMEOUT_S = 60.0
 PAGE_SIZE = 200
 AMBIGUOUS_SHOWN = 10  # runs an ambiguous id prefix names
 RECONNECT_DELAY_S = 1.0  # what EventSource waits (the stream's `retry:`)
+IMPORT_POLL_S = 2.0  # how often a GGUF import is asked whether it ended
 DATASET_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 PROJECT_ENV = "POSTTRAIN_PROJECT"
 ProjectRef = str | int  # a project's name or id
@@ -309,6 +310,39 @@ class Models(_Registry[Model]):
         """Register a Hugging Face model folder that the server can read (its path on the server)."""
         body = {"name": name, "path": str(path), "description": description, **self.client.creating_in(project)}
         return Model.from_api(self.client.post("/api/models/", body))
+
+    def import_gguf(
+        self,
+        file: str | Path,
+        *,
+        name: str = "",
+        description: str = "",
+        project: ProjectRef | None = None,
+        server_path: bool = False,
+        wait: bool = True,
+        poll_s: float = IMPORT_POLL_S,
+    ) -> dict[str, Any]:
+        """Import a GGUF file (uploaded, or `server_path`: a file the server reads, with an admin's grant): the server
+        converts it into an ordinary model folder on its user-code worker, in the sandbox. Returns the import
+        (`state`, `error`, `model`), once it ended when `wait`; a failed import raises APIError naming why."""
+        fields = {"name": name, "description": description, **self.client.creating_in(project)}
+        if server_path:
+            record = self.client.post("/api/models/import-gguf/", {**fields, "path": str(file)})
+        else:
+            local = Path(file)
+            if not local.is_file():
+                raise PosttrainError(f"file: no such file {local}")
+            with local.open("rb") as f:
+                response = self.client.request(
+                    "POST", "/api/models/import-gguf/", data=fields, files={"file": (local.name, f)}
+                )
+            record = response.json()
+        while wait and record["state"] not in ("done", "failed"):
+            time.sleep(poll_s)
+            record = self.client.get(record["url"])
+        if record["state"] == "failed":
+            raise APIError(422, [FieldError("file", record.get("error") or "the import failed")], body=record)
+        return record
 
 
 class Datasets(_Registry[Dataset]):
