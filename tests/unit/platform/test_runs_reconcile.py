@@ -245,6 +245,7 @@ def test_celery_beat_fails_stale_reward_trials_every_30_seconds_on_the_runs_work
         "workers.review_judge_run": {"queue": "user_code"},
         "workers.environment_generate": {"queue": "user_code"},
         "workers.environment_trial_run": {"queue": "user_code"},
+        "workers.model_import_run": {"queue": "user_code"},  # a GGUF is untrusted input
     }
 
 
