@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rl_engine.config import RunConfig
-from rl_engine.devices import DTYPES, Precision, weight_transfer
+from rl_engine.devices import DTYPES, Precision, policy_dtype, weight_transfer
 from rl_engine.interfaces import ExecutorRole, RolloutRole
 from rl_engine.rewards import CompositeReward, build_reward
 from rl_engine.rollout import TransformersRollout
@@ -72,7 +72,7 @@ def load_policy(
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=dtype or DTYPES[cfg.model.dtype], trust_remote_code=cfg.model.trust_remote_code
+        str(path), dtype=dtype or DTYPES[policy_dtype(cfg)], trust_remote_code=cfg.model.trust_remote_code
     )
     if cfg.model.gradient_checkpointing:
         # Non-reentrant: gradients reach LoRA adapters behind a frozen embedding without extra hooks.
@@ -180,7 +180,7 @@ def rollout_backend(
         weights_from or cfg.model.path,
         tokenizer,
         tokenizer_path=cfg.model.tokenizer_path or cfg.model.path,
-        dtype=cfg.model.dtype,
+        dtype=policy_dtype(cfg),
         seed=cfg.seed,
         max_model_len=min(longest, positions),
         kv_cache_gb=cfg.backends.vllm_kv_cache_gb,

@@ -8,9 +8,12 @@ own process. The hybrid engine is the driver itself: the platform asks Ray for i
 run (`rl_engine.distributed.placement.driver_gpus`). A role that is to run on CUDA in a process that sees
 none is refused naming `placement.device`, before anything loads.
 
-Precision: with bf16 (or fp16) on CUDA the torch trainer keeps fp32 master weights, which AdamW steps,
-and computes in the run's dtype under `torch.autocast` (the `Precision` below). DeepSpeed keeps its own
-fp32 masters around bf16 weights. On the CPU the trained weights are in the run's dtype, as before.
+Dtype: `model.dtype: auto` (the default) becomes bf16 where the policy's device computes in it natively, else
+float32 (`with_host_dtype`, once, in the driver, before anything loads).
+
+Precision: with bf16 the torch trainer keeps fp32 master weights, which AdamW steps, and computes in bf16
+under `torch.autocast` (the `Precision` below), on CUDA and on the CPU. DeepSpeed keeps its own fp32 masters
+around bf16 weights. fp16 stays pure fp16.
 
 Peak FLOP/s for MFU: the config's `placement.device_peak_tflops`, else the device's dense datasheet rate
 for the compute dtype (`DATASHEET_TFLOPS`), else none (no MFU is logged).
@@ -26,6 +29,7 @@ from typing import Any
 import torch
 
 from rl_engine.config import ConfigError, RunConfig
+from rl_engine.host_dtype import AUTO, host_dtype
 
 GiB = 2**30
 # The run's `model.dtype` as a torch dtype (the trainer, the LoRA base and the loaders all read it here).
@@ -67,6 +71,23 @@ def resolve_device(cfg: RunConfig, gpus: float, role: str = "engine") -> torch.d
             + "); use device: cpu, or run where a GPU is visible"
         )
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def policy_dtype(cfg: RunConfig) -> str:
+    """The policy's dtype: the one the config names, or for `auto` the host's for where the policy runs
+    (rl_engine/host_dtype.py: bf16 on CUDA devices that have it and on CPUs with native bf16, else float32)."""
+    if cfg.model.dtype != AUTO:
+        return cfg.model.dtype
+    pl = cfg.placement
+    return host_dtype(on_cuda=pl.device == "cuda" or (pl.device == "auto" and pl.gpus_per_trainer > 0))
+
+
+def with_host_dtype(cfg: RunConfig) -> RunConfig:
+    """The config with `model.dtype: auto` made concrete (`policy_dtype`), so the run folder's config.yaml and
+    the Ray actors it is sent to read what the driver chose."""
+    if cfg.model.dtype != AUTO:
+        return cfg
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"dtype": policy_dtype(cfg)})})
 
 
 def weight_transfer(cfg: RunConfig, rollout_device: torch.device) -> str:
@@ -116,11 +137,12 @@ class Precision:
 
 
 def precision_for(cfg: RunConfig, device: torch.device) -> Precision:
-    """fp32 masters with bf16 compute for the torch trainer on CUDA (what HF Trainer's `bf16=True` and
-    FSDP's mixed precision do); the run's dtype as is everywhere else (DeepSpeed keeps its own masters;
-    fp16 would need a loss scaler, so it stays pure fp16)."""
-    dtype = getattr(torch, cfg.model.dtype)
-    if device.type == "cuda" and dtype == torch.bfloat16 and cfg.backends.training == "torch":
+    """fp32 masters with bf16 compute for the torch trainer, on CUDA and on a CPU alike (what HF Trainer's
+    `bf16=True` and FSDP's mixed precision do: an AdamW step of lr 1e-6 on bf16 weights rounds away); the run's
+    dtype as is everywhere else (DeepSpeed keeps its own masters; fp16 would need a loss scaler, so it stays pure
+    fp16)."""
+    dtype = DTYPES[policy_dtype(cfg)]
+    if dtype == torch.bfloat16 and cfg.backends.training == "torch":
         return Precision(device, torch.float32, dtype)
     return Precision(device, dtype, dtype)
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from rl_engine.config import ConfigError, RunConfig
-from rl_engine.devices import DTYPES
+from rl_engine.devices import DTYPES, policy_dtype
 
 ADAPTER_DIR = "adapter"
 _ADAPTER = "default"
@@ -54,7 +54,7 @@ def load_quantized_base(path: str | Path, cfg: RunConfig) -> nn.Module:
     from peft import prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    dtype = DTYPES[cfg.model.dtype]
+    dtype = DTYPES[policy_dtype(cfg)]
     quantization = BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
     )

@@ -17,6 +17,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # A GGUF import's vLLM check takes a minute: off in every stack the tests start (unit tests set it themselves).
 os.environ.setdefault("POSTTRAIN_GGUF_CHECK_VLLM", "0")
+# `model.dtype: auto` is float32 for the whole suite (and every engine it starts): the machines of this kind differ
+# in bf16 support, and the suite's numbers must not (rl_engine/host_dtype.py; tests/unit/engine/test_devices.py
+# checks auto itself).
+os.environ.setdefault("POSTTRAIN_AUTO_DTYPE", "float32")
 
 # Every Ray cluster of the session runs with token authentication, as the platform's own does, on one token of the
 # session's: the heads and nodes the tests start (tests/support/stack.py, ray_node_env), the local clusters the

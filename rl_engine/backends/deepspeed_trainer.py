@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from rl_engine.config import RunConfig
+from rl_engine.devices import policy_dtype
 from rl_engine.trainer import TorchTrainer, ValueModel, refuse_rank_states
 
 SETUP_COMMAND = "python -m rl_engine.backends.deepspeed_trainer build-ops"
@@ -205,7 +206,7 @@ def deepspeed_config(cfg: RunConfig, hidden_size: int | None = None) -> dict[str
         # Without a wrapper DeepSpeed would clip without reporting the norm: the trainer clips then.
         "gradient_clipping": (train.grad_clip or 0.0) if _wraps_optimizer(cfg) else 0.0,
         "zero_optimization": zero,
-        "bf16": {"enabled": cfg.model.dtype == "bfloat16"},
+        "bf16": {"enabled": policy_dtype(cfg) == "bfloat16"},
         # A torch AdamW: nothing to compile, and the same update as TorchTrainer's.
         "zero_allow_untested_optimizer": True,
         "zero_force_ds_cpu_optimizer": False,
@@ -215,7 +216,7 @@ def deepspeed_config(cfg: RunConfig, hidden_size: int | None = None) -> dict[str
 def _wraps_optimizer(cfg: RunConfig) -> bool:
     """Whether DeepSpeed wraps the optimizer (ZeRO, or bf16 with fp32 master weights); at stage 0 in
     fp32 it steps the client optimizer on the module's own gradients."""
-    return cfg.backends.zero_stage > 0 or cfg.model.dtype != "float32"
+    return cfg.backends.zero_stage > 0 or policy_dtype(cfg) != "float32"
 
 
 @contextmanager
@@ -344,7 +345,7 @@ class DeepSpeedTrainer(TorchTrainer):
     # --- state -----------------------------------------------------------------------------------
 
     def _format(self) -> str:
-        return f"deepspeed zero_stage={self.stage} dtype={self.cfg.model.dtype}"
+        return f"deepspeed zero_stage={self.stage} dtype={policy_dtype(self.cfg)}"
 
     def state_dict(self) -> dict[str, Any]:
         # A wrapper's state holds the fp32 master weights besides AdamW's moments: a resumed bf16 run

@@ -24,6 +24,7 @@ from rl_engine.user_patterns import MAX_INPUT_CHARS, MAX_PATTERN_CHARS, check_us
 SCHEMA_VERSION = 1
 
 Dtype = Literal["float32", "bfloat16", "float16"]
+PolicyDtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9_.\- ]+$")
 # Reward names become metric names (`reward/<name>`), so no spaces or slashes.
@@ -68,7 +69,11 @@ class ModelConfig(_Section):
     tokenizer_path: str | None = Field(
         default=None, description="Tokenizer folder, if not the model folder. Empty = use the model path."
     )
-    dtype: Dtype = Field(default="float32", description="Weight and compute dtype of the policy.")
+    dtype: PolicyDtype = Field(
+        default="auto",
+        description="Weight and compute dtype of the policy; auto = bfloat16 where the device computes in it "
+        "natively (CUDA GPUs since Ampere, CPUs with AVX512-BF16 or AMX), float32 elsewhere.",
+    )
     trust_remote_code: bool = Field(
         default=False, description="Allow custom modelling code shipped inside the model folder."
     )
@@ -267,10 +272,11 @@ class ReasoningGymReward(_RewardBase):
     type: Literal["reasoning_gym"] = Field(
         default="reasoning_gym", description="reasoning-gym's score_answer on its generated rows."
     )
-    answer: Literal["tag", "whole"] = Field(
+    answer: Literal["tag", "whole", "last_number"] = Field(
         default="tag",
         description="Where the answer is: the last <answer>...</answer> (reasoning-gym's own evaluation), "
-        "or the whole response.",
+        "the whole response, or the last number in it (lm-eval's flexible extraction, for models that "
+        "answer in prose).",
     )
     timeout_s: float = Field(default=10.0, gt=0, description="Seconds one sample's scoring may take.")
     memory_mb: int = Field(default=2048, ge=256, description="Memory cap of the scorer's sandbox, in MB.")

@@ -31,6 +31,7 @@ from rl_engine.devices import (
     precision_for,
     resolve_device,
     use_device,
+    with_host_dtype,
 )
 from rl_engine.interfaces import ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
 
@@ -118,6 +119,7 @@ class Engine:
 
 
 def build_engine(cfg: RunConfig, weights_from: Path | None = None) -> Engine:
+    cfg = with_host_dtype(cfg)
     check_runnable(cfg)
     from rl_engine.lora import refuse_qlora_without_cuda
 

@@ -14,6 +14,7 @@ from rl_engine.components import (
     configure_threads,
 )
 from rl_engine.config import RunConfig, dump_config
+from rl_engine.devices import with_host_dtype
 from rl_engine.loop.engine import Engine, build_engine
 from rl_engine.loop.evaluation import evaluate
 from rl_engine.loop.prefetch import resume_pending, saved_pending
@@ -28,6 +29,7 @@ def train(
 ) -> dict[str, float]:
     """Runs (or resumes) a whole run into `run_dir`; returns the last metrics (eval ones included)."""
     configure_threads()
+    cfg = with_host_dtype(cfg)  # the run folder's config.yaml records the dtype `auto` became
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))

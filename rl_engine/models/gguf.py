@@ -14,8 +14,8 @@
   a folder renamed into place once whole.
 - `answer` loads the folder with transformers and answers one prompt (greedy, through its chat template);
   `answer_vllm` does the same with vLLM.
-- `training_dtype` is the dtype this machine trains in: bfloat16 where it computes in it natively (a CUDA GPU
-  that supports it, or a CPU with AVX512-BF16, AMX-BF16 or Arm's BF16), float32 elsewhere.
+- `--dtype auto` (the command line only) is the dtype this machine trains in (rl_engine/host_dtype.py); the
+  sandboxed conversion is always given a dtype.
 
 This file runs in the engine's sandbox, copied in alone (rl_engine/models/sandboxed.py): it imports nothing of
 the engine, only the standard library at import time, and torch and transformers inside the functions that
@@ -558,38 +558,6 @@ def answer_vllm(folder: Path, prompt: str, max_new_tokens: int = 8, dtype: str =
     }
 
 
-# --- the machine's training dtype --------------------------------------------------------------------------------
-
-
-def training_dtype() -> str:
-    """bfloat16 where this machine computes in it natively, float32 elsewhere (emulated bf16 is several times
-    slower than float32 on a CPU without it)."""
-    return "bfloat16" if _cuda_has_bf16() or cpu_has_bf16() else "float32"
-
-
-def _cuda_has_bf16() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
-
-def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU has bfloat16 instructions: AVX512-BF16 or AMX-BF16 (x86), BF16 (Arm), by /proc/cpuinfo."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            return False
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
-    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
-
-
 # --- the command line ----------------------------------------------------------------------------------------------
 
 
@@ -661,29 +629,37 @@ def main(argv: list[str] | None = None) -> int:
     convert_cmd.add_argument("--vllm", action="store_true", help="answer the check prompt with vLLM too")
     convert_cmd.add_argument("--max-shard-mb", type=int, default=4096)
     convert_cmd.add_argument("--report-fd", type=int, default=None, help="write the JSON report there")
-    commands.add_parser("dtype", help="the dtype this machine trains in")
     args = parser.parse_args(argv)
     fd = getattr(args, "report_fd", None)
     try:
-        if args.command == "dtype":
-            print(training_dtype())
-            return 0
         if args.command == "header":
             _report(None, read_header(args.source).summary())
             return 0
-        if args.dtype == "auto":
+        if args.dtype == "auto":  # never in the sandbox, where this file runs alone with a dtype given
+            from rl_engine.host_dtype import training_dtype
+
             args.dtype = training_dtype()
         _report(fd, {"ok": True, **_convert_and_check(args)})
         return 0
     except GGUFError as exc:
         _report(fd, {"ok": False, "error": str(exc)})
         return 2
-    except MemoryError:
-        _report(fd, {"ok": False, "error": "ran out of memory converting the model"})
-        return 1
     except Exception as exc:
+        if _out_of_memory(exc):
+            _report(fd, {"ok": False, "error": "ran out of memory converting the model"})
+            return 1
         _report(fd, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]})
         return 1
+
+
+# How the sandbox's address-space cap shows when a shared library (torch's) cannot be mapped, besides MemoryError.
+_NO_MEMORY_MESSAGES = ("failed to map segment", "cannot allocate memory")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, (ImportError, OSError)) and any(m in str(exc).lower() for m in _NO_MEMORY_MESSAGES)
+    )
 
 
 if __name__ == "__main__":

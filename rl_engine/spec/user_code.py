@@ -12,8 +12,9 @@ from rl_engine.environments.installed import (
     generate_tasks,
     play_episode,
 )
+from rl_engine.host_dtype import training_dtype
 from rl_engine.models.gguf import PREAMBLE_BYTES as GGUF_PREAMBLE_BYTES
-from rl_engine.models.gguf import GGUFError, check_preamble, training_dtype
+from rl_engine.models.gguf import GGUFError, check_preamble
 from rl_engine.models.sandboxed import ConvertOptions, convert_gguf
 from rl_engine.outbound import ALLOW_ENV, DENY_ENV, OutboundFailed, OutboundPolicy, OutboundRefused, post
 from rl_engine.reward_probes import build_cases, hackability_report

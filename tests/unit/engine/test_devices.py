@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from rl_engine import host_dtype
 from rl_engine.config import ConfigError, validate_config
-from rl_engine.devices import gpu_memory_metrics, peak_flops, precision_for, resolve_device, weight_transfer
+from rl_engine.devices import (
+    gpu_memory_metrics,
+    peak_flops,
+    precision_for,
+    resolve_device,
+    weight_transfer,
+    with_host_dtype,
+)
 from rl_engine.distributed.placement import driver_gpus
 from rl_engine.flops import ModelFlops, mfu, model_flops
 
@@ -31,6 +39,63 @@ def config(tmp_path: Path, **placement) -> dict:
 @pytest.fixture
 def no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+# --- the dtype a run leaves to the host ---------------------------------------------------------------------
+
+
+AVX2_EPYC = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma bmi2\n"
+SAPPHIRE_RAPIDS = "flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+GRAVITON3 = "Features\t: fp asimd sve bf16 i8mm\n"
+
+
+@pytest.fixture
+def host_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(host_dtype.OVERRIDE_ENV, raising=False)
+
+
+def test_the_cpu_has_bf16_only_with_its_instructions():
+    assert not host_dtype.cpu_has_bf16(AVX2_EPYC)
+    assert host_dtype.cpu_has_bf16(SAPPHIRE_RAPIDS)
+    assert host_dtype.cpu_has_bf16(GRAVITON3)
+    assert not host_dtype.cpu_has_bf16("")
+
+
+def test_auto_is_float32_on_a_cpu_without_bf16_and_bfloat16_on_one_with_it(
+    tmp_path, monkeypatch, no_cuda, host_decides
+):
+    cfg = validate_config(config(tmp_path))
+    assert cfg.model.dtype == "auto"
+    monkeypatch.setattr(host_dtype, "cpu_has_bf16", lambda cpuinfo=None: False)
+    assert with_host_dtype(cfg).model.dtype == "float32"
+    monkeypatch.setattr(host_dtype, "cpu_has_bf16", lambda cpuinfo=None: True)
+    assert with_host_dtype(cfg).model.dtype == "bfloat16"
+    assert cfg.model.dtype == "auto"  # the given config is left as it was
+
+
+def test_auto_on_gpus_is_bfloat16_unless_the_visible_gpu_lacks_it(tmp_path, monkeypatch, host_decides):
+    cfg = validate_config(config(tmp_path, gpus_per_trainer=1))
+    monkeypatch.setattr(host_dtype, "cpu_has_bf16", lambda cpuinfo=None: False)
+    monkeypatch.setattr(host_dtype, "cuda_has_bf16", lambda: None)  # a driver whose actors hold the GPUs
+    assert with_host_dtype(cfg).model.dtype == "bfloat16"
+    monkeypatch.setattr(host_dtype, "cuda_has_bf16", lambda: False)  # a V100 or T4
+    assert with_host_dtype(cfg).model.dtype == "float32"
+
+
+def test_the_hosts_admin_fixes_what_auto_becomes(tmp_path, monkeypatch, host_decides):
+    monkeypatch.setattr(host_dtype, "cpu_has_bf16", lambda cpuinfo=None: True)
+    cfg = validate_config(config(tmp_path))
+    monkeypatch.setenv(host_dtype.OVERRIDE_ENV, "float32")
+    assert with_host_dtype(cfg).model.dtype == "float32"
+    monkeypatch.setenv(host_dtype.OVERRIDE_ENV, "fp8")
+    with pytest.raises(ValueError, match="POSTTRAIN_AUTO_DTYPE='fp8': must be one of float32, bfloat16, float16"):
+        with_host_dtype(cfg)
+
+
+def test_a_named_dtype_is_kept_whatever_the_host(tmp_path, monkeypatch):
+    monkeypatch.setattr(host_dtype, "cpu_has_bf16", lambda cpuinfo=None: True)
+    cfg = validate_config({**config(tmp_path), "model": {"path": str(tmp_path), "dtype": "float32"}})
+    assert with_host_dtype(cfg) is cfg
 
 
 # --- resolution ------------------------------------------------------------------------------------
@@ -107,11 +172,13 @@ def test_a_weight_sync_goes_gpu_to_gpu_where_trainer_and_engine_both_have_one(tm
     assert weight_transfer(transformers_rollout, torch.device(device)) == "file"
 
 
-def test_mixed_precision_keeps_fp32_masters_only_for_the_torch_trainer_on_cuda(tmp_path):
+def test_mixed_precision_keeps_fp32_masters_for_the_torch_trainer_on_cuda_and_cpu(tmp_path):
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     bf16 = validate_config({**config(tmp_path), "model": {"path": str(tmp_path), "dtype": "bfloat16"}})
     assert (precision_for(bf16, cuda).master, precision_for(bf16, cuda).compute) == (torch.float32, torch.bfloat16)
-    assert precision_for(bf16, cpu).master == torch.bfloat16 and not precision_for(bf16, cpu).mixed
+    assert (precision_for(bf16, cpu).master, precision_for(bf16, cpu).compute) == (torch.float32, torch.bfloat16)
+    fp16 = validate_config({**config(tmp_path), "model": {"path": str(tmp_path), "dtype": "float16"}})
+    assert not precision_for(fp16, cpu).mixed  # no loss scaler: pure fp16
     deepspeed = bf16.model_copy(update={"backends": bf16.backends.model_copy(update={"training": "deepspeed"})})
     assert not precision_for(deepspeed, cuda).mixed  # DeepSpeed keeps its own fp32 masters
 

@@ -178,13 +178,6 @@ def test_the_command_line_reports_a_refusal_as_json_with_exit_code_2(tmp_path):
     }
 
 
-def test_the_training_dtype_is_bfloat16_only_where_the_cpu_computes_in_it():
-    assert converter.cpu_has_bf16("flags\t\t: fpu sse avx2 avx512f avx512_bf16\n")
-    assert converter.cpu_has_bf16("Features\t: fp asimd bf16 i8mm\n")
-    assert not converter.cpu_has_bf16("flags\t\t: fpu sse avx2 avx512f\n")
-    assert converter.training_dtype() in ("float32", "bfloat16")
-
-
 # --- in the sandbox ------------------------------------------------------------------------------------------------
 
 
