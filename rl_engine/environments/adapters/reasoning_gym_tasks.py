@@ -11,13 +11,15 @@ package's own `composite` dataset, whose items name their task in `metadata.sour
 
 Scoring (verl's shape, what `rl_engine/rewards/python_fn.py` calls): `compute_score` reads the answer from the
 response's last `<answer>...</answer>` (as reasoning-gym's own evaluation does), `compute_score_whole` takes
-the whole response; both return the task's own `score_answer(answer, entry)`.
+the whole response, `compute_score_last_number` the last number in it (for a model that answers in prose, as
+lm-eval's flexible extraction does); each returns the task's own `score_answer(answer, entry)`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -53,6 +55,24 @@ def compute_score_whole(
     if _foreign(data_source):
         return 0.0
     return score(solution_str.strip(), _info(extra_info))
+
+
+def compute_score_last_number(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None
+) -> float:
+    if _foreign(data_source):
+        return 0.0
+    return score(last_number(solution_str), _info(extra_info))
+
+
+# A signed integer or decimal, with thousands separators allowed ("1,024"), as lm-eval's flexible extraction reads.
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def last_number(text: str) -> str | None:
+    """The response's last number, its thousands separators and a trailing period dropped; None without one."""
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "").rstrip(".") if found else None
 
 
 def _foreign(data_source: Any) -> bool:

@@ -73,6 +73,19 @@ def test_tag_mode_scores_the_last_answer_tag_like_the_packages_evaluation():
     assert _score(rows, responses, answer="tag") == expected == [1.0, 1.0, 0.0]
 
 
+def test_last_number_mode_scores_the_responses_last_number_with_the_tasks_own_scorer():
+    spec = {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2, "operators": ["+"]}
+    rows = generate_dataset([{"name": "basic_arithmetic", "config": spec}], size=4, seed=3)
+    labels = [r["label"] for r in rows]
+    responses = [
+        f"The two numbers add up: 12 + 30 = 42, so the answer is {labels[0]}.",  # prose, the answer last
+        f"{labels[1]}",
+        f"{labels[2]} is wrong, it is 7",  # the last number is the answer read
+        "I cannot say.",  # no number: no answer
+    ]
+    assert _score(rows, responses, answer="last_number") == [1.0, 1.0, 0.0, 0.0]
+
+
 def test_a_weighted_mix_draws_from_each_task_and_scores_each_with_its_own_scorer():
     tasks = [{"name": "basic_arithmetic", "weight": 3}, {"name": "spell_backward", "weight": 1}]
     rows = generate_dataset(tasks, size=24, seed=5)

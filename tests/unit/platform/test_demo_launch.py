@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,64 @@ def test_set_on_a_field_of_an_absent_optional_section_launches_it_with_its_defau
     run = Run.objects.get(experiment__name=f"{DEMO}+agent.port=18123")
     assert run.resolved_config["agent"]["port"] == 18123
     assert run.resolved_config["agent"]["host"] == "127.0.0.1"  # the section's defaults for the rest
+
+
+# --- the real model beside the toy (--smollm2 DIR) ----------------------------------------------------------
+
+
+@pytest.fixture
+def smollm2_task(tmp_path: Path) -> Path:
+    """A prepared SmolLM2 folder as `python -m rl_engine demo smollm2` writes it, with a tiny GGUF standing in for
+    the real one (tests/integration/test_demo_smollm2.py imports and trains the real one)."""
+    from tests.support.gguf_files import write_tiny_gguf
+
+    folder = tmp_path / "smollm2"
+    folder.mkdir()
+    write_tiny_gguf(folder / "tiny.gguf", "llama")
+    row = {"prompt": "Calculate 2 + 3.", "label": "5", "data_source": "reasoning_gym/basic_arithmetic"}
+    for name in ("train.jsonl", "test.jsonl"):
+        (folder / name).write_text(json.dumps(row) + "\n")
+    (folder / "manifest.json").write_text(json.dumps({"gguf": "tiny.gguf"}))
+    return folder
+
+
+def test_smollm2_is_registered_beside_the_demo_with_its_experiment_one_click_away_not_launched(assets, smollm2_task):
+    from posttrain.projects.models import Project, default_project_id
+    from posttrain.registry.models import ModelAsset, RewardFunction
+
+    project = Project.objects.get(pk=default_project_id())
+    model = ModelAsset.objects.create(name="smollm2-135m-instruct", path=str(assets / "model"), project=project)
+    call_command("demo_launch", str(assets), "--smollm2", str(smollm2_task))
+
+    experiment = Experiment.objects.get(name="smollm2-arithmetic-grpo")
+    assert experiment.model == model and experiment.dataset.name == "smollm2-arithmetic"
+    assert "s a step on two CPU cores" in experiment.description
+    assert experiment.config["data"]["apply_chat_template"] is True
+    assert experiment.config["data"]["eval_path"] == str(smollm2_task / "test.jsonl")
+    assert experiment.config["model"]["dtype"] == "auto"
+    (reward,) = RewardFunction.objects.filter(experimentreward__experiment=experiment)
+    assert reward.spec["type"] == "reasoning_gym" and reward.spec["answer"] == "last_number"
+    assert not experiment.runs.exists(), "registered, not launched: the toy is what make demo trains"
+
+    call_command("demo_launch", str(assets), "--smollm2", str(smollm2_task))  # make demo again: all reused
+    assert Experiment.objects.filter(name="smollm2-arithmetic-grpo").count() == 1
+    assert ModelAsset.objects.filter(name="smollm2-135m-instruct").count() == 1
+
+
+def test_an_import_that_does_not_finish_in_time_is_reported_and_no_smollm2_experiment_is_made(
+    assets, smollm2_task, monkeypatch, capsys
+):
+    from posttrain.registry.models import ModelImport
+
+    monkeypatch.setattr("posttrain.runs.management.commands.demo_launch.IMPORT_WAIT_S", 0.0)
+    call_command("demo_launch", str(assets), "--smollm2", str(smollm2_task))  # no worker here: it stays queued
+
+    assert "SmolLM2-135M-Instruct was not imported: still queued after 0 s" in capsys.readouterr().err
+    assert not Experiment.objects.filter(name__startswith="smollm2").exists()
+    call_command("demo_launch", str(assets), "--smollm2", str(smollm2_task))
+    assert ModelImport.objects.count() == 1, "the import under way is waited for, not repeated"
+
+
+def test_smollm2_without_its_prepared_folder_is_a_command_error(assets, tmp_path):
+    with pytest.raises(CommandError, match="no SmolLM2 task here; run `python -m rl_engine demo smollm2"):
+        call_command("demo_launch", str(assets), "--smollm2", str(tmp_path))
