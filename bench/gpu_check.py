@@ -56,7 +56,7 @@ import torch  # noqa: E402
 from bench import _servers  # noqa: E402
 from bench._machine import MachineLoad  # noqa: E402
 
-# Qwen2-0.5B's architecture (its config.json); --tiny keeps the vocabulary, so the same paths run.
+# Qwen2-0.5B's architecture (its config.json).
 QWEN2_05B = dict(
     hidden_size=896,
     intermediate_size=4864,
@@ -67,7 +67,34 @@ QWEN2_05B = dict(
     max_position_embeddings=32768,
     tie_word_embeddings=True,
 )
-TINY = dict(QWEN2_05B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+
+
+def shrunk(architecture: dict[str, Any]) -> dict[str, Any]:
+    """--tiny: two small layers of the architecture, its vocabulary kept, so the same paths run."""
+    return dict(
+        architecture,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=min(2, architecture["num_key_value_heads"]),
+    )
+
+
+# SmolLM2-135M-Instruct's architecture (the config.json its GGUF converts to; rl_engine/demo/smollm2.py): the real
+# model's shapes, randomly initialised, since its weights (a 94 MiB GGUF) exceed what one device call carries.
+SMOLLM2_135M = dict(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    vocab_size=49152,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+    rope_theta=100000.0,
+)
+ARCHITECTURES = {"qwen2-0.5b": ("qwen2", QWEN2_05B), "smollm2-135m": ("llama", SMOLLM2_135M)}
 TRAINERS = {
     "torch": {"training": "torch"},
     "deepspeed_zero2": {"training": "deepspeed", "zero_stage": 2},
@@ -162,10 +189,10 @@ def build_ops() -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def build_task(folder: Path, architecture: dict[str, Any], device: torch.device) -> None:
-    """The demo task's prompts and tokenizer, and a randomly initialised Qwen2 policy of `architecture`
+def build_task(folder: Path, architecture: dict[str, Any], device: torch.device, family: str = "qwen2") -> None:
+    """The demo task's prompts and tokenizer, and a randomly initialised Qwen2 (or Llama) policy of `architecture`
     saved in bf16 as a Hugging Face folder (the engine loads it as it loads any model)."""
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     from rl_engine.demo import task
     from rl_engine.demo.tokenizer import train_tokenizer
@@ -176,15 +203,18 @@ def build_task(folder: Path, architecture: dict[str, Any], device: torch.device)
     ids = dict(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    config = Qwen2Config(**architecture, **ids)
+    config_class, model_class = (
+        (LlamaConfig, LlamaForCausalLM) if family == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    )
+    config = config_class(**architecture, **ids)
     torch.manual_seed(0)
     with torch.device(device):
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+        model = model_class(config).to(torch.bfloat16)
     model.generation_config = GenerationConfig(**ids)
     model.save_pretrained(folder / "model")
     tokenizer.save_pretrained(folder / "model")
     parameters = sum(p.numel() for p in model.parameters())
-    log(f"policy: Qwen2ForCausalLM, {parameters:,} parameters, vocabulary {config.vocab_size}")
+    log(f"policy: {type(model).__name__}, {parameters:,} parameters, vocabulary {config.vocab_size}")
     del model
 
 
@@ -382,6 +412,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer policy and a small batch (dry run)")
+    parser.add_argument(
+        "--architecture",
+        choices=list(ARCHITECTURES),
+        default="qwen2-0.5b",
+        help="the policy's shapes: Qwen2-0.5B's, or SmolLM2-135M's (the demo's real model, random weights)",
+    )
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--steps", type=int, default=3, help="RL steps per trainer (the first is not measured)")
     parser.add_argument("--prompts", type=int, default=64)
@@ -418,6 +454,7 @@ def main() -> int:
     budget = Budget(args.budget_s, report)
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     document = report.document
+    document["architecture"] = args.architecture
     document["environment"] = device_environment(device)
     document["host"] = host_facts(device)
     log(f"host: {document['host']}; environment: {document['environment']}")
@@ -438,7 +475,8 @@ def main() -> int:
         folder = args.work_dir or Path(tmp)
         budget.phase = "the task build"
         task_started = time.perf_counter()
-        build_task(folder, TINY if args.tiny else QWEN2_05B, device)
+        family, architecture = ARCHITECTURES[args.architecture]
+        build_task(folder, shrunk(architecture) if args.tiny else architecture, device, family)
         document["task_build_s"] = round(time.perf_counter() - task_started, 1)
         gc.collect()
         if device.type == "cuda":

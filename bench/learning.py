@@ -222,11 +222,12 @@ def worker_ours(
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     recipe = load_config(config_path)
-    # The bench's own mechanics on top of the recipe: its seed, no step budget (the clock ends the run),
-    # evaluations by this worker's schedule, no checkpoints.
+    # The bench's own mechanics on top of the recipe: its seed, its step budget (`--steps`, which is then also the
+    # horizon of a decaying learning-rate schedule; else none, and the clock ends the run), evaluations by this
+    # worker's schedule, no checkpoints.
     mechanics = {
         "seed": seed,
-        "train": recipe.train.model_copy(update={"steps": 100_000}),
+        "train": recipe.train.model_copy(update={"steps": steps or 100_000}),
         "logging": recipe.logging.model_copy(update={"eval_every": 0}),
         "checkpoint": recipe.checkpoint.model_copy(update={"save_final": False, "every_steps": 0}),
     }

@@ -613,3 +613,30 @@ def test_gguf_import_smoke(tmp_path):
     has(doc, "header_ms", "file.quantization", "sandboxed.seconds", "sandboxed.convert_seconds", "sandboxed.check.text")
     has(doc, "unsandboxed.peak_rss_mb", "limits.memory_mb")
     assert doc["unsandboxed"]["ok"] is True and doc["sandboxed"]["check"]["tokens"] == 8
+
+
+def test_the_real_model_bench_marks_its_goals_from_the_medians_of_its_seeds():
+    from bench.learning_smollm2 import _marks, summarize
+
+    assert _marks(30, 5) == [300.0, 600.0, 900.0, 1200.0, 1500.0, 1800.0]
+    assert _marks(7, 5) == [300.0, 420.0]
+
+    def run(seed: int, accuracies: list[float]) -> dict:
+        points = [
+            {"mark_s": 300.0 * (i + 1), "train_s": 300.0 * (i + 1), "accuracy": a} for i, a in enumerate(accuracies)
+        ]
+        return {"seed": seed, "points": points}
+
+    runs = {
+        "ours": [run(0, [0.40, 0.55, 0.50]), run(1, [0.44, 0.51, 0.56])],
+        "trl": [run(0, [0.30, 0.38, 0.41]), run(1, [0.30, 0.36, 0.45])],
+    }
+    summary = summarize(runs, untrained=0.24, generate={"ratio": 1.8})
+    assert summary["median_accuracy_by_mark_s"]["ours"] == {"300": 0.42, "600": 0.53, "900": 0.53}
+    assert summary["ours_gain_points"] == 29.0 and summary["goal_gain_25_points"] == "met"
+    assert summary["trl_final_accuracy"] == 0.43  # TRL's median at its last mark
+    # seed 0 passes 43 % at 600 s, seed 1 at 300 s: the median 450 s of TRL's 900
+    assert summary["ours_time_to_trl_final_s"] == 450.0 and summary["time_ratio_vs_trl"] == 0.5
+    assert summary["goal_half_of_trls_time"] == "met"
+    assert summary["ours_worst_drop_points_after_5_min"] == 0.0 and summary["goal_stability_8_points"] == "met"
+    assert summary["goal_generation_2x"] == "missed"

@@ -160,7 +160,7 @@ def smollm2_register(
     """SmolLM2-135M-Instruct (imported once, reused by name), its prompts, its reward and its experiment (not
     launched) in `project`; None, the reason warned, when the import fails. `overrides` change the experiment's
     config sections (a test's smaller steps): its own experiment, named after them."""
-    from rl_engine.demo import smollm2
+    from rl_engine.spec.config import demo_smollm2 as smollm2
 
     manifest = json.loads((folder / "manifest.json").read_text())
     model = ModelAsset.objects.filter(project=project, name=smollm2.MODEL_NAME).first()
