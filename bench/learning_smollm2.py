@@ -16,7 +16,7 @@ sync, prefix caching) against transformers' `generate`, both sampling 64 respons
 tokens in the same dtype, tokens generated per second.
 
     .venv/bin/python bench/learning_smollm2.py [--minutes 30] [--every-minutes 5] [--seeds 0 1]
-        [--systems ours ours_lora trl] [--lr 2e-6] [--lora-lr 2e-5] [--eval-size 500] [--out DIR]
+        [--systems ours ours_lora trl] [--lr 5e-6] [--lora-lr 5e-5] [--eval-size 500] [--out DIR]
 
 Prints one JSON document (also OUT/results.json): the machine's load at the start and end of each process, per
 system and seed the curve (train seconds, steps, samples, accuracy), the medians per mark, TRL's final accuracy
@@ -316,8 +316,12 @@ def run_child(args: list[str], log: Path) -> tuple[list[dict[str, Any]], dict[st
     lines = []
     assert process.stdout is not None
     for line in process.stdout:
-        if line.startswith("{"):
-            lines.append(json.loads(line))
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # anything else a worker prints (TRL's own summary, a Python dict)
+            continue
+        if isinstance(record, dict):
+            lines.append(record)
             print(f"{log.stem}: {line.strip()}", file=sys.stderr, flush=True)
     _, status, usage = os.wait4(process.pid, 0)
     code = os.waitstatus_to_exitcode(status)
@@ -340,8 +344,8 @@ def main() -> None:
     parser.add_argument(
         "--systems", nargs="+", default=["ours", "trl", "ours_lora"], choices=["ours", "ours_lora", "trl"]
     )
-    parser.add_argument("--lr", type=float, default=2e-6)
-    parser.add_argument("--lora-lr", type=float, default=2e-5)
+    parser.add_argument("--lr", type=float, default=5e-6)
+    parser.add_argument("--lora-lr", type=float, default=5e-5)
     parser.add_argument("--eval-size", type=int, default=500)
     parser.add_argument("--no-generate", action="store_true", help="skip the generation figures")
     parser.add_argument("--out", type=Path, default=None)

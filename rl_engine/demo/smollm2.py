@@ -156,7 +156,7 @@ def experiment_config(**overrides: Any) -> dict[str, Any]:
         "rewards": [{"type": "reasoning_gym", "name": "correct", "answer": "last_number"}],
         "algorithm": {"name": "grpo", "clip_low": 0.2, "clip_high": 0.28},
         "rollout": {"prompts_per_step": 8, "samples_per_prompt": 8, "max_new_tokens": 32, "temperature": 1.0},
-        "train": {"steps": 300, "lr": 2e-6, "micro_batch_size": 16, "grad_clip": 1.0},
+        "train": {"steps": 300, "lr": 5e-6, "micro_batch_size": 16, "grad_clip": 1.0},
         "backends": {"rollout": "vllm"},
         "checkpoint": {"every_steps": 10, "keep_last": 2},
         "logging": {"eval_every": 10, "eval_size": 200},
@@ -166,10 +166,10 @@ def experiment_config(**overrides: Any) -> dict[str, Any]:
     return cfg
 
 
-def run_config(folder: Path, model: Path, **overrides: Any) -> RunConfig:
-    """The engine's run of the task from `folder` (prepared) with the converted `model` folder."""
+def run_config(folder: Path, model_path: Path, **overrides: Any) -> RunConfig:
+    """The engine's run of the task from `folder` (prepared) with the converted model folder at `model_path`."""
     cfg = experiment_config(**overrides)
-    cfg["model"] = {**cfg["model"], "path": str(model)}
+    cfg["model"] = {**cfg["model"], "path": str(model_path)}
     cfg["data"] = {**cfg["data"], "path": str(folder / "train.jsonl"), "eval_path": str(folder / "test.jsonl")}
     return validate_config(cfg)
 
