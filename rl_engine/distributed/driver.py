@@ -88,7 +88,11 @@ class RayRoles:
                     ),
                 )
                 # A rollout engine stages weights in a group of its own while a batch generates (partial rollout).
-                groups = {"concurrency_groups": {_STAGING: 1}} if cls is RolloutWorker else {}
+                # Only then: a concurrency group makes the actor threaded, and Ray runs a threaded actor's calls
+                # in no guaranteed order, while async mode's weight load must land after the batches submitted
+                # before it (a batch generated ahead of it would be one update staler than max_staleness).
+                staging = cls is RolloutWorker and cfg.backends.partial_rollout
+                groups = {"concurrency_groups": {_STAGING: 1}} if staging else {}
                 actor_class = ray.remote(**groups)(cls) if groups else ray.remote(cls)
                 self.actors[role] = _Actor(role, actor_class.options(**options).remote(*args, slot.gpus))
 

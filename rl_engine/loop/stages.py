@@ -88,6 +88,11 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], StepRollouts]
         metrics["advantages/abs_mean"] = float(masked_mean(advantages.abs(), mask))
         train_tokens = float(batch.tokens.attention_mask.sum())
         metrics["throughput/train_tokens_per_s"] = train_tokens / max(timer.timings["train"], 1e-9)
+    elif engine.cfg.backends.async_rollout:
+        # No update, yet a policy version all the same: staleness counts steps (the trainer is version
+        # `step - 1` at step `step`, as a checkpoint resumes it), so the engines take version `step`, the same
+        # weights, after the batches ahead; else every batch after a skipped step looks one update staler.
+        sync(engine, step, timer)
     with timer.phase("record"):
         metrics.update(step_metrics(engine.cfg, collected, scored, timer))
         rollouts.records = sample_records(collected, scored, advantages_per_sample)

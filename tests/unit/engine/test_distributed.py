@@ -60,7 +60,7 @@ def run_config(demo: Path, **overrides):
         "placement": {"cpus_per_rollout_engine": 0.5, "cpus_per_trainer": 0.5},
     }
     for section, values in overrides.items():
-        base[section] = {**base.get(section, {}), **values}
+        base[section] = {**base.get(section, {}), **values} if isinstance(values, dict) else values
     return demo_run_config(demo, **base)
 
 
@@ -210,6 +210,26 @@ def test_async_mode_trains_on_batches_generated_up_to_max_staleness_updates_behi
         assert "timing/generate" not in event["data"]  # off the critical path: not a phase of the step
     samples = rollouts_by_step(tmp_path)
     assert {tuple(v for v, _ in s["versions"]) for s in samples[4]} == {(1,)}
+
+
+def test_a_step_that_skips_its_update_still_advances_the_engines_policy_version(tiny_demo, tmp_path, ray_cluster):
+    from rl_engine.loop import train
+
+    # Every sample scores the same: the zero-advantage filter keeps nothing and no step updates the policy.
+    cfg = run_config(
+        tiny_demo,
+        placement={"mode": "separate"},
+        backends={"async_rollout": True, "max_staleness": 1},
+        rewards=[{"type": "regex", "name": "anything", "pattern": "^"}],
+        rollout={"filters": {}},  # the defaults: the zero-advantage filter on
+        train={"steps": 4},
+    )
+    train(cfg, tmp_path)
+    steps = metrics_events(tmp_path)
+    assert all("policy/loss" not in e["data"] for e in steps)
+    # Versions count steps: a batch is never more than max_staleness behind, updated or not (it was 0, 1, 2, 3
+    # when a step without an update left the engines at version 0).
+    assert [e["data"]["staleness/max"] for e in steps] == [0.0, 1.0, 1.0, 1.0]
 
 
 def test_async_staleness_four_with_partial_rollout_tis_and_decoupled_ppo_records_each_segments_version(
