@@ -63,7 +63,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 #: The recipes `--recipes` names: sections merged into the demo run config (rl_engine/demo/run_config.py:
-#: GRPO, PPO clip 0.2 / 0.28, lr 1e-4, 32 x 8 samples). A policy loss other than PPO's takes its own clip
+#: GRPO, PPO clip 0.2 / 0.28, lr 1e-4 decaying by a cosine over `--steps` (without `--steps`, over 100,000 steps:
+#: about constant for the minutes a timed run lasts), 32 x 8 samples). A policy loss other than PPO's takes its own clip
 #: range and aggregation (the catalogue's defaults), not PPO's.
 OWN_CLIPS = {"clip_low": None, "clip_high": None}
 #: Async mode, generation up to N updates ahead on a rollout actor of its own (placement separate), `default`
@@ -84,6 +85,8 @@ def _async(staleness: int, algorithm: dict[str, Any]) -> dict[str, Any]:
 
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
+    # The demo's recipe before its cosine decay (bench/README.md, "The toy's stability").
+    "constant_lr": {"train": {"lr_schedule": "constant", "warmup_steps": 0}},
     "gspo": {"algorithm": {"policy_loss": "gspo", **OWN_CLIPS}},
     "cispo": {"algorithm": {"policy_loss": "cispo", **OWN_CLIPS}},
     "gmpo": {"algorithm": {"policy_loss": "gmpo", **OWN_CLIPS}},
@@ -98,7 +101,8 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 #: The stability view beside each curve: per evaluation, each metric's mean over the steps since the last one
 #: (how far behind the samples were, how far their policy was from the trainer's, what the correction and the
-#: trust region did), where the run logs it.
+#: trust region did, the step size, gradient, entropy and reward, and how many samples the zero-advantage filter
+#: kept out of the update), where the run logs it.
 STABILITY = (
     "staleness/mean",
     "rollout_corr/kl",
@@ -107,6 +111,11 @@ STABILITY = (
     "rollout_corr/truncated_fraction",
     "policy/clip_ratio",
     "policy/ratio_max",
+    "policy/lr",
+    "policy/grad_norm",
+    "policy/entropy",
+    "reward/mean",
+    "filter/zero_advantage/dropped",
 )
 
 TOOL_ENVIRONMENT = {
@@ -294,7 +303,9 @@ def trl_recipe(demo: Path, trl_sets: list[str]) -> dict[str, Any]:
             "use_cpu": True,
             "report_to": "none",
             "learning_rate": float(extra.get("lr", 1e-4)),
-            "lr_scheduler_type": "constant",
+            # The demo recipe's schedule over the same 100,000-step horizon as ours in a timed run.
+            "lr_scheduler_type": "cosine",
+            "warmup_steps": 20,
             "beta": 0.0,
             "num_generations": 8,
             "per_device_train_batch_size": 256,
