@@ -137,8 +137,6 @@ def replay_step(run_dir: str | Path, step: int) -> Replayed:
         metrics = engine.trainer.update(experience_for(engine.cfg, batch, advantages, returns, correction))
     finally:
         engine.close()
-    if "kl/loss_term" in metrics:
-        metrics["kl/mean"] = metrics.pop("kl/loss_term")
     kl = cfg.algorithm.kl
     if kl.coef > 0 and kl.placement == "reward" and batch.old_logprobs is not None and batch.ref_logprobs is not None:
         estimate = kl_estimate(batch.old_logprobs, batch.ref_logprobs, kl.estimator, batch.mask)

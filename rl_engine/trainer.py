@@ -482,7 +482,7 @@ class TorchTrainer:
         if exp.ref_logprobs is not None and alg.kl.placement == "loss" and alg.kl.coef > 0:
             kl = kl_estimate(logprobs, exp.ref_logprobs, alg.kl.estimator, mask)
             loss = loss + alg.kl.coef * aggregate(kl, mask, agg, norm)
-            out["kl/loss_term"] = masked_mean(kl.detach(), mask)
+            out["kl/mean"] = masked_mean(kl.detach(), mask)
         self._backward(loss * share, "policy")
         if self.critic is not None:
             with self.precision.autocast():

@@ -48,7 +48,7 @@ _EXPORTS = {
     "masked_whiten": "masking",
     "place_on_last_token": "masking",
     "ADVANTAGE_ESTIMATORS": "registry",
-    "POLICY_LOSSES": "registry",
+    "POLICY_LOSS_FUNCTIONS": "registry",
     "ROLLOUT_CORRECTIONS": "registry",
 }
 

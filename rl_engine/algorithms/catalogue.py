@@ -34,6 +34,7 @@ __all__ = [
     "EstimatorSpec",
     "PolicyLossSpec",
     "RolloutData",
+    "policy_loss_table",
 ]
 
 #: What a step may have to produce for an algorithm: the rollout engine's log-probs of the sampled
@@ -320,3 +321,18 @@ _POLICY_LOSSES = (
 )
 # The default first: it is what a form shows selected.
 POLICY_LOSSES: dict[str, PolicyLossSpec] = {spec.name: spec for spec in _POLICY_LOSSES}
+
+
+def policy_loss_table() -> str:
+    """rl_engine/README.md's table of the policy losses, one row per spec (scripts/metric_table.py writes it)."""
+    rows = [
+        "| `policy_loss` | ratio | what it does | default clip (`clip_low`, `clip_high`) | default `loss_agg` | paper |",
+        "|---|---|---|---|---|---|",
+    ]
+    for spec in POLICY_LOSSES.values():
+        cell = spec.help.replace("|", "\\|")
+        rows.append(
+            f"| `{spec.name}` | {spec.level} | {cell} | {spec.clip_low:g}, {spec.clip_high:g} | `{spec.loss_agg}` "
+            f"| {spec.paper} |"
+        )
+    return "\n".join(rows) + "\n"

@@ -82,8 +82,6 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], StepRollouts]
             batch.tokens.attention_mask[:, batch.tokens.prompt_width :],
         )
         rollouts.batch_tensors = update_tensors(batch, advantages, returns, correction)
-        if "kl/loss_term" in metrics:
-            metrics["kl/mean"] = metrics.pop("kl/loss_term")
         metrics["advantages/mean"] = float(masked_mean(advantages, mask))
         metrics["advantages/abs_mean"] = float(masked_mean(advantages.abs(), mask))
         train_tokens = float(batch.tokens.attention_mask.sum())

@@ -92,7 +92,3 @@ def _admit_now(run_id: uuid.UUID | str) -> None:
 
     if settings.SCHEDULER == "admission":
         dispatch.run_task("admit_runs", run_id)
-
-
-def user_label(user) -> str:
-    return getattr(user, "username", None) or "someone"
