@@ -292,20 +292,24 @@ def drain_generation_ahead(engine: Any) -> None:
 
 def trl_recipe(demo: Path, trl_sets: list[str]) -> dict[str, Any]:
     """TRL GRPOTrainer's arguments matching the demo recipe (`--trl-set lr=...` changes the learning rate)."""
+    from rl_engine.demo.run_config import demo_run_config
+
     extra = dict(item.split("=", 1) for item in trl_sets)
     unknown = set(extra) - {"lr"}
     if unknown:
         raise SystemExit(f"--trl-set: only lr is supported, got {sorted(unknown)}")
+    # The demo recipe's learning rate and schedule (in a timed run ours decays over 100,000 steps, as TRL does here).
+    train = demo_run_config(demo).train
+    schedule = "constant_with_warmup" if train.lr_schedule == "constant" and train.warmup_steps else train.lr_schedule
     return {
         "model": str(demo / "model"),
         "train_data": str(demo / "data" / "train.jsonl"),
         "args": {
             "use_cpu": True,
             "report_to": "none",
-            "learning_rate": float(extra.get("lr", 1e-4)),
-            # The demo recipe's schedule over the same 100,000-step horizon as ours in a timed run.
-            "lr_scheduler_type": "cosine",
-            "warmup_steps": 20,
+            "learning_rate": float(extra.get("lr", train.lr)),
+            "lr_scheduler_type": schedule,
+            "warmup_steps": train.warmup_steps,
             "beta": 0.0,
             "num_generations": 8,
             "per_device_train_batch_size": 256,

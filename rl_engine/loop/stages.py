@@ -74,7 +74,6 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], StepRollouts]
         metrics.update(correction.metrics)
         with timer.phase("train"):
             metrics.update(update(engine, batch, advantages, returns, correction))
-        sync(engine, step, timer)
         mask = batch.mask
         advantages_per_sample[batch.rows] = (advantages * mask).sum(1) / mask.sum(1).clamp(min=1)
         rollouts.rows, rollouts.response_attention = (
@@ -86,10 +85,10 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], StepRollouts]
         metrics["advantages/abs_mean"] = float(masked_mean(advantages.abs(), mask))
         train_tokens = float(batch.tokens.attention_mask.sum())
         metrics["throughput/train_tokens_per_s"] = train_tokens / max(timer.timings["train"], 1e-9)
-    elif engine.cfg.backends.async_rollout:
-        # No update, yet a policy version all the same: staleness counts steps (the trainer is version
-        # `step - 1` at step `step`, as a checkpoint resumes it), so the engines take version `step`, the same
-        # weights, after the batches ahead; else every batch after a skipped step looks one update staler.
+    if scored.keep.any() or engine.cfg.backends.async_rollout:
+        # In async mode a step without an update is a policy version all the same: staleness counts steps (the
+        # trainer is version `step - 1` at step `step`, as a checkpoint resumes it), so the engines take version
+        # `step`, the same weights, after the batches ahead; else every later batch looks one update staler.
         sync(engine, step, timer)
     with timer.phase("record"):
         metrics.update(step_metrics(engine.cfg, collected, scored, timer))
