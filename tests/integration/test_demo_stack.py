@@ -43,8 +43,8 @@ def demo_env(tmp_path, built_demo):
         POSTTRAIN_RAY_GCS_PORT=str(free_port()),
         POSTTRAIN_RAY_AGENT_PORT=str(free_port()),
         POSTTRAIN_RAY_TMP=f"/tmp/pt-ray-demo-{os.getpid()}",
-        # The real model's import and registration are tests/integration/test_demo_smollm2.py's and
-        # tests/unit/platform/test_demo_launch.py's: this test keeps to the stack, and to its time.
+        # The real model's import is tested in tests/integration/test_run_lifecycle.py, its registration in
+        # tests/unit/platform/test_demo_launch.py (a tiny GGUF): this test keeps to the stack, and to its time.
         DEMO_SMOLLM2="",
     )
     yield env

@@ -83,7 +83,7 @@ def test_set_on_a_field_of_an_absent_optional_section_launches_it_with_its_defau
 @pytest.fixture
 def smollm2_task(tmp_path: Path) -> Path:
     """A prepared SmolLM2 folder as `python -m rl_engine demo smollm2` writes it, with a tiny GGUF standing in for
-    the real one (tests/integration/test_demo_smollm2.py imports and trains the real one)."""
+    the real one (tests/integration/test_run_lifecycle.py imports and trains the real one)."""
     from tests.support.gguf_files import write_tiny_gguf
 
     folder = tmp_path / "smollm2"
