@@ -1,6 +1,6 @@
 """Checkpoints: `runs/<id>/checkpoints/step_<n>/` holds the policy in Hugging Face format (loads in plain
-transformers and vLLM) plus `engine_state.pt` (optimizer, scheduler, step, data position, RNG, and in
-async mode the batches generated ahead)."""
+transformers and vLLM) plus `engine_state.pt` (optimizer, scheduler, step, data position, RNG, the prompt
+ledger, and in async mode the batches generated ahead)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ class EngineState:
     # Async mode: the batches generated ahead of the step, finished, for the steps after it
     # (`loop.PendingRollout.saved`), so that a resumed run drops none. Empty in sync mode.
     pending: list[dict[str, Any]] = field(default_factory=list)
+    # The prompt ledger (`rl_engine.ledger.PromptLedger.state_dict`); None in checkpoints from before it.
+    ledger: dict[str, Any] | None = None
 
 
 def capture_rng() -> dict[str, Any]:

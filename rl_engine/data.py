@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_engine.config import DataConfig
+from rl_engine.ledger import Draw
 
 
 class DataError(ValueError):
@@ -158,16 +159,20 @@ class PromptSampler:
             random.Random(f"{self.seed}:{epoch}").shuffle(order)
         return order
 
-    def next_batch(self, n: int) -> list[int]:
-        batch: list[int] = []
+    def draw(self, n: int) -> list[Draw]:
+        """The next `n` rows, each with its epoch (a batch can cross an epoch boundary)."""
+        batch: list[Draw] = []
         while len(batch) < n:
             if self.index == self.size:
                 self.epoch, self.index = self.epoch + 1, 0
                 self._order = self._epoch_order(self.epoch)
             take = min(n - len(batch), self.size - self.index)
-            batch.extend(self._order[self.index : self.index + take])
+            batch.extend(Draw(self.epoch, row) for row in self._order[self.index : self.index + take])
             self.index += take
         return batch
+
+    def next_batch(self, n: int) -> list[int]:
+        return [d.row for d in self.draw(n)]
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "index": self.index}

@@ -142,6 +142,22 @@ PANELS: tuple[Panel, ...] = (
                 "Policy versions between a trained row's rollout and the update (mean, max)",
                 False,
             ),
+            Metric(
+                "staleness/in_flight_<stat>",
+                "Updates that landed while a sample was generated: its newest token's version minus its oldest "
+                "(mean, max over samples; above 0 only with partial rollout)",
+                False,
+            ),
+            Metric(
+                "staleness/in_queue_<stat>",
+                "Updates since a sample's last token: the trainer's version minus its newest (mean, max over samples)",
+                False,
+            ),
+            Metric(
+                "staleness/dropped",
+                "Samples left out of the update for a token older than backends.max_staleness (0: the bound held)",
+                False,
+            ),
         ),
         group=STABILITY,
     ),

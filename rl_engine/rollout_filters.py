@@ -32,6 +32,7 @@ __all__ = ["FilterOutcome", "apply_filters", "gibberish_flags", "repetition_flag
 class FilterOutcome:
     keep: torch.Tensor  # [N] bool: the rows that train
     metrics: dict[str, float]  # filter/<name>/dropped for each filter that is on
+    reasons: list[str | None]  # [N] the first filter that dropped each row (the ledger's reason); None: kept
 
 
 def zero_advantage_enabled(cfg: RunConfig) -> bool:
@@ -74,9 +75,11 @@ def apply_filters(
     scores: torch.Tensor,
     keep: torch.Tensor,
     vocab_size: int,
+    reasons: list[str | None] | None = None,
 ) -> FilterOutcome:
     """The configured filters over the step's scored samples (`scores`: what the advantages see), after
-    whatever `keep` already dropped (dynamic sampling)."""
+    whatever `keep` already dropped (dynamic sampling, with its `reasons`)."""
+    reasons = list(reasons) if reasons is not None else [None] * len(keep)
     settings = cfg.rollout.filters
     group = cfg.rollout.samples_per_prompt if cfg.algorithm.is_group_estimator else None
     metrics: dict[str, float] = {}
@@ -89,11 +92,19 @@ def apply_filters(
         flagged.append(("repetition", repetition_flags([s.response_ids for s in samples], settings.repetition)))
     for name, flags in flagged:
         kept = drop_flagged(keep, torch.tensor(flags, dtype=torch.bool), group)
-        metrics[f"filter/{name}/dropped"] = float((keep & ~kept).sum())
+        metrics[f"filter/{name}/dropped"] = float(_note_dropped(keep, kept, name, reasons))
         keep = kept
     if zero_advantage_enabled(cfg):
         size = cfg.rollout.samples_per_prompt
         kept = keep & dynamic_sampling_keep(scores, size).repeat_interleave(size)
-        metrics["filter/zero_advantage/dropped"] = float((keep & ~kept).sum())
+        metrics["filter/zero_advantage/dropped"] = float(_note_dropped(keep, kept, "zero_advantage", reasons))
         keep = kept
-    return FilterOutcome(keep, metrics)
+    return FilterOutcome(keep, metrics, reasons)
+
+
+def _note_dropped(before: torch.Tensor, after: torch.Tensor, reason: str, reasons: list[str | None]) -> int:
+    """Marks the rows `reason` dropped (kept `before`, not `after`); returns how many."""
+    dropped = (before & ~after).nonzero().squeeze(-1).tolist()
+    for row in dropped:
+        reasons[row] = reason
+    return len(dropped)

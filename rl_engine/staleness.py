@@ -35,4 +35,25 @@ def staleness_metrics(samples: Sequence[Sample], trainer_version: int, max_stale
     }
     for lag in range(max(max_staleness, max(lags)) + 1):
         metrics[f"staleness/share_{lag}"] = lags[lag] / tokens
+    metrics.update(_span_metrics(samples, trainer_version))
     return metrics
+
+
+def _span_metrics(samples: Sequence[Sample], trainer_version: int) -> dict[str, float]:
+    """Per sample (prime-rl's `off_policy/in_flight` and `in_queue`): `in_flight`, the updates that landed
+    while it was generated (its newest token's version minus its oldest); `in_queue`, the updates since its
+    last token (the trainer's version minus its newest)."""
+    in_flight, in_queue = [], []
+    for sample in samples:
+        versions = [version for version, tokens in sample.segments or () if tokens]
+        if versions:
+            in_flight.append(max(versions) - min(versions))
+            in_queue.append(trainer_version - max(versions))
+    if not in_flight:
+        return {}
+    return {
+        "staleness/in_flight_mean": sum(in_flight) / len(in_flight),
+        "staleness/in_flight_max": float(max(in_flight)),
+        "staleness/in_queue_mean": sum(in_queue) / len(in_queue),
+        "staleness/in_queue_max": float(max(in_queue)),
+    }

@@ -242,6 +242,8 @@ HTTP_ALLOW = [item for item in os.environ.get("POSTTRAIN_HTTP_ALLOW", "").replac
 # (default: the storage root, which the Ray cluster shares) or an fsspec URL such as s3://bucket/prefix (the
 # `bucket` extra installs s3fs; credentials from the usual AWS_* variables, for web, workers and engine alike).
 ROLLOUT_STORE = os.environ.get("POSTTRAIN_ROLLOUT_STORE") or str(STORAGE_ROOT)
+# A run's prompt ledger file (a few integers per dataset row and epoch) is served up to this size.
+LEDGER_MAX_BYTES = int(os.environ.get("POSTTRAIN_LEDGER_MAX_BYTES", str(256 * 1024 * 1024)))
 # The largest rollout file an external run may upload (one step's rollouts, compressed).
 ROLLOUT_UPLOAD_MAX_BYTES = int(os.environ.get("POSTTRAIN_ROLLOUT_UPLOAD_MAX_BYTES", str(512 * 1024 * 1024)))
 # A review campaign over more rollouts than this (its runs' files at its steps, by the index) is built on a

@@ -34,6 +34,7 @@ from rl_engine.devices import (
     with_host_dtype,
 )
 from rl_engine.interfaces import ExecutorRole, LocalTrainer, RewardRole, RolloutRole, TrainerRole
+from rl_engine.ledger import PromptLedger
 
 if TYPE_CHECKING:
     from rl_engine.distributed import RayRoles
@@ -59,9 +60,12 @@ class Engine:
     device: torch.device | None = None  # the one-process engine's (None with Ray roles: each has its own)
     # Single turn, an environment or an agent, over `rollout`: built from it after the fields above.
     executor: ExecutorRole = field(init=False)
+    # The fate of every training row in every epoch (restored from a checkpoint on resume).
+    ledger: PromptLedger = field(init=False)
 
     def __post_init__(self) -> None:
         self.executor = build_executor(self.cfg, self.rollout, self.tokenizer)
+        self.ledger = PromptLedger(len(self.data.train))
 
     def sync_weights(self) -> float:
         if self.roles is not None:

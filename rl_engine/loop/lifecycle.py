@@ -15,6 +15,7 @@ from rl_engine.components import (
 )
 from rl_engine.config import RunConfig, dump_config
 from rl_engine.devices import with_host_dtype
+from rl_engine.ledger import LEDGER_FILE, PromptLedger, Resume, read_parquet, redone_since
 from rl_engine.loop.engine import Engine, build_engine
 from rl_engine.loop.evaluation import evaluate
 from rl_engine.loop.prefetch import resume_pending, saved_pending
@@ -28,6 +29,7 @@ def train(
     cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: str | None = None, progress: bool = False
 ) -> dict[str, float]:
     """Runs (or resumes) a whole run into `run_dir`; returns the last metrics (eval ones included)."""
+    started = time.perf_counter()
     configure_threads()
     cfg = with_host_dtype(cfg)  # the run folder's config.yaml records the dtype `auto` became
     run_dir = Path(run_dir)
@@ -44,7 +46,7 @@ def train(
             engine = build_engine(cfg, weights_from=resume)
             writer = rollout_writer(engine, run_dir, sink)
             try:
-                return _run(engine, run_dir, sink, heartbeat, resume, progress, writer)
+                return _run(engine, run_dir, sink, heartbeat, resume, progress, writer, started)
             finally:
                 if writer is not None:
                     writer.close()  # every step's file written and announced before the final status
@@ -87,6 +89,7 @@ def _run(
     resume: Path | None,
     progress: bool,
     writer: RolloutWriter | None = None,
+    started: float = 0.0,
 ) -> dict[str, float]:
     cfg = engine.cfg
     counters = {"progress/samples": 0.0, "progress/tokens": 0.0, "progress/train_time_s": 0.0}
@@ -100,6 +103,9 @@ def _run(
         first_step = state.step + 1
         if cfg.backends.async_rollout:
             resume_pending(engine, state)
+        record = resume_ledger(engine, state, resume, time.perf_counter() - started)
+        engine.ledger.write_parquet(run_dir / LEDGER_FILE)
+        sink.emit("log", {"level": "info", "message": describe_resume(record)}, step=state.step)
     else:
         sink.emit("log", {"level": "info", "message": _describe(engine)}, step=0)
 
@@ -128,6 +134,7 @@ def _run(
             metrics.update(evaluate(engine, eval_prompts, eval_tokens))
             metrics["timing/eval"] = time.perf_counter() - started
         sink.emit("metrics", metrics, step=step)
+        engine.ledger.write_parquet(run_dir / LEDGER_FILE)
         if writer is not None:
             writer.submit(rollouts)
         if hasattr(bar, "set_postfix"):
@@ -181,6 +188,7 @@ def _checkpoint(
         rng=capture_rng(),
         metrics_so_far=dict(counters),
         pending=saved_pending(engine),
+        ledger=engine.ledger.state_dict(),
     )
     path = engine.save_checkpoint(run_dir, step, state)
     if writer is not None:
@@ -189,6 +197,41 @@ def _checkpoint(
         writer.flush()
     sink.emit("checkpoint", {"path": str(path), "format": "hf"}, step=step)
     return path
+
+
+def resume_ledger(engine: Engine, state: EngineState, checkpoint: Path, seconds: float) -> Resume:
+    """The checkpoint's ledger back, its in-flight rows matched with the batches restored with it, and the
+    resume recorded with what it re-does: the steps the interrupted run finished past the checkpoint, read
+    from the ledger file in that run's folder (the checkpoint's grandparent)."""
+    if state.ledger is not None:
+        engine.ledger = PromptLedger.from_state_dict(state.ledger)
+    else:  # a checkpoint from before the ledger: what came before it is unknown
+        engine.ledger.sampler_epoch = engine.sampler.epoch
+    restored, lost = engine.ledger.restore_in_flight({p.step for p in engine.pending})
+    previous_file = Path(checkpoint).parent.parent / LEDGER_FILE
+    previous = read_parquet(previous_file) if previous_file.is_file() else None
+    steps, rows = redone_since(previous, state.step)
+    if previous is not None:
+        # The interrupted run's file holds every resume of its lineage, the ones after this checkpoint too
+        # (an attempt killed before it saved a checkpoint of its own): the history keeps them all.
+        engine.ledger.resumes = previous.resumes
+    record = Resume(state.step, restored, lost, steps, rows, round(seconds, 3))
+    engine.ledger.resumes.append(record)
+    return record
+
+
+def describe_resume(record: Resume) -> str:
+    text = f"resumed from the checkpoint of step {record.checkpoint_step} in {record.seconds:.1f}s"
+    if record.restored_in_flight:
+        text += f"; {record.restored_in_flight} rows generated ahead restored with their rollouts"
+    if record.lost_in_flight:
+        text += f"; {record.lost_in_flight} rows in flight lost (their rollouts were not in the checkpoint)"
+    if record.redone_steps:
+        text += (
+            f"; re-doing steps {record.redone_steps[0]}-{record.redone_steps[-1]} "
+            f"({record.redone_rows} rows) lost after it"
+        )
+    return text
 
 
 def _describe(engine: Engine) -> str:

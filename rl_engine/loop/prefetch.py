@@ -15,6 +15,7 @@ from rl_engine.config import RunConfig
 from rl_engine.data import Prompt
 from rl_engine.executors import Rollouts
 from rl_engine.interfaces import AsyncRolloutRole
+from rl_engine.ledger import Draw
 from rl_engine.loop.engine import Engine
 from rl_engine.loop.timing import StepTimer
 from rl_engine.partial_rollout import mixed_seed
@@ -44,6 +45,7 @@ class PendingRollout:
     handles: Any = None
     samples: list[Sample] | None = None
     seconds: float = 0.0
+    epochs: list[int] | None = None  # each index's epoch (None in checkpoints from before the ledger)
 
     def finish(self, rollout: AsyncRolloutRole) -> list[Sample]:
         """The batch's samples, waited for if they are not in yet."""
@@ -54,7 +56,17 @@ class PendingRollout:
 
     def saved(self) -> dict[str, Any]:
         """What a checkpoint keeps of a finished batch."""
-        return {"step": self.step, "indices": self.indices, "samples": self.samples, "seconds": self.seconds}
+        return {
+            "step": self.step,
+            "indices": self.indices,
+            "samples": self.samples,
+            "seconds": self.seconds,
+            "epochs": self.epochs,
+        }
+
+    def draws(self, ledger_epoch: int) -> list[Draw]:
+        epochs = self.epochs if self.epochs is not None else [ledger_epoch] * len(self.indices)
+        return [Draw(epoch, row) for epoch, row in zip(epochs, self.indices, strict=True)]
 
 
 def saved_pending(engine: Engine) -> list[dict[str, Any]]:
@@ -75,17 +87,21 @@ def resume_pending(engine: Engine, state: EngineState) -> None:
     cast(AsyncRolloutRole, engine.rollout).set_policy_version(state.step)
 
 
-def take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Prompt], Rollouts]:
-    """This step's prompts and `Rollouts`. Sync: generated now. Async: the batch submitted during the
+def draw_prompts(engine: Engine, for_step: int) -> list[Draw]:
+    """The next batch's rows from the sampler, in flight in the ledger until step `for_step` resolves them."""
+    draws = engine.sampler.draw(engine.cfg.rollout.prompts_per_step)
+    engine.ledger.draw(for_step, draws)
+    return draws
+
+
+def take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Draw], list[Prompt], Rollouts]:
+    """This step's rows, prompts and `Rollouts`. Sync: generated now. Async: the batch submitted during the
     previous step (finished before the last weight sync), and the next one submitted now, to be
     generated from the current weights while this one is scored and trained."""
     cfg = engine.cfg
-
-    def next_prompts() -> list[Prompt]:
-        return [engine.data.train[i] for i in engine.sampler.next_batch(cfg.rollout.prompts_per_step)]
-
     if not cfg.backends.async_rollout:
-        prompts = next_prompts()
+        draws = draw_prompts(engine, step)
+        prompts = [engine.data.train[d.row] for d in draws]
         with timer.phase("generate"):
             rollouts = engine.executor.run(prompts, sampling_params(cfg))
             # A colocated engine gives its GPU memory back to the trainer until the weight sync.
@@ -93,16 +109,17 @@ def take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pro
         if rollouts.env_seconds:  # the environment's share of the turns, as a phase of its own
             timer.timings["generate"] -= rollouts.env_seconds
             timer.timings["environment"] = rollouts.env_seconds
-        return prompts, rollouts
+        return draws, prompts, rollouts
 
     rollout = cast(AsyncRolloutRole, engine.rollout)
 
     def submit(for_step: int) -> PendingRollout:
-        indices = engine.sampler.next_batch(cfg.rollout.prompts_per_step)
+        draws = draw_prompts(engine, for_step)
+        indices = [d.row for d in draws]
         # Each batch its own seed: what it draws depends on its step and weights, not on when it ran.
         params = sampling_params(cfg, mixed_seed(cfg.seed, for_step))
         handles = rollout.submit([engine.data.train[i].token_ids for i in indices], params)
-        return PendingRollout(for_step, indices, handles)
+        return PendingRollout(for_step, indices, handles, epochs=[d.epoch for d in draws])
 
     if not engine.pending:  # nothing ahead on the first step
         engine.pending.append(submit(step))
@@ -115,4 +132,5 @@ def take_rollouts(engine: Engine, step: int, timer: StepTimer) -> tuple[list[Pro
     # The engines' own time, overlapped with the previous steps' work: not a phase of this step's critical
     # path (`timing/wait_rollout` is), reported as `rollout/overlapped_generate_s`.
     timer.overlapped_generate = current.seconds
-    return [engine.data.train[i] for i in current.indices], Rollouts(samples)
+    draws = current.draws(engine.sampler.epoch)
+    return draws, [engine.data.train[d.row] for d in draws], Rollouts(samples)

@@ -16,6 +16,7 @@ from rl_engine.algorithms import (
     AdvantageInputs,
     CorrectionInputs,
     CorrectionResult,
+    drop_flagged,
     dynamic_sampling_keep,
     kl_estimate,
     kl_penalized_rewards,
@@ -27,6 +28,7 @@ from rl_engine.config import RunConfig
 from rl_engine.data import Prompt
 from rl_engine.executors import Rollouts
 from rl_engine.interfaces import AsyncRolloutRole
+from rl_engine.ledger import Draw, SampleOutcome
 from rl_engine.loop.engine import Engine
 from rl_engine.loop.prefetch import take_rollouts
 from rl_engine.loop.records import sample_records, step_metrics
@@ -56,6 +58,7 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], StepRollouts]
     with timer.phase("reward"):
         scored = score(engine, collected)
     metrics.update(scored.metrics)
+    engine.ledger.resolve(step, collected.draws, sample_outcomes(collected, scored))
     advantages_per_sample = torch.zeros(len(collected.samples))
     every = engine.cfg.logging.token_view_every
     rollouts = StepRollouts(
@@ -102,6 +105,8 @@ def run_step(engine: Engine, step: int) -> tuple[dict[str, float], StepRollouts]
 class Collected:
     """The collect stage's output: the step's prompts and trajectories, decoded."""
 
+    step: int
+    draws: list[Draw]  # the rows behind `prompts`, with their epochs (the ledger's keys)
     prompts: list[Prompt]
     rollouts: Rollouts
     texts: list[str]
@@ -121,6 +126,7 @@ class Scored:
     scores: torch.Tensor  # [N] what the advantages see: task scores plus shaping (overlong penalty)
     keep: torch.Tensor  # [N] bool: the rows that train (dynamic sampling drops whole groups)
     metrics: dict[str, float] = field(default_factory=dict)  # what the filters dropped, the responses' statistics
+    reasons: list[str | None] = field(default_factory=list)  # [N] what left each row out; None where it trains
 
 
 @dataclass
@@ -143,11 +149,11 @@ class TrainingBatch:
 
 def collect(engine: Engine, step: int, timer: StepTimer) -> Collected:
     """Generate (or, async, take the batch generated during the last step), and decode it."""
-    prompts, rollouts = take_rollouts(engine, step, timer)
+    draws, prompts, rollouts = take_rollouts(engine, step, timer)
     samples = rollouts.samples
     texts = engine.tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
     lengths = torch.tensor([s.action_count for s in samples], dtype=torch.float32)
-    return Collected(prompts, rollouts, texts, lengths)
+    return Collected(step, draws, prompts, rollouts, texts, lengths)
 
 
 def score(engine: Engine, collected: Collected) -> Scored:
@@ -162,11 +168,16 @@ def score(engine: Engine, collected: Collected) -> Scored:
         scores = scores + overlong_penalty(
             collected.lengths, ro.max_new_tokens, alg.overlong.buffer_tokens, alg.overlong.penalty
         )
+    samples, vocab = collected.samples, len(engine.tokenizer)
     keep = torch.ones(len(scores), dtype=torch.bool)
+    reasons: list[str | None] = [None] * len(samples)
     if alg.dynamic_sampling:
         keep = dynamic_sampling_keep(scores, ro.samples_per_prompt).repeat_interleave(ro.samples_per_prompt)
-    samples, vocab = collected.samples, len(engine.tokenizer)
-    filtered = apply_filters(engine.cfg, collected.texts, samples, scores, keep, vocab)
+        reasons = [None if kept else "dynamic_sampling" for kept in keep.tolist()]
+    stale: dict[str, float] = {}
+    if engine.cfg.backends.async_rollout:
+        keep, stale = drop_stale(engine.cfg, collected, keep, reasons)
+    filtered = apply_filters(engine.cfg, collected.texts, samples, scores, keep, vocab, reasons)
     stats = step_response_metrics(
         collected.texts,
         [s.response_ids for s in samples],
@@ -174,7 +185,46 @@ def score(engine: Engine, collected: Collected) -> Scored:
         [s.logprobs for s in samples],
         vocab,
     )
-    return Scored(reward, task_scores, scores, filtered.keep, {**filtered.metrics, **stats})
+    return Scored(reward, task_scores, scores, filtered.keep, {**filtered.metrics, **stale, **stats}, filtered.reasons)
+
+
+def drop_stale(
+    cfg: RunConfig, collected: Collected, keep: torch.Tensor, reasons: list[str | None]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Async mode: samples with a token more than `backends.max_staleness` versions behind the trainer (version
+    `step - 1`) leave the update (with their group under a group estimator), counted in `staleness/dropped`.
+    The engines never run further ahead than the bound, so this holds the bound rather than shapes the data."""
+    bound, trainer_version = cfg.backends.max_staleness, collected.step - 1
+    flags = [trainer_version - sample_versions(s, collected.step)[0] > bound for s in collected.samples]
+    group = cfg.rollout.samples_per_prompt if cfg.algorithm.is_group_estimator else None
+    kept = drop_flagged(keep, torch.tensor(flags, dtype=torch.bool), group)
+    dropped = (keep & ~kept).nonzero().squeeze(-1).tolist()
+    for row in dropped:
+        reasons[row] = "staleness"
+    return kept, {"staleness/dropped": float(len(dropped))}
+
+
+def sample_versions(sample: Sample, step: int) -> tuple[int, int]:
+    """The oldest and newest policy version of a sample's tokens (sync mode: the trainer's, `step - 1`)."""
+    if not sample.segments:
+        return step - 1, step - 1
+    versions = [version for version, _ in sample.segments]
+    return min(versions), max(versions)
+
+
+def sample_outcomes(collected: Collected, scored: Scored) -> list[SampleOutcome]:
+    """What the step did with each sample, for the ledger."""
+    keep = scored.keep.tolist()
+    return [
+        SampleOutcome(
+            prompt_index=sample.prompt_index,
+            kept=keep[i],
+            reason=None if keep[i] else (scored.reasons[i] if scored.reasons else None),
+            versions=sample_versions(sample, collected.step),
+            reward_error=bool(scored.reward.errors[i]),
+        )
+        for i, sample in enumerate(collected.samples)
+    ]
 
 
 def score_rollouts(engine: Engine, prompts: list[Prompt], rollouts: Rollouts, texts: list[str]) -> RewardResult:

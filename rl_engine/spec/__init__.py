@@ -10,6 +10,7 @@ the web process never loads a deep-learning library to validate a config or star
   both sides compute.
 - `resources`: what a run needs of the cluster (placement), and the threads its driver gets.
 - `checkpoints`: the checkpoint folder layout.
+- `ledger`: the prompt ledger's file in a run folder and the reader of its summary.
 - `jobs`: preemption's request file and exit codes, the user-output marker on a job's log lines.
 - `user_code`: containment (the sandbox and the outbound policy) and what runs inside it for the platform:
   reward components, dataset rows, reward probes, installed environments.

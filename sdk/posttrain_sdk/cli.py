@@ -625,6 +625,61 @@ def runs_rollouts(ctx, run_id: str, directory: Path, steps: tuple[int, ...]) -> 
     err.print(f"wrote {len(written)} rollout files to {directory}", markup=False)
 
 
+@runs.command("ledger")
+@click.argument("run_id")
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write the whole ledger (Parquet)."
+)
+@json_option
+@click.pass_context
+@reports_errors
+def runs_ledger(ctx, run_id: str, output: Path | None, as_json: bool) -> None:
+    """Every training row's fate per epoch (trained, filtered, dropped, in flight) and the run's resumes."""
+    client = _client(ctx)
+    run_id = _run_id(client, run_id)
+    if output is not None:
+        err.print(f"wrote {client.runs.ledger_file(run_id, output)}", markup=False)
+        return
+    ledger = client.runs.ledger(run_id)
+    if as_json:
+        _emit_json(ledger)
+        return
+    epochs = [
+        (
+            e["epoch"],
+            e["rows"],
+            e["trained"],
+            _reasons(e["filtered"]),
+            _reasons(e["dropped"]),
+            e["in_flight"],
+            e["not_drawn"],
+            e["skipped"],
+            e["duplicates"],
+        )
+        for e in ledger["epochs"]
+    ]
+    headers = ["epoch", "rows", "trained", "filtered", "dropped", "in flight", "not drawn", "skipped", "twice"]
+    out.print(_table(headers, epochs, title="Prompt ledger"))
+    resumes = [
+        (
+            r["checkpoint_step"],
+            r["restored_in_flight"],
+            r["lost_in_flight"],
+            f"{r['redone_steps'][0]}-{r['redone_steps'][-1]}" if r["redone_steps"] else "—",
+            r["redone_rows"],
+            f"{r['seconds']:.1f}s",
+        )
+        for r in ledger["resumes"]
+    ]
+    if resumes:
+        headers = ["from step", "restored in flight", "lost", "steps re-done", "rows re-done", "took"]
+        out.print(_table(headers, resumes, title="Resumes"))
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in counts.items()) or "0"
+
+
 @runs.command("replay", context_settings={"ignore_unknown_options": True})
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--step", type=int, required=True)

@@ -660,6 +660,15 @@ class Runs(_Section):
             )
         return written
 
+    def ledger(self, run_id: str) -> dict[str, Any]:
+        """The run's prompt ledger summed per epoch (trained; filtered and dropped by reason; in flight; not
+        drawn; skipped and duplicates, both 0 when nothing was lost) and its resumes."""
+        return self.client.get(f"/api/runs/{run_id}/ledger/")
+
+    def ledger_file(self, run_id: str, path: str | Path) -> Path:
+        """The whole ledger (Parquet, a row per (epoch, row) with its fate, step, samples and policy versions)."""
+        return _download(self.client, f"/api/runs/{run_id}/ledger/file", {}, Path(path))
+
     def logs(self, run_id: str, *, tail: int | None = None) -> str:
         return self.client.get(f"/api/runs/{run_id}/logs/", tail=tail)["logs"]
 

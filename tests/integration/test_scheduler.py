@@ -144,3 +144,11 @@ def test_a_high_priority_run_preempts_a_low_one_which_resumes_later_exactly_wher
     assert comparable_metrics(low) == comparable_metrics(finished[0])
     assert sorted(comparable_metrics(low)) == list(range(1, steps + 1))
     assert_store_matches_the_run_folder(low)
+    # Its prompt ledger accounts for every row as the uninterrupted run's does, and shows the resume: from the
+    # preemption checkpoint, nothing lost, nothing re-done (the run stopped at a step boundary).
+    low_ledger, high_ledger = (api.get(f"/api/runs/{r['id']}/ledger/") for r in finished[::-1])
+    assert low_ledger["epochs"] == high_ledger["epochs"]
+    assert low_ledger["totals"]["skipped"] == low_ledger["totals"]["duplicates"] == 0
+    [resume] = low_ledger["resumes"]
+    assert resume["checkpoint_step"] == preempted["last_step"] and resume["redone_steps"] == []
+    assert resume["lost_in_flight"] == 0 and not high_ledger["resumes"]

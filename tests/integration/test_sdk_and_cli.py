@@ -17,9 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
-from tests.support.stack import REPO_ROOT, UvicornServer, free_port, platform_stack, postgres_url
+from rl_engine.ledger import LEDGER_FILE, Draw, PromptLedger, SampleOutcome
+from tests.support.stack import REPO_ROOT, PlatformStack, UvicornServer, free_port, platform_stack, postgres_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,7 +29,7 @@ PASSWORD = "a-long-test-passphrase"
 
 
 @pytest.fixture(scope="module")
-def web(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[UvicornServer]:
+def sdk_stack(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[PlatformStack]:
     """uvicorn and a Celery worker (a python reward's import is checked on a worker, in its sandbox). No Ray
     head: a launched run stays queued while its submission is retried, which is what these tests look at."""
     from django.conf import settings
@@ -41,7 +43,12 @@ def web(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Uvicor
         # the tests mint tokens and sessions in this process: the servers must derive the same ones
         extra_env={"POSTTRAIN_SECRET_KEY": settings.SECRET_KEY, "POSTTRAIN_SSE_KEEPALIVE_S": "1"},
     ) as stack:
-        yield stack.web
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def web(sdk_stack: PlatformStack) -> UvicornServer:
+    return sdk_stack.web
 
 
 @pytest.fixture
@@ -187,7 +194,7 @@ def test_a_run_is_named_by_any_unique_start_of_its_id_and_tables_show_short_ids(
     assert sorted(line.split()[0] for line in lines[1:]) == ["abcdef12", "abcdef12"]
 
 
-def test_registry_experiments_and_runs_from_the_terminal(logged_in, tmp_path):
+def test_registry_experiments_and_runs_from_the_terminal(logged_in, sdk_stack, tmp_path):
     from tests.unit.platform.helpers import write_model_folder
 
     cli = logged_in
@@ -275,6 +282,22 @@ def test_registry_experiments_and_runs_from_the_terminal(logged_in, tmp_path):
     assert code == 1 and "No Run matches the given query." in err
     code, _, err = cli("runs", "resume", run["id"])
     assert code == 2 and err.strip() == f"error: checkpoint: run {run['id']} has no checkpoint left to resume from"
+
+    code, _, err = cli("runs", "ledger", run["id"])
+    assert code == 1 and "has no prompt ledger" in err
+    ledger = PromptLedger(8)
+    ledger.draw(1, [Draw(0, 3), Draw(0, 5)])
+    ledger.resolve(
+        1,
+        [Draw(0, 3), Draw(0, 5)],
+        [SampleOutcome(0, True, None, (0, 0)), SampleOutcome(1, False, "gibberish", (0, 0))],
+    )
+    ledger.write_parquet(sdk_stack.storage / "runs" / run["id"] / LEDGER_FILE)
+    code, out, err = cli("runs", "ledger", run["id"])
+    assert code == 0 and "Prompt ledger" in out and "gibberish 1" in out, err
+    code, _, err = cli("runs", "ledger", run["id"], "-o", str(tmp_path / "ledger.parquet"))
+    assert code == 0, err
+    assert sorted(pq.read_table(tmp_path / "ledger.parquet")["row"].to_pylist()) == [3, 5]
 
 
 def test_projects_from_the_terminal_share_work_with_their_members_only(logged_in, web, token, tmp_path):

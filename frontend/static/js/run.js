@@ -521,6 +521,38 @@ async function loadCheckpoints() {
   if (!checkpoints.length) body.append(el("tr", {}, el("td", { colspan: 3, class: "muted" }, "No checkpoints yet.")));
 }
 
+// --- the prompt ledger ----------------------------------------------------------------------
+
+function reasons(counts) {
+  const parts = Object.entries(counts).map(([reason, n]) => `${reason} ${n}`);
+  return parts.length ? parts.join(", ") : "0";
+}
+
+async function loadLedger() {
+  if (run.config?.logging?.run_dir === undefined) return; // an external run keeps none
+  const message = document.getElementById("ledger-message");
+  let ledger;
+  try {
+    ledger = await api(`/api/runs/${run.id}/ledger/`);
+  } catch (error) {
+    message.textContent = error.status === 404 ? "No ledger yet: the engine writes it after its first step." : error.message;
+    return;
+  }
+  message.textContent = "";
+  document.querySelector("#ledger-table tbody").replaceChildren(...ledger.epochs.map((e) => el("tr", { "data-epoch": e.epoch },
+    el("td", { class: "num" }, e.epoch), el("td", { class: "num" }, e.rows), el("td", { class: "num" }, e.trained),
+    el("td", {}, reasons(e.filtered)), el("td", {}, reasons(e.dropped)), el("td", { class: "num" }, e.in_flight),
+    el("td", { class: "num" }, e.not_drawn),
+    el("td", { class: e.skipped ? "num error" : "num" }, e.skipped), el("td", { class: e.duplicates ? "num error" : "num" }, e.duplicates))));
+  const resumes = document.getElementById("ledger-resumes");
+  resumes.hidden = !ledger.resumes.length;
+  resumes.querySelector("tbody").replaceChildren(...ledger.resumes.map((r) => el("tr", {},
+    el("td", { class: "num" }, r.checkpoint_step), el("td", { class: "num" }, r.restored_in_flight),
+    el("td", { class: r.lost_in_flight ? "num error" : "num" }, r.lost_in_flight),
+    el("td", {}, r.redone_steps.length ? `${r.redone_steps[0]}–${r.redone_steps[r.redone_steps.length - 1]}` : "none"),
+    el("td", { class: "num" }, r.redone_rows), el("td", { class: "num" }, `${r.seconds.toFixed(1)} s`))));
+}
+
 async function registerCheckpoint(checkpoint) {
   const name = window.prompt("Name of the new model", `${run.name}-step-${checkpoint.step}`.slice(0, 200));
   if (name === null) return;
@@ -611,14 +643,14 @@ async function main() {
   setupSamples();
   setupExtraMetrics();
   await loadSeries();
-  await Promise.all([loadSamples(), loadCheckpoints(), loadTransitions(), loadAlerts()]);
+  await Promise.all([loadSamples(), loadCheckpoints(), loadTransitions(), loadAlerts(), loadLedger()]);
   openRunStream(run.id, {
     lastEventId: run.stream_from_seq,
     onMetrics: queueMetrics,
     onSamples,
     onLog: appendLog,
-    onCheckpoint: () => loadCheckpoints(),
-    onState: (message) => { showState(message.state, message.reason); loadTransitions(); },
+    onCheckpoint: () => { loadCheckpoints(); loadLedger(); },
+    onState: (message) => { showState(message.state, message.reason); loadTransitions(); loadLedger(); },
     onEnd: () => { loadAlerts(); },
     onConnection: showConnection,
   });

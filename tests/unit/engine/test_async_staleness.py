@@ -30,6 +30,15 @@ def test_staleness_is_the_token_weighted_lag_behind_the_trainer():
     assert metrics["staleness/interrupted_fraction"] == 0.5
 
 
+def test_in_flight_staleness_is_the_updates_during_generation_and_in_queue_the_updates_since_it_ended():
+    # Trainer at version 5. The first sample ran from version 3 to 4 (1 update in flight) and has waited 1 since;
+    # the second was generated whole under version 2 (0 in flight) and has waited 3.
+    samples = [_sample((3, 2), (4, 2)), _sample((2, 4))]
+    metrics = staleness_metrics(samples, trainer_version=5, max_staleness=4)
+    assert metrics["staleness/in_flight_mean"] == 0.5 and metrics["staleness/in_flight_max"] == 1.0
+    assert metrics["staleness/in_queue_mean"] == 2.0 and metrics["staleness/in_queue_max"] == 3.0
+
+
 def test_samples_without_versions_give_no_staleness():
     assert staleness_metrics([Sample(0, [1, 2], "stop")], trainer_version=3, max_staleness=2) == {}
 

@@ -29,7 +29,8 @@ PROGRAM = textwrap.dedent(
 
     sys.meta_path.insert(0, Refuse())
 
-    from rl_engine.spec import catalogues, checkpoints, config, jobs, resources, user_code
+    from rl_engine.ledger import Draw, PromptLedger
+    from rl_engine.spec import catalogues, checkpoints, config, jobs, ledger, resources, user_code
 
     folder = Path(tempfile.mkdtemp())
     cfg = config.demo_run_config(folder)
@@ -55,7 +56,13 @@ PROGRAM = textwrap.dedent(
     with user_code.CompositeReward([(user_code.build_component({"type": "exact_match"}), 1.0)]) as reward:
         scored = reward.score(batch).total
 
+    written = PromptLedger(3)
+    written.draw(1, [Draw(0, 2)])
+    written.write_parquet(folder / ledger.LEDGER_FILE)
+    summary = ledger.read_metadata(folder / ledger.LEDGER_FILE)
+
     print(json.dumps({
+        "ledger_in_flight": summary["epochs"][0]["in_flight"],
         "steps": again.train.steps,
         "schema_sections": sorted(config.config_json_schema()["properties"])[:3],
         "refused": refused,
@@ -86,6 +93,7 @@ def test_the_contract_works_with_the_deep_learning_libraries_unimportable():
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.splitlines()[-1])
     assert got["heavy_loaded"] == []
+    assert got["ledger_in_flight"] == 1
     assert got["steps"] == 3 and got["refused"] and "model" in got["refused"]
     assert got["schema_sections"] and got["driver_cpus"] > 0
     assert (got["latest"], got["step_of"]) == ("step_10", 10)

@@ -330,6 +330,8 @@ MATRIX: dict[str, Access] = {
     "GET /api/runs/{pk}/metrics/": Access(RESEARCH, READ, a_run),
     "GET /api/runs/{pk}/samples/": Access(RESEARCH, READ, a_run),
     "GET /api/runs/{pk}/sample-tokens/": Access(RESEARCH, READ, a_run),
+    "GET /api/runs/{pk}/ledger/": Access(RESEARCH, READ, a_run, found_404="has no prompt ledger"),
+    "GET /api/runs/{pk}/ledger/file": Access(RESEARCH, READ, a_run, found_404="has no prompt ledger"),
     "GET /api/runs/{pk}/rollouts/": Access(RESEARCH, READ, a_run),
     "GET /api/runs/{pk}/rollouts/{name}": Access(RESEARCH, READ, a_run_file, found_404="has no rollout file"),
     "PUT /api/runs/{pk}/rollouts/{name}/upload": Access(NOBODY, make=a_run_file),

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from posttrain.telemetry.api import events, rollouts
+from posttrain.telemetry.api import events, ledger, rollouts
 from posttrain.telemetry.api.stream import run_stream_view
 
 urlpatterns = [
@@ -8,6 +8,8 @@ urlpatterns = [
     path("runs/<uuid:pk>/events", events.RunEventsNoSlashView.as_view(), name="run-events-no-slash"),
     path("runs/<uuid:pk>/events/", events.RunEventsView.as_view(), name="run-events"),
     path("runs/<uuid:pk>/stream/", run_stream_view, name="run-stream"),
+    path("runs/<uuid:pk>/ledger/", ledger.RunLedgerView.as_view(), name="run-ledger"),
+    path("runs/<uuid:pk>/ledger/file", ledger.RunLedgerFileView.as_view(), name="run-ledger-file"),
     path("runs/<uuid:pk>/rollouts/", rollouts.RunRolloutFilesView.as_view(), name="run-rollout-files"),
     path("runs/<uuid:pk>/rollouts/<str:name>", rollouts.RunRolloutFileView.as_view(), name="run-rollout-file"),
     path("runs/<uuid:pk>/rollouts/<str:name>/upload", rollouts.RolloutUploadView.as_view(), name="run-rollout-upload"),
