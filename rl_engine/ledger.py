@@ -10,7 +10,7 @@ the sampler has left that never got a fate is *skipped*; a row resolved twice in
 Both must stay 0, and `summary` counts them.
 
 The state is a few integers per row, kept in the checkpoint's `engine_state.pt` (written atomically with it)
-and after every step in the run folder as `ledger.parquet` (`write_parquet`), which is also the export. A
+and after every step in the run folder as `ledger.parquet` (`LedgerFile`), which is also the export. A
 resume restores the checkpoint's ledger; the run folder's file of the run that wrote the checkpoint tells
 what the lost steps past it had done, recorded on the resume as re-done (`Resume`), never counted twice.
 docs/ARCHITECTURE.md, "The prompt ledger".
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -211,6 +212,25 @@ class PromptLedger:
         partial = path.with_name(path.name + ".partial")
         pq.write_table(table, partial)
         os.replace(partial, path)
+
+
+class LedgerFile:
+    """The run folder's `ledger.parquet`, rewritten after a step unless the last write was recent: at most one
+    write per `spacing` times its own duration (a few milliseconds for thousands of rows: every step), so a
+    ledger of millions of rows costs a run a few percent at most. `force` (a checkpoint, a resume, the end)
+    always writes."""
+
+    def __init__(self, path: Path, spacing: float = 20.0):
+        self.path, self.spacing = path, spacing
+        self._next_at = 0.0
+
+    def save(self, ledger: PromptLedger, force: bool = False) -> None:
+        started = time.monotonic()
+        if not force and started < self._next_at:
+            return
+        ledger.write_parquet(self.path)
+        ended = time.monotonic()
+        self._next_at = ended + self.spacing * (ended - started)
 
 
 def read_parquet(path: Path) -> PromptLedger:

@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.stack import REPO_ROOT, RayHead, make_ray_token_file, redis_url_for_worker
 
+pytest_plugins = ["tests.support.every_test_reported"]
+
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -15,7 +15,7 @@ from rl_engine.components import (
 )
 from rl_engine.config import RunConfig, dump_config
 from rl_engine.devices import with_host_dtype
-from rl_engine.ledger import LEDGER_FILE, PromptLedger, Resume, read_parquet, redone_since
+from rl_engine.ledger import LEDGER_FILE, LedgerFile, PromptLedger, Resume, read_parquet, redone_since
 from rl_engine.loop.engine import Engine, build_engine
 from rl_engine.loop.evaluation import evaluate
 from rl_engine.loop.prefetch import resume_pending, saved_pending
@@ -93,19 +93,10 @@ def _run(
 ) -> dict[str, float]:
     cfg = engine.cfg
     counters = {"progress/samples": 0.0, "progress/tokens": 0.0, "progress/train_time_s": 0.0}
+    ledger_file = LedgerFile(run_dir / LEDGER_FILE)
     first_step = 1
     if resume is not None:
-        state = load_engine_state(resume)
-        engine.trainer.load_state_dict(state.trainer)
-        engine.sampler.load_state_dict(state.sampler)
-        restore_rng(state.rng)
-        counters.update(state.metrics_so_far)
-        first_step = state.step + 1
-        if cfg.backends.async_rollout:
-            resume_pending(engine, state)
-        record = resume_ledger(engine, state, resume, time.perf_counter() - started)
-        engine.ledger.write_parquet(run_dir / LEDGER_FILE)
-        sink.emit("log", {"level": "info", "message": describe_resume(record)}, step=state.step)
+        first_step = _restore(engine, resume, sink, counters, ledger_file, time.perf_counter() - started) + 1
     else:
         sink.emit("log", {"level": "info", "message": _describe(engine)}, step=0)
 
@@ -134,7 +125,7 @@ def _run(
             metrics.update(evaluate(engine, eval_prompts, eval_tokens))
             metrics["timing/eval"] = time.perf_counter() - started
         sink.emit("metrics", metrics, step=step)
-        engine.ledger.write_parquet(run_dir / LEDGER_FILE)
+        ledger_file.save(engine.ledger)
         if writer is not None:
             writer.submit(rollouts)
         if hasattr(bar, "set_postfix"):
@@ -145,12 +136,12 @@ def _run(
         due_ckpt = (cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0) or (
             step == cfg.train.steps and cfg.checkpoint.save_final
         )
-        path = _checkpoint(engine, run_dir, sink, step, counters, writer) if due_ckpt else None
+        path = _checkpoint(engine, run_dir, sink, step, counters, ledger_file, writer) if due_ckpt else None
         last = metrics
         preempt = preemption_requested(run_dir) if step < cfg.train.steps else None
         if preempt is not None:
             # The scheduler needs the room: stop at this boundary with a checkpoint to resume from exactly.
-            path = path or _checkpoint(engine, run_dir, sink, step, counters, writer)
+            path = path or _checkpoint(engine, run_dir, sink, step, counters, ledger_file, writer)
             clear_request(run_dir)
             sink.emit(
                 "status",
@@ -164,13 +155,32 @@ def _run(
             raise Preempted(step, path)
         over = time_limit_reason(counters["progress/train_time_s"], cfg.train.max_wall_s, step)
         if over is not None and step < cfg.train.steps:
-            path = path or _checkpoint(engine, run_dir, sink, step, counters, writer)
+            path = path or _checkpoint(engine, run_dir, sink, step, counters, ledger_file, writer)
             sink.emit("status", {"state": "failed", "reason": over, "checkpoint": str(path)}, step=step)
             raise TimeLimitReached(step, path)
+    ledger_file.save(engine.ledger, force=True)
     if writer is not None:
         writer.flush()  # the last steps' files are announced before the final status, never after it
     sink.emit("status", {"state": "succeeded"}, step=cfg.train.steps)
     return last
+
+
+def _restore(
+    engine: Engine, resume: Path, sink: EventLog, counters: dict[str, float], ledger_file: LedgerFile, seconds: float
+) -> int:
+    """The checkpoint's state back in the engine (weights came with it), its ledger with this resume recorded;
+    returns the checkpoint's step."""
+    state = load_engine_state(resume)
+    engine.trainer.load_state_dict(state.trainer)
+    engine.sampler.load_state_dict(state.sampler)
+    restore_rng(state.rng)
+    counters.update(state.metrics_so_far)
+    if engine.cfg.backends.async_rollout:
+        resume_pending(engine, state)
+    record = resume_ledger(engine, state, resume, seconds)
+    ledger_file.save(engine.ledger, force=True)
+    sink.emit("log", {"level": "info", "message": describe_resume(record)}, step=state.step)
+    return state.step
 
 
 def _checkpoint(
@@ -179,6 +189,7 @@ def _checkpoint(
     sink: EventLog,
     step: int,
     counters: dict[str, float],
+    ledger_file: LedgerFile,
     writer: RolloutWriter | None = None,
 ) -> Path:
     state = EngineState(
@@ -191,6 +202,7 @@ def _checkpoint(
         ledger=engine.ledger.state_dict(),
     )
     path = engine.save_checkpoint(run_dir, step, state)
+    ledger_file.save(engine.ledger, force=True)  # the run folder's file is never behind its latest checkpoint
     if writer is not None:
         # The rollout files of every step up to here are announced before the checkpoint: a run resumed
         # from it leaves no step without its file (the writer ran while the checkpoint was saved).

@@ -167,3 +167,15 @@ def test_a_resume_from_an_early_checkpoint_redoes_the_lost_steps_once_and_ends_w
     [resume] = resumed.resumes
     assert (resume.checkpoint_step, resume.redone_steps, resume.redone_rows) == (2, [3, 4, 5, 6], 16)
     assert (resume.restored_in_flight, resume.lost_in_flight) == (0, 0)
+
+
+def test_the_run_folders_file_skips_a_write_soon_after_the_last_unless_forced(tmp_path):
+    from rl_engine.ledger import LedgerFile
+
+    ledger, file = PromptLedger(2), LedgerFile(tmp_path / "ledger.parquet", spacing=1e9)
+    file.save(ledger)
+    ledger.draw(1, [Draw(0, 1)])
+    file.save(ledger)  # within a billion times the last write's duration: skipped
+    assert read_parquet(file.path).entries == {}
+    file.save(ledger, force=True)  # a checkpoint, a resume, the end
+    assert read_parquet(file.path).entries == ledger.entries
