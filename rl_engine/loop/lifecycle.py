@@ -3,6 +3,7 @@ cadence and checkpoints, preemption at a step boundary, the time limit, and the 
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
@@ -53,8 +54,7 @@ def train(
     except Preempted:
         raise  # its `preempted` status event is out: not a failure
     except BaseException as exc:
-        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-        sink.emit("status", {"state": "failed", "reason": reason[:2000]})
+        sink.emit("status", {"state": "failed", "reason": failure_reason(exc, run_dir)[:2000]})
         raise
     finally:
         try:
@@ -64,6 +64,17 @@ def train(
             sink.close()
             if sender is not None:
                 sender.finish()  # bounded wait until the platform acknowledged every event
+
+
+def failure_reason(exc: BaseException, run_dir: Path) -> str:
+    """The failed status's reason: the exception, with a full disk named first (whichever write hit it: the
+    event log, a checkpoint, the ledger, a rollout file; some libraries give no errno, only the text)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    text = f"{type(exc).__name__}: {exc}"
+    if getattr(exc, "errno", None) == errno.ENOSPC or "No space left on device" in str(exc):
+        return f"no space left on device: the disk of the run folder {run_dir} is full ({text})"
+    return text
 
 
 def rollout_writer(engine: Engine, run_dir: Path, sink: EventLog) -> RolloutWriter | None:

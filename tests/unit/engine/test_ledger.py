@@ -179,3 +179,18 @@ def test_the_run_folders_file_skips_a_write_soon_after_the_last_unless_forced(tm
     assert read_parquet(file.path).entries == {}
     file.save(ledger, force=True)  # a checkpoint, a resume, the end
     assert read_parquet(file.path).entries == ledger.entries
+
+
+def test_a_full_disk_is_named_first_in_the_failure_reason_whichever_write_hit_it(tmp_path):
+    import errno
+
+    from rl_engine.loop.lifecycle import failure_reason
+
+    arrow_style = OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device")
+    with_errno = OSError(errno.ENOSPC, "No space left on device")
+    for exc in (arrow_style, with_errno):
+        assert failure_reason(exc, tmp_path).startswith(
+            f"no space left on device: the disk of the run folder {tmp_path}"
+        )
+    assert failure_reason(ValueError("bad"), tmp_path) == "ValueError: bad"
+    assert failure_reason(KeyboardInterrupt(), tmp_path) == "interrupted"
