@@ -24,7 +24,7 @@ def test_a_run_killed_and_resumed_accounts_for_every_row_of_every_epoch_once(tin
             sys.executable,
             "bench/ledger_faults.py",
             *("--modes", "async4_partial"),
-            *("--kills", "2", "--rows", "8", "--checkpoint-every", "1"),
+            *("--kills", "1", "--rows", "8", "--checkpoint-every", "1"),
             *("--demo-dir", str(tiny_demo), "--out", str(tmp_path)),
         ],
         cwd=REPO,
