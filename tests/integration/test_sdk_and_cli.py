@@ -292,7 +292,9 @@ def test_registry_experiments_and_runs_from_the_terminal(logged_in, sdk_stack, t
         [Draw(0, 3), Draw(0, 5)],
         [SampleOutcome(0, True, None, (0, 0)), SampleOutcome(1, False, "gibberish", (0, 0))],
     )
-    ledger.write_parquet(sdk_stack.storage / "runs" / run["id"] / LEDGER_FILE)
+    run_folder = sdk_stack.storage / "runs" / run["id"]  # the engine would have made it (no Ray here: it never ran)
+    run_folder.mkdir(parents=True, exist_ok=True)
+    ledger.write_parquet(run_folder / LEDGER_FILE)
     code, out, err = cli("runs", "ledger", run["id"])
     assert code == 0 and "Prompt ledger" in out and "gibberish 1" in out, err
     code, _, err = cli("runs", "ledger", run["id"], "-o", str(tmp_path / "ledger.parquet"))
