@@ -25,7 +25,14 @@ from rl_engine.response_stats import ngram_repetition_rate, nonprintable_share, 
 if TYPE_CHECKING:
     from rl_engine.rollout import Sample
 
-__all__ = ["FilterOutcome", "apply_filters", "gibberish_flags", "repetition_flags", "zero_advantage_enabled"]
+__all__ = [
+    "FilterOutcome",
+    "apply_filters",
+    "gibberish_flags",
+    "note_dropped",
+    "repetition_flags",
+    "zero_advantage_enabled",
+]
 
 
 @dataclass(frozen=True)
@@ -92,17 +99,17 @@ def apply_filters(
         flagged.append(("repetition", repetition_flags([s.response_ids for s in samples], settings.repetition)))
     for name, flags in flagged:
         kept = drop_flagged(keep, torch.tensor(flags, dtype=torch.bool), group)
-        metrics[f"filter/{name}/dropped"] = float(_note_dropped(keep, kept, name, reasons))
+        metrics[f"filter/{name}/dropped"] = float(note_dropped(keep, kept, name, reasons))
         keep = kept
     if zero_advantage_enabled(cfg):
         size = cfg.rollout.samples_per_prompt
         kept = keep & dynamic_sampling_keep(scores, size).repeat_interleave(size)
-        metrics["filter/zero_advantage/dropped"] = float(_note_dropped(keep, kept, "zero_advantage", reasons))
+        metrics["filter/zero_advantage/dropped"] = float(note_dropped(keep, kept, "zero_advantage", reasons))
         keep = kept
     return FilterOutcome(keep, metrics, reasons)
 
 
-def _note_dropped(before: torch.Tensor, after: torch.Tensor, reason: str, reasons: list[str | None]) -> int:
+def note_dropped(before: torch.Tensor, after: torch.Tensor, reason: str, reasons: list[str | None]) -> int:
     """Marks the rows `reason` dropped (kept `before`, not `after`); returns how many."""
     dropped = (before & ~after).nonzero().squeeze(-1).tolist()
     for row in dropped:

@@ -30,7 +30,7 @@ def train(
     cfg: RunConfig, run_dir: Path, *, resume: Path | None = None, run_id: str | None = None, progress: bool = False
 ) -> dict[str, float]:
     """Runs (or resumes) a whole run into `run_dir`; returns the last metrics (eval ones included)."""
-    started = time.perf_counter()
+    process_started = time.perf_counter()
     configure_threads()
     cfg = with_host_dtype(cfg)  # the run folder's config.yaml records the dtype `auto` became
     run_dir = Path(run_dir)
@@ -47,7 +47,7 @@ def train(
             engine = build_engine(cfg, weights_from=resume)
             writer = rollout_writer(engine, run_dir, sink)
             try:
-                return _run(engine, run_dir, sink, heartbeat, resume, progress, writer, started)
+                return _run(engine, run_dir, sink, heartbeat, resume, progress, writer, process_started)
             finally:
                 if writer is not None:
                     writer.close()  # every step's file written and announced before the final status
@@ -100,14 +100,15 @@ def _run(
     resume: Path | None,
     progress: bool,
     writer: RolloutWriter | None = None,
-    started: float = 0.0,
+    process_started: float = 0.0,
 ) -> dict[str, float]:
     cfg = engine.cfg
     counters = {"progress/samples": 0.0, "progress/tokens": 0.0, "progress/train_time_s": 0.0}
     ledger_file = LedgerFile(run_dir / LEDGER_FILE)
     first_step = 1
     if resume is not None:
-        first_step = _restore(engine, resume, sink, counters, ledger_file, time.perf_counter() - started) + 1
+        seconds = time.perf_counter() - process_started
+        first_step = _restore(engine, resume, sink, counters, ledger_file, seconds) + 1
     else:
         sink.emit("log", {"level": "info", "message": _describe(engine)}, step=0)
 

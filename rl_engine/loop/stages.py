@@ -38,7 +38,7 @@ from rl_engine.rewards import RewardBatch
 from rl_engine.rewards.base import RewardResult
 from rl_engine.rewards.loud import check_error_rates
 from rl_engine.rollout import Sample
-from rl_engine.rollout_filters import apply_filters
+from rl_engine.rollout_filters import apply_filters, note_dropped
 from rl_engine.rollout_store import StepRollouts
 from rl_engine.staleness import staleness_metrics
 from rl_engine.trainer import Experience, TokenBatch, rollout_logprob_gap
@@ -198,10 +198,7 @@ def drop_stale(
     flags = [trainer_version - sample_versions(s, collected.step)[0] > bound for s in collected.samples]
     group = cfg.rollout.samples_per_prompt if cfg.algorithm.is_group_estimator else None
     kept = drop_flagged(keep, torch.tensor(flags, dtype=torch.bool), group)
-    dropped = (keep & ~kept).nonzero().squeeze(-1).tolist()
-    for row in dropped:
-        reasons[row] = "staleness"
-    return kept, {"staleness/dropped": float(len(dropped))}
+    return kept, {"staleness/dropped": float(note_dropped(keep, kept, "staleness", reasons))}
 
 
 def sample_versions(sample: Sample, step: int) -> tuple[int, int]:

@@ -133,6 +133,7 @@ def _assert_ray_is_behind_the_demos_own_token(demo_env: dict[str, str], make_out
 
 # Its own deadlines (make demo, then the first metrics) end inside this limit, so a slow or stuck demo fails with
 # the run's state and the demo's logs rather than a bare timeout.
+@pytest.mark.slow  # the whole demo stack, once (SmolLM2's import is off here: DEMO_SMOLLM2="")
 @pytest.mark.timeout(900)
 def test_make_demo_serves_a_login_and_make_stop_ends_exactly_its_processes(demo_env, built_demo):
     began = time.monotonic()
