@@ -17,7 +17,7 @@ from posttrain.core import dispatch
 from posttrain.core.errors import InvalidInput, SeqConflict
 from posttrain.runs.models import Checkpoint, Run
 from posttrain.runs.services.alert_webhooks import alerts_notify_after_commit
-from posttrain.runs.services.state_machine import S, run_transition
+from posttrain.runs.services.state_machine import S, run_revive_lost, run_transition
 from posttrain.telemetry import live_channel, rollout_index, series
 from posttrain.telemetry.event_schema import parse_batch
 from posttrain.telemetry.models import MetricRow, RolloutFile, RunLog
@@ -51,6 +51,8 @@ def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touc
                     f"where {expected + offset} was expected",
                 )
         update: dict[str, Any] = {"last_event_at": now} if touch else {}
+        if new and run.state == S.FAILED:
+            run_revive_lost(run.pk)  # the client was only silent, not gone
         if new:
             summary = _store_events(run, new)
             if summary is not run.summary:

@@ -111,10 +111,13 @@ def rollout_upload(run_id: RunId, name: str, chunks: Iterator[bytes]) -> int:
 
 
 def _accepts_upload(run_id: RunId, name: str, *, lock: bool = False) -> None:
-    from posttrain.runs.models import TERMINAL_STATES, Run
+    from posttrain.runs.models import TERMINAL_STATES, Run, RunState
+    from posttrain.runs.services.state_machine import run_revive_lost
 
     runs = Run.objects.select_for_update() if lock else Run.objects
     state = runs.filter(pk=run_id).values_list("state", flat=True).first()
+    if state == RunState.FAILED and run_revive_lost(run_id):  # a lost run's client uploads: it is back
+        state = RunState.RUNNING
     if state in TERMINAL_STATES:
         raise IllegalTransition(f"run {run_id} has ended ({state}): it takes no more rollout files", state)
     if announced(run_id, name):

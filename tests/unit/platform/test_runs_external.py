@@ -130,6 +130,54 @@ def test_a_run_whose_client_never_sent_anything_is_lost_after_the_timeout_from_i
     assert run.state == RunState.FAILED
 
 
+def lose(run, settings) -> None:
+    settings.RUN_HEARTBEAT_TIMEOUT_S = 30
+    Run.objects.filter(pk=run.pk).update(last_event_at=timezone.now() - timedelta(seconds=31))
+    assert services.external_runs_fail_lost() == 1
+    run.refresh_from_db()
+    assert run.state == RunState.FAILED and run.finished_at is not None
+
+
+def test_a_lost_run_whose_client_is_heard_again_runs_again_and_its_finish_ends_it(client, api, settings):
+    # The server may have been the silent one (down, restarting, overloaded) while the client kept its events.
+    run = Run.objects.get(pk=track(api)["run"]["id"])
+    lose(run, settings)
+    assert post_events(client, run, [event(run, 1, "heartbeat")]).status_code == 200
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING and run.finished_at is None and "heard" in run.state_reason
+    assert list(run.transitions.values_list("from_state", "to_state")) == [
+        ("draft", "running"),
+        ("running", "failed"),
+        ("failed", "running"),
+    ]
+    assert post_events(client, run, [event(run, 2, "status", data={"state": "succeeded"})]).status_code == 200
+    run.refresh_from_db()
+    assert run.state == RunState.SUCCEEDED
+
+
+def test_a_lost_runs_rollout_upload_revives_it_and_is_stored(client, api, settings):
+    from tests.unit.platform.test_rollout_upload_checks import put, rollout_file
+
+    run = Run.objects.get(pk=track(api)["run"]["id"])
+    lose(run, settings)
+    assert put(client, run, rollout_file()).status_code == 201
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING
+
+
+def test_only_a_lost_external_run_comes_back(client, api, experiment, no_dispatch):
+    cancelled = Run.objects.get(pk=track(api)["run"]["id"])
+    assert api.post(f"/api/runs/{cancelled.pk}/cancel/").status_code == 200
+    failed_by_client = Run.objects.get(pk=track(api)["run"]["id"])
+    post_events(client, failed_by_client, [event(failed_by_client, 1, "status", data={"state": "failed"})])
+    assert post_events(client, failed_by_client, [event(failed_by_client, 2, "heartbeat")]).status_code == 200
+    native = make_run(experiment, RunState.FAILED, state_reason="lost: the engine sent nothing")
+    assert not services.run_revive_lost(native.pk) and not services.run_revive_lost(cancelled.pk)
+    for run, state in ((cancelled, RunState.CANCELLED), (failed_by_client, RunState.FAILED), (native, RunState.FAILED)):
+        run.refresh_from_db()
+        assert run.state == state
+
+
 def test_cancelling_an_external_run_ends_it_at_once_and_late_events_are_still_stored(client, api, no_dispatch):
     run = Run.objects.get(pk=track(api)["run"]["id"])
     response = api.post(f"/api/runs/{run.pk}/cancel/")

@@ -25,7 +25,7 @@ from posttrain.runs.services.experiments import (
 from posttrain.runs.services.external import ExternalRun, external_run_create, external_runs_fail_lost
 from posttrain.runs.services.jobs import JobsClient, run_reconcile, run_stop, run_submit, runs_reconcile
 from posttrain.runs.services.launch import run_cancel, run_clone, run_dir_for, run_launch, run_resume, run_update
-from posttrain.runs.services.state_machine import ACTIVE_STATES, ALLOWED_TRANSITIONS, run_transition
+from posttrain.runs.services.state_machine import ACTIVE_STATES, ALLOWED_TRANSITIONS, run_revive_lost, run_transition
 
 __all__ = [
     "ACTIVE_STATES",
@@ -51,6 +51,7 @@ __all__ = [
     "run_resume",
     "run_stop",
     "run_submit",
+    "run_revive_lost",
     "run_transition",
     "run_update",
     "runs_reconcile",

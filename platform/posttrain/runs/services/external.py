@@ -20,7 +20,7 @@ from posttrain.projects.models import Project
 from posttrain.runs.models import Experiment, Run, RunKind, RunState, RunTransition
 from posttrain.runs.services.experiments import nul_at
 from posttrain.runs.services.run_fields import clean_note, clean_tags
-from posttrain.runs.services.state_machine import run_transition
+from posttrain.runs.services.state_machine import LOST_REASON_PREFIX, run_transition
 from posttrain.telemetry.tokens import ingest_token, token_hash
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -146,7 +146,10 @@ def external_runs_fail_lost(now=None) -> int:
     for run in candidates.only("pk", "last_event_at", "state_changed_at"):
         last = run.last_event_at or run.state_changed_at
         if last is not None and last < stale:
-            reason = f"lost: the client sent nothing for {timeout:g}s (its process ended without finish(), or lost the network)"
+            reason = (
+                f"{LOST_REASON_PREFIX}the client sent nothing for {timeout:g}s (its process ended without finish(), "
+                "or lost the network; it runs again if its client is heard)"
+            )
             failed += run_transition(run.pk, [RunState.RUNNING], RunState.FAILED, reason)
     return failed
 

@@ -29,7 +29,8 @@ ACTIVE_STATES = (S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING)  # a Ray job
 WAITING_STATES = (S.QUEUED, S.PREEMPTED)  # in the scheduler's queue
 # A native run leaving these frees cluster resources: admission looks at the queue again at once.
 HOLDING_STATES = frozenset(ACTIVE_STATES)
-# The state machine (docs/ARCHITECTURE.md, "Run states"). Terminal states have no way out.
+# The state machine (docs/ARCHITECTURE.md, "Run states"). Terminal states have no way out, with one exception
+# outside this table: `run_revive_lost`.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.DRAFT: frozenset({S.QUEUED, S.CANCELLED}),
     S.QUEUED: frozenset({S.STARTING, S.RUNNING, S.CANCELLING, S.CANCELLED, S.FAILED, S.SUCCEEDED}),
@@ -45,6 +46,8 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.CANCELLED: frozenset(),
 }
 REASON_LIMIT = 4000
+# How an external run's silence is failed (external.py); a run failed so is revived when its client is heard.
+LOST_REASON_PREFIX = "lost: "
 
 
 def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state: str, reason: str) -> bool:
@@ -78,6 +81,24 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
                     series.seal_tail(run_id)
                 return True
     return False
+
+
+def run_revive_lost(run_id: uuid.UUID | str) -> bool:
+    """An external run failed as lost whose client is heard again (an event batch, a rollout upload) runs
+    again, as W&B's crashed run does when its heartbeats resume: the silence the server judged may have been
+    its own (down, restarting, overloaded) while the client kept everything it could not send. A native run
+    never comes back this way (Ray's job state decides it). Compare-and-set; True when this call revived it."""
+    now = timezone.now()
+    reason = "running again: its client was heard after the run was failed as lost"
+    with transaction.atomic():
+        revived = Run.objects.filter(
+            pk=run_id, kind=RunKind.EXTERNAL, state=S.FAILED, state_reason__startswith=LOST_REASON_PREFIX
+        ).update(state=S.RUNNING, state_reason=reason, state_changed_at=now, finished_at=None)
+        if revived:
+            RunTransition.objects.create(run_id=run_id, from_state=S.FAILED, to_state=S.RUNNING, reason=reason)
+            change = {"type": "state", "run": str(run_id), "from_state": S.FAILED, "state": S.RUNNING, "reason": reason}
+            transaction.on_commit(partial(live_channel.publish, run_id, [change]))
+    return bool(revived)
 
 
 def _is_native(run_id: uuid.UUID | str) -> bool:
