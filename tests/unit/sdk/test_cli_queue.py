@@ -3,7 +3,7 @@ scheduler's snapshot), and calls a snapshot stale when no worker refreshed it.""
 
 from __future__ import annotations
 
-from posttrain_sdk.cli import cluster_age
+from posttrain_sdk.cli.queue import cluster_age
 
 
 def test_queue_ls_shows_the_age_of_the_cluster_snapshot():

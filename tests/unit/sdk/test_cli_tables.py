@@ -8,7 +8,8 @@ import io
 import pytest
 from rich.console import Console
 
-from posttrain_sdk import cli
+from posttrain_sdk.cli import common
+from posttrain_sdk.cli.runs import _run_rows
 from posttrain_sdk.types import Run
 
 RUNS = [
@@ -43,15 +44,15 @@ RUNS = [
 def terminal(monkeypatch) -> io.StringIO:
     """The CLI's console as an 80-column terminal (what a console that is no terminal assumes, too)."""
     screen = io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=screen, width=80, soft_wrap=True, color_system=None))
+    monkeypatch.setattr(common, "out", Console(file=screen, width=80, soft_wrap=True, color_system=None))
     return screen
 
 
 def runs_ls(wide: bool) -> list[str]:
     runs = [Run.from_api(r) for r in RUNS]
     columns = ["id", "name", "state", "algorithm", *(["experiment"] if wide else []), "step", "reward", "created"]
-    cli.out.print(cli._table(columns, cli._run_rows(runs, wide), shorten=() if wide else ("name",)))
-    return cli.out.file.getvalue().rstrip("\n").splitlines()
+    common.out.print(common._table(columns, _run_rows(runs, wide), shorten=() if wide else ("name",)))
+    return common.out.file.getvalue().rstrip("\n").splitlines()
 
 
 def test_runs_fit_an_80_column_terminal_one_line_each_with_short_ids(terminal):
@@ -66,7 +67,7 @@ def test_runs_fit_an_80_column_terminal_one_line_each_with_short_ids(terminal):
 
 def test_wide_shows_whole_ids_the_experiment_and_the_whole_time(monkeypatch):
     screen = io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=screen, width=300, soft_wrap=True, color_system=None))
+    monkeypatch.setattr(common, "out", Console(file=screen, width=300, soft_wrap=True, color_system=None))
     header, *rows = runs_ls(wide=True)
     assert "experiment" in header.split()
     assert rows[0].startswith(RUNS[0]["id"]) and RUNS[0]["name"] in rows[0] and RUNS[0]["experiment_name"] in rows[0]

@@ -200,7 +200,8 @@ def test_tracking_sends_the_experiment_apart_from_the_project(server, monkeypatc
 
 
 def test_cli_tables_show_a_project_column_only_where_lists_mix_projects(server, monkeypatch):
-    monkeypatch.setattr(cli, "Client", partial(Client, transport=httpx.MockTransport(server)))
+    # The commands' client is made in cli/common.py (`_client`).
+    monkeypatch.setattr(cli.common, "Client", partial(Client, transport=httpx.MockTransport(server)))
     server.rows["/api/datasets/"] = [
         {**registry_row("sums", "vision", 1), "format": "jsonl", "row_count": 8, "prompt_field": "prompt"},
         {**registry_row("words", "audio", 2), "format": "csv", "row_count": 3, "prompt_field": "prompt"},

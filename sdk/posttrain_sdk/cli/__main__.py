@@ -1,0 +1,3 @@
+from posttrain_sdk.cli import main
+
+main()
