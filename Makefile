@@ -18,7 +18,7 @@ export TOKENIZERS_PARALLELISM := false
 export PYTHONDONTWRITEBYTECODE := 1
 
 # Two pytest-xdist workers, a module each at a time (its module-scoped servers start once); `TEST_WORKERS=0` runs
-# the suite in this process.
+# the suite in this process. The 25 slowest tests are listed at the end: where the suite's time goes.
 TEST_WORKERS ?= 2
 # The test suite's real servers (this machine kind runs them; scripts/ensure_services.sh starts them if down).
 TEST_ENV := DATABASE_URL=$${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/posttrain} \
@@ -34,7 +34,7 @@ help:
 	@echo "make test-gpu   the GPU tests (tests/gpu) on a CUDA host; skipped where there is none"
 
 install: $(STAMP)
-	@# Debian's bubblewrap (+ socat): the sandbox every piece of user code runs in (rl_engine/sandbox.py)
+	@# Debian's bubblewrap (+ socat): the sandbox every piece of user code runs in (rl_engine/sandbox/)
 	@scripts/ensure_bubblewrap.sh
 $(STAMP): pyproject.toml requirements/lock-cpu.txt requirements/demo-models.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -81,7 +81,7 @@ lint: install
 test: install lint
 	scripts/ensure_services.sh
 	scripts/ensure_chromium.sh
-	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+	$(TEST_ENV) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 test-fast: install
 	$(BIN)/python -m pytest tests/unit -m "not slow"

@@ -326,8 +326,10 @@ def main() -> int:
 
         settings.REVIEW_CAMPAIGN_INLINE_MAX_ROLLOUTS = 0  # this process creates it building, and builds it
         from posttrain.review import services as review
+        from posttrain.review.services import campaigns as review_campaigns
 
-        review.task_send = lambda *args, **kwargs: None  # no worker here: this process builds it below
+        # no worker here: this process builds it below (task_send is looked up where the build is queued)
+        review_campaigns.task_send = lambda *args, **kwargs: None
         queued = review.campaign_create(
             name="bench bounds (worker)",
             kind="single",

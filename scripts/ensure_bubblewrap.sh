@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# User code (python rewards, environments, agent commands) runs in a bubblewrap sandbox (rl_engine/sandbox.py)
-# under a seccomp filter built with libseccomp (rl_engine/sandbox_seccomp.py); socat serves an agent's endpoint
+# User code (python rewards, environments, agent commands) runs in a bubblewrap sandbox (rl_engine/sandbox/)
+# under a seccomp filter built with libseccomp (rl_engine/sandbox/seccomp.py); socat serves an agent's endpoint
 # inside it. All three come from Debian, like chromium for the browser tests.
 set -euo pipefail
 missing=()

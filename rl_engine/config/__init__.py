@@ -6,7 +6,7 @@ never fail later for a reason that could have been checked up front. Errors surf
 `ConfigError`, whose `errors` are `{"loc": "a.b.c", "msg": ...}` dicts ready for field-level display
 in a form or a 400 response.
 
-Where things are: `schema.py` the sections and `RunConfig`; `rules.py` the rules across sections and
+Where things are: `schema/` the sections and `RunConfig`; `rules.py` the rules across sections and
 what this engine can run; `yaml_io.py` reading, validating and writing; `error_messages.py` turning
 pydantic's errors into field errors. This package must stay importable without torch, ray, vllm or
 Django.

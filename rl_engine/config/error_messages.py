@@ -10,7 +10,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from rl_engine.config.errors import ConfigError, FieldErrors
-from rl_engine.config.schema import REWARD_TYPES, RunConfig, _RewardBase
+from rl_engine.config.schema import REWARD_TYPES, RunConfig
+from rl_engine.config.schema.rewards import _RewardBase
 
 
 def config_error_from(exc: ValidationError) -> ConfigError:

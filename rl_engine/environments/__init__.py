@@ -1,5 +1,5 @@
 """Multi-turn environments, written by users in a Python file like reward functions, and run in the
-same sandbox (a long-lived child process in bubblewrap, `rl_engine/sandbox.py`, with a memory cap and a
+same sandbox (a long-lived child process in bubblewrap, `rl_engine/sandbox/`, with a memory cap and a
 time limit per call; see `rl_engine/rewards/python_fn.py`). The file is copied in alone: files next to it
 are not there. Every call (a batch of resets or steps) is read back under a deadline, and what a call forked
 is killed when it returns (`rl_engine/rewards/sandbox_worker.py`).

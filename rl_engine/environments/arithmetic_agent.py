@@ -1,5 +1,5 @@
 """An example external agent for the demo's arithmetic task, driving a run through the engine's
-OpenAI-compatible endpoint (`rl_engine/agent_endpoint.py`) with the official `openai` client.
+OpenAI-compatible endpoint (`rl_engine/agent_endpoint/`) with the official `openai` client.
 
 Each session: ask the model the task; if it replies with a calculator call such as ``37+48``,
 answer ``=85`` as a user message and ask again (up to `--calls` times); the reward is 1 when the

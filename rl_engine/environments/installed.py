@@ -1,7 +1,7 @@
 """Environments people install rather than write: reasoning-gym, TextArena, verifiers and OpenEnv.
 
 Each package is reached through a small adapter file in `adapters/`, written against the package's public
-API only, which runs in the sandbox like a user's file (`rl_engine/sandbox.py`: copied in alone; the package
+API only, which runs in the sandbox like a user's file (`rl_engine/sandbox/`: copied in alone; the package
 itself is read-only there, with the rest of site-packages). The engine never imports these packages.
 
 - reasoning-gym: `generate_dataset` writes a task (or a weighted mix) as prompt rows with the entry each needs

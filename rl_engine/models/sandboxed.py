@@ -1,4 +1,4 @@
-"""A GGUF converted in the engine's sandbox (rl_engine/sandbox.py): the file is untrusted input, and turning it into
+"""A GGUF converted in the engine's sandbox (rl_engine/sandbox/): the file is untrusted input, and turning it into
 a model runs third-party parsers and dequantizers over it (gguf, tokenizers, transformers, vLLM).
 
 `convert_gguf(source, folder, options)`:

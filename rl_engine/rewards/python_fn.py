@@ -15,7 +15,7 @@ Both shapes people already have work unchanged (docs/ARCHITECTURE.md, "Reward fu
   for functions that name their parameters differently).
 
 Isolation and failures. The function runs in a child interpreter, inside a bubblewrap sandbox
-(``rl_engine/sandbox.py``: no network, no view of the platform's files or processes, a cleared
+(``rl_engine/sandbox/``: no network, no view of the platform's files or processes, a cleared
 environment, limits on processes, memory, CPU time, open files and file size), that executes
 ``_sandbox.py`` by path: only the standard library is loaded before the user's file, so torch
 is imported only if the user's code does. The sandbox holds copies of ``_sandbox.py`` and of the

@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from rl_engine import sandbox, sandbox_cgroup
+from rl_engine import sandbox
 from rl_engine.config import EnvironmentConfig
 from rl_engine.environments import EnvironmentPool
 from rl_engine.rewards import PythonFunctionReward, RewardBatch, check_reward_file, python_fn
 from rl_engine.rewards._sandbox import FRAME_HEADER
 from rl_engine.rewards.sandbox_worker import Channel, ReplyCap, ReplyRefused, decode_reply, parse_bound
+from rl_engine.sandbox import cgroup as sandbox_cgroup
 from tests.hostile_programs import wait_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The sandbox itself (rl_engine/sandbox.py): what code inside sees and may do, the refusal where no
+"""The sandbox itself (rl_engine/sandbox/): what code inside sees and may do, the refusal where no
 sandbox can be made, the admin's override, and the relay of what the code prints."""
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def test_a_platform_not_running_as_root_gets_the_same_sandbox_and_limits():
         "import os\n\ndef reward_func(queries, prompts, labels, **kwargs):\n    return [float(os.getuid())]\n"
     )
     reward.chmod(0o644)
-    repo = str(Path(sandbox.__file__).resolve().parents[1])
+    repo = str(Path(sandbox.__file__).resolve().parents[2])  # rl_engine/sandbox/__init__.py
     try:
         proc = subprocess.run(
             [

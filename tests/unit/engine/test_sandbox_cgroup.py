@@ -1,4 +1,4 @@
-"""A sandbox's cgroup (rl_engine/sandbox_cgroup.py): the files its limits become on cgroup v1 and v2, and, where
+"""A sandbox's cgroup (rl_engine/sandbox/cgroup.py): the files its limits become on cgroup v1 and v2, and, where
 this host has a writable hierarchy, the groups themselves (made, listed, killed, removed, swept)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from rl_engine import sandbox_cgroup
-from rl_engine.sandbox_cgroup import Quota, SandboxCgroup, limit_files
+from rl_engine.sandbox import cgroup as sandbox_cgroup
+from rl_engine.sandbox.cgroup import Quota, SandboxCgroup, limit_files
 
 PLAN = sandbox_cgroup.plan()
 needs_cgroups = pytest.mark.skipif(not PLAN.hierarchies, reason=f"no writable cgroup here: {PLAN.detail}")

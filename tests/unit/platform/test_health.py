@@ -101,12 +101,15 @@ def test_health_shows_the_kernel_limits_each_sandbox_gets(admin):
 
 
 def test_health_warns_when_sandboxes_cannot_get_a_cgroup_without_counting_it_as_down(admin, monkeypatch):
-    from rl_engine import sandbox, sandbox_cgroup
+    from rl_engine.sandbox import availability, launch
+    from rl_engine.sandbox import cgroup as sandbox_cgroup
 
     # A host that offers no cgroup to this process (as a platform not running as root, without a delegated
-    # folder; tests/security/test_sandbox_limits.py runs that case for real).
+    # folder; tests/security/test_sandbox_limits.py runs that case for real). Patched where it is looked up:
+    # kernel_limits (the status) and _new_cgroup (a sandbox started meanwhile, the probe's).
     nothing = sandbox_cgroup.Plan((), sandbox_cgroup.CONTROLLERS, ("cgroup v1 /sys/fs/cgroup/memory is not writable",))
-    monkeypatch.setattr(sandbox, "_cgroup_plan", lambda: nothing)
+    monkeypatch.setattr(availability, "_cgroup_plan", lambda: nothing)
+    monkeypatch.setattr(launch, "_cgroup_plan", lambda: nothing)
     response = admin.get(reverse("api-health"))
     body = response.json()
     assert body["checks"]["sandbox_limits"]["ok"] is False

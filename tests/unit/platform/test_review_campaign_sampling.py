@@ -14,6 +14,7 @@ from posttrain.review import services as review
 from posttrain.review.candidates import PAIR_SAMPLE_SLACK, candidate_batches
 from posttrain.review.models import CampaignState
 from posttrain.review.sampling import Candidate, select, validate_source
+from posttrain.review.services import campaigns as review_campaigns
 from posttrain.telemetry.selectors import rollouts_query
 from tests.unit.platform.helpers import PASS_FAIL, a_campaign_owner, default_project, run_with_samples, sample
 
@@ -119,7 +120,8 @@ def test_a_campaign_over_more_rollouts_than_the_request_reads_is_built_on_a_work
     run = run_with_samples(experiment, {step: noisy_step(step, count=10) for step in (1, 2)})
     inline = campaign([run], annotators)
     sent: list[tuple[str, ...]] = []
-    monkeypatch.setattr(review, "task_send", lambda name, *args: sent.append((name, *args)))
+    # task_send is looked up in the module that queues the build
+    monkeypatch.setattr(review_campaigns, "task_send", lambda name, *args: sent.append((name, *args)))
     settings.REVIEW_CAMPAIGN_INLINE_MAX_ROLLOUTS = 19  # the source holds 20
 
     with django_capture_on_commit_callbacks(execute=True):

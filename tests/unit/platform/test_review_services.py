@@ -484,7 +484,7 @@ def test_concurrent_claims_never_give_two_annotators_the_same_item(experiment, m
 
 
 def test_the_humans_verdict_on_an_item_is_the_pass_rate_even_when_a_rating_question_comes_first():
-    from posttrain.review.selectors import _human_score
+    from posttrain.review.selectors.results import _human_score
 
     questions = [{"key": "quality", "kind": "rating", "min": 1, "max": 5}, {"key": "ok", "kind": "pass_fail"}]
     assert _human_score(questions, {"quality": {"mean": 5.0}, "ok": {"pass_rate": 0.25}}) == 0.25

@@ -14,6 +14,7 @@ from posttrain.runs import services
 from posttrain.runs.models import Experiment, Run, RunState
 from tests.unit.platform.helpers import (
     FakeJobs,
+    auth,
     event,
     join,
     make_run,
@@ -156,11 +157,13 @@ def test_a_lost_run_whose_client_is_heard_again_runs_again_and_its_finish_ends_i
 
 
 def test_a_lost_runs_rollout_upload_revives_it_and_is_stored(client, api, settings):
-    from tests.unit.platform.test_rollout_upload_checks import put, rollout_file
+    from posttrain_sdk import rollout_files
 
     run = Run.objects.get(pk=track(api)["run"]["id"])
     lose(run, settings)
-    assert put(client, run, rollout_file()).status_code == 201
+    body = rollout_files.encode(rollout_files.rows_table([sample_record(0), sample_record(1)], 1, {}))
+    upload = f"/api/runs/{run.pk}/rollouts/step_00000001.parquet/upload"
+    assert client.put(upload, data=body, content_type="application/vnd.apache.parquet", **auth(run)).status_code == 201
     run.refresh_from_db()
     assert run.state == RunState.RUNNING
 

@@ -20,6 +20,7 @@ from posttrain.telemetry import selectors as telemetry_selectors
 from posttrain.telemetry import series
 from posttrain.telemetry.ingestion import events_ingest
 from posttrain.telemetry.models import MetricBlock, MetricRow
+from posttrain.telemetry.series import sealing
 from tests.unit.platform.helpers import make_run, unknown_run_id
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -115,7 +116,7 @@ def test_m4_keeps_the_first_of_tied_extremes_and_leaves_short_series_alone():
 
 
 def test_series_crossing_block_boundaries_read_back_as_the_raw_rows(run, monkeypatch):
-    monkeypatch.setattr(series, "BLOCK_POINTS", 4)
+    monkeypatch.setattr(sealing, "BLOCK_POINTS", 4)
     seq, step = 1, 0
     for batch_size in (3, 5, 1, 7, 4, 2):
         events = []
@@ -141,7 +142,7 @@ def test_series_crossing_block_boundaries_read_back_as_the_raw_rows(run, monkeyp
 
 
 def test_the_series_endpoint_reads_blocks_and_the_unsealed_tail_alike(api, run, monkeypatch):
-    monkeypatch.setattr(series, "BLOCK_POINTS", 4)
+    monkeypatch.setattr(sealing, "BLOCK_POINTS", 4)
     ingest(run, [metrics_event(run, seq, seq, {"a": float(seq)}) for seq in range(1, 10)])
     assert MetricBlock.objects.filter(run=run).count() == 2  # seqs 1..8; 9 stays in the tail
     body = api.get(f"/api/runs/{run.id}/series/", {"names": "a"}).json()
@@ -162,7 +163,7 @@ def test_a_step_sent_again_later_reads_back_in_step_order(run):
 
 
 def test_a_null_value_counts_as_not_logged_in_blocks_tail_and_summary(run, monkeypatch):
-    monkeypatch.setattr(series, "BLOCK_POINTS", 2)
+    monkeypatch.setattr(sealing, "BLOCK_POINTS", 2)
     ingest(
         run,
         [
@@ -207,7 +208,7 @@ def test_a_batch_without_metrics_leaves_the_summary_alone(run):
 
 def test_ingesting_a_batch_costs_the_same_queries_however_long_the_run(experiment, monkeypatch):
     """Blocks are written once: a long run's batch does what a short run's does."""
-    monkeypatch.setattr(series, "BLOCK_POINTS", 4)
+    monkeypatch.setattr(sealing, "BLOCK_POINTS", 4)
 
     def queries_of_next_batch(batches_before: int) -> int:
         run = make_run(experiment, RunState.RUNNING)
@@ -225,7 +226,7 @@ def test_ingesting_a_batch_costs_the_same_queries_however_long_the_run(experimen
 
 
 def test_the_data_migration_fills_blocks_and_summaries_from_stored_rows(run, experiment, monkeypatch):
-    monkeypatch.setattr(series, "BLOCK_POINTS", 3)
+    monkeypatch.setattr(sealing, "BLOCK_POINTS", 3)
     migration = importlib.import_module("posttrain.runs.migrations.0004_metricblock")
     other = make_run(experiment, RunState.RUNNING)
     events = [
@@ -418,7 +419,7 @@ def test_a_block_overview_keeps_first_last_minimum_maximum_and_gap_of_every_64_p
 
 
 def test_a_long_series_chart_reads_overviews_with_every_point_counted_and_its_extremes_kept(api, run, monkeypatch):
-    monkeypatch.setattr(series, "BLOCK_POINTS", 256)
+    monkeypatch.setattr(sealing, "BLOCK_POINTS", 256)
     rng = np.random.default_rng(3)
     values = np.cumsum(rng.normal(size=3000))
     values[1234], values[2500] = 500.0, -500.0
@@ -442,7 +443,7 @@ def test_a_long_series_chart_reads_overviews_with_every_point_counted_and_its_ex
 
 
 def test_the_overview_migration_fills_blocks_sealed_before_it(run, monkeypatch):
-    monkeypatch.setattr(series, "BLOCK_POINTS", 128)
+    monkeypatch.setattr(sealing, "BLOCK_POINTS", 128)
     ingest(run, [metrics_event(run, i + 1, i, {"a": float(i % 7)}) for i in range(300)])
     fields = ("overview_steps", "overview_values", "overview_times")
     expected = [tuple(bytes(b) for b in row) for row in MetricBlock.objects.order_by("index").values_list(*fields)]
@@ -457,7 +458,7 @@ def test_the_overview_migration_fills_blocks_sealed_before_it(run, monkeypatch):
 def test_a_run_that_ends_has_its_short_tail_sealed_and_later_points_still_read(run, monkeypatch):
     from posttrain.runs.services.state_machine import run_transition
 
-    monkeypatch.setattr(series, "BLOCK_POINTS", 4)
+    monkeypatch.setattr(sealing, "BLOCK_POINTS", 4)
     ingest(run, [metrics_event(run, seq, seq, {"a": float(seq)}) for seq in range(1, 7)])  # 4 sealed, 2 in the tail
     assert list(MetricBlock.objects.filter(run=run).values_list("count", flat=True)) == [4]
     assert run_transition(run.pk, [RunState.RUNNING], RunState.SUCCEEDED, "engine finished every step")

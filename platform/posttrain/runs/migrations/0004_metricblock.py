@@ -7,7 +7,7 @@ from django.db import migrations, models
 def backfill_metric_blocks(apps, schema_editor) -> None:
     """Blocks and Run.summary of every run from its MetricRows: full chunks of BLOCK_POINTS events
     sealed in seq order, as ingestion seals them; the rest stays in the MetricRow tail."""
-    from posttrain.telemetry.series import BLOCK_POINTS, seal_chunk, summary_with
+    from posttrain.telemetry.series.sealing import BLOCK_POINTS, seal_chunk, summary_with
 
     Run = apps.get_model("runs", "Run")
     MetricRow = apps.get_model("runs", "MetricRow")

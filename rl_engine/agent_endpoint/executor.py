@@ -1,49 +1,12 @@
-"""An external agent program as the executor: while a run trains, the engine serves an
-OpenAI-compatible endpoint backed by the run's rollout engine, and every finished agent session
-becomes one training trajectory with the reward the agent reports.
-
-The protocol (all JSON; `http://HOST:PORT` is logged at the start of the run; `agent.command` runs in
-the sandbox of rl_engine/sandbox.py, without network, and gets POSTTRAIN_AGENT_URL=http://127.0.0.1:PORT,
-which socat serves there from a Unix socket the endpoint also listens on). Every request carries the run's
-own secret, `Authorization: Bearer <token>` (OpenAI clients send their api_key so): the command gets it as
-POSTTRAIN_AGENT_TOKEN and OPENAI_API_KEY; an agent the engine does not start reads it from the run folder's
-`agent_token` file (0600), or sets it for the engine in POSTTRAIN_AGENT_TOKEN. Anything else on the
-machine, another run's reward or agent included, gets a 401 and no task.
-
-    POST /sessions                          -> {"session_id", "base_url", "model", "prompt", "label", "metadata"}
-        Takes the next task of the current step (a dataset row; each row is handed out
-        `rollout.samples_per_prompt` times, a GRPO group). Waits up to 30 s for the next step;
-        503 when none came, 410 once the run is over.
-    POST {base_url}/chat/completions        (base_url = /sessions/<id>/v1: any OpenAI client works)
-        {"model", "messages": [...], "max_tokens": n} -> a `chat.completion`; with `"stream": true`
-        the same reply as Server-Sent Events, `chat.completion.chunk`s (one per token, then the
-        finish_reason, then usage when `stream_options.include_usage`) ending in `data: [DONE]`.
-        The first call's messages are the session's prompt; each later call must repeat the
-        conversation so far (including the replies it got) and add messages after it. What the
-        engine does not do is refused with a 400 whose `error.param` names the field: `n` > 1,
-        `tools`/`functions`, a `response_format` other than text, a `model` other than the run's.
-    GET  {base_url}/models, GET /v1/models
-    POST /sessions/<id>/finish              {"reward": number} -> {"ok": true}
-
-Token in / token out: the session keeps the engine's own token ids for every reply; only the
-messages the agent adds are tokenised (rendered with the model's chat template when the run's data
-uses one, else their contents concatenated) and enter the trajectory as observations, masked out of
-the loss. Sampling follows the run's `rollout` settings (temperature, top-p, top-k; `max_tokens` is
-capped by `rollout.max_new_tokens`) so that trajectories are on-policy; the request's own sampling
-fields are ignored. Streaming changes only how the reply travels: the trajectory holds the same token
-ids and log-probs either way. Requests of concurrent sessions are generated together in one batch, on the
-training loop's thread, while the loop waits for the step's sessions to finish.
-"""
+"""The executor the training loop calls each step: it hands the step's tasks out to agent sessions, generates
+their completions in batches on the loop's thread, and turns each finished session into a trajectory."""
 
 from __future__ import annotations
 
 import hmac
-import json
 import os
 import queue
-import re
 import secrets
-import shlex
 import shutil
 import socketserver
 import subprocess
@@ -54,39 +17,19 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from rl_engine.agent_endpoint.launcher import start_agent
+from rl_engine.agent_endpoint.protocol import TOKEN_ENV, TOKEN_FILE, AgentError, Completion, _check_request
+from rl_engine.agent_endpoint.server import _Handler, _TCPHTTPServer, _UnixHTTPServer
 from rl_engine.config import AgentConfig, RunConfig
 from rl_engine.data import Prompt
 from rl_engine.executors import Rollouts, Trajectory
 from rl_engine.rollout import FinishReason, Sample, SamplingParams
-from rl_engine.sandbox import Limits, Sandbox, SandboxProcess, SandboxUnavailable, python_runtime
 from rl_engine.user_output import MarkedOutput
 
 TASK_WAIT_S = 30.0
-# Connections waiting to be accepted: an agent opens many at once (socketserver's default of 5 is for a toy
-# server; past it connections wait or are refused while the endpoint is busy generating).
-ENDPOINT_BACKLOG = 128
-TOKEN_ENV = "POSTTRAIN_AGENT_TOKEN"
-TOKEN_FILE = "agent_token"
-_SESSION_PATH = re.compile(r"^/sessions/([0-9a-f]{32})(/.*)$")
-
-
-class AgentError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.param = param  # the request field at fault, as OpenAI's errors name it
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A reply as `chat.completion`, and the engine's token ids of its text (what a stream sends)."""
-
-    reply: dict[str, Any]
-    token_ids: list[int]
 
 
 @dataclass
@@ -441,226 +384,3 @@ class AgentExecutor:
             return "".join(m["content"] for m in messages)
         plain = [{"role": m["role"], "content": m["content"]} for m in messages]
         return self.tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
-
-
-# Inside the agent's sandbox: socat serves the endpoint's Unix socket on 127.0.0.1:<port> (and every other
-# address of the sandbox's own network, where nothing else lives); the agent starts once it listens.
-_AGENT_LAUNCHER = """
-port=$1; socket=$2; shift 2
-socat -lf /dev/null TCP-LISTEN:"$port",reuseaddr,fork UNIX-CONNECT:"$socket" &
-listening=$(printf '00000000:%04X 00000000:0000 0A' "$port")
-tries=0
-until grep -q "$listening" /proc/net/tcp; do
-    tries=$((tries + 1))
-    if [ "$tries" -gt 500 ]; then echo "agent sandbox: socat did not start" >&2; exit 70; fi
-    sleep 0.01
-done
-exec /bin/sh -c "$1"
-"""
-
-
-def start_agent(agent: AgentConfig, command: str, port: int, socket_path: str, url: str, token: str) -> SandboxProcess:
-    """`command` (the config's `agent.command`) in the sandbox (rl_engine/sandbox.py): the endpoint at
-    POSTTRAIN_AGENT_URL with its secret in POSTTRAIN_AGENT_TOKEN (and OPENAI_API_KEY, which OpenAI clients
-    send), the files of `agent.files` read-only at their own paths, the engine's working folder as its own
-    (read-only: it writes in /tmp). Without a sandbox (allowed by the admin) it runs as a plain child with the same
-    cleared environment, on the endpoint's TCP port."""
-    secret = {TOKEN_ENV: token, "OPENAI_API_KEY": token}
-    box = Sandbox.create(Limits(memory_mb=agent.memory_mb))
-    cwd = os.getcwd()
-    for name in agent.files:
-        path = Path(cwd, name)
-        if not path.is_file():
-            raise ValueError(f"agent.files: {name} is not a file")
-        box.add_file(path, same_path=True)
-    _refuse_unlisted_files(agent, cwd)
-    if not box.sandboxed:
-        return box.popen(["/bin/sh", "-c", command], env={"POSTTRAIN_AGENT_URL": url, **secret})
-    if shutil.which("socat", path="/usr/bin:/bin") is None:
-        raise SandboxUnavailable("agent.command: socat is missing (apt-get install socat; `make install` does it)")
-    box.cwd = cwd
-    inside = box.add_socket(socket_path, "agent.sock")
-    launcher = ["/bin/sh", "-c", _AGENT_LAUNCHER, "agent", str(port), inside, command]
-    return box.popen(launcher, env={"POSTTRAIN_AGENT_URL": f"http://127.0.0.1:{port}", **secret})
-
-
-def _refuse_unlisted_files(agent: AgentConfig, cwd: str) -> None:
-    """A file the command names that its sandbox would not show: say so at start, not as a failed agent."""
-    listed = {Path(cwd, name).resolve() for name in agent.files}
-    runtime = [real for real, _ in python_runtime()] + ["/usr", "/bin", "/lib"]
-    try:
-        words = shlex.split(agent.command or "")
-    except ValueError as exc:
-        raise ValueError(f"agent.command: {exc}") from None
-    for word in words:
-        path = Path(cwd, word)
-        shown = any(str(path.resolve()).startswith(folder.rstrip("/") + "/") for folder in runtime)
-        if "/" in word and path.is_file() and path.resolve() not in listed and not shown:
-            raise ValueError(
-                f"agent.files: the command names {word}, which its sandbox does not show; list it in agent.files"
-            )
-
-
-class _EndpointServer:
-    """What both of the endpoint's servers share: request threads that never hold the engine's exit, and a
-    backlog sized for an agent's many connections."""
-
-    daemon_threads = True
-    request_queue_size = ENDPOINT_BACKLOG
-
-
-class _UnixHTTPServer(_EndpointServer, socketserver.ThreadingUnixStreamServer):
-    pass
-
-
-class _TCPHTTPServer(_EndpointServer, ThreadingHTTPServer):
-    pass
-
-
-def _check_request(body: dict[str, Any], model_name: str) -> None:
-    """Refuses, naming the field, what the endpoint cannot honour; silently ignoring it would hand an
-    agent framework something other than what it asked for."""
-    model = body.get("model")
-    if model is not None and model != model_name:
-        raise AgentError(
-            400, f"model: this endpoint serves only {model_name!r} (the run's policy), got {model!r}", "model"
-        )
-    n = body.get("n")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n != 1):
-        raise AgentError(
-            400, f"n: one completion per request (the run samples its groups through sessions), got {n!r}", "n"
-        )
-    for field_name in ("tools", "functions"):
-        if body.get(field_name):
-            raise AgentError(
-                400,
-                f"{field_name}: tool calling is not supported; describe the tools in the messages and parse the "
-                "reply's text (its tokens are what the policy is trained on)",
-                field_name,
-            )
-    response_format = body.get("response_format")
-    if response_format is not None and (not isinstance(response_format, dict) or response_format.get("type") != "text"):
-        raise AgentError(400, 'response_format: only {"type": "text"} (no constrained decoding)', "response_format")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise AgentError(400, f"stream: must be true or false, got {stream!r}", "stream")
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise AgentError(400, 'stream_options: must be an object such as {"include_usage": true}', "stream_options")
-
-
-def stream_chunks(completion: Completion, tokenizer: Any, include_usage: bool) -> list[dict[str, Any]]:
-    """The reply as `chat.completion.chunk`s: the role, one content delta per token (decoded
-    incrementally, so the deltas concatenate to exactly the reply's text), the finish_reason, usage."""
-    reply = completion.reply
-    choice = reply["choices"][0]
-    text = choice["message"]["content"]
-    base = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"], "model": reply["model"]}
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
-
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    sent = ""
-    for end in range(1, len(completion.token_ids) + 1):
-        decoded = tokenizer.decode(completion.token_ids[:end], skip_special_tokens=True)
-        # A token that ends inside a multi-byte character decodes to U+FFFD until the next one completes it.
-        if decoded.endswith("\ufffd") or not decoded.startswith(sent) or not text.startswith(decoded):
-            continue
-        if len(decoded) > len(sent):
-            chunks.append(chunk({"content": decoded[len(sent) :]}))
-            sent = decoded
-    if sent != text:  # whatever incremental decoding could not attribute to a token
-        chunks.append(chunk({"content": text[len(sent) :]}))
-    chunks.append(chunk({}, choice["finish_reason"]))
-    if include_usage:
-        chunks.append({**base, "choices": [], "usage": reply["usage"]})
-    return chunks
-
-
-class _Handler(BaseHTTPRequestHandler):
-    owner: AgentExecutor
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # the run's events say what happened; per-request lines would flood the job log
-
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _stream(self, chunks: list[dict[str, Any]]) -> None:
-        """Server-Sent Events in HTTP/1.1 chunked transfer encoding (the connection stays reusable)."""
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for event in [*(f"data: {json.dumps(c)}\n\n" for c in chunks), "data: [DONE]\n\n"]:
-            data = event.encode()
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError as exc:
-            raise AgentError(400, f"the body is not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise AgentError(400, "the body must be a JSON object")
-        return body
-
-    def _handle(self, method: str) -> None:
-        try:
-            owner = self.owner
-            if not owner.authorized(self.headers.get("Authorization")):
-                # Before anything else, the body included: no task, no session, no model name for a stranger.
-                self.close_connection = True
-                raise AgentError(401, f"a bearer token is required: the run's own ({TOKEN_ENV})")
-            path = self.path.split("?", 1)[0]
-            matched = _SESSION_PATH.match(path)
-            session_id, rest = (matched.group(1), matched.group(2)) if matched else (None, path)
-            if method == "GET" and rest == "/v1/models":
-                reply = {
-                    "object": "list",
-                    "data": [{"id": owner.model_name, "object": "model", "owned_by": "posttrain"}],
-                }
-            elif method == "POST" and path == "/sessions":
-                reply = owner.open_session()
-            elif method == "POST" and session_id and rest == "/v1/chat/completions":
-                body = self._body()
-                completion = owner.complete(session_id, body)
-                if body.get("stream"):
-                    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                    self._stream(stream_chunks(completion, owner.tokenizer, include_usage))
-                    return
-                reply = completion.reply
-            elif method == "POST" and session_id and rest == "/finish":
-                reply = owner.finish(session_id, self._body())
-            else:
-                raise AgentError(404, f"no route {method} {path}")
-            self._reply(200, reply)
-        except AgentError as exc:
-            self._reply(
-                exc.status,
-                {
-                    "error": {
-                        "message": str(exc),
-                        "type": "invalid_request_error" if exc.status in (400, 401) else "posttrain_error",
-                        "param": exc.param,
-                        "code": "invalid_api_key" if exc.status == 401 else None,
-                    }
-                },
-            )
-
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
