@@ -49,19 +49,7 @@ def read_rows(path: str | Path, fmt: str = "auto") -> list[dict[str, Any]]:
         raise DataError(f"{path}: no such file or folder")
     fmt = _detect_format(path, fmt)
     if fmt == "jsonl":
-        rows = []
-        with path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}, line {number}: not valid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise DataError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
-                rows.append(row)
-        return rows
+        return _read_jsonl(path)
     if fmt == "csv":
         with path.open(encoding="utf-8", newline="") as f:
             return list(csv.DictReader(f))
@@ -78,6 +66,23 @@ def read_rows(path: str | Path, fmt: str = "auto") -> list[dict[str, Any]]:
             loaded = loaded[split]
         return loaded.to_list()
     raise DataError(f"{path}: unknown format {fmt!r}")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """One JSON object a line; blank lines are skipped, and an error names the line."""
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}, line {number}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
 
 
 def _row_fields(rows: list[dict[str, Any]], cfg: DataConfig, source: str) -> list[tuple[str, str | None, dict]]:

@@ -159,19 +159,7 @@ def post(
             raise OutboundFailed(
                 f"HTTP {response.status}: a {int(length)}-byte answer, over the {max_bytes}-byte limit"
             )
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError
-            chunk = response.read1(_READ_CHUNK)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise OutboundFailed(f"HTTP {response.status}: the answer went over the {max_bytes}-byte limit")
-            chunks.append(chunk)
-        return Response(response.status, response.reason, b"".join(chunks))
+        return Response(response.status, response.reason, _read_capped(response, deadline, max_bytes))
     except OutboundFailed:
         raise
     except TimeoutError:
@@ -183,6 +171,23 @@ def post(
     finally:
         watchdog.cancel()
         connection.close()
+
+
+def _read_capped(response: http.client.HTTPResponse, deadline: float, max_bytes: int) -> bytes:
+    """The answer's body, read a chunk at a time: TimeoutError past `deadline`, OutboundFailed over `max_bytes`."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        chunk = response.read1(_READ_CHUNK)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > max_bytes:
+            raise OutboundFailed(f"HTTP {response.status}: the answer went over the {max_bytes}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 # --- addresses ---------------------------------------------------------------------------------------------

@@ -82,7 +82,6 @@ def replay_step(run_dir: str | Path, step: int) -> Replayed:
     from rl_engine.checkpoint import load_engine_state, restore_rng
     from rl_engine.config import load_config
     from rl_engine.loop import TrainingBatch, build_engine, experience_for
-    from rl_engine.spec.checkpoints import checkpoint_dir
     from rl_engine.trainer import TokenBatch
 
     run_dir = Path(run_dir)
@@ -90,29 +89,7 @@ def replay_step(run_dir: str | Path, step: int) -> Replayed:
     if not config_path.is_file():
         raise ReplayError(f"{run_dir} is not a run folder: it has no config.yaml")
     cfg = load_config(config_path)
-    folder = cfg.logging.rollouts_dir or str(run_dir / rollout_files.FOLDER)
-    name = rollout_files.file_name(step)
-    try:
-        table = rollout_files.read_table(f"{folder.rstrip('/')}/{name}")
-    except FileNotFoundError:
-        raise ReplayError(f"step {step} has no rollout file ({name} is not in {folder})") from None
-    kept = [row for row in table.to_pylist() if row["kept"]]
-    if not kept:
-        raise ReplayError(f"step {step} trained on nothing (dynamic sampling kept no group): nothing to replay")
-    if any(row["token_ids"] is None or row["token_advantage"] is None for row in kept):
-        raise ReplayError(
-            f"step {step}'s rollout file has no per-token columns (logging.token_view_every skipped it): "
-            "replay needs the token ids and advantages"
-        )
-    before = checkpoint_dir(run_dir, step - 1) if step > 1 else None
-    if before is not None and not before.is_dir():
-        raise ReplayError(
-            f"replaying step {step} needs the checkpoint of step {step - 1} ({before} is missing; "
-            "checkpoint.every_steps and keep_last decide which are kept)"
-        )
-    pad = table.schema.metadata.get(b"posttrain.pad_token_id") if table.schema.metadata else None
-    if pad is None:
-        raise ReplayError(f"{name} does not say the padding token (written by an older engine)")
+    kept, before, pad = _step_inputs(cfg, run_dir, step)
 
     engine = build_engine(_one_process(cfg), weights_from=before)
     try:
@@ -142,9 +119,45 @@ def replay_step(run_dir: str | Path, step: int) -> Replayed:
         estimate = kl_estimate(batch.old_logprobs, batch.ref_logprobs, kl.estimator, batch.mask)
         metrics["kl/mean"] = float(masked_mean(estimate, batch.mask))
     replayed = {name: float(metrics[name]) for name in COMPARED if name in metrics}
-    logged_events = [e for e in read_events(run_dir / EVENTS_FILE) if e["type"] == "metrics" and e.get("step") == step]
-    logged = logged_events[-1]["data"] if logged_events else {}
+    logged = _logged_metrics(run_dir, step)
     return Replayed(step, replayed, {name: logged[name] for name in COMPARED if name in logged})
+
+
+def _step_inputs(cfg: Any, run_dir: Path, step: int) -> tuple[list[dict[str, Any]], Path | None, bytes]:
+    """What the step's replay reads, checked before any model is built: the rows its update trained on, the
+    checkpoint before it (None for step 1) and the rollout file's padding token id."""
+    from rl_engine.spec.checkpoints import checkpoint_dir
+
+    folder = cfg.logging.rollouts_dir or str(run_dir / rollout_files.FOLDER)
+    name = rollout_files.file_name(step)
+    try:
+        table = rollout_files.read_table(f"{folder.rstrip('/')}/{name}")
+    except FileNotFoundError:
+        raise ReplayError(f"step {step} has no rollout file ({name} is not in {folder})") from None
+    kept = [row for row in table.to_pylist() if row["kept"]]
+    if not kept:
+        raise ReplayError(f"step {step} trained on nothing (dynamic sampling kept no group): nothing to replay")
+    if any(row["token_ids"] is None or row["token_advantage"] is None for row in kept):
+        raise ReplayError(
+            f"step {step}'s rollout file has no per-token columns (logging.token_view_every skipped it): "
+            "replay needs the token ids and advantages"
+        )
+    before = checkpoint_dir(run_dir, step - 1) if step > 1 else None
+    if before is not None and not before.is_dir():
+        raise ReplayError(
+            f"replaying step {step} needs the checkpoint of step {step - 1} ({before} is missing; "
+            "checkpoint.every_steps and keep_last decide which are kept)"
+        )
+    pad = table.schema.metadata.get(b"posttrain.pad_token_id") if table.schema.metadata else None
+    if pad is None:
+        raise ReplayError(f"{name} does not say the padding token (written by an older engine)")
+    return kept, before, pad
+
+
+def _logged_metrics(run_dir: Path, step: int) -> dict[str, Any]:
+    """The metrics the run logged for `step` (the last such event), or {} when it logged none."""
+    logged_events = [e for e in read_events(run_dir / EVENTS_FILE) if e["type"] == "metrics" and e.get("step") == step]
+    return logged_events[-1]["data"] if logged_events else {}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -390,13 +390,16 @@ class TorchTrainer:
         metrics = self._fetch(logged)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the optimizer's last kernels belong to this update's time
-        seconds = time.perf_counter() - started
+        self._record_rates(metrics, flops, time.perf_counter() - started)
+        return metrics
+
+    def _record_rates(self, metrics: dict[str, float], flops: float, seconds: float) -> None:
+        """The learning rates the update stepped with, and its model-FLOPs utilisation over `seconds`."""
         metrics["policy/lr"] = self.optimizer.param_groups[0]["lr"]
         if self.critic_optimizer is not None:
             metrics["critic/lr"] = self.critic_optimizer.param_groups[0]["lr"]
         if self.peak_flops:
             metrics["throughput/train_mfu"] = mfu(flops, seconds, self.peak_flops)
-        return metrics
 
     def _fetch(self, logged: dict[str, list[tuple[torch.Tensor | float, torch.Tensor | float]]]) -> dict[str, float]:
         """Each metric's weighted value over the update's micro-batches (`combine_metric`), read off the

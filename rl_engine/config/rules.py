@@ -16,7 +16,7 @@ from rl_engine.algorithms.catalogue import ESTIMATORS, POLICY_LOSSES
 from rl_engine.config.errors import ConfigError
 
 if TYPE_CHECKING:
-    from rl_engine.config.schema import RunConfig
+    from rl_engine.config.schema import AlgorithmConfig, RunConfig
 
 # Estimators whose advantage compares the samples of one prompt with each other.
 GROUP_ESTIMATORS = frozenset(name for name, spec in ESTIMATORS.items() if spec.level == "group")
@@ -82,24 +82,7 @@ def _algorithm_errors(c: RunConfig) -> list[tuple[str, str]]:
                 f"policy loss {alg.policy_loss!r} has no dual clip (only {', '.join(DUAL_CLIP_LOSSES)}); leave it empty",
             )
         )
-    if alg.ratio_against == "behaviour":
-        if alg.loss.behaviour_weighted:
-            errors.append(
-                (
-                    "algorithm.ratio_against",
-                    f"policy loss {alg.policy_loss!r} takes the ratio against the trainer's log-probs and weighs by "
-                    "proximal / behaviour itself; use 'proximal' (or 'auto')",
-                )
-            )
-        elif alg.rollout_correction.spec.changes_loss:
-            errors.append(
-                (
-                    "algorithm.ratio_against",
-                    f"a ratio against the rollout engine's log-probs already holds the importance weight that "
-                    f"rollout correction {alg.rollout_correction.method!r} applies: it would count twice; use "
-                    "'proximal', or set algorithm.rollout_correction.method to 'metrics' or 'none'",
-                )
-            )
+    errors.extend(_ratio_against_errors(alg))
     if alg.needs_critic and alg.value_coef <= 0:
         errors.append(("algorithm.value_coef", "ppo trains a critic; value_coef must be > 0"))
     if alg.overlong.enabled and alg.overlong.buffer_tokens >= ro.max_new_tokens:
@@ -107,6 +90,31 @@ def _algorithm_errors(c: RunConfig) -> list[tuple[str, str]]:
             (
                 "algorithm.overlong.buffer_tokens",
                 f"must be smaller than rollout.max_new_tokens ({ro.max_new_tokens}), or every response is penalised",
+            )
+        )
+    return errors
+
+
+def _ratio_against_errors(alg: AlgorithmConfig) -> list[tuple[str, str]]:
+    """A ratio against the behaviour log-probs must not double an importance weight the loss already applies."""
+    errors: list[tuple[str, str]] = []
+    if alg.ratio_against != "behaviour":
+        return errors
+    if alg.loss.behaviour_weighted:
+        errors.append(
+            (
+                "algorithm.ratio_against",
+                f"policy loss {alg.policy_loss!r} takes the ratio against the trainer's log-probs and weighs by "
+                "proximal / behaviour itself; use 'proximal' (or 'auto')",
+            )
+        )
+    elif alg.rollout_correction.spec.changes_loss:
+        errors.append(
+            (
+                "algorithm.ratio_against",
+                f"a ratio against the rollout engine's log-probs already holds the importance weight that "
+                f"rollout correction {alg.rollout_correction.method!r} applies: it would count twice; use "
+                "'proximal', or set algorithm.rollout_correction.method to 'metrics' or 'none'",
             )
         )
     return errors

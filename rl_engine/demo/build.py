@@ -122,11 +122,7 @@ def build_demo(
         if progress:
             print(f"[demo build] {msg}", file=sys.stderr, flush=True)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # Drop the completion marker first: an interrupted rebuild must not look complete.
-    (out_dir / MANIFEST).unlink(missing_ok=True)
-    for sub in ("model", "data"):
-        shutil.rmtree(out_dir / sub, ignore_errors=True)
+    _clear_previous_build(out_dir)
 
     with _deterministic(seed):
         t = time.perf_counter()
@@ -233,11 +229,24 @@ def build_demo(
             "python": platform.python_version(),
         },
     }
+    _write_manifest(out_dir, manifest)
+    log(f"done in {manifest['build_seconds']:.1f} s -> {out_dir}")
+    return manifest
+
+
+def _clear_previous_build(out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Drop the completion marker first: an interrupted rebuild must not look complete.
+    (out_dir / MANIFEST).unlink(missing_ok=True)
+    for sub in ("model", "data"):
+        shutil.rmtree(out_dir / sub, ignore_errors=True)
+
+
+def _write_manifest(out_dir: Path, manifest: dict) -> None:
+    """Write the manifest atomically: it is the build's completion marker."""
     tmp = out_dir / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(tmp, out_dir / MANIFEST)
-    log(f"done in {manifest['build_seconds']:.1f} s -> {out_dir}")
-    return manifest
 
 
 def existing_build(out_dir: Path) -> dict | None:

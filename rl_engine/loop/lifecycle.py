@@ -22,7 +22,7 @@ from rl_engine.loop.evaluation import evaluate
 from rl_engine.loop.prefetch import resume_pending, saved_pending
 from rl_engine.loop.stages import run_step
 from rl_engine.preemption import Preempted, TimeLimitReached, clear_request, preemption_requested, time_limit_reason
-from rl_engine.rollout_store import RolloutWriter
+from rl_engine.rollout_store import RolloutWriter, StepRollouts
 from rl_engine.sandbox import require_sandbox
 
 
@@ -123,13 +123,7 @@ def _run(
     for step in bar:
         heartbeat.step = step
         metrics, rollouts = run_step(engine, step)
-        counters["progress/samples"] += len(rollouts.records)
-        counters["progress/tokens"] += sum(r["length"] for r in rollouts.records)
-        counters["progress/train_time_s"] += metrics["timing/step"]
-        metrics.update(counters)
-        metrics["progress/epoch"] = counters["progress/samples"] / (
-            cfg.rollout.samples_per_prompt * len(engine.data.train)
-        )
+        _count_progress(engine, counters, metrics, rollouts)
         metrics.update(engine.peak_memory())
         due_eval = cfg.logging.eval_every > 0 and (step % cfg.logging.eval_every == 0 or step == cfg.train.steps)
         if due_eval and eval_prompts:
@@ -140,11 +134,7 @@ def _run(
         ledger_file.save(engine.ledger)
         if writer is not None:
             writer.submit(rollouts)
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(
-                reward=f"{metrics['reward/mean']:.3f}",
-                **({"eval": f"{metrics['eval/reward/mean']:.3f}"} if "eval/reward/mean" in metrics else {}),
-            )
+        _show_rewards(bar, metrics)
         due_ckpt = (cfg.checkpoint.every_steps and step % cfg.checkpoint.every_steps == 0) or (
             step == cfg.train.steps and cfg.checkpoint.save_final
         )
@@ -175,6 +165,28 @@ def _run(
         writer.flush()  # the last steps' files are announced before the final status, never after it
     sink.emit("status", {"state": "succeeded"}, step=cfg.train.steps)
     return last
+
+
+def _count_progress(
+    engine: Engine, counters: dict[str, float], metrics: dict[str, float], rollouts: StepRollouts
+) -> None:
+    """The run's running totals advanced by this step, and copied (with the epoch) into its metrics."""
+    counters["progress/samples"] += len(rollouts.records)
+    counters["progress/tokens"] += sum(r["length"] for r in rollouts.records)
+    counters["progress/train_time_s"] += metrics["timing/step"]
+    metrics.update(counters)
+    metrics["progress/epoch"] = counters["progress/samples"] / (
+        engine.cfg.rollout.samples_per_prompt * len(engine.data.train)
+    )
+
+
+def _show_rewards(bar: object, metrics: dict[str, float]) -> None:
+    """The step's reward (and eval reward, when it has one) on the progress bar, where there is one."""
+    if hasattr(bar, "set_postfix"):
+        bar.set_postfix(
+            reward=f"{metrics['reward/mean']:.3f}",
+            **({"eval": f"{metrics['eval/reward/mean']:.3f}"} if "eval/reward/mean" in metrics else {}),
+        )
 
 
 def _restore(

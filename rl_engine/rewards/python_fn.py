@@ -331,17 +331,7 @@ class PythonFunctionReward:
                     self._drop_worker()
                     pending = []
                     break
-                index = pending.pop(0)
-                if reply.get("ok"):
-                    try:
-                        scores[index], sample_extra = _verl_value(reply.get("value"))
-                    except (TypeError, ValueError) as exc:
-                        errors[index] = str(exc)
-                    else:
-                        for key, value in sample_extra.items():
-                            extra.setdefault(key, []).append(value)
-                else:
-                    errors[index] = str(reply.get("reason") or "unknown error")
+                _record_sample(reply, pending.pop(0), scores, errors, extra)
             else:
                 self._finish_samples(worker)
         return ComponentResult(scores, [None if e is None else truncate_reason(e) for e in errors], extra)
@@ -354,6 +344,22 @@ class PythonFunctionReward:
             self._drop_worker()
             return
         self._finish_call(worker, done.get("op") != "done" or bool(done.get("restart")))
+
+
+def _record_sample(
+    reply: dict, index: int, scores: list[float], errors: list[str | None], extra: dict[str, list[float]]
+) -> None:
+    """One sample's reply into the batch's scores, errors and extra metrics."""
+    if reply.get("ok"):
+        try:
+            scores[index], sample_extra = _verl_value(reply.get("value"))
+        except (TypeError, ValueError) as exc:
+            errors[index] = str(exc)
+        else:
+            for key, value in sample_extra.items():
+                extra.setdefault(key, []).append(value)
+    else:
+        errors[index] = str(reply.get("reason") or "unknown error")
 
 
 def _verl_args(batch: RewardBatch, i: int) -> dict:

@@ -49,16 +49,7 @@ def _filesystem_args(
     for folder in ("/tmp", "/dev/shm"):
         plan.args += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", folder]
     plan.made("/proc", "/dev", "/tmp", "/dev/shm")
-    plan.bind("/usr")
-    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        host = Path("/") / top
-        if host.is_symlink():
-            plan.symlink(os.readlink(host), str(host))
-        elif host.is_dir():
-            plan.bind(str(host))
-    for path in ("/etc/ld.so.cache", "/etc/localtime"):
-        if os.path.exists(path):
-            plan.bind(path)
+    _mount_host_system(plan)
     plan.data("/etc/hosts", _memfd(b"127.0.0.1 localhost\n::1 localhost\n", opened))
     plan.data("/etc/passwd", _memfd(f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n".encode(), opened))
     plan.data("/etc/group", _memfd(f"sandbox:x:{SANDBOX_UID}:\n".encode(), opened))
@@ -78,6 +69,21 @@ def _filesystem_args(
         plan.folder(cwd)
     # The root (and every folder made above) read-only: only /tmp and /dev/shm, which have a size, take writes.
     return [*plan.args, "--remount-ro", "/", "--chdir", cwd]
+
+
+def _mount_host_system(plan: _MountPlan) -> None:
+    """The host's /usr and top-level system folders (a merged-/usr symlink stays a symlink), read-only, with
+    the loader cache and the time zone."""
+    plan.bind("/usr")
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / top
+        if host.is_symlink():
+            plan.symlink(os.readlink(host), str(host))
+        elif host.is_dir():
+            plan.bind(str(host))
+    for path in ("/etc/ld.so.cache", "/etc/localtime"):
+        if os.path.exists(path):
+            plan.bind(path)
 
 
 class _MountPlan:

@@ -145,15 +145,9 @@ def plan() -> Plan:
     problems: list[str] = []
     v2 = next((m for m in mounts if m[0] == "cgroup2"), None)
     if v2 is not None and frozenset() in own:
-        delegated = os.environ.get(CGROUP_ENV, "").strip()
-        base = Path(delegated) if delegated else _folder(v2[2], v2[1], own[frozenset()])
-        if delegated:
-            with contextlib.suppress(OSError):
-                Path(delegated).mkdir(exist_ok=True)  # e.g. /sys/fs/cgroup/posttrain, made by a root platform
-        if base is not None:
-            offered = _v2_offered(base, problems)
-            if os.access(base, os.W_OK):  # without controllers it still holds and lists the sandbox's processes
-                hierarchies.append(Hierarchy(2, base, frozenset(offered)))
+        unified = _v2_hierarchy(v2, own[frozenset()], problems)
+        if unified is not None:
+            hierarchies.append(unified)
     for fstype, root, mount, options in mounts:
         if fstype != "cgroup":
             continue
@@ -173,6 +167,22 @@ def plan() -> Plan:
         problems.append("no cgroup filesystem is mounted")
     covered = {c for h in hierarchies for c in h.controllers}
     return Plan(tuple(hierarchies), tuple(c for c in CONTROLLERS if c not in covered), tuple(problems))
+
+
+def _v2_hierarchy(mount: tuple[str, str, str, set[str]], own_path: str, problems: list[str]) -> Hierarchy | None:
+    """The cgroup v2 hierarchy sandboxes go under: the delegated folder (CGROUP_ENV) or this process's own
+    group in the v2 `mount`; None where there is none or it is not writable."""
+    delegated = os.environ.get(CGROUP_ENV, "").strip()
+    base = Path(delegated) if delegated else _folder(mount[2], mount[1], own_path)
+    if delegated:
+        with contextlib.suppress(OSError):
+            Path(delegated).mkdir(exist_ok=True)  # e.g. /sys/fs/cgroup/posttrain, made by a root platform
+    if base is None:
+        return None
+    offered = _v2_offered(base, problems)
+    if os.access(base, os.W_OK):  # without controllers it still holds and lists the sandbox's processes
+        return Hierarchy(2, base, frozenset(offered))
+    return None
 
 
 def _v2_offered(base: Path, problems: list[str]) -> set[str]:

@@ -60,27 +60,35 @@ class Conflict(APIError):
 def field_errors(body: Any, prefix: str = "") -> list[FieldError]:
     """The server's error body as FieldErrors, `rewards[0].weight`-style locations."""
     if isinstance(body, dict):
-        if isinstance(body.get("errors"), list):
-            return [
-                FieldError(str(e.get("loc", "")), str(e.get("msg", e))) for e in body["errors"] if isinstance(e, dict)
-            ]
-        out: list[FieldError] = []
-        for key, value in body.items():
-            if key in ("detail", "non_field_errors"):
-                out += field_errors(value, prefix)
-            elif key in ("state", "expected_seq"):
-                continue  # context of a conflict, not an error of its own
-            else:
-                out += field_errors(value, f"{prefix}.{key}" if prefix else str(key))
-        return out
+        return _dict_field_errors(body, prefix)
     if isinstance(body, list):
-        out = []
-        for i, item in enumerate(body):
-            if isinstance(item, (dict, list)):
-                out += field_errors(item, f"{prefix}[{i}]")
-            elif item not in (None, ""):
-                out.append(FieldError(prefix, str(item)))
-        return out
+        return _list_field_errors(body, prefix)
     if body in (None, ""):
         return []
     return [FieldError(prefix, str(body))]
+
+
+def _dict_field_errors(body: dict, prefix: str) -> list[FieldError]:
+    """An object: `{"errors": [{"loc", "msg"}]}`, or `{"field": ...}` with the field named in the location."""
+    if isinstance(body.get("errors"), list):
+        return [FieldError(str(e.get("loc", "")), str(e.get("msg", e))) for e in body["errors"] if isinstance(e, dict)]
+    out: list[FieldError] = []
+    for key, value in body.items():
+        if key in ("detail", "non_field_errors"):
+            out += field_errors(value, prefix)
+        elif key in ("state", "expected_seq"):
+            continue  # context of a conflict, not an error of its own
+        else:
+            out += field_errors(value, f"{prefix}.{key}" if prefix else str(key))
+    return out
+
+
+def _list_field_errors(body: list, prefix: str) -> list[FieldError]:
+    """A list: messages at `prefix`, objects and lists within at `prefix[i]`."""
+    out: list[FieldError] = []
+    for i, item in enumerate(body):
+        if isinstance(item, (dict, list)):
+            out += field_errors(item, f"{prefix}[{i}]")
+        elif item not in (None, ""):
+            out.append(FieldError(prefix, str(item)))
+    return out

@@ -143,16 +143,22 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if work:
                 low[work[-1][0]] = min(low[work[-1][0]], low[node])
             if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
+                component = _pop_component(stack, on_stack, node)
                 if len(component) > 1:
                     found.append(sorted(component))
     return found
+
+
+def _pop_component(stack: list[str], on_stack: set[str], node: str) -> list[str]:
+    """The strongly connected component whose root is `node`: the stack's modules down to it, popped."""
+    component = []
+    while True:
+        member = stack.pop()
+        on_stack.discard(member)
+        component.append(member)
+        if member == node:
+            break
+    return component
 
 
 def test_the_cycle_finder_finds_a_circle_through_a_lazy_import() -> None:

@@ -90,17 +90,7 @@ def krippendorff_alpha(units: Iterable[Sequence[Any]], metric: str = "nominal") 
     out); metric "nominal" or "interval"."""
     if metric not in ("nominal", "interval"):
         raise ValueError("metric must be nominal or interval")
-    coincidence: dict[tuple[Any, Any], float] = defaultdict(float)
-    for values in units:
-        m = len(values)
-        if m < 2:
-            continue  # a lone value pairs with nothing
-        counts = Counter(values)
-        for c, n_c in counts.items():
-            for k, n_k in counts.items():
-                pairs = n_c * (n_k - 1) if c == k else n_c * n_k
-                if pairs:
-                    coincidence[(c, k)] += pairs / (m - 1)
+    coincidence = _coincidence_matrix(units)
     totals: dict[Any, float] = defaultdict(float)
     for (c, _), o in coincidence.items():
         totals[c] += o
@@ -118,6 +108,22 @@ def krippendorff_alpha(units: Iterable[Sequence[Any]], metric: str = "nominal") 
     if expected == 0:
         return None
     return 1.0 - (n - 1) * observed / expected
+
+
+def _coincidence_matrix(units: Iterable[Sequence[Any]]) -> dict[tuple[Any, Any], float]:
+    """Krippendorff's coincidence matrix: each value pair within a unit, weighted 1/(m - 1)."""
+    coincidence: dict[tuple[Any, Any], float] = defaultdict(float)
+    for values in units:
+        m = len(values)
+        if m < 2:
+            continue  # a lone value pairs with nothing
+        counts = Counter(values)
+        for c, n_c in counts.items():
+            for k, n_k in counts.items():
+                pairs = n_c * (n_k - 1) if c == k else n_c * n_k
+                if pairs:
+                    coincidence[(c, k)] += pairs / (m - 1)
+    return coincidence
 
 
 # --- per campaign -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ Every error names its field (`questions[2].max`, `answers.quality`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from posttrain.core.errors import InvalidInput
@@ -120,18 +121,24 @@ def _question(raw: dict[str, Any], loc: str, campaign_kind: str, errors: list[di
         "required": required,
         "help": _text(raw.get("help"), f"{loc}.help", errors, limit=MAX_HELP_CHARS, required=False),
     }
+    question.update(_kind_fields(kind, raw, loc, errors))
+    return question if len(errors) == before else None
+
+
+def _kind_fields(kind: str, raw: dict[str, Any], loc: str, errors: list[dict[str, str]]) -> dict[str, Any]:
+    """The fields only a question of this kind has (none for pass_fail and comment)."""
     if kind == "rating":
-        question.update(_rating_scale(raw, loc, errors))
-    elif kind == "tags":
-        question["options"] = _tag_options(raw.get("options"), f"{loc}.options", errors)
-    elif kind == "pairwise":
-        question["choices"] = list(PAIRWISE_CHOICES)
-    elif kind == "steps":
+        return _rating_scale(raw, loc, errors)
+    if kind == "tags":
+        return {"options": _tag_options(raw.get("options"), f"{loc}.options", errors)}
+    if kind == "pairwise":
+        return {"choices": list(PAIRWISE_CHOICES)}
+    if kind == "steps":
         unit = raw.get("unit", "sentence")
         if unit not in STEP_UNITS:
             errors.append({"loc": f"{loc}.unit", "msg": f"must be one of {', '.join(STEP_UNITS)}"})
-        question["unit"] = unit
-    return question if len(errors) == before else None
+        return {"unit": unit}
+    return {}
 
 
 def _rating_scale(raw: dict[str, Any], loc: str, errors: list[dict[str, str]]) -> dict[str, Any]:
@@ -253,38 +260,52 @@ def _answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[st
     """The normalised answer, or None when there is none (an error is appended for a wrong one)."""
     if value is None:
         return None
-    kind = question["kind"]
-    if kind == "rating":
-        rating = json_integer(value)
-        if rating is None or not question["min"] <= rating <= question["max"]:
-            errors.append({"loc": loc, "msg": f"must be an integer from {question['min']} to {question['max']}"})
-            return None
-        return rating
-    if kind == "pass_fail":
-        if not isinstance(value, bool):
-            errors.append({"loc": loc, "msg": "must be true (pass) or false (fail)"})
-            return None
-        return value
-    if kind == "pairwise":
-        if value not in PAIRWISE_CHOICES:
-            errors.append({"loc": loc, "msg": f"must be one of {', '.join(PAIRWISE_CHOICES)}"})
-            return None
-        return value
-    if kind == "steps":
-        return _step_answer(value, loc, errors)
-    if kind == "tags":
-        if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
-            errors.append({"loc": loc, "msg": "must be a list of tags"})
-            return None
-        unknown = [tag for tag in value if tag not in question["options"]]
-        if unknown:
-            errors.append(
-                {"loc": loc, "msg": f"unknown tag {unknown[0][:100]!r}; the tags: {', '.join(question['options'])}"}
-            )
-            return None
-        chosen = [option for option in question["options"] if option in value]
-        return chosen if chosen or not question["required"] else None
-    # comment
+    # comment: any kind without its own reader
+    read = _ANSWER_READERS.get(question["kind"], _comment_answer)
+    return read(question, value, loc, errors)
+
+
+def _rating_answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[str, str]]) -> int | None:
+    rating = json_integer(value)
+    if rating is None or not question["min"] <= rating <= question["max"]:
+        errors.append({"loc": loc, "msg": f"must be an integer from {question['min']} to {question['max']}"})
+        return None
+    return rating
+
+
+def _pass_fail_answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[str, str]]) -> bool | None:
+    if not isinstance(value, bool):
+        errors.append({"loc": loc, "msg": "must be true (pass) or false (fail)"})
+        return None
+    return value
+
+
+def _pairwise_answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[str, str]]) -> str | None:
+    if value not in PAIRWISE_CHOICES:
+        errors.append({"loc": loc, "msg": f"must be one of {', '.join(PAIRWISE_CHOICES)}"})
+        return None
+    return value
+
+
+def _steps_answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[str, str]]) -> Any:
+    return _step_answer(value, loc, errors)
+
+
+def _tags_answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[str, str]]) -> list[str] | None:
+    if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
+        errors.append({"loc": loc, "msg": "must be a list of tags"})
+        return None
+    unknown = [tag for tag in value if tag not in question["options"]]
+    if unknown:
+        errors.append(
+            {"loc": loc, "msg": f"unknown tag {unknown[0][:100]!r}; the tags: {', '.join(question['options'])}"}
+        )
+        return None
+    chosen = [option for option in question["options"] if option in value]
+    return chosen if chosen or not question["required"] else None
+
+
+def _comment_answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[str, str]]) -> str | None:
     if not isinstance(value, str):
         errors.append({"loc": loc, "msg": "must be a string"})
         return None
@@ -296,6 +317,16 @@ def _answer(question: dict[str, Any], value: Any, loc: str, errors: list[dict[st
         errors.append({"loc": loc, "msg": "must not contain NUL characters"})
         return None
     return text or None
+
+
+_AnswerReader = Callable[[dict[str, Any], Any, str, list[dict[str, str]]], Any]
+_ANSWER_READERS: dict[str, _AnswerReader] = {
+    "rating": _rating_answer,
+    "pass_fail": _pass_fail_answer,
+    "pairwise": _pairwise_answer,
+    "steps": _steps_answer,
+    "tags": _tags_answer,
+}
 
 
 def _step_answer(value: Any, loc: str, errors: list[dict[str, str]]) -> dict[str, Any] | None:

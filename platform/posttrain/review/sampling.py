@@ -177,18 +177,26 @@ def validate_source(raw: Any, campaign_kind: str) -> dict[str, Any]:
     if rule in SINGLE_ONLY_RULES and campaign_kind != "single":
         errors.append({"loc": "source.rule", "msg": f"{rule} picks single responses: use a single campaign"})
     source.update(_rule_fields(raw, rule, runs, errors))
+    source.update(_pair_steps_field(raw, campaign_kind, runs, errors))
+    if errors:
+        raise InvalidInput(errors)
+    return source
+
+
+def _pair_steps_field(
+    raw: dict[str, Any], campaign_kind: str, runs: list[str], errors: list[dict[str, str]]
+) -> dict[str, Any]:
+    """pair_steps, which only a pair campaign across two runs has (default "same"); refused elsewhere."""
     across_runs = campaign_kind == "pair" and len(runs) == 2
     pair_steps = raw.get("pair_steps")
     if across_runs:
         pair_steps = "same" if pair_steps is None else pair_steps
         if pair_steps not in PAIR_STEPS:
             errors.append({"loc": "source.pair_steps", "msg": f"must be one of {', '.join(PAIR_STEPS)}"})
-        source["pair_steps"] = pair_steps
-    elif pair_steps is not None:
+        return {"pair_steps": pair_steps}
+    if pair_steps is not None:
         errors.append({"loc": "source.pair_steps", "msg": "applies only to pair campaigns across two runs"})
-    if errors:
-        raise InvalidInput(errors)
-    return source
+    return {}
 
 
 def _rule_fields(raw: dict[str, Any], rule: Any, runs: list[str], errors: list[dict[str, str]]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from posttrain.scheduling.backfill import Allocation
 from posttrain.scheduling.rules import (
     RESOURCE_KEYS,
     Candidate,
+    Decision,
     FairShare,
     Holder,
     Plan,
@@ -106,14 +107,7 @@ def simulate(
     timings: list[tuple[int, float]] = []
     while events:
         now_s = events[0][0]
-        while events and events[0][0] == now_s:  # every event of this instant, then one pass
-            _, _, kind, run_id = heapq.heappop(events)
-            if kind == "arrive":
-                waiting[run_id] = outcomes[run_id].run
-            elif run_id in running and running[run_id].end_s == now_s:  # not an end left by a preemption
-                ended = running.pop(run_id)
-                for name, resources in ended.placement.items():
-                    free[name] = add(free[name], resources)
+        _take_instant(events, now_s, outcomes, waiting, running, free)
         if not waiting:
             continue
         now = EPOCH + timedelta(seconds=now_s)
@@ -122,27 +116,65 @@ def simulate(
             (_expected_left(o, now_s), o.placement) for o in running.values()
         ]
         plan = Plan({name: dict(r) for name, r in free.items()}, capacity, ends)
-        usage: dict[str, Usage] = {}
-        for o in running.values():
-            usage[o.run.owner] = usage.get(o.run.owner, Usage()).plus(o.run.need)
+        usage = _usage_by_owner(running)
         started = time.perf_counter()
         decisions = admission_plan(candidates, plan, usage, {}, now, aging_s, fair=FairShare(), backfill=backfill)
         timings.append((len(candidates), time.perf_counter() - started))
         if check is not None:
             check(now_s, dict(waiting), dict(running), decisions, plan)
-        for decision in decisions:
-            if not decision.admit:
-                continue
-            end_s = _start(outcomes[decision.run_id], decision.placement or {}, free, now_s)
-            running[decision.run_id] = outcomes[decision.run_id]
-            del waiting[decision.run_id]
-            heapq.heappush(events, (end_s, 0, "end", decision.run_id))
+        _start_admitted(decisions, outcomes, waiting, running, free, events, now_s)
         head = next((d for d in decisions if d.blocking), None)
         if preemption and head is not None:
             for victim in _preempt(head, candidates, running, free, now_s):
                 waiting[victim] = outcomes[victim].run
                 heapq.heappush(events, (now_s, 2, "arrive-again", victim))  # one more pass at this instant
     return SimResult(outcomes, timings, capacity)
+
+
+def _take_instant(
+    events: list[tuple[float, int, str, str]],
+    now_s: float,
+    outcomes: dict[str, Outcome],
+    waiting: dict[str, TraceRun],
+    running: dict[str, Outcome],
+    free: dict[str, Resources],
+) -> None:
+    """Pop every event of the instant `now_s`: arrivals join the waiting runs, ends free their nodes."""
+    while events and events[0][0] == now_s:  # every event of this instant, then one pass
+        _, _, kind, run_id = heapq.heappop(events)
+        if kind == "arrive":
+            waiting[run_id] = outcomes[run_id].run
+        elif run_id in running and running[run_id].end_s == now_s:  # not an end left by a preemption
+            ended = running.pop(run_id)
+            for name, resources in ended.placement.items():
+                free[name] = add(free[name], resources)
+
+
+def _usage_by_owner(running: dict[str, Outcome]) -> dict[str, Usage]:
+    """What each owner's running runs hold."""
+    usage: dict[str, Usage] = {}
+    for o in running.values():
+        usage[o.run.owner] = usage.get(o.run.owner, Usage()).plus(o.run.need)
+    return usage
+
+
+def _start_admitted(
+    decisions: list[Decision],
+    outcomes: dict[str, Outcome],
+    waiting: dict[str, TraceRun],
+    running: dict[str, Outcome],
+    free: dict[str, Resources],
+    events: list[tuple[float, int, str, str]],
+    now_s: float,
+) -> None:
+    """Start each admitted run now, moving it from waiting to running, and queue its end."""
+    for decision in decisions:
+        if not decision.admit:
+            continue
+        end_s = _start(outcomes[decision.run_id], decision.placement or {}, free, now_s)
+        running[decision.run_id] = outcomes[decision.run_id]
+        del waiting[decision.run_id]
+        heapq.heappush(events, (end_s, 0, "end", decision.run_id))
 
 
 def _start(outcome: Outcome, placement: Allocation, free: dict[str, Resources], now_s: float) -> float:

@@ -23,39 +23,12 @@ class _QueueCollector:
     def collect(self) -> Iterator[Metric]:
         f = self.figures
         window = f"{f['window_s']:g}"
-        waits = GaugeMetricFamily(
-            "posttrain_queue_wait_seconds",
-            "Time from entering the queue to admission, over the window, by priority",
-            labels=["priority", "quantile", "window_s"],
-        )
-        for priority, q in f["queue_wait"].items():
-            for name, quantile in (("p50_s", "0.5"), ("p95_s", "0.95")):
-                if q[name] is not None:
-                    waits.add_metric([priority, quantile, window], q[name])
-        yield waits
-        first = GaugeMetricFamily(
-            "posttrain_admission_to_first_step_seconds",
-            "Time from a run's admission to its first training step, over the window",
-            labels=["quantile", "window_s"],
-        )
-        for name, quantile in (("p50_s", "0.5"), ("p95_s", "0.95")):
-            if f["admission_to_first_step"][name] is not None:
-                first.add_metric([quantile, window], f["admission_to_first_step"][name])
-        yield first
+        yield self._queue_waits(window)
+        yield self._admission_to_first_step(window)
         waiting = GaugeMetricFamily("posttrain_queue_waiting_runs", "Runs waiting in the queue now")
         waiting.add_metric([], f["waiting"])
         yield waiting
-        use = GaugeMetricFamily(
-            "posttrain_cluster_utilisation_ratio",
-            "Share of the cluster's capacity granted by the platform or used as Ray reported, over the window",
-            labels=["resource", "kind", "window_s"],
-        )
-        for key in RESOURCE_KEYS:
-            for kind in ("granted", "used"):
-                value = f["utilisation"][f"{kind}_{key}"]
-                if value is not None:
-                    use.add_metric([key, kind, window], value)
-        yield use
+        yield self._utilisation(window)
         preemptions = CounterMetricFamily(
             "posttrain_preemptions", "Preemptions asked, and those stopped at the deadline", labels=["forced"]
         )
@@ -65,6 +38,47 @@ class _QueueCollector:
         lost = CounterMetricFamily("posttrain_preemption_lost_steps", "Training steps lost to preemption deadlines")
         lost.add_metric([], f["totals"]["lost_steps"])
         yield lost
+        yield self._fair_shares()
+
+    def _queue_waits(self, window: str) -> GaugeMetricFamily:
+        waits = GaugeMetricFamily(
+            "posttrain_queue_wait_seconds",
+            "Time from entering the queue to admission, over the window, by priority",
+            labels=["priority", "quantile", "window_s"],
+        )
+        for priority, q in self.figures["queue_wait"].items():
+            for name, quantile in (("p50_s", "0.5"), ("p95_s", "0.95")):
+                if q[name] is not None:
+                    waits.add_metric([priority, quantile, window], q[name])
+        return waits
+
+    def _admission_to_first_step(self, window: str) -> GaugeMetricFamily:
+        f = self.figures
+        first = GaugeMetricFamily(
+            "posttrain_admission_to_first_step_seconds",
+            "Time from a run's admission to its first training step, over the window",
+            labels=["quantile", "window_s"],
+        )
+        for name, quantile in (("p50_s", "0.5"), ("p95_s", "0.95")):
+            if f["admission_to_first_step"][name] is not None:
+                first.add_metric([quantile, window], f["admission_to_first_step"][name])
+        return first
+
+    def _utilisation(self, window: str) -> GaugeMetricFamily:
+        use = GaugeMetricFamily(
+            "posttrain_cluster_utilisation_ratio",
+            "Share of the cluster's capacity granted by the platform or used as Ray reported, over the window",
+            labels=["resource", "kind", "window_s"],
+        )
+        for key in RESOURCE_KEYS:
+            for kind in ("granted", "used"):
+                value = self.figures["utilisation"][f"{kind}_{key}"]
+                if value is not None:
+                    use.add_metric([key, kind, window], value)
+        return use
+
+    def _fair_shares(self) -> GaugeMetricFamily:
+        f = self.figures
         share = GaugeMetricFamily(
             "posttrain_fair_share_ratio",
             "Each user's, team's and project's share of the decayed usage, and its share of the weights",
@@ -75,7 +89,7 @@ class _QueueCollector:
             for row in rows:
                 share.add_metric([kind, row["name"], "usage"], row["share"])
                 share.add_metric([kind, row["name"], "weight"], row["weight_share"])
-        yield share
+        return share
 
 
 def exposition(figures: dict[str, Any]) -> bytes:

@@ -252,20 +252,27 @@ async def run_stream(run_id: uuid.UUID | str, after: int, *, keepalive_s: float,
         if point.ended:
             yield END.encode()
             return
-        next_keepalive = time.monotonic() + keepalive_s
-        while not stream.ended and (now := time.monotonic()) < deadline:
-            batch = await stream.next_batch(min(next_keepalive, deadline) - now)
-            if batch is not None:
-                async for chunk in stream.forward(batch):
-                    yield chunk
-            elif stream.subscription.overflowed:
-                async for chunk in stream.forward([]):
-                    yield chunk
-            if not stream.ended and time.monotonic() >= next_keepalive:
-                yield KEEPALIVE
-                next_keepalive = time.monotonic() + keepalive_s
-                # A state item lost on the way (a Redis hiccup) must not leave the page waiting.
-                async for chunk in stream.state_change():
-                    yield chunk
+        async for chunk in _live(stream, deadline, keepalive_s):
+            yield chunk
     finally:
         stream.close()
+
+
+async def _live(stream: _Stream, deadline: float, keepalive_s: float) -> AsyncIterator[bytes]:
+    """What the live channel brings, with a keep-alive every `keepalive_s`, until the run ended and all
+    was sent or the `deadline` (time.monotonic) passed."""
+    next_keepalive = time.monotonic() + keepalive_s
+    while not stream.ended and (now := time.monotonic()) < deadline:
+        batch = await stream.next_batch(min(next_keepalive, deadline) - now)
+        if batch is not None:
+            async for chunk in stream.forward(batch):
+                yield chunk
+        elif stream.subscription.overflowed:
+            async for chunk in stream.forward([]):
+                yield chunk
+        if not stream.ended and time.monotonic() >= next_keepalive:
+            yield KEEPALIVE
+            next_keepalive = time.monotonic() + keepalive_s
+            # A state item lost on the way (a Redis hiccup) must not leave the page waiting.
+            async for chunk in stream.state_change():
+                yield chunk

@@ -87,6 +87,18 @@ def _check_event(event: Any, loc: str, run_id: str, errors: _Errors) -> None:
     if not isinstance(event, dict):
         errors.add(loc, f"must be an object, got {type(event).__name__}")
         return
+    _check_envelope(event, loc, run_id, errors)
+    kind = event.get("type")
+    data = event.get("data")
+    if "data" in event and not isinstance(data, dict):
+        errors.add(f"{loc}.data", f"must be an object, got {type(data).__name__}")
+        return
+    if kind in EVENT_TYPES and isinstance(data, dict):
+        _DATA_CHECKS[kind](event, data, f"{loc}.data", loc, errors)
+
+
+def _check_envelope(event: dict, loc: str, run_id: str, errors: _Errors) -> None:
+    """The fields every event has, whatever its type: run, seq, type, step and time."""
     for key in ("run", "seq", "type", "time", "data"):
         if key not in event:
             errors.add(f"{loc}.{key}", "required")
@@ -105,12 +117,6 @@ def _check_event(event: Any, loc: str, run_id: str, errors: _Errors) -> None:
         errors.add(f"{loc}.step", f"must be null or an integer between 0 and {MAX_INT32}, got {step!r}"[:200])
     if "time" in event and not (_is_number(event["time"]) and math.isfinite(event["time"])):
         errors.add(f"{loc}.time", "must be a finite number (seconds since the epoch)")
-    data = event.get("data")
-    if "data" in event and not isinstance(data, dict):
-        errors.add(f"{loc}.data", f"must be an object, got {type(data).__name__}")
-        return
-    if kind in EVENT_TYPES and isinstance(data, dict):
-        _DATA_CHECKS[kind](event, data, f"{loc}.data", loc, errors)
 
 
 def _check_metrics(event: dict, data: dict, loc: str, event_loc: str, errors: _Errors) -> None:
@@ -136,6 +142,12 @@ def _check_samples(event: dict, data: dict, loc: str, event_loc: str, errors: _E
             "(posttrain_sdk.rollout_files; the SDK's log_samples does both)",
         )
         return
+    _check_sample_file(data, step, loc, errors)
+    _check_sample_contents(data, loc, errors)
+
+
+def _check_sample_file(data: dict, step: Any, loc: str, errors: _Errors) -> None:
+    """The rollout file's name and part agree with each other and with the event's step."""
     name = data.get("file")
     parsed = parse_file_name(name) if isinstance(name, str) else None
     if parsed is None:
@@ -145,6 +157,10 @@ def _check_samples(event: dict, data: dict, loc: str, event_loc: str, errors: _E
     part = data.get("part", 0)
     if not _is_int(part) or (parsed is not None and part != parsed[1]):
         errors.add(f"{loc}.part", "must be the part number in the file's name (0 without one)")
+
+
+def _check_sample_contents(data: dict, loc: str, errors: _Errors) -> None:
+    """What the event says of the file: its rows, bytes, SHA-256, statistics and the files it pruned."""
     for key in ("rows", "bytes"):
         value = data.get(key)
         if not _is_int(value) or not 0 <= value <= MAX_INT64:

@@ -42,35 +42,50 @@ def events_ingest(run_id: uuid.UUID | str, events: list[dict[str, Any]], *, touc
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         new = [e for e in events if e["seq"] > run.last_seq]
-        expected = run.last_seq + 1
-        for offset, event in enumerate(new):
-            if event["seq"] != expected + offset:
-                raise SeqConflict(
-                    expected,
-                    f"events must continue at seq {expected} without gaps; got seq {event['seq']} "
-                    f"where {expected + offset} was expected",
-                )
+        _check_contiguous(new, run.last_seq + 1)
         update: dict[str, Any] = {"last_event_at": now} if touch else {}
-        if new and run.state == S.FAILED:
-            run_revive_lost(run.pk)  # the client was only silent, not gone
         if new:
-            summary = _store_events(run, new)
-            if summary is not run.summary:
-                update["summary"] = summary
-            steps = [e["step"] for e in new if e.get("step") is not None]
-            update["last_seq"] = new[-1]["seq"]
-            if steps:
-                update["last_step"] = max(steps + ([run.last_step] if run.last_step is not None else []))
+            _store_new_events(run, new, update)
         if update:
             Run.objects.filter(pk=run.pk).update(**update)
         for event in new:
             if event["type"] == "status":
                 _apply_engine_status(run.pk, event["data"])
         if new:
-            transaction.on_commit(lambda: live_channel.publish(run.pk, new))
-            if any(event["type"] == "metrics" for event in new):
-                alerts_notify_after_commit(run)  # critical alerts to the experiment's webhook, if it has one
+            _notify_after_commit(run, new)
         return IngestResult(acknowledged_seq=update.get("last_seq", run.last_seq), stored=len(new))
+
+
+def _check_contiguous(new: list[dict[str, Any]], expected: int) -> None:
+    """SeqConflict unless the new events' seqs run from `expected` on without gaps."""
+    for offset, event in enumerate(new):
+        if event["seq"] != expected + offset:
+            raise SeqConflict(
+                expected,
+                f"events must continue at seq {expected} without gaps; got seq {event['seq']} "
+                f"where {expected + offset} was expected",
+            )
+
+
+def _store_new_events(run: Run, new: list[dict[str, Any]], update: dict[str, Any]) -> None:
+    """Store a non-empty batch of new events (under the run's row lock) and add to `update` what
+    the run's row gets from them: its summary, last seq and last step."""
+    if run.state == S.FAILED:
+        run_revive_lost(run.pk)  # the client was only silent, not gone
+    summary = _store_events(run, new)
+    if summary is not run.summary:
+        update["summary"] = summary
+    steps = [e["step"] for e in new if e.get("step") is not None]
+    update["last_seq"] = new[-1]["seq"]
+    if steps:
+        update["last_step"] = max(steps + ([run.last_step] if run.last_step is not None else []))
+
+
+def _notify_after_commit(run: Run, new: list[dict[str, Any]]) -> None:
+    """Once the transaction commits: the new events to the live channel, and alerts if metrics came."""
+    transaction.on_commit(lambda: live_channel.publish(run.pk, new))
+    if any(event["type"] == "metrics" for event in new):
+        alerts_notify_after_commit(run)  # critical alerts to the experiment's webhook, if it has one
 
 
 def _store_events(run: Run, events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -80,37 +80,68 @@ def rollouts_query(
     as every answer cuts them (rollouts.SHOWN); `truncated` ({what: its full length}) is there only when
     something was. Order: by run id, step and index. Streams: the files are read a few at a time; the
     texts only when asked for. Files DuckDB cannot read are left out, each added to `gaps`."""
-    wanted: dict[str, list[tuple[int, int]]] | None = None
-    if refs is not None:
-        wanted = {}
-        for run_id, step, index in refs:
-            wanted.setdefault(str(run_id), []).append((int(step), int(index)))
-        if not wanted:
-            return
+    wanted = _wanted_keys(refs)
+    if wanted is not None and not wanted:
+        return
+    columns = _query_columns(text, tokens)
+    for run_id in sorted({str(r) for r in run_ids}):
+        filters = _run_filters(run_id, steps, step_range, wanted)
+        if filters is None:
+            continue
+        for row in rollouts.rollouts_query([run_id], filters=filters, columns=columns, gaps=gaps):
+            yield _shaped_row(row, text, tokens)
+
+
+def _wanted_keys(refs: Iterable[RolloutRef] | None) -> dict[str, list[tuple[int, int]]] | None:
+    """{run id: [(step, index)]} of `refs`, or None without refs (every rollout wanted)."""
+    if refs is None:
+        return None
+    wanted: dict[str, list[tuple[int, int]]] = {}
+    for run_id, step, index in refs:
+        wanted.setdefault(str(run_id), []).append((int(step), int(index)))
+    return wanted
+
+
+def _query_columns(text: bool, tokens: bool) -> list[str]:
+    """The rollout file's columns read: ROLLOUT_FIELDS, with `text` the texts, with `tokens` the per-token view."""
     columns = [c for c in ROLLOUT_FIELDS if c != "run"]
     if text:
         columns += list(ROLLOUT_TEXT_FIELDS)
     if tokens:
         columns += ["versions", "token_text", *rollouts.VIEW_COLUMNS.values()]
-    for run_id in sorted({str(r) for r in run_ids}):
-        filters = rollouts.RolloutFilter(steps=steps, step_range=step_range)
-        if wanted is not None:
-            keys = wanted.get(run_id, [])
-            if not keys:
-                continue
-            chosen = {step for step, _ in keys}
-            filters.steps = sorted(chosen if steps is None else chosen & set(steps))
-            filters.keys = keys
-        for row in rollouts.rollouts_query([run_id], filters=filters, columns=columns, gaps=gaps):
-            if not isinstance(row.get("components"), dict):
-                row["components"] = {}
-            if text:
-                row["turns"] = [dict(turn) for turn in row.get("turns") or []]
-            if tokens:
-                row["tokens"] = rollouts.packed_view(row)
-            if not row["truncated"]:
-                del row["truncated"]
-            yield row
+    return columns
+
+
+def _run_filters(
+    run_id: str,
+    steps: Sequence[int] | None,
+    step_range: tuple[int, int] | None,
+    wanted: dict[str, list[tuple[int, int]]] | None,
+) -> rollouts.RolloutFilter | None:
+    """The filter of one run's rollouts; None when `wanted` names none of the run's."""
+    filters = rollouts.RolloutFilter(steps=steps, step_range=step_range)
+    if wanted is not None:
+        keys = wanted.get(run_id, [])
+        if not keys:
+            return None
+        chosen = {step for step, _ in keys}
+        filters.steps = sorted(chosen if steps is None else chosen & set(steps))
+        filters.keys = keys
+    return filters
+
+
+def _shaped_row(row: dict[str, Any], text: bool, tokens: bool) -> dict[str, Any]:
+    """A row as rollouts_query answers it: components a dict, turns plain dicts, the per-token view
+    packed, and `truncated` only when something was."""
+    if not isinstance(row.get("components"), dict):
+        row["components"] = {}
+    if text:
+        row["turns"] = [dict(turn) for turn in row.get("turns") or []]
+    if tokens:
+        row["tokens"] = rollouts.packed_view(row)
+    if not row["truncated"]:
+        del row["truncated"]
+    return row
 
 
 def rollouts_total(

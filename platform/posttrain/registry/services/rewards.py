@@ -59,14 +59,7 @@ def reward_create(
             spec, source = _python_spec(spec, source, user)
     elif source:
         raise invalid("source", f"only python rewards take source code, not kind {kind!r}")
-    named = isinstance(spec, dict) and bool(spec.get("name"))
-    try:
-        normalized = validate_reward_spec(kind, spec, default_name=component_name(name, kind))
-    except RewardSpecError as exc:
-        errors = exc.errors
-        if not named and "spec.name" in errors:  # the name came from the reward's own name: say so there
-            errors = {("name" if k == "spec.name" else k): v for k, v in errors.items()}
-        raise ValidationError(errors) from None
+    normalized = _validated_spec(kind, spec, name)
     if kind == RewardFunction.Kind.REWARD_MODEL:
         normalized["path"] = _reward_model_path(normalized["path"], project, user)
     if kind == RewardFunction.Kind.HTTP:
@@ -92,6 +85,18 @@ def reward_create(
     if staged_source is not None:
         os.replace(staged_source, normalized["path"])  # same content if it already exists
     return reward
+
+
+def _validated_spec(kind: str, spec: Any, name: str) -> dict[str, Any]:
+    """The spec normalized by the engine's RewardSpec schema, its component name defaulting to the reward's."""
+    named = isinstance(spec, dict) and bool(spec.get("name"))
+    try:
+        return validate_reward_spec(kind, spec, default_name=component_name(name, kind))
+    except RewardSpecError as exc:
+        errors = exc.errors
+        if not named and "spec.name" in errors:  # the name came from the reward's own name: say so there
+            errors = {("name" if k == "spec.name" else k): v for k, v in errors.items()}
+        raise ValidationError(errors) from None
 
 
 def _python_spec(spec: dict[str, Any], source: str, user: User | AnonymousUser | None) -> tuple[dict[str, Any], str]:

@@ -176,29 +176,8 @@ def campaign_update(
     """Edit the texts, who annotates and reviews, how gold weighs judgements and whether annotators see a
     judge's suggestions. Questions and source are fixed: the items were drawn from them. A new rating
     spread applies to items completed from now on."""
-    fields = []
-    if gold_policy is not None:
-        campaign.gold_policy = validate_gold_policy(gold_policy)
-        fields.append("gold_policy")
-    if show_suggestions is not None:
-        if not isinstance(show_suggestions, bool):
-            raise InvalidInput.one("show_suggestions", "must be true or false")
-        campaign.show_suggestions = show_suggestions
-        fields.append("show_suggestions")
-    if review_rating_spread is not None:
-        campaign.review_rating_spread = _bounded_int(
-            review_rating_spread, "review_rating_spread", 1, MAX_RATING_SPREAD, "rating points"
-        )
-        fields.append("review_rating_spread")
-    if name is not None:
-        campaign.name = _clean_text(name, "name", limit=NAME_MAX_CHARS, required=True)
-        fields.append("name")
-    if description is not None:
-        campaign.description = _clean_text(description, "description", limit=TEXT_MAX_CHARS)
-        fields.append("description")
-    if instructions is not None:
-        campaign.instructions = _clean_text(instructions, "instructions", limit=TEXT_MAX_CHARS)
-        fields.append("instructions")
+    fields = _set_settings(campaign, gold_policy, show_suggestions, review_rating_spread)
+    fields += _set_texts(campaign, name, description, instructions)
     with transaction.atomic():
         if annotators is not None:
             annotators = _check_annotators(annotators)
@@ -213,6 +192,42 @@ def campaign_update(
         if fields:
             campaign.save(update_fields=fields)
     return campaign
+
+
+def _set_settings(
+    campaign: Campaign, gold_policy: Any, show_suggestions: bool | None, review_rating_spread: int | None
+) -> list[str]:
+    """Set the given settings on the campaign (not saved), each checked; the names of the fields set."""
+    fields = []
+    if gold_policy is not None:
+        campaign.gold_policy = validate_gold_policy(gold_policy)
+        fields.append("gold_policy")
+    if show_suggestions is not None:
+        if not isinstance(show_suggestions, bool):
+            raise InvalidInput.one("show_suggestions", "must be true or false")
+        campaign.show_suggestions = show_suggestions
+        fields.append("show_suggestions")
+    if review_rating_spread is not None:
+        campaign.review_rating_spread = _bounded_int(
+            review_rating_spread, "review_rating_spread", 1, MAX_RATING_SPREAD, "rating points"
+        )
+        fields.append("review_rating_spread")
+    return fields
+
+
+def _set_texts(campaign: Campaign, name: str | None, description: str | None, instructions: str | None) -> list[str]:
+    """Set the given texts on the campaign (not saved), cleaned; the names of the fields set."""
+    fields = []
+    if name is not None:
+        campaign.name = _clean_text(name, "name", limit=NAME_MAX_CHARS, required=True)
+        fields.append("name")
+    if description is not None:
+        campaign.description = _clean_text(description, "description", limit=TEXT_MAX_CHARS)
+        fields.append("description")
+    if instructions is not None:
+        campaign.instructions = _clean_text(instructions, "instructions", limit=TEXT_MAX_CHARS)
+        fields.append("instructions")
+    return fields
 
 
 def _transition(

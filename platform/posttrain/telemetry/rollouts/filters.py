@@ -35,32 +35,8 @@ class RolloutFilter:
         if self.step_range is not None:
             clauses.append("step BETWEEN ? AND ?")
             params += list(self.step_range)
-        for column, low, high in (
-            ("reward", self.min_reward, self.max_reward),
-            ("advantage", self.min_advantage, self.max_advantage),
-            ("length", self.min_length, self.max_length),
-        ):
-            if low is not None:
-                clauses.append(f"{_quoted(column)} >= ?")
-                params.append(low)
-            if high is not None:
-                clauses.append(f"{_quoted(column)} <= ?")
-                params.append(high)
-        if self.finish_reason:
-            clauses.append("finish_reason = ?")
-            params.append(self.finish_reason)
-        if self.prompt is not None:
-            clauses.append("prompt = ?")
-            params.append(self.prompt)
-        if self.group is not None:
-            clauses.append('"group" = ?')
-            params.append(self.group)
-        if self.kept is not None:
-            clauses.append("kept = ?")
-            params.append(self.kept)
-        if self.index is not None:
-            clauses.append('"index" = ?')
-            params.append(self.index)
+        self._add_bounds(clauses, params)
+        self._add_equalities(clauses, params)
         if self.keys is not None:
             clauses.append(f'list_contains(?, step::BIGINT * {_KEY_STEP} + "index")')
             params.append(sorted({int(step) * _KEY_STEP + int(index) for step, index in self.keys}))
@@ -72,6 +48,36 @@ class RolloutFilter:
             )
             params += [self.q] * 3
         return (" AND ".join(clauses) or "TRUE"), params
+
+    def _add_bounds(self, clauses: list[str], params: list[Any]) -> None:
+        """The minimum and maximum reward, advantage and length, each where set."""
+        for column, low, high in (
+            ("reward", self.min_reward, self.max_reward),
+            ("advantage", self.min_advantage, self.max_advantage),
+            ("length", self.min_length, self.max_length),
+        ):
+            if low is not None:
+                clauses.append(f"{_quoted(column)} >= ?")
+                params.append(low)
+            if high is not None:
+                clauses.append(f"{_quoted(column)} <= ?")
+                params.append(high)
+
+    def _add_equalities(self, clauses: list[str], params: list[Any]) -> None:
+        """The columns that must equal a value: the finish reason (where not empty), then the prompt,
+        the group, kept and the index (where set)."""
+        if self.finish_reason:
+            clauses.append("finish_reason = ?")
+            params.append(self.finish_reason)
+        for clause, value in (
+            ("prompt = ?", self.prompt),
+            ('"group" = ?', self.group),
+            ("kept = ?", self.kept),
+            ('"index" = ?', self.index),
+        ):
+            if value is not None:
+                clauses.append(clause)
+                params.append(value)
 
     @property
     def only_steps(self) -> bool:

@@ -47,10 +47,7 @@ def rollouts_query(
     copies, the samples API and the SDK."""
     filters = filters or RolloutFilter()
     if files is None:  # `files`: the index already read (the bench reads files it wrote itself)
-        files = run_files(run_ids, filters.steps)
-        if present is None:
-            present = {(str(r), n) for r in dict.fromkeys(str(r) for r in run_ids) for n in existing_names(r)}
-        files = [f for f in files if (f.run_id, f.name) in present]
+        files = _present_files(run_ids, filters.steps, present)
     where, params = filters.where()
     select, sizes = _select(columns, whole)
     skip, left = offset, limit
@@ -82,6 +79,17 @@ def rollouts_query(
                 left -= 1
                 if left <= 0:
                     return
+
+
+def _present_files(
+    run_ids: Sequence[RunId], steps: Sequence[int] | None, present: set[tuple[str, str]] | None
+) -> list[StoredFile]:
+    """The runs' indexed files at `steps` that the store has (`present`: the (run, name) pairs known to
+    exist; default: listed here)."""
+    files = run_files(run_ids, steps)
+    if present is None:
+        present = {(str(r), n) for r in dict.fromkeys(str(r) for r in run_ids) for n in existing_names(r)}
+    return [f for f in files if (f.run_id, f.name) in present]
 
 
 def _read_columns(columns: Sequence[str], filters: RolloutFilter) -> list[str]:

