@@ -69,10 +69,7 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
     with transaction.atomic():
         for old in from_states:
             if Run.objects.filter(pk=run_id, state=old).update(**fields):
-                RunTransition.objects.create(run_id=run_id, from_state=old, to_state=to_state, reason=reason)
-                # Open run pages learn of it on the live channel (the SSE stream re-reads the run).
-                change = {"type": "state", "run": str(run_id), "from_state": old, "state": to_state, "reason": reason}
-                transaction.on_commit(partial(live_channel.publish, run_id, [change]))
+                _record_move(run_id, old, to_state, reason)
                 # (Not back to queued: Ray could not take the job, and asking again at once would spin.)
                 frees = old in HOLDING_STATES and to_state not in HOLDING_STATES and to_state != S.QUEUED
                 if frees and _is_native(run_id):
@@ -95,10 +92,16 @@ def run_revive_lost(run_id: uuid.UUID | str) -> bool:
             pk=run_id, kind=RunKind.EXTERNAL, state=S.FAILED, state_reason__startswith=LOST_REASON_PREFIX
         ).update(state=S.RUNNING, state_reason=reason, state_changed_at=now, finished_at=None)
         if revived:
-            RunTransition.objects.create(run_id=run_id, from_state=S.FAILED, to_state=S.RUNNING, reason=reason)
-            change = {"type": "state", "run": str(run_id), "from_state": S.FAILED, "state": S.RUNNING, "reason": reason}
-            transaction.on_commit(partial(live_channel.publish, run_id, [change]))
+            _record_move(run_id, S.FAILED, S.RUNNING, reason)
     return bool(revived)
+
+
+def _record_move(run_id: uuid.UUID | str, old: str, new: str, reason: str) -> None:
+    """The move's RunTransition row, in the caller's transaction; open run pages learn of it on the live
+    channel after commit (the SSE stream re-reads the run)."""
+    RunTransition.objects.create(run_id=run_id, from_state=old, to_state=new, reason=reason)
+    change = {"type": "state", "run": str(run_id), "from_state": old, "state": new, "reason": reason}
+    transaction.on_commit(partial(live_channel.publish, run_id, [change]))
 
 
 def _is_native(run_id: uuid.UUID | str) -> bool:
