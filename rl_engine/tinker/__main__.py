@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rl_engine.tinker.server import TinkerServer
 from rl_engine.tinker.service import CallRecord, TinkerService
+from rl_engine.tinker.tracking import PosttrainRuns
 
 
 def _model(spec: str) -> tuple[str, Path]:
@@ -28,7 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     serve = commands.add_parser("serve", help="serve the Tinker API")
     serve.add_argument("--model", type=_model, action="append", required=True, help="NAME=FOLDER (repeatable)")
     serve.add_argument("--root", type=Path, required=True, help="where checkpoints are written")
-    serve.add_argument("--api-key-file", type=Path, required=True, help="a file holding the accepted key")
+    serve.add_argument("--api-key-file", type=Path, help="a file holding a key this server accepts (tml-...)")
+    serve.add_argument(
+        "--posttrain",
+        metavar="URL",
+        help="accept Posttrain API tokens as keys (tml-<token>); each training client a run",
+    )
+    serve.add_argument("--idle-s", type=float, default=120.0, help="a session without a heartbeat this long ends")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=0)
     serve.add_argument(
@@ -36,11 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    key = args.api_key_file.read_text().strip()
-    if not key.startswith("tml-"):
-        parser.error("--api-key-file: the SDK only sends keys that start with 'tml-'")
-    service = TinkerService(dict(args.model), args.root, on_call=_log_call if args.log_calls else None)
-    server = TinkerServer((args.host, args.port), service, {key})
+    keys: set[str] = set()
+    if args.api_key_file is not None:
+        keys.add(args.api_key_file.read_text().strip())
+        if not next(iter(keys)).startswith("tml-"):
+            parser.error("--api-key-file: the SDK only sends keys that start with 'tml-'")
+    if not keys and args.posttrain is None:
+        parser.error("give --api-key-file, --posttrain, or both")
+    runs = PosttrainRuns(args.posttrain, args.root / "posttrain-runs") if args.posttrain else None
+    on_call = _log_call if args.log_calls else None
+    service = TinkerService(dict(args.model), args.root, on_call=on_call, runs=runs, idle_s=args.idle_s)
+    server = TinkerServer((args.host, args.port), service, keys)
     print(f"tinker service at {server.url}", flush=True)
     server.serve_forever()
     return 0

@@ -60,12 +60,12 @@ class TinkerServer(ThreadingHTTPServer):
         self,
         address: tuple[str, int],
         service: TinkerService,
-        api_keys: set[str],
+        api_keys: set[str] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
         super().__init__(address, _Handler)
-        self.service, self.api_keys = service, api_keys
+        self.service, self.api_keys = service, api_keys or set()
         self.max_body_bytes, self.poll_seconds = max_body_bytes, poll_seconds
 
     @property
@@ -77,6 +77,7 @@ class TinkerServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: TinkerServer
     protocol_version = "HTTP/1.1"
+    key = ""
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -95,6 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = route(self, _parsed(body, self.headers.get("Content-Type", "")) if arg is None else arg)
         except _Refused as exc:
             status, payload = exc.status, {"detail": exc.detail}
+        except PermissionError as exc:
+            status, payload = 403 if self.key else 401, {"detail": str(exc)}
         except LossRefused as exc:
             status, payload = 400, {"detail": str(exc)}
         except ValidationError as exc:
@@ -105,9 +108,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, payload)
 
     def _authenticate(self) -> None:
+        """The caller's key: one of the server's own, or (with Posttrain) a token Posttrain accepts."""
         given = self.headers.get("X-API-Key", "")
-        if not any(hmac.compare_digest(given, key) for key in self.server.api_keys):
+        if any(hmac.compare_digest(given, key) for key in self.server.api_keys):
+            self.key = given
+            return
+        runs = self.server.service.runs
+        if runs is None:
             raise _Refused(401, "X-API-Key: not a key this server accepts")
+        runs.authenticate(given)
+        self.key = given
 
     def _body(self) -> bytes:
         length = self.headers.get("Content-Length")
@@ -166,13 +176,14 @@ def _capabilities(handler: _Handler, body: Any) -> tuple[int, Any]:
 
 
 def _create_session(handler: _Handler, body: Any) -> tuple[int, Any]:
-    types.CreateSessionRequest.model_validate(body)
-    return 200, {"type": "create_session", "session_id": handler.server.service.create_session()}
+    request = types.CreateSessionRequest.model_validate(body)
+    session_id = handler.server.service.create_session(handler.key, request.project_id)
+    return 200, {"type": "create_session", "session_id": session_id}
 
 
 def _heartbeat(handler: _Handler, body: Any) -> tuple[int, Any]:
     request = types.SessionHeartbeatRequest.model_validate(body)
-    handler.server.service.heartbeat(request.session_id)
+    handler.server.service.heartbeat(request.session_id, handler.key)
     return 200, {"type": "session_heartbeat"}
 
 
@@ -189,19 +200,19 @@ def _create_model(handler: _Handler, body: Any) -> tuple[int, Any]:
         train_mlp=request.lora_config.train_mlp,
         train_unembed=request.lora_config.train_unembed,
     )
-    future = handler.server.service.create_model(request.session_id, request.base_model, lora)
+    future = handler.server.service.create_model(request.session_id, handler.key, request.base_model, lora)
     return 200, _future_json(future)
 
 
 def _get_info(handler: _Handler, body: Any) -> tuple[int, Any]:
-    return 200, handler.server.service.info(types.GetInfoRequest.model_validate(body).model_id)
+    return 200, handler.server.service.info(types.GetInfoRequest.model_validate(body).model_id, handler.key)
 
 
 def _forward_backward(handler: _Handler, body: Any) -> tuple[int, Any]:
     if not isinstance(body, bytes):
         raise _Refused(415, "forward_backward: send application/x-protobuf (the SDK does)")
     call = decode_forward_backward(body)
-    return 200, {**_future_json(handler.server.service.forward_backward(call)), "model_id": call.model_id}
+    return 200, {**_future_json(handler.server.service.forward_backward(call, handler.key)), "model_id": call.model_id}
 
 
 def _optim_step(handler: _Handler, body: Any) -> tuple[int, Any]:
@@ -210,47 +221,49 @@ def _optim_step(handler: _Handler, body: Any) -> tuple[int, Any]:
         raise LossRefused(f"optim_params: only AdamParams are served, got {type(request.optim_params).__name__}")
     adam = AdamSettings(**request.optim_params.model_dump(exclude={"type"}))
     return 200, {
-        **_future_json(handler.server.service.optim_step(request.model_id, adam)),
+        **_future_json(handler.server.service.optim_step(request.model_id, handler.key, adam)),
         "model_id": request.model_id,
     }
 
 
 def _save_weights(handler: _Handler, body: Any) -> tuple[int, Any]:
     request = types.SaveWeightsRequest.model_validate(body)
-    return 200, _future_json(handler.server.service.save(request.model_id, request.path, for_sampler=False))
+    return 200, _future_json(
+        handler.server.service.save(request.model_id, handler.key, request.path, for_sampler=False)
+    )
 
 
 def _save_for_sampler(handler: _Handler, body: Any) -> tuple[int, Any]:
     request = types.SaveWeightsForSamplerRequest.model_validate(body)
-    return 200, _future_json(handler.server.service.save(request.model_id, request.path, for_sampler=True))
+    return 200, _future_json(handler.server.service.save(request.model_id, handler.key, request.path, for_sampler=True))
 
 
 def _load_weights(handler: _Handler, body: Any) -> tuple[int, Any]:
     request = types.LoadWeightsRequest.model_validate(body)
     if request.model_id is None:
         raise LossRefused("model_id: load into an existing training client (create it first)")
-    future = handler.server.service.load(request.model_id, request.path, request.optimizer)
+    future = handler.server.service.load(request.model_id, handler.key, request.path, request.optimizer)
     return 200, _future_json(future)
 
 
 def _create_sampling_session(handler: _Handler, body: Any) -> tuple[int, Any]:
     request = types.CreateSamplingSessionRequest.model_validate(body)
     sampling_id = handler.server.service.create_sampling_session(
-        request.session_id, request.base_model, request.model_path
+        request.session_id, handler.key, request.base_model, request.model_path
     )
     return 200, {"type": "create_sampling_session", "sampling_session_id": sampling_id}
 
 
 def _sample(handler: _Handler, body: Any) -> tuple[int, Any]:
     request = types.SampleRequest.model_validate(body)  # the SDK's own checks; the service reads the plain dict
-    future = handler.server.service.sample(body)
+    future = handler.server.service.sample(body, handler.key)
     sequence_ids = [f"{future.request_id}-{index}" for index in range(request.num_samples)]
     return 200, {**_future_json(future), "sample_sequence_ids": sequence_ids}
 
 
 def _retrieve(handler: _Handler, body: Any) -> tuple[int, Any]:
     request = types.FutureRetrieveRequest.model_validate(body)
-    future = handler.server.service.future(request.request_id)
+    future = handler.server.service.future(request.request_id, handler.key)
     if not future.done.wait(handler.server.poll_seconds):
         return 200, {"type": "try_again", "request_id": future.request_id, "queue_state": "active"}
     if future.error is not None:
@@ -263,7 +276,7 @@ def _accepted(handler: _Handler, body: Any) -> tuple[int, Any]:
 
 
 def _checkpoints(handler: _Handler, model_id: str) -> tuple[int, Any]:
-    return 200, {"checkpoints": handler.server.service.checkpoints(model_id)}
+    return 200, {"checkpoints": handler.server.service.checkpoints(model_id, handler.key)}
 
 
 _POST: dict[str, Route] = {

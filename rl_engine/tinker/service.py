@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from torch import Tensor
 
@@ -45,6 +45,7 @@ class Future:
     """A queued call's outcome: ``json`` or ``proto`` once done, or ``error`` with its category."""
 
     request_id: str
+    key: str = ""  # whose call it is: only that key retrieves it
     done: threading.Event = field(default_factory=threading.Event)
     json: dict[str, Any] | None = None
     proto: bytes | None = None
@@ -63,6 +64,23 @@ class CallRecord:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+class RunRecorder(Protocol):
+    """Where training clients are recorded as runs (:class:`rl_engine.tinker.tracking.PosttrainRuns`)."""
+
+    def authenticate(self, key: str) -> str: ...
+    def open(self, model_id: str, key: str, base_model: str, rank: int, project: str | None) -> str: ...
+    def record(self, record: CallRecord) -> None: ...
+    def check_open(self, model_id: str, key: str) -> None: ...
+    def finish(self, model_id: str, reason: str) -> None: ...
+
+
+@dataclass
+class _Session:
+    key: str
+    project: str | None
+    heard: float = field(default_factory=time.monotonic)
+
+
 @dataclass
 class _Trained:
     model: TinkerModel
@@ -76,6 +94,7 @@ class _Trained:
 class _SamplingTarget:
     base_model: str
     model_path: str | None
+    key: str
 
 
 class TinkerService:
@@ -87,13 +106,17 @@ class TinkerService:
         root: Path,
         on_call: Callable[[CallRecord], None] | None = None,
         context_length: int | None = None,
+        runs: RunRecorder | None = None,
+        idle_s: float = 120.0,
     ) -> None:
         self.base_models = dict(base_models)
         self.root = root
         self.on_call = on_call or (lambda record: None)
         self.context_length = context_length
+        self.runs = runs
+        self.idle_s = idle_s
         self._lock = threading.Lock()
-        self.sessions: dict[str, float] = {}  # session id -> last heard (monotonic)
+        self.sessions: dict[str, _Session] = {}
         self.trained: dict[str, _Trained] = {}
         self.sampling: dict[str, _SamplingTarget] = {}
         self.futures: dict[str, Future] = {}
@@ -102,20 +125,50 @@ class TinkerService:
         self._queue: queue.Queue[tuple[Future, Callable[[], None]]] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="tinker-worker", daemon=True)
         self._worker.start()
+        threading.Thread(target=self._end_idle_sessions, name="tinker-idle", daemon=True).start()
 
     # --- sessions ------------------------------------------------------------------------------------
 
-    def create_session(self) -> str:
+    def create_session(self, key: str, project: str | None = None) -> str:
         session_id = uuid.uuid4().hex
         with self._lock:
-            self.sessions[session_id] = time.monotonic()
+            self.sessions[session_id] = _Session(key, project)
         return session_id
 
-    def heartbeat(self, session_id: str) -> None:
+    def heartbeat(self, session_id: str, key: str) -> _Session:
         with self._lock:
-            if session_id not in self.sessions:
-                raise LossRefused(f"session {session_id!r} is not open here")
-            self.sessions[session_id] = time.monotonic()
+            session = self.sessions.get(session_id)
+        if session is None:
+            raise LossRefused(f"session {session_id!r} is not open here (it ended, or it never was)")
+        if session.key != key:
+            raise PermissionError(f"session {session_id!r} belongs to another key")
+        session.heard = time.monotonic()
+        return session
+
+    def _end_idle_sessions(self) -> None:
+        while True:
+            time.sleep(min(5.0, self.idle_s / 4))
+            now = time.monotonic()
+            with self._lock:
+                idle = [sid for sid, s in self.sessions.items() if now - s.heard > self.idle_s]
+            for session_id in idle:
+                self.end_session(session_id, f"the session ended: no heartbeat for {self.idle_s:.0f} s")
+
+    def end_session(self, session_id: str, reason: str) -> None:
+        """Its training clients' runs finished and their models freed (queued so no call is mid-way on them)."""
+        with self._lock:
+            self.sessions.pop(session_id, None)
+            ended = [mid for mid, t in self.trained.items() if t.session_id == session_id]
+
+        def run(future: Future) -> None:
+            for model_id in ended:
+                with self._lock:
+                    self.trained.pop(model_id, None)
+                if self.runs is not None:
+                    self.runs.finish(model_id, reason)
+            future.json = {"ended": ended}
+
+        self.submit(run)
 
     def capabilities(self) -> list[dict[str, Any]]:
         return [
@@ -125,12 +178,17 @@ class TinkerService:
 
     # --- the queue -----------------------------------------------------------------------------------
 
-    def submit(self, run: Callable[[Future], None]) -> Future:
-        future = Future(request_id=uuid.uuid4().hex)
+    def submit(self, run: Callable[[Future], None], key: str = "") -> Future:
+        future = Future(request_id=uuid.uuid4().hex, key=key)
         with self._lock:
             self.futures[future.request_id] = future
         self._queue.put((future, lambda: run(future)))
         return future
+
+    def _record(self, record: CallRecord) -> None:
+        self.on_call(record)
+        if self.runs is not None:
+            self.runs.record(record)
 
     def _work(self) -> None:
         while True:
@@ -145,27 +203,29 @@ class TinkerService:
             finally:
                 future.done.set()
 
-    def future(self, request_id: str) -> Future:
+    def future(self, request_id: str, key: str) -> Future:
         with self._lock:
             found = self.futures.get(request_id)
-        if found is None:
-            raise LossRefused(f"request {request_id!r} is not known here")
+        if found is None or found.key != key:
+            raise LossRefused(f"request {request_id!r} is not known here for this key")
         return found
 
     # --- training ------------------------------------------------------------------------------------
 
-    def create_model(self, session_id: str, base_model: str, lora: LoraSettings) -> Future:
-        self.heartbeat(session_id)
+    def create_model(self, session_id: str, key: str, base_model: str, lora: LoraSettings) -> Future:
+        session = self.heartbeat(session_id, key)
         folder = self._base_folder(base_model)
         model_id = uuid.uuid4().hex
 
         def run(future: Future) -> None:
             model = TinkerModel(folder, lora)
+            if self.runs is not None:
+                self.runs.open(model_id, key, base_model, lora.rank, session.project)
             with self._lock:
                 self.trained[model_id] = _Trained(model, base_model, session_id, lora)
             future.json = {"type": "create_model", "model_id": model_id}
 
-        return self.submit(run)
+        return self.submit(run, key)
 
     def _base_folder(self, base_model: str) -> Path:
         folder = self.base_models.get(base_model)
@@ -174,15 +234,23 @@ class TinkerService:
             raise LossRefused(f"base_model {base_model!r} is not served here; served: {served}")
         return folder
 
-    def model(self, model_id: str) -> _Trained:
+    def model(self, model_id: str, key: str) -> _Trained:
+        """The training client, for its own key only, while its session and its run are open."""
         with self._lock:
             found = self.trained.get(model_id)
-        if found is None:
-            raise LossRefused(f"model_id {model_id!r} is not a training client here")
+            session = None if found is None else self.sessions.get(found.session_id)
+        if found is None or session is None:
+            raise LossRefused(
+                f"model_id {model_id!r} is not a training client here (its session ended, or it never was)"
+            )
+        if session.key != key:
+            raise PermissionError(f"model_id {model_id!r} belongs to another key")
+        if self.runs is not None:
+            self.runs.check_open(model_id, key)
         return found
 
-    def info(self, model_id: str) -> dict[str, Any]:
-        trained = self.model(model_id)
+    def info(self, model_id: str, key: str) -> dict[str, Any]:
+        trained = self.model(model_id, key)
         return {
             "type": "get_info",
             "model_id": model_id,
@@ -196,8 +264,8 @@ class TinkerService:
             "lora_rank": trained.lora.rank,
         }
 
-    def forward_backward(self, call: FwdBwdCall) -> Future:
-        trained = self.model(call.model_id)
+    def forward_backward(self, call: FwdBwdCall, key: str) -> Future:
+        trained = self.model(call.model_id, key)
         trained.model.check(call.data, call.loss_fn)
 
         def run(future: Future) -> None:
@@ -210,25 +278,25 @@ class TinkerService:
             future.proto = encode_forward_backward_output(result, metrics)
             kind = "forward" if call.forward_only else "forward_backward"
             details = {"loss_fn": call.loss_fn, "data": len(call.data)}
-            self.on_call(CallRecord(kind, call.model_id, seconds, {**metrics, "tokens": result.tokens}, details))
+            self._record(CallRecord(kind, call.model_id, seconds, {**metrics, "tokens": result.tokens}, details))
 
-        return self.submit(run)
+        return self.submit(run, key)
 
-    def optim_step(self, model_id: str, adam: AdamSettings) -> Future:
-        trained = self.model(model_id)
+    def optim_step(self, model_id: str, key: str, adam: AdamSettings) -> Future:
+        trained = self.model(model_id, key)
 
         def run(future: Future) -> None:
             started = time.perf_counter()
             metrics = trained.model.optim_step(adam)
             future.json = {"type": "optim_step", "metrics": metrics}
-            self.on_call(CallRecord("optim_step", model_id, time.perf_counter() - started, metrics))
+            self._record(CallRecord("optim_step", model_id, time.perf_counter() - started, metrics))
 
-        return self.submit(run)
+        return self.submit(run, key)
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
-    def save(self, model_id: str, name: str | None, for_sampler: bool) -> Future:
-        trained = self.model(model_id)
+    def save(self, model_id: str, key: str, name: str | None, for_sampler: bool) -> Future:
+        trained = self.model(model_id, key)
         kind = "sampler_weights" if for_sampler else "weights"
         name = name or f"{trained.model.steps:06d}-{uuid.uuid4().hex[:6]}"
         if not _CHECKPOINT_NAME.match(name):
@@ -241,33 +309,34 @@ class TinkerService:
             path = f"tinker://{model_id}/{kind}/{name}"
             future.json = {"type": "save_weights_for_sampler" if for_sampler else "save_weights", "path": path}
             if for_sampler:  # the SDK's save_weights_and_get_sampling_client samples from it at once
-                future.json["sampling_session_id"] = self._open_sampling(_SamplingTarget(trained.base_model, path))
-            self.on_call(CallRecord(kind, model_id, time.perf_counter() - started, {}, {"path": path}))
+                target = _SamplingTarget(trained.base_model, path, key)
+                future.json["sampling_session_id"] = self._open_sampling(target)
+            self._record(CallRecord(kind, model_id, time.perf_counter() - started, {}, {"path": path}))
 
-        return self.submit(run)
+        return self.submit(run, key)
 
-    def load(self, model_id: str, path: str, with_optimizer: bool) -> Future:
-        trained = self.model(model_id)
-        folder = self._checkpoint_folder(path)
+    def load(self, model_id: str, key: str, path: str, with_optimizer: bool) -> Future:
+        trained = self.model(model_id, key)
+        folder = self._checkpoint_folder(path, key)
 
         def run(future: Future) -> None:
             trained.model.load(folder, with_optimizer)
             future.json = {"type": "load_weights", "path": path, "model_id": model_id}
 
-        return self.submit(run)
+        return self.submit(run, key)
 
-    def _checkpoint_folder(self, path: str) -> Path:
+    def _checkpoint_folder(self, path: str, key: str) -> Path:
         parts = path.removeprefix("tinker://").split("/") if path.startswith("tinker://") else []
         if len(parts) != 3 or parts[1] not in _KINDS or not _CHECKPOINT_NAME.match(parts[2]):
             raise LossRefused(f"path {path!r} is not a checkpoint path (tinker://<model_id>/weights/<name>)")
-        self.model(parts[0])  # the checkpoint's training client must be one of this service's
+        self.model(parts[0], key)  # the checkpoint's training client must be one of this key's
         folder = self.root / parts[0] / parts[1] / parts[2]
         if not folder.is_dir():
             raise LossRefused(f"checkpoint {path!r} does not exist")
         return folder
 
-    def checkpoints(self, model_id: str) -> list[dict[str, Any]]:
-        self.model(model_id)
+    def checkpoints(self, model_id: str, key: str) -> list[dict[str, Any]]:
+        self.model(model_id, key)
         found = []
         for kind, checkpoint_type in _KINDS.items():
             for folder in sorted((self.root / model_id / kind).glob("*")):
@@ -285,9 +354,9 @@ class TinkerService:
 
     # --- sampling ------------------------------------------------------------------------------------
 
-    def create_sampling_session(self, session_id: str, base_model: str | None, model_path: str | None) -> str:
-        self.heartbeat(session_id)
-        return self._open_sampling(self._sampling_target(base_model, model_path))
+    def create_sampling_session(self, session_id: str, key: str, base_model: str | None, model_path: str | None) -> str:
+        self.heartbeat(session_id, key)
+        return self._open_sampling(self._sampling_target(base_model, model_path, key))
 
     def _open_sampling(self, target: _SamplingTarget) -> str:
         sampling_id = uuid.uuid4().hex
@@ -295,17 +364,17 @@ class TinkerService:
             self.sampling[sampling_id] = target
         return sampling_id
 
-    def _sampling_target(self, base_model: str | None, model_path: str | None) -> _SamplingTarget:
+    def _sampling_target(self, base_model: str | None, model_path: str | None, key: str) -> _SamplingTarget:
         if model_path is not None:
-            folder = self._checkpoint_folder(model_path)
-            return _SamplingTarget(self.model(folder.parent.parent.name).base_model, model_path)
+            folder = self._checkpoint_folder(model_path, key)
+            return _SamplingTarget(self.model(folder.parent.parent.name, key).base_model, model_path, key)
         if base_model is None:
             raise LossRefused("base_model or model_path is required")
         self._base_folder(base_model)
-        return _SamplingTarget(base_model, None)
+        return _SamplingTarget(base_model, None, key)
 
-    def sample(self, request: dict[str, Any]) -> Future:
-        target = self._request_target(request)
+    def sample(self, request: dict[str, Any], key: str) -> Future:
+        target = self._request_target(request, key)
         params = request.get("sampling_params") or {}
         prompt = _prompt_tokens(request.get("prompt") or {})
         num_samples = int(request.get("num_samples", 1))
@@ -320,22 +389,24 @@ class TinkerService:
             samples = model.sample(prompt, settings, num_samples, adapter)
             prompt_scores = model.prompt_logprobs(prompt, adapter) if want_prompt_logprobs else None
             future.proto = encode_sample_response(samples, prompt_scores)
-            detail = {"prompt": prompt, "samples": samples, "model_path": target.model_path}
+            detail = {"rows": _rollout_rows(model.tokenizer, prompt, samples), "model_path": target.model_path}
             tokens = float(sum(len(s.tokens) for s in samples))
-            self.on_call(
+            self._record(
                 CallRecord("sample", _owner(target), time.perf_counter() - started, {"tokens": tokens}, detail)
             )
 
-        return self.submit(run)
+        return self.submit(run, key)
 
-    def _request_target(self, request: dict[str, Any]) -> _SamplingTarget:
+    def _request_target(self, request: dict[str, Any], key: str) -> _SamplingTarget:
         sampling_id = request.get("sampling_session_id")
         if sampling_id is None:
-            return self._sampling_target(request.get("base_model"), request.get("model_path"))
+            return self._sampling_target(request.get("base_model"), request.get("model_path"), key)
         with self._lock:
             target = self.sampling.get(sampling_id)
-        if target is None:
-            raise LossRefused(f"sampling_session_id {sampling_id!r} is not open here")
+        if target is None or target.key != key:
+            raise LossRefused(f"sampling_session_id {sampling_id!r} is not open here for this key")
+        if target.model_path is not None:
+            self._checkpoint_folder(target.model_path, key)  # its training client still open (not cancelled)
         return target
 
     def _sampler(self, target: _SamplingTarget) -> tuple[TinkerModel, dict[str, Tensor] | None]:
@@ -347,8 +418,8 @@ class TinkerService:
                     self._base_folder(target.base_model), LoraSettings(1)
                 )
             return self._base_samplers[target.base_model], None
-        folder = self._checkpoint_folder(target.model_path)
-        owner = self.model(folder.parent.parent.name).model
+        folder = self._checkpoint_folder(target.model_path, target.key)
+        owner = self.model(folder.parent.parent.name, target.key).model
         if target.model_path not in self._adapters:
             self._adapters[target.model_path] = _saved_adapter(folder, owner)
         return owner, self._adapters[target.model_path]
@@ -356,6 +427,21 @@ class TinkerService:
 
 def _owner(target: _SamplingTarget) -> str:
     return target.model_path.removeprefix("tinker://").split("/")[0] if target.model_path else ""
+
+
+def _rollout_rows(tokenizer: Any, prompt: list[int], samples: list[Any]) -> list[dict[str, Any]]:
+    """A sample call's sequences as rollouts (one group: they share the prompt), text decoded for the run page."""
+    text = tokenizer.decode(prompt)
+    return [
+        {
+            "prompt": text,
+            "response": tokenizer.decode(s.tokens),
+            "length": len(s.tokens),
+            "finish_reason": s.stop_reason,
+            "group": 0,
+        }
+        for s in samples
+    ]
 
 
 def _saved_adapter(folder: Path, model: TinkerModel) -> dict[str, Tensor]:

@@ -666,3 +666,66 @@ def test_the_readmes_python_examples_work_as_pasted(logged_in, web, token, tmp_p
     assert (run.state, run.last_step, run.total_steps) == ("succeeded", 99, 100)
     assert (run.experiment_name, run.project_name) == ("gsm8k-grpo", "my-project")
     assert (tmp_path / "posttrain-runs" / run.id / "events.jsonl").exists()
+
+
+def test_a_tinker_session_is_a_run_of_its_tokens_user_with_curves_rollouts_and_checkpoints(
+    web, token, tiny_demo, tmp_path
+):
+    """The official tinker SDK with a Posttrain token as its key: each training client is an external run of that
+    user; a run cancelled in Posttrain ends its training client with that reason; a token Posttrain refuses is
+    refused."""
+    import tinker
+    from tinker import types
+
+    import posttrain_sdk as posttrain
+    from rl_engine.tinker.server import TinkerServer
+    from rl_engine.tinker.service import TinkerService
+    from rl_engine.tinker.tracking import PosttrainRuns
+
+    service = TinkerService(
+        {"demo": tiny_demo / "model"}, tmp_path / "tinker", runs=PosttrainRuns(web.url, tmp_path / "runs")
+    )
+    server = TinkerServer(("127.0.0.1", 0), service)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = tinker.ServiceClient(base_url=server.url, api_key=f"tml-{token}")
+        training = client.create_lora_training_client(base_model="demo", rank=4).result()
+        tokens = training.get_tokenizer().encode("12+30=42")
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints(tokens[:-1]),
+            loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},
+        )
+        for _ in range(2):
+            training.forward_backward([datum], loss_fn="cross_entropy").result()
+            training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+        sampler = training.save_weights_and_get_sampling_client(name="two-steps")
+        params = types.SamplingParams(max_tokens=4, seed=0)
+        sampler.sample(types.ModelInput.from_ints(tokens[:4]), num_samples=3, sampling_params=params).result()
+        training.save_state("kept").result()
+
+        api = posttrain.Client(web.url, token)
+        [run] = [r for r in api.runs.list(kind="external") if r.engine == "tinker"]
+        assert run.state == "running"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(api.runs.samples(run.id)) < 3:
+            time.sleep(0.5)
+        series = api.runs.metrics(run.id, ["loss/sum", "optim/lr"])
+        assert series["loss/sum"]["steps"] == [0, 1] and series["optim/lr"]["values"] == [1e-3, 1e-3]
+        assert {s.prompt for s in api.runs.samples(run.id)} == {training.get_tokenizer().decode(tokens[:4])}
+        assert [c["path"] for c in api.runs.checkpoints(run.id)] == [f"tinker://{training.model_id}/weights/kept"]
+        assert f"weights saved for sampling: tinker://{training.model_id}/sampler_weights/" in api.runs.logs(run.id)
+
+        api.runs.cancel(run.id)
+        # The service reads the run's state at most every STATE_CACHE_S (2 s): calls end within that.
+        with pytest.raises(Exception, match="was cancelled in Posttrain"):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                training.forward_backward([datum], loss_fn="cross_entropy").result()
+                time.sleep(0.5)
+
+        stranger = tinker.ServiceClient(base_url=server.url, api_key="tml-not-a-posttrain-token")
+        with pytest.raises(Exception, match="401|does not accept this token"):
+            stranger.create_lora_training_client(base_model="demo", rank=4).result()
+    finally:
+        server.shutdown()
+        server.server_close()
