@@ -68,7 +68,7 @@ def job_run(
     readable: tuple[type[Exception], ...] = (sandbox.SandboxUnavailable, *expected)
     try:
         if needs_sandbox(job):
-            sandbox.require()  # no sandbox here: the request says what to install, the code does not run
+            sandbox.require()  # refused before any user code runs: the reason says what to install
         fields = body(job)
     except SoftTimeLimitExceeded:
         if at_soft_limit is None:
