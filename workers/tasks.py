@@ -138,12 +138,14 @@ def alert_deliver(self, delivery_id: str) -> str:
     return outcome
 
 
-@app.task(name="workers.reward_trials_expire", expires=60)
-def reward_trials_expire() -> int:
-    """Periodic: fail the trials, probes and model imports a killed or absent user-code worker left unfinished."""
+@app.task(name="workers.worker_jobs_expire", expires=60)
+def worker_jobs_expire() -> int:
+    """Periodic: fail the worker jobs of every kind (trials, probes, environments, judges) and the model imports
+    that a killed or absent user-code worker left unfinished."""
+    from posttrain.core.job_runner import worker_jobs_expire
     from posttrain.registry import services
 
-    return services.reward_trials_expire() + services.reward_probes_expire() + services.model_imports_expire()
+    return worker_jobs_expire() + services.model_imports_expire()
 
 
 @app.task(

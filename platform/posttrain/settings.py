@@ -278,7 +278,7 @@ REWARD_PROBE_QUEUE_S = float(os.environ.get("POSTTRAIN_REWARD_PROBE_QUEUE_S", "6
 # User code a web request asks for (an import check, a "Try it") runs on a Celery queue of its own, served by
 # a worker of its own (`-Q user_code`, prefork pool), so it never delays run submission or admission. Celery
 # raises SoftTimeLimitExceeded in the task at the soft limit and kills the worker's child at the hard one; a
-# trial still unfinished then is failed by the periodic check.
+# job of any kind still unfinished then is failed by the periodic check (posttrain.core.job_runner).
 USER_CODE_QUEUE = "user_code"
 USER_CODE_SOFT_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_SOFT_TIME_LIMIT_S", "120"))
 USER_CODE_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_TIME_LIMIT_S", "150"))
@@ -286,6 +286,8 @@ USER_CODE_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_TIME_LIMIT_S"
 # dataset; each sandboxed call under its own deadline) have a limit of their own, sized for hundreds of items.
 USER_CODE_LONG_SOFT_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_LONG_SOFT_TIME_LIMIT_S", "1800"))
 USER_CODE_LONG_TIME_LIMIT_S = float(os.environ.get("POSTTRAIN_USER_CODE_LONG_TIME_LIMIT_S", "1830"))
+# Such a job (nobody waits on it in a request) may queue behind others this long before none will take it.
+USER_CODE_LONG_QUEUE_S = float(os.environ.get("POSTTRAIN_USER_CODE_LONG_QUEUE_S", str(24 * 3600)))
 # GGUF imports (docs/SECURITY.md, "GGUF imports"): a GGUF file uploaded (at most GGUF_IMPORT_MAX_BYTES) or named on
 # the server becomes a model folder of the models store, converted on the user-code worker in the engine's sandbox
 # under a memory cap (the sandbox's cgroup and each process's address space) and a deadline; the worker's task gets
@@ -351,8 +353,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RUN_RECONCILE_INTERVAL_S,
         "options": {"expires": RUN_RECONCILE_INTERVAL_S},  # a backlog of checks is pointless
     },
-    "reward-trials-expire": {
-        "task": "workers.reward_trials_expire",
+    "worker-jobs-expire": {
+        "task": "workers.worker_jobs_expire",
         "schedule": 30.0,
         "options": {"expires": 30.0},
     },

@@ -38,7 +38,7 @@ def setup(tiny_model_folder, monkeypatch, settings, tmp_path, web_storage):
 
     settings.STORAGE_ROOT = web_storage  # the generated datasets go where the web server opens them
     environments = importlib.import_module("posttrain.registry.services.environments")
-    monkeypatch.setattr(environments, "_dispatch_generate", lambda pk: environments.environment_generate(pk))
+    monkeypatch.setattr(environments, "_dispatch_generate", lambda env: environments.environment_generate(env.pk))
     user = grant_server_paths(
         join(user_create("grace", PASSWORD, "researcher"), "maintainer")
     )  # an admin's grant: the model's folder

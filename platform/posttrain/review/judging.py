@@ -6,10 +6,11 @@ A judge run is user code: the web process only records it (`JudgeRun`, queued) a
 `workers.review_judge_run` after commit, routed to the `user_code` queue (settings.CELERY_TASK_ROUTES).
 The worker claims it (compare-and-set queued → running), scores the rollouts in batches through the
 registry's `reward_score` (python code in the engine's sandbox, a reward model in a subprocess, exactly
-as a run scores), stores one `JudgeScore` per rollout and counts its progress, and ends it done or failed.
-A rollout the reward fails on keeps a null score and its errors: a judge that cannot score an item has
-no opinion on it (a run would score it 0). A worker that dies mid-run leaves the run `running`; start a
-new one.
+as a run scores), stores one `JudgeScore` per rollout and counts its progress, and ends it done or failed
+(posttrain.core.job_runner, the runner of every worker job). A rollout the reward fails on keeps a null
+score and its errors: a judge that cannot score an item has no opinion on it (a run would score it 0). A
+worker killed at the hard time limit leaves the run `running` until the periodic expiry fails it with the
+reason; start a new one.
 
 What a judge run scores: a campaign's rollout copies (the items' pre-labels, and the judge's agreement
 with the humans: posttrain.review.selectors.judge_agreement), or a pool of runs' rollouts (`source`:
@@ -25,12 +26,10 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.db.models import F
-from django.utils import timezone
 
 from posttrain.core.errors import InvalidInput
-from posttrain.core.task_queue import task_send
+from posttrain.core.job_runner import job_dispatch, job_run
 from posttrain.projects.access import readable
 from posttrain.projects.models import Project
 from posttrain.registry.models import RewardFunction
@@ -40,7 +39,6 @@ from posttrain.review.models import Campaign, JudgeRun, JudgeRunState, JudgeScor
 from posttrain.review.sampling import validate_source
 from posttrain.runs.models import Run
 from posttrain.telemetry.selectors import rollouts_query, rollouts_total
-from rl_engine.spec.user_code import sandbox
 
 SCORE_BATCH = 64
 MAX_POOL_ROLLOUTS = 20_000
@@ -80,12 +78,8 @@ def _create(
         created_by=user if user is not None and user.is_authenticated else None,
         **fields,
     )
-    transaction.on_commit(lambda: _dispatch(judge))
+    job_dispatch(judge)
     return judge
-
-
-def _dispatch(judge: JudgeRun) -> None:
-    task_send("review_judge_run", str(judge.pk))
 
 
 def judge_run_create(
@@ -188,26 +182,16 @@ def _sample(prompt: str, response: str, label: str | None) -> dict[str, Any]:
 
 
 def judge_run_execute(judge_id: Any) -> None:
-    """Claim the queued run (compare-and-set), score its rollouts in batches, finish it."""
-    claimed = JudgeRun.objects.filter(pk=judge_id, state=JudgeRunState.QUEUED).update(
-        state=JudgeRunState.RUNNING, started_at=timezone.now()
-    )
-    if not claimed:
-        return  # taken by another worker already, or finished
-    judge = JudgeRun.objects.get(pk=judge_id)
-    try:
-        if judge.spec.get("type") == "python":
-            sandbox.require()
-        targets = _targets(judge)
-        while batch := list(islice(targets, SCORE_BATCH)):
-            _score_batch(judge, batch)
-    except sandbox.SandboxUnavailable as exc:
-        _finish(judge, JudgeRunState.FAILED, str(exc))
-        return
-    except Exception as exc:
-        _finish(judge, JudgeRunState.FAILED, f"{type(exc).__name__}: {exc}"[:2000])
-        raise
-    _finish(judge, JudgeRunState.DONE)
+    """The worker's side (posttrain.core.job_runner): score the run's rollouts in batches; the scores stored
+    before a failure or the soft time limit stay, counted."""
+    job_run(JudgeRun, judge_id, _score_all, needs_sandbox=lambda judge: judge.spec.get("type") == "python")
+
+
+def _score_all(judge: JudgeRun) -> dict[str, Any]:
+    targets = _targets(judge)
+    while batch := list(islice(targets, SCORE_BATCH)):
+        _score_batch(judge, batch)
+    return {}
 
 
 def _score_batch(judge: JudgeRun, batch: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
@@ -224,12 +208,6 @@ def _score_batch(judge: JudgeRun, batch: list[tuple[dict[str, Any], dict[str, An
     failed = sum(score.score is None for score in scores)
     JudgeRun.objects.filter(pk=judge.pk, state=JudgeRunState.RUNNING).update(
         scored=F("scored") + len(scores), failed_samples=F("failed_samples") + failed
-    )
-
-
-def _finish(judge: JudgeRun, state: str, error: str = "") -> None:
-    JudgeRun.objects.filter(pk=judge.pk, state=JudgeRunState.RUNNING).update(
-        state=state, error=error, finished_at=timezone.now()
     )
 
 

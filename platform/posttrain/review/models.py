@@ -16,6 +16,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from posttrain.core.worker_jobs import WorkerJob, WorkerJobState
 from posttrain.projects.models import default_project_id
 
 
@@ -186,17 +187,18 @@ class Skip(models.Model):
         indexes = [models.Index(fields=["item", "annotator"])]
 
 
-class JudgeRunState(models.TextChoices):
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
+JudgeRunState = WorkerJobState  # the states every worker job has
 
 
-class JudgeRun(models.Model):
+class JudgeRun(WorkerJob):
     """A registered reward scoring rollouts on a Celery worker (never in the web process), recorded with
     its lifecycle: a campaign's items (pre-labels, and the judge's agreement with the humans), or a pool of
     runs' rollouts (`source`) that a new campaign then picks from where the reward and the judge disagree."""
+
+    task_name = "review_judge_run"
+    result_fields = ("scored", "failed_samples")
+    soft_limit_setting = "USER_CODE_LONG_SOFT_TIME_LIMIT_S"
+    hard_limit_setting = "USER_CODE_LONG_TIME_LIMIT_S"
 
     project = models.ForeignKey(
         "projects.Project", on_delete=models.PROTECT, default=default_project_id, related_name="+"
@@ -211,17 +213,9 @@ class JudgeRun(models.Model):
     threshold = models.FloatField(default=0.5, help_text="A score at or above it is a pass.")
     score_min = models.FloatField(default=0.0, help_text="Ratings: the score mapped to the scale's lowest point.")
     score_max = models.FloatField(default=1.0, help_text="Ratings: the score mapped to the scale's highest point.")
-    state = models.CharField(max_length=10, choices=JudgeRunState.choices, default=JudgeRunState.QUEUED, db_index=True)
     total = models.PositiveIntegerField(default=0, help_text="Rollouts to score.")
     scored = models.PositiveIntegerField(default=0, help_text="Rollouts scored so far.")
     failed_samples = models.PositiveIntegerField(default=0, help_text="Rollouts the reward reported errors for.")
-    error = models.TextField(blank=True, help_text="Why the worker could not run it (not the reward's own errors).")
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -22,7 +22,7 @@ services = importlib.import_module("posttrain.registry.services.environments")
 def workers_run_here(monkeypatch, storage):
     """The worker's services run right away in this process (these tests run in one transaction, so nothing
     is sent after commit); the package's code still runs in the sandbox."""
-    monkeypatch.setattr(services, "_dispatch_generate", lambda pk: services.environment_generate(pk))
+    monkeypatch.setattr(services, "_dispatch_generate", lambda env: services.environment_generate(env.pk))
     monkeypatch.setattr(services, "_dispatch_trial", lambda trial, wait_s: services.environment_trial_run(trial.pk))
 
 

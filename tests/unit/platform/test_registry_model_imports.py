@@ -202,12 +202,12 @@ def test_another_projects_import_is_not_found(client_for):
 
 
 def test_the_import_runs_on_the_user_code_queue_under_the_conversions_deadline_and_expires_with_the_trials(settings):
-    from workers.tasks import model_import_run, reward_trials_expire
+    from workers.tasks import model_import_run, worker_jobs_expire
 
     assert settings.CELERY_TASK_ROUTES["workers.model_import_run"] == {"queue": settings.USER_CODE_QUEUE}
     assert model_import_run.soft_time_limit == settings.GGUF_IMPORT_TIMEOUT_S + settings.GGUF_IMPORT_COPY_S
     assert model_import_run.time_limit == model_import_run.soft_time_limit + 30
     stuck = ModelImport.objects.create(name="x", source_name="x.gguf", project=default_project(), state="running")
     ModelImport.objects.filter(pk=stuck.pk).update(started_at=timezone.now() - timedelta(days=1))
-    assert reward_trials_expire() == 1
+    assert worker_jobs_expire() == 1
     assert ModelImport.objects.get(pk=stuck.pk).state == "failed"

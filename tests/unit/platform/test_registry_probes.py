@@ -88,7 +88,7 @@ def test_a_probe_whose_dataset_file_is_gone_fails_saying_so(researcher_client, r
 
 
 def test_probes_no_worker_finished_are_failed_by_the_periodic_check(rows, settings):
-    from posttrain.registry.services import reward_probes_expire
+    from posttrain.core.job_runner import worker_jobs_expire
 
     now = timezone.now()
     long_ago = now - timedelta(seconds=settings.USER_CODE_TIME_LIMIT_S + 61)
@@ -99,7 +99,7 @@ def test_probes_no_worker_finished_are_failed_by_the_periodic_check(rows, settin
     RewardProbe.objects.filter(pk=never_taken.pk).update(
         created_at=now - timedelta(seconds=settings.REWARD_PROBE_QUEUE_S + 1)
     )
-    assert reward_probes_expire() == 2
+    assert worker_jobs_expire() == 2
     states = {p.pk: (p.state, p.error) for p in RewardProbe.objects.all()}
     assert states[killed.pk][0] == "failed" and "stops user code after" in states[killed.pk][1]
     assert states[never_taken.pk][0] == "failed" and "no worker took it" in states[never_taken.pk][1]

@@ -314,14 +314,14 @@ def test_trials_no_worker_finished_are_failed_by_the_periodic_check(settings):
 
     from django.utils import timezone
 
+    from posttrain.core.job_runner import worker_jobs_expire
     from posttrain.registry.models import RewardTrial
-    from posttrain.registry.services import reward_trials_expire
 
-    stale = timezone.now() - timedelta(seconds=settings.USER_CODE_TIME_LIMIT_S + settings.REWARD_TRY_WAIT_S + 31)
-    running = RewardTrial.objects.create(kind="try", spec={"type": "python"}, state="running")
-    fresh = RewardTrial.objects.create(kind="try", spec={"type": "python"}, state="running")
-    RewardTrial.objects.filter(pk=running.pk).update(created_at=stale)
-    assert reward_trials_expire() == 1
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.USER_CODE_TIME_LIMIT_S + 31)
+    running = RewardTrial.objects.create(kind="try", spec={"type": "python"}, state="running", started_at=stale)
+    fresh = RewardTrial.objects.create(kind="try", spec={"type": "python"}, state="running", started_at=now)
+    assert worker_jobs_expire() == 1
     running.refresh_from_db()
     fresh.refresh_from_db()
     assert running.state == "failed" and "the user-code worker stops user code after 150s" in running.error

@@ -10,6 +10,7 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from posttrain.core import job_runner
 from posttrain.core.errors import InvalidInput
 from posttrain.core.task_queue import celery_app
 from posttrain.registry.models import RewardFunction
@@ -121,7 +122,7 @@ def run(experiment):
 def run_judge(campaign, reward, django_capture_on_commit_callbacks, monkeypatch, **settings_):
     """Creates the judge run as the API does; checks the task it sends after commit; runs the worker's side."""
     sent = []
-    monkeypatch.setattr(judging, "task_send", lambda name, *args: sent.append((name, *args)))
+    monkeypatch.setattr(job_runner, "task_send", lambda name, *args, expires=None: sent.append((name, *args)))
     with django_capture_on_commit_callbacks(execute=True):
         judge = judging.judge_run_create(campaign, reward, **settings_)
     assert sent == [("review_judge_run", str(judge.pk))]

@@ -223,13 +223,13 @@ def test_an_admitted_run_whose_submit_was_lost_is_submitted_again_not_failed(exp
     assert run.state == S.STARTING and jobs.submitted == [str(run.id)]
 
 
-def test_celery_beat_fails_stale_reward_trials_every_30_seconds_on_the_runs_worker():
+def test_celery_beat_fails_stale_worker_jobs_every_30_seconds_on_the_runs_worker():
     from workers.celery_app import app
 
-    entry = django_settings.CELERY_BEAT_SCHEDULE["reward-trials-expire"]
-    assert entry["task"] == "workers.reward_trials_expire" and entry["schedule"] == 30
+    entry = django_settings.CELERY_BEAT_SCHEDULE["worker-jobs-expire"]
+    assert entry["task"] == "workers.worker_jobs_expire" and entry["schedule"] == 30
     app.loader.import_default_modules()
-    assert "workers.reward_trials_expire" in app.tasks
+    assert "workers.worker_jobs_expire" in app.tasks
     # User code goes to its own queue, with Celery's time limits; everything else stays on the default one.
     trial = app.tasks["workers.reward_trial_run"]
     assert (trial.soft_time_limit, trial.time_limit) == (120, 150)

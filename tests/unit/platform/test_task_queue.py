@@ -10,6 +10,7 @@ import pytest
 from celery import Celery
 
 from posttrain.core import task_queue
+from posttrain.core.job_runner import worker_job_kinds
 from posttrain.core.task_queue import TASK_PREFIX, celery_app
 from tests.support.stack import redis_database
 
@@ -43,8 +44,9 @@ def test_every_task_the_platform_sends_is_registered_in_the_worker():
     from workers.celery_app import app
 
     app.loader.import_default_modules()
-    sent = _sent_task_names()
-    assert sent >= {"admit_runs", "run_cancel", "reward_trial_run"}
+    # A worker job is sent by the one runner under its kind's task name (posttrain.core.job_runner.job_dispatch).
+    sent = _sent_task_names() | {kind.task_name for kind in worker_job_kinds()}
+    assert sent >= {"admit_runs", "run_cancel", "reward_trial_run", "review_judge_run"}
     assert {TASK_PREFIX + name for name in sent} <= set(app.tasks)
 
 

@@ -39,13 +39,12 @@ from posttrain.registry.services.model_imports import (
     model_import_upload,
     model_imports_expire,
 )
-from posttrain.registry.services.reward_probes import reward_probe_run, reward_probe_start, reward_probes_expire
+from posttrain.registry.services.reward_probes import reward_probe_run, reward_probe_start
 from posttrain.registry.services.reward_try import (
     MAX_TRY_SAMPLES,
     WorkerUnavailable,
     reward_import_check,
     reward_trial_run,
-    reward_trials_expire,
     reward_try,
 )
 from posttrain.registry.services.rewards import reward_copy, reward_create, reward_delete, reward_update
@@ -81,9 +80,7 @@ __all__ = [
     "reward_import_check",
     "reward_probe_run",
     "reward_probe_start",
-    "reward_probes_expire",
     "reward_trial_run",
-    "reward_trials_expire",
     "reward_try",
     "reward_update",
 ]

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from importlib import metadata
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
-from django.utils import timezone
 
+from posttrain.core.job_runner import job_dispatch, job_run, job_wait
 from posttrain.core.server_paths import resolve_user_path
-from posttrain.core.task_queue import task_send
 from posttrain.projects.models import Project
 from posttrain.registry.models import Dataset, Environment, EnvironmentTrial, RewardFunction
 from posttrain.registry.reward_specs import RewardSpecError, component_name, validate_reward_spec
@@ -45,7 +42,6 @@ VERIFIERS_TURNS = 4
 VERIFIERS_OBSERVATION_TOKENS = 512  # the first observation lists the tools' JSON schemas
 MAX_SIZE = 100_000
 MAX_MOVES = 32
-POLL_INTERVAL_S = 0.1
 
 
 def environment_create(
@@ -103,13 +99,12 @@ def environment_create(
         run_environment=_run_environment(package, env_id, arguments, files),
         created_by=user_or_none(user),
     )
-    _dispatch_generate(environment.pk)
+    _dispatch_generate(environment)
     return environment
 
 
-def _dispatch_generate(environment_id: int) -> None:
-    """Sent after commit: the worker must see the row."""
-    transaction.on_commit(lambda: task_send("environment_generate", str(environment_id)))
+def _dispatch_generate(environment: Environment) -> None:
+    job_dispatch(environment)
 
 
 def _refuse_nul(field: str, value: Any) -> None:
@@ -147,44 +142,16 @@ def _run_environment(package: str, env_id: str, arguments: dict[str, Any], files
 
 
 def environment_generate(environment_id: int | str) -> None:
-    """The worker's side: the rows in the engine's sandbox, stored as a dataset; the reward of a single-turn
-    package registered beside it. A failure is the environment's state, with the reason."""
-    from rl_engine.spec.user_code import (
-        GenerationError,
-        SandboxUnavailable,
-        generate_dataset,
-        generate_games,
-        generate_tasks,
-    )
+    """The worker's side (posttrain.core.job_runner): the rows in the engine's sandbox, stored as a dataset; the
+    reward of a single-turn package registered beside it. A failure is the environment's state, with the reason."""
+    from rl_engine.spec.user_code import GenerationError
 
-    environment = Environment.objects.filter(pk=environment_id, state=Environment.State.GENERATING).first()
-    if environment is None:
-        return
-    env = environment
-    try:
-        if env.package == "reasoning_gym":
-            rows = generate_dataset([{"name": env.env_id, "config": env.arguments}], env.size, env.seed)
-        elif env.package == "verifiers":
-            rows = generate_tasks(env.env_id, env.size, env.seed, args=env.arguments, files=env.files)
-        elif env.package == "textarena":
-            players = int(env.arguments.get("num_players", 1))
-            rows = generate_games(env.env_id, env.size, env.seed, num_players=players)
-        else:  # openenv: the server resets each episode itself; rows only number the episodes
-            rows = [
-                {
-                    "prompt": f"{env.name} #{i}",
-                    "label": None,
-                    "data_source": f"openenv/{env.env_id}",
-                    "seed": env.seed + i,
-                }
-                for i in range(env.size)
-            ]
-    except (GenerationError, SandboxUnavailable) as exc:
-        _generation_failed(env, str(exc))
-        return
-    except Exception as exc:
-        _generation_failed(env, f"{type(exc).__name__}: {exc}")
-        raise
+    # The engine's generators require the sandbox themselves; an OpenEnv server is not run here at all.
+    job_run(Environment, environment_id, _generate, needs_sandbox=lambda env: False, expected=(GenerationError,))
+
+
+def _generate(env: Environment) -> dict[str, Any]:
+    rows = _generated_rows(env)
     for row in rows:
         row["env"] = component_name(env.name, env.package)
     dataset, _ = dataset_store_rows(
@@ -194,9 +161,24 @@ def environment_generate(environment_id: int | str) -> None:
     if env.package == "verifiers" and rows and (rows[0].get("extra_info") or {}).get("episode"):
         run_environment = _verifiers_episodes(env)
     reward = _reward_for(env) if run_environment is None else None
-    Environment.objects.filter(pk=env.pk, state=Environment.State.GENERATING).update(
-        state=Environment.State.READY, dataset=dataset, reward=reward, run_environment=run_environment, error=""
-    )
+    return {"dataset": dataset, "reward": reward, "run_environment": run_environment}
+
+
+def _generated_rows(env: Environment) -> list[dict[str, Any]]:
+    from rl_engine.spec.user_code import generate_dataset, generate_games, generate_tasks
+
+    if env.package == "reasoning_gym":
+        return generate_dataset([{"name": env.env_id, "config": env.arguments}], env.size, env.seed)
+    if env.package == "verifiers":
+        return generate_tasks(env.env_id, env.size, env.seed, args=env.arguments, files=env.files)
+    if env.package == "textarena":
+        players = int(env.arguments.get("num_players", 1))
+        return generate_games(env.env_id, env.size, env.seed, num_players=players)
+    # openenv: the server resets each episode itself; rows only number the episodes
+    return [
+        {"prompt": f"{env.name} #{i}", "label": None, "data_source": f"openenv/{env.env_id}", "seed": env.seed + i}
+        for i in range(env.size)
+    ]
 
 
 def _verifiers_episodes(env: Environment) -> dict[str, Any]:
@@ -210,12 +192,6 @@ def _verifiers_episodes(env: Environment) -> dict[str, Any]:
         "max_turns": VERIFIERS_TURNS,
         "max_observation_tokens": VERIFIERS_OBSERVATION_TOKENS,
     }
-
-
-def _generation_failed(env: Environment, reason: str) -> None:
-    Environment.objects.filter(pk=env.pk, state=Environment.State.GENERATING).update(
-        state=Environment.State.FAILED, error=reason[:4000]
-    )
 
 
 def _reward_for(env: Environment) -> RewardFunction:
@@ -309,44 +285,21 @@ def environment_try(
     )
     wait_s = float(settings.REWARD_TRY_WAIT_S)
     _dispatch_trial(trial, wait_s)
-    deadline = time.monotonic() + wait_s
-    while True:
-        trial.refresh_from_db(fields=["state", "result", "error", "finished_at"])
-        if trial.state in (EnvironmentTrial.State.DONE, EnvironmentTrial.State.FAILED) or time.monotonic() >= deadline:
-            return trial
-        time.sleep(POLL_INTERVAL_S)
+    return job_wait(trial, wait_s)
 
 
 def _dispatch_trial(trial: EnvironmentTrial, wait_s: float) -> None:
-    """Sent after commit; it expires when nobody waits for it any more."""
-    transaction.on_commit(lambda: task_send("environment_trial_run", str(trial.pk), expires=wait_s))
+    """It expires when nobody waits for it any more."""
+    job_dispatch(trial, expires=wait_s)
 
 
 def environment_trial_run(trial_id: Any) -> None:
-    """The worker's side of "Try it": claim (compare-and-set), play in the sandbox, store the outcome."""
-    from rl_engine.spec.user_code import sandbox
-
-    claimed = EnvironmentTrial.objects.filter(pk=trial_id, state=EnvironmentTrial.State.QUEUED).update(
-        state=EnvironmentTrial.State.RUNNING
-    )
-    if not claimed:
-        return
-    trial = EnvironmentTrial.objects.select_related("environment__dataset", "environment__reward").get(pk=trial_id)
-    try:
-        sandbox.require()
-        result = _play(trial)
-    except sandbox.SandboxUnavailable as exc:
-        _finish(trial, EnvironmentTrial.State.FAILED, error=str(exc))
-        return
-    except Exception as exc:
-        _finish(trial, EnvironmentTrial.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000])
-        raise
-    _finish(trial, EnvironmentTrial.State.DONE, result=result)
-
-
-def _finish(trial: EnvironmentTrial, state: str, *, result: Any = None, error: str = "") -> None:
-    EnvironmentTrial.objects.filter(pk=trial.pk, state=EnvironmentTrial.State.RUNNING).update(
-        state=state, result=result, error=error, finished_at=timezone.now()
+    """The worker's side of "Try it" (posttrain.core.job_runner): play in the sandbox, store the outcome."""
+    job_run(
+        EnvironmentTrial,
+        trial_id,
+        lambda trial: {"result": _play(trial)},
+        related=("environment__dataset", "environment__reward"),
     )
 
 

@@ -4,8 +4,8 @@ Celery worker in the engine's sandbox, never in the web process, which only wait
 
 The task goes to the `user_code` queue (settings.USER_CODE_QUEUE), which a worker of its own serves, so
 user code never delays run submission or admission; Celery's soft time limit ends a trial as a result
-("stopped at the time limit"), its hard limit kills the worker's child, and `reward_trials_expire` (beat)
-fails whatever such a kill left `running`.
+("stopped at the time limit"), its hard limit kills the worker's child, and `worker_jobs_expire` (beat)
+fails whatever such a kill left `running` (posttrain.core.job_runner, the runner of every worker job).
 
 Scoring off a run ("Try it", probes, judges) is bounded per call by one cap, `TRY_TIMEOUT_CAP_S`, whatever
 the reward type, each by the mechanism that can stop it: python code (and the reasoning-gym and verifiers
@@ -23,33 +23,24 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
-from django.utils import timezone
 
 from posttrain.core.errors import WorkerUnavailable
+from posttrain.core.job_runner import job_dispatch, job_run, job_wait
 from posttrain.core.outbound import outbound_policy
-from posttrain.core.task_queue import task_send
 from posttrain.registry.models import RewardFunction, RewardTrial
 from posttrain.registry.services.common import invalid, user_or_none
-from rl_engine.spec.user_code import CompositeReward, RewardBatch, build_component, check_reward_file, sandbox
+from rl_engine.spec.user_code import CompositeReward, RewardBatch, build_component, check_reward_file
 
 MAX_TRY_SAMPLES = 32
-# A trial unfinished this long after the user-code time limit and the web's wait is one no worker will finish.
-STALE_GRACE_S = 30.0
 # One scoring call off a run, every reward type: a python call, an HTTP exchange, a builtin's or a reward
 # model's whole batch.
 TRY_TIMEOUT_CAP_S = 10.0
 REWARD_TRY_TIMEOUT_S = 180.0  # a scoring child's whole life, a reward model's loading included (settings overrides)
-POLL_INTERVAL_S = 0.1
-FINISHED = (RewardTrial.State.DONE, RewardTrial.State.FAILED)
 SANDBOXED_TYPES = ("python", "reasoning_gym", "verifiers")  # reward code that runs in the engine's sandbox
 # The types that stop themselves at their own `timeout_s`; every other type is scored in a child process.
 SELF_TIMED_TYPES = (*SANDBOXED_TYPES, "http")
@@ -74,7 +65,7 @@ def reward_try(
         created_by=user_or_none(user),
     )
     _dispatch(trial, settings.REWARD_TRY_WAIT_S)
-    return _wait(trial, settings.REWARD_TRY_WAIT_S)
+    return job_wait(trial, settings.REWARD_TRY_WAIT_S)
 
 
 def reward_import_check(source_file: Path, spec: dict[str, Any], user: User | AnonymousUser | None = None) -> list[str]:
@@ -88,7 +79,7 @@ def reward_import_check(source_file: Path, spec: dict[str, Any], user: User | An
     # The worker stops a check at the user-code time limit whatever the spec's own timeout says.
     bound = min(float(spec["timeout_s"]), settings.USER_CODE_TIME_LIMIT_S) + settings.REWARD_CHECK_QUEUE_S
     _dispatch(trial, bound)
-    trial = _wait(trial, bound)
+    trial = job_wait(trial, bound)
     if trial.state == RewardTrial.State.DONE:
         return list((trial.result or {})["problems"])
     if trial.state == RewardTrial.State.FAILED:
@@ -100,44 +91,23 @@ def reward_import_check(source_file: Path, spec: dict[str, Any], user: User | An
 
 
 def reward_trial_run(trial_id: Any) -> None:
-    """The worker's side: claim the queued trial (compare-and-set), run it, store the outcome. Whatever the
-    user code does happens in its sandbox: a failure of the code is a result, not a failed trial."""
-    claimed = RewardTrial.objects.filter(pk=trial_id, state=RewardTrial.State.QUEUED).update(
-        state=RewardTrial.State.RUNNING
+    """The worker's side (posttrain.core.job_runner): whatever the user code does happens in its sandbox, so a
+    failure of the code is a result, not a failed trial; so is a stop at the soft time limit."""
+    job_run(
+        RewardTrial,
+        trial_id,
+        _run_trial,
+        needs_sandbox=_needs_sandbox,
+        at_soft_limit=lambda trial: {"result": _stopped_at_time_limit(trial)},
     )
-    if not claimed:
-        return  # already taken, or the web stopped waiting and it expired
-    trial = RewardTrial.objects.get(pk=trial_id)
-    try:
-        if trial.kind == RewardTrial.Kind.IMPORT_CHECK or trial.spec.get("type") in SANDBOXED_TYPES:
-            sandbox.require()  # no sandbox here: the request says what to install, the code does not run
-        result = _run_try(trial) if trial.kind == RewardTrial.Kind.TRY else _run_import_check(trial)
-    except SoftTimeLimitExceeded:
-        _finish(trial, RewardTrial.State.DONE, result=_stopped_at_time_limit(trial))
-        return
-    except sandbox.SandboxUnavailable as exc:
-        _finish(trial, RewardTrial.State.FAILED, error=str(exc))
-        return
-    except Exception as exc:
-        _finish(trial, RewardTrial.State.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000])
-        raise
-    _finish(trial, RewardTrial.State.DONE, result=result)
 
 
-def reward_trials_expire(now: Any = None) -> int:
-    """Fail the trials no worker can finish any more: killed at the user-code hard time limit, or never taken
-    (the web stopped waiting and the task expired). Periodic (beat); returns how many."""
-    now = now or timezone.now()
-    longest_wait = max(settings.REWARD_TRY_WAIT_S, settings.REWARD_CHECK_QUEUE_S)
-    stale = now - timedelta(seconds=settings.USER_CODE_TIME_LIMIT_S + longest_wait + STALE_GRACE_S)
-    return RewardTrial.objects.filter(
-        state__in=[RewardTrial.State.QUEUED, RewardTrial.State.RUNNING], created_at__lt=stale
-    ).update(
-        state=RewardTrial.State.FAILED,
-        error=f"no worker finished it: the user-code worker stops user code after "
-        f"{settings.USER_CODE_TIME_LIMIT_S:g}s (or none took it); try again",
-        finished_at=now,
-    )
+def _needs_sandbox(trial: RewardTrial) -> bool:
+    return trial.kind == RewardTrial.Kind.IMPORT_CHECK or trial.spec.get("type") in SANDBOXED_TYPES
+
+
+def _run_trial(trial: RewardTrial) -> dict[str, Any]:
+    return {"result": _run_try(trial) if trial.kind == RewardTrial.Kind.TRY else _run_import_check(trial)}
 
 
 def _stopped_at_time_limit(trial: RewardTrial) -> dict[str, Any]:
@@ -147,24 +117,9 @@ def _stopped_at_time_limit(trial: RewardTrial) -> dict[str, Any]:
     return _failed_result(trial.spec.get("name", "reward"), len(trial.samples), reason)
 
 
-def _finish(trial: RewardTrial, state: str, *, result: Any = None, error: str = "") -> None:
-    RewardTrial.objects.filter(pk=trial.pk, state=RewardTrial.State.RUNNING).update(
-        state=state, result=result, error=error, finished_at=timezone.now()
-    )
-
-
 def _dispatch(trial: RewardTrial, wait_s: float) -> None:
-    """Sent after commit (the worker must see the row); it expires when nobody waits for it any more."""
-    transaction.on_commit(lambda: task_send("reward_trial_run", str(trial.pk), expires=wait_s))
-
-
-def _wait(trial: RewardTrial, timeout_s: float) -> RewardTrial:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        trial.refresh_from_db(fields=["state", "result", "error", "finished_at"])
-        if trial.state in FINISHED or time.monotonic() >= deadline:
-            return trial
-        time.sleep(POLL_INTERVAL_S)
+    """It expires when nobody waits for it any more."""
+    job_dispatch(trial, expires=wait_s)
 
 
 def _run_import_check(trial: RewardTrial) -> dict[str, Any]:
