@@ -28,10 +28,10 @@ from django.conf import settings
 from posttrain.core.errors import JobsUnavailable
 from posttrain.core.outbound import engine_outbound_env
 from posttrain.core.ray_auth import ray_auth_headers, refused_reason
+from posttrain.core.run_tokens import TOKEN_FILE_PREFIX, ingest_token
 from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.runs.models import Run
 from posttrain.scheduling.rules import run_resources
-from posttrain.telemetry.tokens import TOKEN_FILE_PREFIX, ingest_token
 from rl_engine.spec.jobs import clear_request, request_preemption
 from rl_engine.spec.user_code import ALLOW_UNSANDBOXED_ENV
 

@@ -29,7 +29,7 @@ def ping() -> dict:
 )
 def run_submit(run_id: str) -> None:
     """Submit a queued run's Ray job (idempotent: submission id = run id); retried while Ray cannot take it."""
-    from posttrain.runs import services
+    from posttrain.scheduling import services
 
     services.run_submit(run_id)
 
@@ -57,7 +57,7 @@ def rollout_index_update(run_id: str) -> int:
 @app.task(name="workers.run_cancel")
 def run_cancel(run_id: str) -> None:
     """Stop a cancelling run's Ray job and settle the run."""
-    from posttrain.runs import services
+    from posttrain.scheduling import services
 
     services.run_stop(run_id)
 
@@ -65,7 +65,7 @@ def run_cancel(run_id: str) -> None:
 @app.task(name="workers.runs_reconcile", expires=60)
 def runs_reconcile() -> int:
     """Periodic (CELERY_BEAT_SCHEDULE): run states against Ray job states; lost heartbeats fail runs."""
-    from posttrain.runs import services
+    from posttrain.scheduling import services
 
     return services.runs_reconcile()
 

@@ -3,7 +3,6 @@
 - `experiments.py`: experiments, their config completed from the registry and validated by the engine;
 - `state_machine.py`: `run_transition`, the only place a run changes state (compare-and-set);
 - `launch.py`: launch, clone, resume, edit and cancel (web side; tasks dispatched after commit);
-- `jobs.py`: submit, stop and reconcile Ray jobs (Celery worker side; the web never imports ray);
 - `external.py`: runs of other engines tracked through the SDK (no job; lost when their client goes silent);
 - `alert_webhooks.py`: critical alerts POSTed to an experiment's webhook (Celery tasks, retries, outbound policy).
 """
@@ -23,7 +22,6 @@ from posttrain.runs.services.experiments import (
     experiment_engine_config,
 )
 from posttrain.runs.services.external import ExternalRun, external_run_create, external_runs_fail_lost
-from posttrain.runs.services.jobs import JobsClient, run_reconcile, run_stop, run_submit, runs_reconcile
 from posttrain.runs.services.launch import run_cancel, run_clone, run_dir_for, run_launch, run_resume, run_update
 from posttrain.runs.services.state_machine import ACTIVE_STATES, ALLOWED_TRANSITIONS, run_revive_lost, run_transition
 
@@ -33,7 +31,6 @@ __all__ = [
     "PLATFORM_FIELDS",
     "CheckedExperiment",
     "ExternalRun",
-    "JobsClient",
     "alert_deliver",
     "alerts_notify",
     "build_engine_config",
@@ -47,13 +44,9 @@ __all__ = [
     "run_clone",
     "run_dir_for",
     "run_launch",
-    "run_reconcile",
     "run_resume",
-    "run_stop",
-    "run_submit",
     "run_revive_lost",
     "run_transition",
     "run_update",
-    "runs_reconcile",
     "webhook_url_checked",
 ]

@@ -24,8 +24,10 @@ soon as the old one's process is gone: its own enforcement, the entrypoint resou
 placement group, is the last word).
 """
 
-from posttrain.scheduling.services.admission import run_set_priority, run_start, runs_admit
+from posttrain.scheduling.services.admission import run_set_priority, runs_admit
 from posttrain.scheduling.services.cluster import RAY_REPORT_LAG_S
+from posttrain.scheduling.services.jobs import run_reconcile, run_stop, run_submit
+from posttrain.scheduling.services.jobs_api import JobsClient, default_jobs
 from posttrain.scheduling.services.preemption import (
     preemption_forced,
     record_preemption_settled,
@@ -34,10 +36,13 @@ from posttrain.scheduling.services.preemption import (
     run_request_preemption,
 )
 from posttrain.scheduling.services.quotas import TeamQuota, holding_usage, project_quota_limits, quota_limits
+from posttrain.scheduling.services.reconcile import runs_reconcile
 
 __all__ = [
     "RAY_REPORT_LAG_S",
+    "JobsClient",
     "TeamQuota",
+    "default_jobs",
     "holding_usage",
     "preemption_forced",
     "project_quota_limits",
@@ -47,6 +52,9 @@ __all__ = [
     "run_preemption_settle",
     "run_request_preemption",
     "run_set_priority",
-    "run_start",
+    "run_reconcile",
+    "run_stop",
+    "run_submit",
     "runs_admit",
+    "runs_reconcile",
 ]
