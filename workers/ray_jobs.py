@@ -3,7 +3,7 @@
 
 This is the only platform module that imports ray, and only the worker imports it (lazily, from the
 services that dispatch). The web process reads job logs over the Jobs HTTP API with urllib instead
-(posttrain.runs.selectors.run_job_logs).
+(posttrain.telemetry.selectors.run_job_logs).
 
 Code shipping. The engine runs as `ENGINE_PYTHON -m rl_engine train …` on the head node. On a local
 head the engine package is importable from the venv (it is pip-installed editable), so no

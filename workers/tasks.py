@@ -121,18 +121,18 @@ def review_campaign_build(campaign_id: str) -> None:
 @app.task(name="workers.run_alerts_notify")
 def run_alerts_notify(run_id: str) -> int:
     """New critical alerts of a run, each recorded once and sent to its experiment's webhook."""
-    from posttrain.runs import services
+    from posttrain.telemetry import alerts
 
-    return services.alerts_notify(run_id)
+    return alerts.alerts_notify(run_id)
 
 
 @app.task(name="workers.alert_deliver", bind=True, max_retries=None)
 def alert_deliver(self, delivery_id: str) -> str:
     """POST one alert to its webhook; retried with backoff until sent or failed (the service counts attempts
     and decides when to give up, so Celery's own retry limit stays out of it)."""
-    from posttrain.runs import services
+    from posttrain.telemetry import alerts
 
-    outcome, wait_s = services.alert_deliver(delivery_id)
+    outcome, wait_s = alerts.alert_deliver(delivery_id)
     if outcome == "retry":
         raise self.retry(countdown=wait_s)
     return outcome

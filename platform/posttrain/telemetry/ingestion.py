@@ -16,9 +16,9 @@ from django.utils import timezone
 from posttrain.core import dispatch
 from posttrain.core.errors import InvalidInput, SeqConflict
 from posttrain.runs.models import Checkpoint, Run
-from posttrain.runs.services.alert_webhooks import alerts_notify_after_commit
 from posttrain.runs.services.state_machine import S, run_revive_lost, run_transition
 from posttrain.telemetry import hooks, live_channel, rollout_index, series
+from posttrain.telemetry.alerts import alerts_notify_after_commit
 from posttrain.telemetry.event_schema import parse_batch
 from posttrain.telemetry.models import MetricRow, RolloutFile, RunLog
 from posttrain_sdk.event_log import EVENTS_FILE, read_events

@@ -1,18 +1,15 @@
 """Writes of the runs app, one module per concept:
 
 - `experiments.py`: experiments, their config completed from the registry and validated by the engine;
-- `state_machine.py`: `run_transition`, the only place a run changes state (compare-and-set);
-- `launch.py`: launch, clone, resume, edit and cancel (web side; tasks dispatched after commit);
+- `state_machine.py`: `run_transition`, the only place a run changes state (compare-and-set; other apps act on a
+  move through posttrain.runs.hooks);
+- `launch.py`: launch, clone, resume, edit and cancel (web side; tasks dispatched after commit; the Ray jobs are
+  posttrain.scheduling.services');
 - `external.py`: runs of other engines tracked through the SDK (no job; lost when their client goes silent);
-- `alert_webhooks.py`: critical alerts POSTed to an experiment's webhook (Celery tasks, retries, outbound policy).
+- `alert_webhooks.py`: the webhook an experiment's critical alerts go to (posttrain.telemetry.alerts sends them).
 """
 
-from posttrain.runs.services.alert_webhooks import (
-    alert_deliver,
-    alerts_notify,
-    experiment_set_webhook,
-    webhook_url_checked,
-)
+from posttrain.runs.services.alert_webhooks import experiment_set_webhook, webhook_url_checked
 from posttrain.runs.services.experiments import (
     PLATFORM_FIELDS,
     CheckedExperiment,
@@ -31,8 +28,6 @@ __all__ = [
     "PLATFORM_FIELDS",
     "CheckedExperiment",
     "ExternalRun",
-    "alert_deliver",
-    "alerts_notify",
     "build_engine_config",
     "experiment_check",
     "experiment_create",

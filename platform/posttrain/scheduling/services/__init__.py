@@ -12,6 +12,10 @@ engines are asked (a request file in the run folder, rl_engine/preemption.py) to
 next step boundary and exit; each then reports `preempted`, goes back to the queue, and when admitted
 again resumes from that checkpoint as its next Ray job (`Run.attempt`, `Run.ray_job_id`).
 
+The Ray jobs (`jobs.py`): the one submit (`run_submit`, for a queued run under all-at-once and for each run a pass
+admitted), the stop of a cancelled run, and the reconcile of each active run against its job; the periodic pass over
+them all, then admission, is `reconcile.py`'s `runs_reconcile`.
+
 Safe under any number of workers: a pass holds a row lock on the ClusterSnapshot row for its whole
 transaction, so passes run one after another, each seeing the grants of the ones before; and the
 move to `starting` is a compare-and-set, so a run cancelled meanwhile is never admitted.
