@@ -22,6 +22,41 @@ def states(run: Run) -> list[tuple[str, str]]:
     return list(RunTransition.objects.filter(run=run).values_list("from_state", "to_state"))
 
 
+def test_a_move_seals_in_its_transaction_then_tells_the_page_then_admits_after_commit(
+    experiment, monkeypatch, settings, django_capture_on_commit_callbacks
+):
+    # What telemetry and scheduling register on posttrain.runs.hooks, in the order the state machine ran it itself.
+    from posttrain.core import dispatch
+    from posttrain.telemetry import live_channel, series
+
+    settings.SCHEDULER = "admission"
+    calls: list[str] = []
+    monkeypatch.setattr(series, "seal_tail", lambda run_id: calls.append("seal"))
+    monkeypatch.setattr(live_channel, "publish", lambda run_id, events: calls.append(f"publish {events[0]['state']}"))
+    monkeypatch.setattr(dispatch, "run_task", lambda name, run_id: calls.append(name))
+    run = make_run(experiment, state=S.RUNNING)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.run_transition(run.id, [S.RUNNING], S.SUCCEEDED, "done")
+        assert calls == ["seal"]  # under the row lock, before commit
+    assert calls == ["seal", "publish succeeded", "admit_runs"]
+
+
+def test_a_revived_run_is_told_to_its_page_and_neither_sealed_nor_admitted(
+    experiment, monkeypatch, django_capture_on_commit_callbacks
+):
+    from posttrain.core import dispatch
+    from posttrain.telemetry import live_channel, series
+
+    calls: list[str] = []
+    monkeypatch.setattr(series, "seal_tail", lambda run_id: calls.append("seal"))
+    monkeypatch.setattr(live_channel, "publish", lambda run_id, events: calls.append(f"publish {events[0]['state']}"))
+    monkeypatch.setattr(dispatch, "run_task", lambda name, run_id: calls.append(name))
+    run = make_run(experiment, state=S.FAILED, kind="external", state_reason="lost: no event for 30s")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.run_revive_lost(run.id)
+    assert calls == ["publish running"]
+
+
 def test_a_transition_changes_the_state_once_and_records_its_reason(experiment):
     run = make_run(experiment)
     assert services.run_transition(run.id, [S.QUEUED], S.STARTING, "Ray job submitted") is True
