@@ -9,12 +9,12 @@ class SchedulingConfig(AppConfig):
     def ready(self) -> None:
         # Imported here: models are not ready when apps.py is imported.
         from posttrain.runs import hooks as run_hooks
-        from posttrain.scheduling import hooks
+        from posttrain.scheduling import handlers
         from posttrain.telemetry import hooks as telemetry_hooks
 
-        run_hooks.on_run_transition(hooks.admit_when_freed)
+        run_hooks.on_run_transition(handlers.admit_when_freed)
         telemetry_hooks.preemptions_register(
             telemetry_hooks.Preemptions(
-                settle=hooks.preemption_settle, stopped_at_deadline=hooks.stopped_at_preemption_deadline
+                settle=handlers.preemption_settle, stopped_at_deadline=handlers.stopped_at_preemption_deadline
             )
         )

@@ -9,7 +9,7 @@ class TelemetryConfig(AppConfig):
     def ready(self) -> None:
         # Imported here: models are not ready when apps.py is imported.
         from posttrain.runs import hooks
-        from posttrain.telemetry import run_moves
+        from posttrain.telemetry import handlers
 
-        hooks.on_run_transition(run_moves.publish_move)
-        hooks.in_run_transition(run_moves.seal_when_ended)
+        hooks.on_run_transition(handlers.publish_move)
+        hooks.in_run_transition(handlers.seal_when_ended)

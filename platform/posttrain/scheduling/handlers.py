@@ -1,5 +1,5 @@
-"""What scheduling does for the apps below it, registered in apps.py: admission when a run frees resources
-(posttrain.runs.hooks), and the preemption answers the ingest needs (posttrain.telemetry.hooks)."""
+"""What scheduling does for the apps below it: the handlers it registers (apps.py) on posttrain.runs.hooks (admission
+when a run frees resources) and posttrain.telemetry.hooks (the preemption answers the ingest needs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What telemetry does when a run changes state (registered in apps.py through posttrain.runs.hooks)."""
+"""What telemetry does when a run changes state: the handlers it registers on posttrain.runs.hooks (apps.py)."""
 
 from __future__ import annotations
 
