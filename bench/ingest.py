@@ -149,7 +149,7 @@ _CREATE_RUNS = """
 import json, os, uuid
 from posttrain.registry.models import Dataset, ModelAsset
 from posttrain.runs.models import Experiment, Run, RunState
-from posttrain.telemetry.tokens import ingest_token, token_hash
+from posttrain.core.run_tokens import ingest_token, token_hash
 model = ModelAsset.objects.create(name="bench-ingest", path="/nonexistent")
 data = Dataset.objects.create(name="bench-ingest", sha256="0" * 64, format="jsonl", path="/nonexistent",
                               size_bytes=0, row_count=0)

@@ -117,7 +117,7 @@ from posttrain.accounts.services import user_create
 from posttrain.projects.models import Membership, default_project_id
 from posttrain.registry.models import Dataset, ModelAsset
 from posttrain.runs.models import Experiment, Run, RunState
-from posttrain.telemetry.tokens import ingest_token, token_hash
+from posttrain.core.run_tokens import ingest_token, token_hash
 user = user_create(%(username)r, %(password)r, "researcher")
 Membership.objects.create(project_id=default_project_id(), user=user, role="member")  # where the run below is
 model = ModelAsset.objects.create(name="bench-latency", path="/nonexistent")

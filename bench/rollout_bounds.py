@@ -65,9 +65,9 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def a_run(name: str) -> Any:
+    from posttrain.core.run_tokens import ingest_token, token_hash
     from posttrain.registry.models import Dataset, ModelAsset
     from posttrain.runs.models import Experiment, Run, RunState
-    from posttrain.telemetry.tokens import ingest_token, token_hash
 
     model, _ = ModelAsset.objects.get_or_create(name="bench-bounds", defaults={"path": "/nonexistent"})
     data, _ = Dataset.objects.get_or_create(
@@ -292,7 +292,7 @@ def main() -> int:
 
         from posttrain.accounts.services import user_create
         from posttrain.core import dispatch
-        from posttrain.telemetry.tokens import ingest_token
+        from posttrain.core.run_tokens import ingest_token
         from posttrain_sdk import rollout_files as rf
 
         dispatch.run_task = lambda *args: None  # no worker: the search index is not what is measured

@@ -1,6 +1,6 @@
 """What user code prints (a python reward, an environment, an agent command) reaches the run's job log with every
 line marked `[user code: <label>] `, so no line of it can pass for the engine's own: the platform builds a
-failed run's headline from unmarked lines only (posttrain.runs.services.jobs). The rate limit and the "bytes
+failed run's headline from unmarked lines only (posttrain.scheduling.services.jobs). The rate limit and the "bytes
 dropped" notes are the sandbox's OutputRelay; this adds the mark, line by line, after it.
 
 Every way text can start a new line counts as one (what `str.splitlines` splits on: \\r, \\v, \\f, \\x1c-\\x1e,

@@ -3,7 +3,7 @@
 
 This is the only platform module that imports ray, and only the worker imports it (lazily, from the
 services that dispatch). The web process reads job logs over the Jobs HTTP API with urllib instead
-(posttrain.runs.selectors.run_job_logs).
+(posttrain.telemetry.selectors.run_job_logs).
 
 Code shipping. The engine runs as `ENGINE_PYTHON -m rl_engine train …` on the head node. On a local
 head the engine package is importable from the venv (it is pip-installed editable), so no
@@ -28,10 +28,10 @@ from django.conf import settings
 from posttrain.core.errors import JobsUnavailable
 from posttrain.core.outbound import engine_outbound_env
 from posttrain.core.ray_auth import ray_auth_headers, refused_reason
+from posttrain.core.run_tokens import TOKEN_FILE_PREFIX, ingest_token
 from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.runs.models import Run
 from posttrain.scheduling.rules import run_resources
-from posttrain.telemetry.tokens import TOKEN_FILE_PREFIX, ingest_token
 from rl_engine.spec.jobs import clear_request, request_preemption
 from rl_engine.spec.user_code import ALLOW_UNSANDBOXED_ENV
 

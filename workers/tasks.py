@@ -29,7 +29,7 @@ def ping() -> dict:
 )
 def run_submit(run_id: str) -> None:
     """Submit a queued run's Ray job (idempotent: submission id = run id); retried while Ray cannot take it."""
-    from posttrain.runs import services
+    from posttrain.scheduling import services
 
     services.run_submit(run_id)
 
@@ -57,7 +57,7 @@ def rollout_index_update(run_id: str) -> int:
 @app.task(name="workers.run_cancel")
 def run_cancel(run_id: str) -> None:
     """Stop a cancelling run's Ray job and settle the run."""
-    from posttrain.runs import services
+    from posttrain.scheduling import services
 
     services.run_stop(run_id)
 
@@ -65,7 +65,7 @@ def run_cancel(run_id: str) -> None:
 @app.task(name="workers.runs_reconcile", expires=60)
 def runs_reconcile() -> int:
     """Periodic (CELERY_BEAT_SCHEDULE): run states against Ray job states; lost heartbeats fail runs."""
-    from posttrain.runs import services
+    from posttrain.scheduling import services
 
     return services.runs_reconcile()
 
@@ -121,18 +121,18 @@ def review_campaign_build(campaign_id: str) -> None:
 @app.task(name="workers.run_alerts_notify")
 def run_alerts_notify(run_id: str) -> int:
     """New critical alerts of a run, each recorded once and sent to its experiment's webhook."""
-    from posttrain.runs import services
+    from posttrain.telemetry import alerts
 
-    return services.alerts_notify(run_id)
+    return alerts.alerts_notify(run_id)
 
 
 @app.task(name="workers.alert_deliver", bind=True, max_retries=None)
 def alert_deliver(self, delivery_id: str) -> str:
     """POST one alert to its webhook; retried with backoff until sent or failed (the service counts attempts
     and decides when to give up, so Celery's own retry limit stays out of it)."""
-    from posttrain.runs import services
+    from posttrain.telemetry import alerts
 
-    outcome, wait_s = services.alert_deliver(delivery_id)
+    outcome, wait_s = alerts.alert_deliver(delivery_id)
     if outcome == "retry":
         raise self.retry(countdown=wait_s)
     return outcome

@@ -93,8 +93,8 @@ INSTALLED_APPS = [
     "posttrain.projects",
     "posttrain.registry",
     "posttrain.runs",
-    "posttrain.scheduling",
     "posttrain.telemetry",
+    "posttrain.scheduling",
     "posttrain.review",
 ]
 
@@ -257,7 +257,7 @@ ENGINE_PYTHON = os.environ.get("POSTTRAIN_ENGINE_PYTHON", sys.executable)
 # How long a launched run may wait for Ray to accept its job (head starting, cluster busy) before it fails.
 RUN_SUBMIT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_SUBMIT_TIMEOUT_S", "600"))
 RUN_HEARTBEAT_TIMEOUT_S = float(os.environ.get("POSTTRAIN_RUN_HEARTBEAT_TIMEOUT_S", "120"))
-# The worker's Ray Jobs client (posttrain.runs.services.jobs.JobsClient), named here so the platform never
+# The worker's Ray Jobs client (posttrain.scheduling.services.jobs_api.JobsClient), named here so the platform never
 # imports the workers package that imports it.
 RUNS_JOBS_CLIENT = "workers.ray_jobs"
 # The worker's reader of the Ray cluster's total and free resources (`cluster_view()`), for admission.

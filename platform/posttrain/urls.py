@@ -9,13 +9,14 @@ from posttrain.registry import views as registry_views
 from posttrain.review import views as review_views
 from posttrain.runs import views as run_views
 from posttrain.scheduling import views as scheduling_views
+from posttrain.telemetry import views as telemetry_views
 
 urlpatterns = [
     path("", core_views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", run_views.runs_page, name="runs"),
-    path("runs/<uuid:run_id>/", run_views.run_page, name="run"),
+    path("runs/<uuid:run_id>/", telemetry_views.run_page, name="run"),
     path("compare/", run_views.compare_page, name="compare"),
     path("queue/", scheduling_views.queue_page, name="queue"),
     path("launch/", run_views.launch_page, name="launch"),
@@ -29,7 +30,6 @@ urlpatterns = [
     path("adjudicate/", review_views.adjudicate_queue_page, name="adjudicate"),
     path("adjudicate/<int:campaign_id>/", review_views.adjudicate_page, name="adjudicate-campaign"),
     path("admin/", admin.site.urls),
-    path("api/", include("posttrain.core.api.urls")),
     path("api/", include("posttrain.registry.api.urls")),
     path("api/", include("posttrain.telemetry.api.urls")),  # before runs: its paths under runs/<id>/ come first
     path("api/", include("posttrain.runs.api.urls")),

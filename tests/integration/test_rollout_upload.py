@@ -157,7 +157,7 @@ def test_an_upload_is_refused_for_another_runs_token_a_foreign_name_a_body_not_p
     web, token, tmp_path
 ):
     import posttrain_sdk as posttrain
-    from posttrain.telemetry.tokens import ingest_token
+    from posttrain.core.run_tokens import ingest_token
 
     run = posttrain.init("refusals", url=web.url, token=token, dir=tmp_path / "a", heartbeat_s=0)
     other = posttrain.init("another run", url=web.url, token=token, dir=tmp_path / "b", heartbeat_s=0)

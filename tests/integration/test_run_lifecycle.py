@@ -98,7 +98,7 @@ def assert_the_worker_indexed_every_rollout_file(api, run: dict, sample: dict) -
 def assert_the_token_never_reached_ray(stack: PlatformStack, run: dict) -> None:
     """Anyone who can list Ray jobs reads their runtime_env: the token went through a 0600 file in the run
     folder instead, which the engine deleted once it had read it."""
-    from posttrain.telemetry.tokens import ingest_token
+    from posttrain.core.run_tokens import ingest_token
 
     job = ray_get_json(f"{stack.ray}/api/jobs/{run['id']}")
     env = job["runtime_env"]["env_vars"]

@@ -57,8 +57,8 @@ def web(tmp_path) -> Iterator[UvicornServer]:
 
 def a_running_run():
     from posttrain.accounts.services import user_create
+    from posttrain.core.run_tokens import ingest_token, token_hash
     from posttrain.runs.models import Run
-    from posttrain.telemetry.tokens import ingest_token, token_hash
     from tests.unit.platform.helpers import a_reward_row, an_experiment
 
     join(user_create("stream-reader", PASSWORD, "researcher"), "maintainer")

@@ -515,8 +515,8 @@ def test_undelivered_events_are_sent_later_with_sync(logged_in, web, token, tmp_
 
 
 def test_a_client_killed_mid_run_makes_the_run_lost(web, token, tmp_path, settings):
-    from posttrain.runs import services
     from posttrain.runs.models import Run
+    from posttrain.scheduling import services
     from tests.unit.platform.helpers import FakeJobs
 
     script = track_script(

@@ -45,7 +45,7 @@ def test_a_submit_whose_job_already_exists_leaves_no_token_file_nor_does_a_job_t
     stack: PlatformStack, world: World, ray_head: str, settings, monkeypatch
 ):
     from posttrain.runs.models import Run
-    from posttrain.runs.services.jobs import run_reconcile
+    from posttrain.scheduling.services.jobs import run_reconcile
     from workers import ray_jobs
 
     settings.RAY_ADDRESS = ray_head

@@ -87,7 +87,7 @@ def launched_run(api: Api, demo: Path, reward_source: str, name: str) -> dict:
 
 def engine_run(stack: PlatformStack, run: dict) -> subprocess.CompletedProcess:
     """The engine on the platform's resolved config, posting its events to the real web server."""
-    from posttrain.telemetry.tokens import ingest_token
+    from posttrain.core.run_tokens import ingest_token
     from rl_engine.config import dump_config, validate_config
 
     run_dir = Path(run["resolved_config"]["logging"]["run_dir"])

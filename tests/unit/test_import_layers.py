@@ -1,6 +1,7 @@
-"""The import layering of docs/ARCHITECTURE.md ("One way down"), read from the source with `ast`: every import
-statement counts, the ones inside functions too (a lazy import is still a dependency); only imports under
-`if TYPE_CHECKING:` are left out, since they never run."""
+"""The import layering of docs/ARCHITECTURE.md ("One way down", "Apps import one way"), read from the source with
+`ast`: every import statement counts, the ones inside functions too (a lazy import is still a dependency); only
+imports under `if TYPE_CHECKING:` are left out, since they never run. An import of a submodule is an edge to the
+packages above it too: Python runs their `__init__` first, and one that re-exports imports what it re-exports."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ FORBIDDEN = [
 ]
 # Packages whose modules import each other in one direction only.
 ACYCLIC = ("rl_engine", "posttrain", "workers")
+# The platform's apps, lowest first (docs/ARCHITECTURE.md, "Apps import one way"): a module of one imports modules of
+# the apps before it, never of one after it. What a lower app needs done by a higher one (a run's state change seen by
+# telemetry and scheduling), the higher one registers as a hook (posttrain.runs.hooks, posttrain.telemetry.hooks).
+APP_ORDER = ("core", "accounts", "projects", "registry", "runs", "telemetry", "scheduling", "review")
 
 
 def _module_files() -> dict[str, Path]:
@@ -103,13 +108,20 @@ def test_a_lower_layer_never_imports_a_higher_one(importer: str, imported: str) 
     assert offending == []
 
 
+def _with_parent_packages(module: str) -> set[str]:
+    """The module and every package above it that is a project module: importing `a.b.c` runs `a/__init__` and
+    `a/b/__init__` first, and a package `__init__` that re-exports imports its submodules (and what they import)."""
+    parts = module.split(".")
+    return {".".join(parts[:n]) for n in range(1, len(parts) + 1)} & MODULES.keys()
+
+
 def _project_graph() -> dict[str, set[str]]:
-    """Module -> the project modules it imports, without the edges to a module's own parent packages
-    (Python runs those first whatever the module imports)."""
+    """Module -> the project modules it imports, and the packages above them whose `__init__` runs first, without
+    the edges to a module's own parent packages (Python runs those first whatever the module imports)."""
     graph: dict[str, set[str]] = {}
     for module, names in IMPORTS.items():
-        targets = {_project_module(name) for name in names} - {None, module}
-        graph[module] = {t for t in targets if t is not None and not module.startswith(t + ".")}
+        targets = {t for name in names if (p := _project_module(name)) for t in _with_parent_packages(p)}
+        graph[module] = {t for t in targets - {module} if not module.startswith(t + ".")}
     return graph
 
 
@@ -164,6 +176,43 @@ def _pop_component(stack: list[str], on_stack: set[str], node: str) -> list[str]
 def test_the_cycle_finder_finds_a_circle_through_a_lazy_import() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_an_import_of_a_submodule_is_an_edge_to_the_packages_above_it_too() -> None:
+    # `from posttrain.runs.services.state_machine import …` runs posttrain/runs/services/__init__.py first, and with
+    # it every module that package re-exports: the circle through a re-exporting __init__ is a real one.
+    graph = _project_graph()
+    assert {"posttrain.runs.services.state_machine", "posttrain.runs.services"} <= graph[
+        "posttrain.telemetry.ingestion"
+    ]
+    assert "posttrain.runs.services" not in graph["posttrain.runs.services.launch"]  # its own package: already running
+
+
+def _app_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "posttrain" and parts[1] in APP_ORDER else None
+
+
+def test_the_app_order_names_every_app_as_installed_apps_lists_them() -> None:
+    # INSTALLED_APPS' order is the order of the apps' ready(), so of their hooks: telemetry's live-channel message
+    # goes out before scheduling's admission pass.
+    from django.conf import settings
+
+    assert {p.parent.name for p in PACKAGES["posttrain"].glob("*/apps.py")} == set(APP_ORDER)
+    installed = [app.split(".")[1] for app in settings.INSTALLED_APPS if app.startswith("posttrain.")]
+    assert installed == list(APP_ORDER)
+
+
+def test_no_app_imports_an_app_after_it_in_the_order() -> None:
+    rank = {app: i for i, app in enumerate(APP_ORDER)}
+    upward = sorted(
+        f"{module} ({importer}) imports {name} ({imported})"
+        for module, names in IMPORTS.items()
+        if (importer := _app_of(module))
+        for name in names
+        if (imported := _app_of(name)) and rank[imported] > rank[importer]
+    )
+    assert upward == []
 
 
 def test_the_engine_the_platform_and_the_workers_have_no_import_circles() -> None:

@@ -42,7 +42,7 @@ from posttrain.core.errors import (
     PermissionDenied,
     ServiceError,
 )
-from posttrain.telemetry.tokens import require_derived_run_token
+from posttrain.core.run_tokens import require_derived_run_token
 
 Scope = dict[str, Any]
 Message = Mapping[str, Any]
@@ -56,7 +56,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 class Credentials(Enum):
     NONE = "none"  # the login routes: anyone may post to them (a small cap)
     USER = "user"  # a live session's cookie, or an API token (`Authorization: Token <key>`), as DRF takes them
-    # The run's own bearer token: derived from SECRET_KEY and the run's id (posttrain.telemetry.tokens), so checked
+    # The run's own bearer token: derived from SECRET_KEY and the run's id (posttrain.core.run_tokens), so checked
     # here with no database; the view checks it against the run's stored hash again.
     RUN_TOKEN = "run token"
 

@@ -20,15 +20,15 @@ from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler, SkipFile
 from django.http import HttpRequest
 
-from posttrain.registry.services.common import storage_path
-
 SOURCE_NAME = "source.gguf"  # the staged file in its import's folder
 FIELD = "file"
 
 
 def staging_root() -> Path:
-    """Where imports wait and convert: on the models store's file system, so the result is renamed into place."""
-    return storage_path("models", ".imports")
+    """Where imports wait and convert: on the models store's file system, so the result is renamed into place.
+    (The path is spelled here, not read from registry.services: the services import this module, and importing
+    them from here ran their package's __init__ in a circle.)"""
+    return Path(settings.STORAGE_ROOT) / "models" / ".imports"
 
 
 def staging_folder(import_id: Any) -> Path:

@@ -460,5 +460,5 @@ def ordered(alerts: Iterable[Alert]) -> list[Alert]:
 
 def diagnose(series: Mapping[str, Series]) -> list[Alert]:
     """Every rule's alerts, by step (critical first within a step). The reward-hacking signals are in
-    posttrain.runs.hacking (`runs.selectors.run_alerts` gives both)."""
+    posttrain.runs.hacking (`posttrain.telemetry.alerts.run_alerts` gives both)."""
     return ordered(alert for rule in RULES for alert in rule(series))

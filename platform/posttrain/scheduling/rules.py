@@ -12,29 +12,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from posttrain.runs.models import PRIORITY_RANK, Run, RunPriority
+from posttrain.runs.models import PRIORITY_RANK, RunPriority
+
+# A run's resource needs and their wording live with runs (the run page shows them); the scheduler's modules and the
+# worker read them here, with the rules they feed.
+from posttrain.runs.resources import RESOURCE_KEYS, Resources, amount, describe
+from posttrain.runs.resources import run_resources as run_resources
+from posttrain.runs.resources import total_of as total_of
 from posttrain.scheduling.backfill import Allocation, Timeline, largest_room, pack
-
-RESOURCE_KEYS = ("CPU", "GPU")
-Resources = dict[str, float]
-
-
-def run_resources(run: Run) -> dict:
-    """The run's stored resource needs; a run launched before they were stored reads them from its config."""
-    if run.resources:
-        return run.resources
-    from rl_engine.spec.config import ConfigError, validate_config
-    from rl_engine.spec.resources import resource_needs
-
-    try:
-        return resource_needs(validate_config(run.resolved_config))
-    except ConfigError:  # a config this engine build no longer reads: it holds nothing we can count
-        return {"driver": {"CPU": 0.0, "GPU": 0.0}, "bundles": [], "total": {"CPU": 0.0, "GPU": 0.0}}
-
-
-def total_of(run: Run) -> Resources:
-    total = run_resources(run)["total"]
-    return {key: float(total.get(key, 0.0)) for key in RESOURCE_KEYS}
 
 
 def add(a: Mapping[str, float], b: Mapping[str, float]) -> Resources:
@@ -60,18 +45,6 @@ def effective_priority(priority: str, waited_s: float, aging_s: float) -> int:
     """The priority level a waiting run is ordered by: its own, plus one level per `aging_s` waited."""
     aged = int(waited_s // aging_s) if aging_s > 0 else 0
     return PRIORITY_RANK[RunPriority(priority)] + max(0, aged)
-
-
-def amount(value: float, key: str) -> str:
-    """`1 CPU`, `2 CPUs`, `0.5 GPUs`."""
-    return f"{value:g} {key}{'' if math.isclose(value, 1.0) else 's'}"
-
-
-def describe(resources: Mapping[str, float]) -> str:
-    """`2 CPUs`, `1 CPU, 1 GPU`: what a person reads in a reason."""
-    return ", ".join(
-        amount(resources.get(key, 0.0), key) for key in RESOURCE_KEYS if resources.get(key, 0.0) or key == "CPU"
-    )
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from django.utils import timezone
 from posttrain.core import dispatch
 from posttrain.core.errors import InvalidInput, SeqConflict
 from posttrain.runs.models import Checkpoint, Run
-from posttrain.runs.services.alert_webhooks import alerts_notify_after_commit
 from posttrain.runs.services.state_machine import S, run_revive_lost, run_transition
-from posttrain.telemetry import live_channel, rollout_index, series
+from posttrain.telemetry import hooks, live_channel, rollout_index, series
+from posttrain.telemetry.alerts import alerts_notify_after_commit
 from posttrain.telemetry.event_schema import parse_batch
 from posttrain.telemetry.models import MetricRow, RolloutFile, RunLog
 from posttrain_sdk.event_log import EVENTS_FILE, read_events
@@ -168,26 +168,17 @@ def _apply_engine_status(run_id: uuid.UUID, data: dict[str, Any]) -> None:
     elif state == "preempted":
         # Asked by the scheduler (preempting), or by someone else's request file while running: either
         # way the engine checkpointed and is leaving, and the run goes back to the queue to resume.
-        from posttrain.scheduling.services import run_preemption_settle
-
         run_transition(run_id, [S.RUNNING], S.PREEMPTING, "the engine stopped for a preemption request")
         note = f"preempted: {reason}" if reason else "preempted"
-        if not run_preemption_settle(run_id, forced=False, checkpoint=data.get("checkpoint"), note=note):
+        if not hooks.preemptions().settle(run_id, data.get("checkpoint"), note):
             run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: preempted, {reason})")
-    elif state == "failed" and _stopped_at_preemption_deadline(run_id):
+    elif state == "failed" and hooks.preemptions().stopped_at_deadline(run_id):
         return  # its job was stopped for the scheduler: the reconcile settles it as preempted
     elif state == "failed" and not run_transition(
         run_id, [S.QUEUED, S.STARTING, S.RUNNING, S.PREEMPTING], S.FAILED, reason or "engine reported a failure"
     ):
         # Stopping a job can surface as an engine failure (an interrupt): the user asked for it.
         run_transition(run_id, [S.CANCELLING], S.CANCELLED, f"cancelled (engine: {reason})" if reason else "cancelled")
-
-
-def _stopped_at_preemption_deadline(run_id: uuid.UUID) -> bool:
-    from posttrain.scheduling.services import preemption_forced
-
-    run = Run.objects.filter(pk=run_id, state=S.PREEMPTING).first()
-    return run is not None and preemption_forced(run)
 
 
 def events_recover_from_run_folder(run: Run) -> int:

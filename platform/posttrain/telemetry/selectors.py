@@ -1,17 +1,27 @@
-"""Reads of what runs reported: metric series, rollouts (from their files) and log lines."""
+"""Reads of what runs reported: metric series, rollouts (from their files), log lines and the Ray job's logs (over
+Ray's Jobs HTTP API: the web process never imports ray)."""
 
 from __future__ import annotations
 
+import json
 import math
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db.models.fields.json import KeyTransform
 
+from posttrain.core.errors import DispatchError
+from posttrain.core.ray_auth import RayTokenUnavailable, ray_request, refused_reason
 from posttrain.runs.models import Run
 from posttrain.telemetry import rollouts
 from posttrain.telemetry.models import MetricRow, RunLog
 from posttrain.telemetry.rollouts import RunId
+
+RAY_HTTP_TIMEOUT_S = 5.0
+DEFAULT_LOG_TAIL_CHARS = 200_000
 
 
 def _jsonable_number(value: Any) -> Any:
@@ -163,3 +173,30 @@ def run_log_entries(run: Run, *, upto_seq: int, limit: int = 500) -> list[dict[s
         .values("seq", "step", "time", "level", "message")[:limit]
     )
     return [dict(row) for row in rows][::-1]
+
+
+def run_job_logs(run: Run, tail_chars: int = DEFAULT_LOG_TAIL_CHARS) -> dict[str, Any]:
+    """The Ray job's stdout/stderr (its tail), read over `GET <RAY_ADDRESS>/api/jobs/<id>/logs`. An
+    external run has no job: its client's log events instead, one `[level] message` line each."""
+    if run.is_external:
+        lines = [f"[{e['level']}] {e['message']}" for e in run_log_entries(run, upto_seq=run.last_seq, limit=10_000)]
+        text = "\n".join(lines) + ("\n" if lines else "")
+        truncated = len(text) > tail_chars
+        return {"logs": text[-tail_chars:] if truncated else text, "truncated": truncated, "job": None}
+    address = settings.RAY_ADDRESS.rstrip("/")
+    if not address.startswith(("http://", "https://")):
+        raise DispatchError(f"RAY_ADDRESS must be the Ray dashboard URL (http://host:8265), got {address!r}")
+    url = f"{address}/api/jobs/{run.ray_job_id}/logs"
+    try:
+        with urllib.request.urlopen(ray_request(url), timeout=RAY_HTTP_TIMEOUT_S) as response:
+            logs = json.load(response).get("logs") or ""
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return {"logs": "", "truncated": False, "job": None}
+        raise DispatchError(refused_reason(exc.code) or f"Ray answered {exc.code} for the job's logs") from None
+    except RayTokenUnavailable as exc:
+        raise DispatchError(str(exc)) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise DispatchError(f"cannot read the job's logs from Ray at {address}: {exc}") from None
+    truncated = len(logs) > tail_chars
+    return {"logs": logs[-tail_chars:] if truncated else logs, "truncated": truncated, "job": run.ray_job_id}

@@ -21,6 +21,7 @@ from typing import Any
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from posttrain.accounts.services import user_create
+from posttrain.core.run_tokens import ingest_token
 from posttrain.review import services as review
 from posttrain.review.models import Campaign, ReviewItem
 from posttrain.runs import services
@@ -28,7 +29,6 @@ from posttrain.runs.models import Run, RunState, RunTransition
 from posttrain.scheduling.models import ClusterSnapshot
 from posttrain.scheduling.rules import ClusterNode, ClusterView
 from posttrain.telemetry.ingestion import events_ingest
-from posttrain.telemetry.tokens import ingest_token
 
 PASSWORD = "a-long-test-passphrase"  # every platform test user's password
 

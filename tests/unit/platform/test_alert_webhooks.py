@@ -14,6 +14,7 @@ import pytest
 
 from posttrain.runs import services
 from posttrain.runs.models import AlertDelivery
+from posttrain.telemetry import alerts
 from posttrain.telemetry.ingestion import events_ingest
 from tests.support.stack import free_port
 from tests.unit.platform.helpers import an_experiment, make_run
@@ -121,8 +122,8 @@ def test_a_critical_alert_is_posted_once_and_retried_after_a_failure(
     assert ("run_alerts_notify", str(run.id)) in no_dispatch  # ingestion asked for a look at the alerts
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.alerts_notify(run.id) == 1
-        assert services.alerts_notify(run.id) == 0  # once per alert, however often it is asked
+        assert alerts.alerts_notify(run.id) == 1
+        assert alerts.alerts_notify(run.id) == 0  # once per alert, however often it is asked
     [delivery] = AlertDelivery.objects.filter(run=run)
     assert ("alert_deliver", str(delivery.pk)) in no_dispatch
 
@@ -149,20 +150,20 @@ def test_a_delivery_gives_up_after_its_attempts_and_a_refused_url_fails_at_once(
     settings.HTTP_ALLOW = [f"127.0.0.1:{hook.port}"]
     services.experiment_set_webhook(experiment, hook.url)
     run = nan_loss_run(experiment)
-    services.alerts_notify(run.id)
+    alerts.alerts_notify(run.id)
     delivery = AlertDelivery.objects.get(run=run)
-    outcomes = [services.alert_deliver(delivery.pk) for _ in range(5)]
+    outcomes = [alerts.alert_deliver(delivery.pk) for _ in range(5)]
     assert outcomes == [("retry", 5.0), ("retry", 30.0), ("retry", 120.0), ("retry", 600.0), ("failed", None)]
     delivery.refresh_from_db()
     assert (
         delivery.state == "failed" and delivery.last_error == "gave up after 5 attempts: HTTP 503 Service Unavailable"
     )
-    assert services.alert_deliver(delivery.pk) == ("skipped", None)
+    assert alerts.alert_deliver(delivery.pk) == ("skipped", None)
 
     other = make_run(experiment, "running")
     refused = AlertDelivery.objects.create(run=other, code="x", metric="m", step=1, url=hook.url, payload={})
     settings.HTTP_ALLOW = []  # the admin withdrew the address: the policy refuses it at the POST
-    assert services.alert_deliver(refused.pk) == ("failed", None)
+    assert alerts.alert_deliver(refused.pk) == ("failed", None)
     refused.refresh_from_db()
     assert refused.last_error.startswith("refused by the outbound policy") and len(hook.bodies) == 5
 
@@ -170,4 +171,4 @@ def test_a_delivery_gives_up_after_its_attempts_and_a_refused_url_fails_at_once(
 def test_an_experiment_without_a_webhook_sends_nothing(experiment, no_dispatch):
     run = nan_loss_run(experiment)
     assert ("run_alerts_notify", str(run.id)) not in no_dispatch
-    assert services.alerts_notify(run.id) == 0 and not AlertDelivery.objects.exists()
+    assert alerts.alerts_notify(run.id) == 0 and not AlertDelivery.objects.exists()

@@ -150,7 +150,7 @@ def test_the_schedulers_cluster_reads_carry_the_token_and_a_wrong_one_is_named(r
 
 def test_job_logs_are_read_with_the_token_and_a_refusal_is_named_not_quoted(ray_head, token_file, experiment):
     from posttrain.core.errors import DispatchError
-    from posttrain.runs.selectors import run_job_logs
+    from posttrain.telemetry.selectors import run_job_logs
     from tests.unit.platform.helpers import make_run
 
     run = make_run(experiment)

@@ -19,7 +19,7 @@ from django.urls import Resolver404, resolve
 
 from posttrain.core import request_bounds
 from posttrain.core.request_bounds import USER, RequestBodyBounds, route_for
-from posttrain.telemetry.tokens import ingest_token
+from posttrain.core.run_tokens import ingest_token
 from tests.unit.platform.helpers import Endpoint, a_researcher, api_endpoints
 
 CHUNK = 64 * 1024

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from posttrain.core.run_tokens import ingest_token, token_hash
 from posttrain.runs.models import Checkpoint, Experiment, Run, RunState, RunTransition
-from posttrain.telemetry.tokens import ingest_token, token_hash
 from tests.unit.platform.helpers import BASE_CONFIG, create_body, make_run, post
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -200,7 +200,7 @@ def test_all_at_once_reserves_no_driver_cpus_and_keeps_the_workers_threads(exper
 
 
 def test_the_job_gets_where_its_token_is_never_the_token_and_the_file_is_private(experiment, settings):
-    from posttrain.telemetry.tokens import ingest_token
+    from posttrain.core.run_tokens import ingest_token
     from workers.ray_jobs import engine_env, write_token_file
 
     run = make_run(experiment)

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from posttrain.runs import services
 from posttrain.runs.models import Experiment, Run, RunState
+from posttrain.scheduling import services as scheduling_services
 from tests.unit.platform.helpers import (
     FakeJobs,
     auth,
@@ -114,7 +115,7 @@ def test_the_reconcile_never_asks_ray_about_external_runs_and_fails_silent_ones_
     Run.objects.filter(pk=silent.pk).update(last_event_at=long_ago)
     Run.objects.filter(pk=alive.pk).update(last_event_at=timezone.now())
     jobs = FakeJobs()
-    services.runs_reconcile(jobs=jobs)
+    scheduling_services.runs_reconcile(jobs=jobs)
     silent.refresh_from_db()
     alive.refresh_from_db()
     assert silent.state == RunState.FAILED and silent.state_reason.startswith("lost: the client sent nothing for 30s")

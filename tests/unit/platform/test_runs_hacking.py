@@ -11,7 +11,7 @@ import pytest
 from posttrain.runs import diagnostics
 from posttrain.runs import hacking as h
 from posttrain.runs.hacking_examples import pick_examples
-from posttrain.runs.selectors import run_alerts
+from posttrain.telemetry.alerts import run_alerts
 from posttrain.telemetry.ingestion import events_ingest
 from tests.unit.platform.helpers import make_run, sample_record, samples_event, single_campaign
 

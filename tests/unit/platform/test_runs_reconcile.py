@@ -11,8 +11,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from posttrain.runs import services
 from posttrain.runs.models import Run, RunState
+from posttrain.scheduling import services
 from posttrain.telemetry.models import MetricRow
 from tests.unit.platform.helpers import FakeJobs, make_run
 

@@ -11,6 +11,7 @@ from django.db import connection
 from posttrain.core.errors import JobsUnavailable
 from posttrain.runs import services
 from posttrain.runs.models import Run, RunState, RunTransition
+from posttrain.scheduling import services as scheduling_services
 from tests.unit.platform.helpers import FakeJobs, make_run, unknown_run_id
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_dispatch", "storage")]
@@ -19,6 +20,41 @@ S = RunState
 
 def states(run: Run) -> list[tuple[str, str]]:
     return list(RunTransition.objects.filter(run=run).values_list("from_state", "to_state"))
+
+
+def test_a_move_seals_in_its_transaction_then_tells_the_page_then_admits_after_commit(
+    experiment, monkeypatch, settings, django_capture_on_commit_callbacks
+):
+    # What telemetry and scheduling register on posttrain.runs.hooks, in the order the state machine ran it itself.
+    from posttrain.core import dispatch
+    from posttrain.telemetry import live_channel, series
+
+    settings.SCHEDULER = "admission"
+    calls: list[str] = []
+    monkeypatch.setattr(series, "seal_tail", lambda run_id: calls.append("seal"))
+    monkeypatch.setattr(live_channel, "publish", lambda run_id, events: calls.append(f"publish {events[0]['state']}"))
+    monkeypatch.setattr(dispatch, "run_task", lambda name, run_id: calls.append(name))
+    run = make_run(experiment, state=S.RUNNING)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.run_transition(run.id, [S.RUNNING], S.SUCCEEDED, "done")
+        assert calls == ["seal"]  # under the row lock, before commit
+    assert calls == ["seal", "publish succeeded", "admit_runs"]
+
+
+def test_a_revived_run_is_told_to_its_page_and_neither_sealed_nor_admitted(
+    experiment, monkeypatch, django_capture_on_commit_callbacks
+):
+    from posttrain.core import dispatch
+    from posttrain.telemetry import live_channel, series
+
+    calls: list[str] = []
+    monkeypatch.setattr(series, "seal_tail", lambda run_id: calls.append("seal"))
+    monkeypatch.setattr(live_channel, "publish", lambda run_id, events: calls.append(f"publish {events[0]['state']}"))
+    monkeypatch.setattr(dispatch, "run_task", lambda name, run_id: calls.append(name))
+    run = make_run(experiment, state=S.FAILED, kind="external", state_reason="lost: no event for 30s")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.run_revive_lost(run.id)
+    assert calls == ["publish running"]
 
 
 def test_a_transition_changes_the_state_once_and_records_its_reason(experiment):
@@ -140,8 +176,8 @@ def test_cancel_of_an_unknown_run_is_404(api):
 def test_submit_moves_a_queued_run_to_starting_and_a_repeated_submit_does_nothing(experiment):
     jobs = FakeJobs()
     run = make_run(experiment)
-    services.run_submit(run.id, jobs=jobs)
-    services.run_submit(run.id, jobs=jobs)  # a redelivered task: the run is no longer queued
+    scheduling_services.run_submit(run.id, jobs=jobs)
+    scheduling_services.run_submit(run.id, jobs=jobs)  # a redelivered task: the run is no longer queued
     run.refresh_from_db()
     assert run.state == S.STARTING and jobs.submitted == [str(run.id)]
 
@@ -150,7 +186,7 @@ def test_a_failed_submit_fails_the_run_with_the_reason(experiment):
     jobs = FakeJobs()
     jobs.fail_submit = RuntimeError("Request failed with status code 400: invalid runtime_env")
     run = make_run(experiment)
-    services.run_submit(run.id, jobs=jobs)
+    scheduling_services.run_submit(run.id, jobs=jobs)
     run.refresh_from_db()
     assert run.state == S.FAILED and "invalid runtime_env" in run.state_reason
 
@@ -160,7 +196,7 @@ def test_a_submit_ray_cannot_take_yet_keeps_the_run_queued_for_a_retry(experimen
     jobs.fail_submit = JobsUnavailable("No available agent to submit job, please try again later.")
     run = make_run(experiment)
     with pytest.raises(JobsUnavailable):  # the Celery task retries on it
-        services.run_submit(run.id, jobs=jobs)
+        scheduling_services.run_submit(run.id, jobs=jobs)
     run.refresh_from_db()
     assert run.state == S.QUEUED
 
@@ -170,7 +206,7 @@ def test_a_run_ray_never_accepts_fails_after_the_submit_timeout(experiment, sett
     jobs = FakeJobs()
     jobs.fail_submit = JobsUnavailable("Connection refused")
     run = make_run(experiment)
-    services.run_submit(run.id, jobs=jobs)
+    scheduling_services.run_submit(run.id, jobs=jobs)
     run.refresh_from_db()
     assert (
         run.state == S.FAILED
@@ -203,7 +239,7 @@ def test_a_run_cancelled_while_it_was_submitted_has_its_job_stopped(experiment, 
             return super().submit(r)
 
     jobs = CancelDuringSubmit()
-    services.run_submit(run.id, jobs=jobs)
+    scheduling_services.run_submit(run.id, jobs=jobs)
     run.refresh_from_db()
     assert jobs.stopped == [str(run.id)] and run.state == S.CANCELLED
 
@@ -231,7 +267,7 @@ def test_submit_of_a_missing_run_is_a_no_op(experiment):
             return super().status(run)
 
     jobs = RecordsEveryCall()
-    services.run_submit(unknown_run_id(), jobs=jobs)
+    scheduling_services.run_submit(unknown_run_id(), jobs=jobs)
 
     waiting.refresh_from_db()
     assert jobs.calls == [] and jobs.submitted == []
@@ -242,7 +278,7 @@ def test_stop_stops_the_job_and_ends_the_run_cancelled(experiment):
     jobs = FakeJobs()
     run = make_run(experiment, S.CANCELLING)
     jobs.statuses[str(run.id)] = "RUNNING"
-    services.run_stop(run.id, jobs=jobs, wait_s=1)
+    scheduling_services.run_stop(run.id, jobs=jobs, wait_s=1)
     run.refresh_from_db()
     assert jobs.stopped == [str(run.id)] and run.state == S.CANCELLED
 
@@ -252,10 +288,10 @@ def test_stop_leaves_a_slow_job_cancelling_for_the_reconcile_to_finish(experimen
     jobs.stop_sets = None  # Ray has not stopped it yet
     run = make_run(experiment, S.CANCELLING)
     jobs.statuses[str(run.id)] = "RUNNING"
-    services.run_stop(run.id, jobs=jobs, wait_s=0.2)
+    scheduling_services.run_stop(run.id, jobs=jobs, wait_s=0.2)
     run.refresh_from_db()
     assert run.state == S.CANCELLING
     jobs.statuses[str(run.id)] = "STOPPED"
-    services.runs_reconcile(jobs=jobs)
+    scheduling_services.runs_reconcile(jobs=jobs)
     run.refresh_from_db()
     assert run.state == S.CANCELLED

@@ -1,5 +1,5 @@
 """Fair share over time, lending quotas, per-node admission and the preemption deadline on the database
-(posttrain.scheduling.services, runs.fair_share, services.jobs): a fake cluster view and Jobs client
+(posttrain.scheduling.services, runs.fair_share, scheduling.services.jobs): a fake cluster view and Jobs client
 stand in for Ray."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
-from posttrain.runs import services
 from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import S
+from posttrain.scheduling import services
 from posttrain.scheduling.fair_share import holdings, usage_by_owner
 from posttrain.scheduling.models import ClusterSample, ClusterSnapshot, Preemption, Quota
 from posttrain.scheduling.rules import ClusterNode, ClusterView, decayed_usage

@@ -10,6 +10,7 @@ import pytest
 from posttrain.runs import services
 from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import S
+from posttrain.scheduling import services as scheduling_services
 from posttrain.scheduling.models import Preemption
 from posttrain.scheduling.services import runs_admit
 from posttrain.telemetry.event_schema import parse_batch
@@ -114,7 +115,7 @@ def test_the_reconcile_reads_exit_code_75_as_a_preemption_and_any_other_failure_
     crashed = running(experiment, researcher, "low", state=S.PREEMPTING)
     for run, code in ((preempted, 75), (crashed, 1)):
         jobs.statuses[run.ray_job_id], jobs.exit_codes[run.ray_job_id] = "FAILED", code
-        services.run_reconcile(run, jobs=jobs)
+        scheduling_services.run_reconcile(run, jobs=jobs)
     assert state(preempted) == S.PREEMPTED and "checkpointed and exited" in preempted.state_reason
     assert state(crashed) == S.FAILED and "exited with code 1" in crashed.state_reason
 
@@ -123,7 +124,7 @@ def test_a_preempting_run_whose_job_still_runs_is_asked_again(experiment, resear
     jobs = FakeJobs()
     run = running(experiment, researcher, "low", state=S.PREEMPTING)
     jobs.statuses[run.ray_job_id] = "RUNNING"
-    services.run_reconcile(run, jobs=jobs)
+    scheduling_services.run_reconcile(run, jobs=jobs)
     assert jobs.preempted == [run.ray_job_id] and state(run) == S.PREEMPTING
 
 
@@ -154,5 +155,5 @@ def test_a_preempted_run_admitted_again_is_not_lost_for_the_time_it_waited_in_th
     jobs = FakeJobs()
     assert runs_admit(cluster=cluster(1.0), jobs=jobs) == [str(run.pk)]
     jobs.statuses[f"{run.pk}-1"] = "RUNNING"  # its new job runs; the engine is still loading
-    services.run_reconcile(run, jobs=jobs)
+    scheduling_services.run_reconcile(run, jobs=jobs)
     assert state(run) == S.STARTING and jobs.stopped == []

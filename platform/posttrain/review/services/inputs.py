@@ -16,7 +16,7 @@ from posttrain.projects.access import readable
 from posttrain.registry.models import Dataset
 from posttrain.review.models import CampaignKind, JudgeRun
 from posttrain.runs.models import Run
-from posttrain.runs.selectors import run_alerts
+from posttrain.telemetry.alerts import run_alerts
 
 NAME_MAX_CHARS = 200
 TEXT_MAX_CHARS = 20_000

@@ -1,8 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from posttrain.runs.api import compare, config_views, experiments, external, runs
-from posttrain.runs.api.diagnostics import RunAlertsView
+from posttrain.runs.api import config_views, experiments, external, runs
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -15,9 +14,5 @@ urlpatterns = [
     path("runs/external/", external.ExternalRunCreateView.as_view(), name="run-external-create"),
     path("config/schema/", config_views.ConfigSchemaView.as_view(), name="config-schema"),
     path("config/yaml/", config_views.ConfigYamlView.as_view(), name="config-yaml"),
-    path("runs/<uuid:pk>/alerts/", RunAlertsView.as_view(), name="run-alerts"),
-    path("compare/", compare.CompareView.as_view(), name="api-compare"),
-    path("compare/prompts/", compare.ComparePromptsView.as_view(), name="api-compare-prompts"),
-    path("compare/samples/", compare.CompareSamplesView.as_view(), name="api-compare-samples"),
     *router.urls,
 ]

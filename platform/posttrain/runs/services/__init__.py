@@ -1,19 +1,15 @@
 """Writes of the runs app, one module per concept:
 
 - `experiments.py`: experiments, their config completed from the registry and validated by the engine;
-- `state_machine.py`: `run_transition`, the only place a run changes state (compare-and-set);
-- `launch.py`: launch, clone, resume, edit and cancel (web side; tasks dispatched after commit);
-- `jobs.py`: submit, stop and reconcile Ray jobs (Celery worker side; the web never imports ray);
+- `state_machine.py`: `run_transition`, the only place a run changes state (compare-and-set; other apps act on a
+  move through posttrain.runs.hooks);
+- `launch.py`: launch, clone, resume, edit and cancel (web side; tasks dispatched after commit; the Ray jobs are
+  posttrain.scheduling.services');
 - `external.py`: runs of other engines tracked through the SDK (no job; lost when their client goes silent);
-- `alert_webhooks.py`: critical alerts POSTed to an experiment's webhook (Celery tasks, retries, outbound policy).
+- `alert_webhooks.py`: the webhook an experiment's critical alerts go to (posttrain.telemetry.alerts sends them).
 """
 
-from posttrain.runs.services.alert_webhooks import (
-    alert_deliver,
-    alerts_notify,
-    experiment_set_webhook,
-    webhook_url_checked,
-)
+from posttrain.runs.services.alert_webhooks import experiment_set_webhook, webhook_url_checked
 from posttrain.runs.services.experiments import (
     PLATFORM_FIELDS,
     CheckedExperiment,
@@ -23,7 +19,6 @@ from posttrain.runs.services.experiments import (
     experiment_engine_config,
 )
 from posttrain.runs.services.external import ExternalRun, external_run_create, external_runs_fail_lost
-from posttrain.runs.services.jobs import JobsClient, run_reconcile, run_stop, run_submit, runs_reconcile
 from posttrain.runs.services.launch import run_cancel, run_clone, run_dir_for, run_launch, run_resume, run_update
 from posttrain.runs.services.state_machine import ACTIVE_STATES, ALLOWED_TRANSITIONS, run_revive_lost, run_transition
 
@@ -33,9 +28,6 @@ __all__ = [
     "PLATFORM_FIELDS",
     "CheckedExperiment",
     "ExternalRun",
-    "JobsClient",
-    "alert_deliver",
-    "alerts_notify",
     "build_engine_config",
     "experiment_check",
     "experiment_create",
@@ -47,13 +39,9 @@ __all__ = [
     "run_clone",
     "run_dir_for",
     "run_launch",
-    "run_reconcile",
     "run_resume",
-    "run_stop",
-    "run_submit",
     "run_revive_lost",
     "run_transition",
     "run_update",
-    "runs_reconcile",
     "webhook_url_checked",
 ]

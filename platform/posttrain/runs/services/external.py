@@ -16,12 +16,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from posttrain.core.errors import IllegalTransition, InvalidInput
+from posttrain.core.run_tokens import ingest_token, token_hash
 from posttrain.projects.models import Project
 from posttrain.runs.models import Experiment, Run, RunKind, RunState, RunTransition
 from posttrain.runs.services.experiments import nul_at
 from posttrain.runs.services.run_fields import clean_note, clean_tags
 from posttrain.runs.services.state_machine import LOST_REASON_PREFIX, run_transition
-from posttrain.telemetry.tokens import ingest_token, token_hash
 
 MAX_CONFIG_BYTES = 1 << 20
 _ENGINE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import uuid
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -14,8 +13,10 @@ from django.db import transaction
 
 from posttrain.core import dispatch
 from posttrain.core.errors import IllegalTransition, InvalidInput
+from posttrain.core.run_tokens import ingest_token, token_hash
 from posttrain.core.server_paths import resolve_run_checkpoint
 from posttrain.projects.models import Project
+from posttrain.runs.locations import rollout_folder, run_dir_for
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Checkpoint,
@@ -37,12 +38,6 @@ from posttrain.runs.services.run_fields import (
     clean_tags,
 )
 from posttrain.runs.services.state_machine import S, run_transition
-from posttrain.telemetry.rollouts import rollout_folder
-from posttrain.telemetry.tokens import ingest_token, token_hash
-
-
-def run_dir_for(run_id: uuid.UUID | str) -> Path:
-    return Path(settings.STORAGE_ROOT) / "runs" / str(run_id)
 
 
 def _create_queued_run(

@@ -2,19 +2,20 @@
 
 `run_transition` is a compare-and-set `UPDATE … WHERE state=<old>` recorded with a RunTransition row
 (reason, time) in the same transaction; whoever loses a race sees 0 rows updated and decides again
-from the fresh state. Open run pages learn of each change on the live channel after commit.
+from the fresh state. What other apps do on a move (seal the metrics, tell open run pages, admit waiting
+runs) they register in posttrain.runs.hooks.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from functools import partial
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from posttrain.runs.hooks import RunMove, run_moved
 from posttrain.runs.models import (
     TERMINAL_STATES,
     Run,
@@ -22,12 +23,11 @@ from posttrain.runs.models import (
     RunState,
     RunTransition,
 )
-from posttrain.telemetry import live_channel, series
 
 S = RunState
 ACTIVE_STATES = (S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING)  # a Ray job exists (or should)
 WAITING_STATES = (S.QUEUED, S.PREEMPTED)  # in the scheduler's queue
-# A native run leaving these frees cluster resources: admission looks at the queue again at once.
+# A native run leaving these frees cluster resources (scheduling's hook admits waiting runs at once).
 HOLDING_STATES = frozenset(ACTIVE_STATES)
 # The state machine (docs/ARCHITECTURE.md, "Run states"). Terminal states have no way out, with one exception
 # outside this table: `run_revive_lost`.
@@ -70,12 +70,6 @@ def run_transition(run_id: uuid.UUID | str, from_states: Iterable[str], to_state
         for old in from_states:
             if Run.objects.filter(pk=run_id, state=old).update(**fields):
                 _record_move(run_id, old, to_state, reason)
-                # (Not back to queued: Ray could not take the job, and asking again at once would spin.)
-                frees = old in HOLDING_STATES and to_state not in HOLDING_STATES and to_state != S.QUEUED
-                if frees and _is_native(run_id):
-                    transaction.on_commit(lambda: _admit_now(run_id))
-                if to_state in TERMINAL_STATES:  # under the row lock the update took: no ingest runs meanwhile
-                    series.seal_tail(run_id)
                 return True
     return False
 
@@ -97,22 +91,7 @@ def run_revive_lost(run_id: uuid.UUID | str) -> bool:
 
 
 def _record_move(run_id: uuid.UUID | str, old: str, new: str, reason: str) -> None:
-    """The move's RunTransition row, in the caller's transaction; open run pages learn of it on the live
-    channel after commit (the SSE stream re-reads the run)."""
+    """The move's RunTransition row, in the caller's transaction and under the row lock its update took; then
+    the hooks other apps registered (posttrain.runs.hooks)."""
     RunTransition.objects.create(run_id=run_id, from_state=old, to_state=new, reason=reason)
-    change = {"type": "state", "run": str(run_id), "from_state": old, "state": new, "reason": reason}
-    transaction.on_commit(partial(live_channel.publish, run_id, [change]))
-
-
-def _is_native(run_id: uuid.UUID | str) -> bool:
-    return Run.objects.filter(pk=run_id, kind=RunKind.NATIVE).exists()
-
-
-def _admit_now(run_id: uuid.UUID | str) -> None:
-    """Resources came free: a worker admits waiting runs now, not at the next reconcile."""
-    from django.conf import settings
-
-    from posttrain.core import dispatch
-
-    if settings.SCHEDULER == "admission":
-        dispatch.run_task("admit_runs", run_id)
+    run_moved(RunMove(run_id=run_id, from_state=old, to_state=new, reason=reason))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from posttrain.runs.models import RunPriority
+
 
 class ResourcesSerializer(serializers.Serializer):
     CPU = serializers.FloatField()
@@ -66,3 +68,7 @@ class QueueSerializer(serializers.Serializer):
     waiting = QueuedRunSerializer(many=True)
     running = GrantedRunSerializer(many=True)
     cluster = ClusterSerializer()
+
+
+class RunPrioritySerializer(serializers.Serializer):
+    priority = serializers.ChoiceField(choices=RunPriority.choices, help_text="urgent: admins and staff only.")

@@ -1,24 +1,30 @@
-"""REST API of the scheduler: the queue, its metrics as JSON and for Prometheus. Thin views over
-posttrain.scheduling's selectors and metrics."""
+"""REST API of the scheduler: the queue, its metrics as JSON and for Prometheus, and a run's priority
+(`POST /api/runs/<id>/priority/`). Thin views over posttrain.scheduling's selectors, metrics and services."""
 
 from __future__ import annotations
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from posttrain.accounts.permissions import IsResearcher
+from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.api.negotiation import FileFormatNegotiation
 from posttrain.core.errors import InvalidInput
+from posttrain.runs import selectors as run_selectors
+from posttrain.runs.api import serializers as run_s
 from posttrain.runs.api.params import float_param
+from posttrain.runs.api.runs import RunRouteViewSet
 from posttrain.scheduling.api import serializers as s
 from posttrain.scheduling.metrics import DEFAULT_WINDOW_S, MAX_WINDOW_S, MIN_WINDOW_S, queue_metrics
 from posttrain.scheduling.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from posttrain.scheduling.prometheus import exposition
 from posttrain.scheduling.selectors import queue_overview
+from posttrain.scheduling.services import run_set_priority
 
 
 class QueueView(APIView):
@@ -94,3 +100,21 @@ class QueueMetricsView(APIView):
     def get(self, request: Request) -> HttpResponse:
         figures = queue_metrics(_window(request), viewer=request.user)
         return HttpResponse(exposition(figures), content_type=PROMETHEUS_CONTENT_TYPE)
+
+
+# `/api/runs/<id>/priority/`: a second viewset on the runs route (posttrain.runs.api.runs), here because runs, the
+# lower app, never imports scheduling. (No docstring: the API schema would take it as the operation's description.)
+class RunPriorityViewSet(RunRouteViewSet):
+    @extend_schema(
+        summary="Change a run's priority (the queue is ordered again at once)",
+        description="The run's owner may set low, normal or high; admins and staff any, urgent included.",
+        request=s.RunPrioritySerializer,
+        responses={200: run_s.RunDetailSerializer, 400: ERRORS_RESPONSE, 409: ERRORS_RESPONSE},
+    )
+    @action(detail=True, methods=["post"])
+    def priority(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        body = s.RunPrioritySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = run_set_priority(run, body.validated_data["priority"], user=request.user)
+        return Response(run_s.RunDetailSerializer(run_selectors.run_list().get(pk=run.pk)).data)

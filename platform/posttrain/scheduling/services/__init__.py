@@ -12,6 +12,10 @@ engines are asked (a request file in the run folder, rl_engine/preemption.py) to
 next step boundary and exit; each then reports `preempted`, goes back to the queue, and when admitted
 again resumes from that checkpoint as its next Ray job (`Run.attempt`, `Run.ray_job_id`).
 
+The Ray jobs (`jobs.py`): the one submit (`run_submit`, for a queued run under all-at-once and for each run a pass
+admitted), the stop of a cancelled run, and the reconcile of each active run against its job; the periodic pass over
+them all, then admission, is `reconcile.py`'s `runs_reconcile`.
+
 Safe under any number of workers: a pass holds a row lock on the ClusterSnapshot row for its whole
 transaction, so passes run one after another, each seeing the grants of the ones before; and the
 move to `starting` is a compare-and-set, so a run cancelled meanwhile is never admitted.
@@ -24,8 +28,10 @@ soon as the old one's process is gone: its own enforcement, the entrypoint resou
 placement group, is the last word).
 """
 
-from posttrain.scheduling.services.admission import run_set_priority, run_start, runs_admit
+from posttrain.scheduling.services.admission import run_set_priority, runs_admit
 from posttrain.scheduling.services.cluster import RAY_REPORT_LAG_S
+from posttrain.scheduling.services.jobs import run_reconcile, run_stop, run_submit
+from posttrain.scheduling.services.jobs_api import JobsClient, default_jobs
 from posttrain.scheduling.services.preemption import (
     preemption_forced,
     record_preemption_settled,
@@ -34,10 +40,13 @@ from posttrain.scheduling.services.preemption import (
     run_request_preemption,
 )
 from posttrain.scheduling.services.quotas import TeamQuota, holding_usage, project_quota_limits, quota_limits
+from posttrain.scheduling.services.reconcile import runs_reconcile
 
 __all__ = [
     "RAY_REPORT_LAG_S",
+    "JobsClient",
     "TeamQuota",
+    "default_jobs",
     "holding_usage",
     "preemption_forced",
     "project_quota_limits",
@@ -47,6 +56,9 @@ __all__ = [
     "run_preemption_settle",
     "run_request_preemption",
     "run_set_priority",
-    "run_start",
+    "run_reconcile",
+    "run_stop",
+    "run_submit",
     "runs_admit",
+    "runs_reconcile",
 ]

@@ -4,7 +4,6 @@ they wait; the admitted runs' Ray jobs submitted, and a run's priority changed (
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -14,9 +13,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from posttrain.core import dispatch
-from posttrain.core.errors import IllegalTransition, JobsUnavailable
+from posttrain.core.errors import IllegalTransition
 from posttrain.runs.models import TERMINAL_STATES, Run, RunKind
-from posttrain.runs.services.jobs_client import default_jobs
 from posttrain.runs.services.run_fields import clean_priority
 from posttrain.runs.services.state_machine import ACTIVE_STATES, WAITING_STATES, S, run_transition
 from posttrain.scheduling.backfill import Allocation
@@ -42,6 +40,7 @@ from posttrain.scheduling.services.cluster import (
     _record_cluster,
     _sqlite_guard,
 )
+from posttrain.scheduling.services.jobs import run_submit
 from posttrain.scheduling.services.preemption import _preempt_for, run_request_preemption
 from posttrain.scheduling.services.quotas import _owner, _team_of, holding_usage, project_quota_limits, quota_limits
 
@@ -122,7 +121,7 @@ def runs_admit(
     for run_id in preempted:
         run_request_preemption(run_id, jobs=jobs)
     for run_id in admitted:
-        run_start(run_id, jobs=jobs)
+        run_submit(run_id, jobs=jobs, admitted=True)
     return admitted
 
 
@@ -187,23 +186,6 @@ def _admit(run: Run, grant: str, placement: Allocation) -> bool:
         fields["attempt"] = F("attempt") + 1
     Run.objects.filter(pk=run.pk).update(**fields)
     return True
-
-
-def run_start(run_id: uuid.UUID | str, *, jobs=None) -> None:
-    """Submit an admitted (`starting`) run's Ray job; idempotent (submission id = run id). If Ray cannot
-    take it yet the run goes back to the queue; a submit that fails otherwise fails the run."""
-    run = Run.objects.filter(pk=run_id, state=S.STARTING).first()
-    if run is None:
-        return  # cancelled meanwhile: the cancel stops whatever exists
-    jobs = jobs or default_jobs()
-    try:
-        jobs.submit(run)
-    except JobsUnavailable as exc:
-        logger.info("Ray cannot take admitted run %s yet (%s); it goes back to the queue", run.pk, exc)
-        run_transition(run.pk, [S.STARTING], S.QUEUED, f"Ray could not take the job yet: {exc}")
-    except Exception as exc:
-        logger.warning("submitting run %s failed", run.pk, exc_info=True)
-        run_transition(run.pk, [S.STARTING], S.FAILED, f"submitting the Ray job failed: {type(exc).__name__}: {exc}")
 
 
 def run_set_priority(run: Run, priority, *, user) -> Run:

@@ -12,8 +12,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from posttrain.runs.models import Run
-from posttrain.runs.services.jobs_client import default_jobs
-from posttrain.runs.services.rewind import run_rewind
 from posttrain.runs.services.state_machine import S, run_transition
 from posttrain.scheduling.fair_share import Teams
 from posttrain.scheduling.models import Preemption
@@ -31,7 +29,9 @@ from posttrain.scheduling.rules import (
 )
 from posttrain.scheduling.selectors import HIDDEN_RUN_NAME
 from posttrain.scheduling.services.cluster import _placement_of, _sum_by_node
+from posttrain.scheduling.services.jobs_api import default_jobs
 from posttrain.scheduling.services.quotas import _borrowed, _over, _team_of, _teams
+from posttrain.telemetry.rewind import run_rewind
 from rl_engine.spec.checkpoints import checkpoint_step, latest_checkpoint
 
 logger = logging.getLogger(__name__)

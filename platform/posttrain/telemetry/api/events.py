@@ -17,11 +17,11 @@ from rest_framework.views import APIView
 
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.errors import InvalidInput, PayloadTooLarge
+from posttrain.core.run_tokens import require_run_token
 from posttrain.runs.models import Run
 from posttrain.telemetry.api import serializers as s
 from posttrain.telemetry.event_schema import parse_batch
 from posttrain.telemetry.ingestion import events_ingest
-from posttrain.telemetry.tokens import require_run_token
 
 
 def _reject_constant(name: str) -> Any:

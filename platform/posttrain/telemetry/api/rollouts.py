@@ -26,11 +26,11 @@ from rest_framework.views import APIView
 from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.errors import InvalidInput, NotFound, PayloadTooLarge
+from posttrain.core.run_tokens import require_run_token
 from posttrain.projects.access import Access
 from posttrain.projects.permissions import object_for
 from posttrain.runs.models import Run
 from posttrain.telemetry import rollouts
-from posttrain.telemetry.tokens import require_run_token
 from posttrain_sdk.rollout_files import parse_file_name
 
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from posttrain.telemetry.models import RolloutFile
 from posttrain.telemetry.rollouts.gaps import Gap
 from posttrain.telemetry.rollouts.store import RunId, _query_path, existing_names, file_location
 
@@ -26,8 +27,6 @@ class StoredFile:
 
 def run_files(run_ids: Sequence[RunId], steps: Sequence[int] | None = None) -> list[StoredFile]:
     """The indexed rollout files of the runs (in the order given), by step and part."""
-    from posttrain.telemetry.models import RolloutFile
-
     files = RolloutFile.objects.filter(run_id__in=list(run_ids))
     if steps is not None:
         files = files.filter(step__in=list(steps))

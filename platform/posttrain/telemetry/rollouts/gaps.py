@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from posttrain.telemetry.models import RolloutFile
 from posttrain.telemetry.rollouts.store import existing_names
 
 
@@ -43,8 +44,6 @@ def run_rollout_files(run: Any) -> RolloutFiles:
     """The run's indexed files (with whether the store still holds each), and its gaps: a file the index
     names that the store lacks, and a step the engine trained without announcing its file (every
     earlier step than the latest announced one, for a native run that records every step's rollouts)."""
-    from posttrain.telemetry.models import RolloutFile
-
     present = existing_names(run.pk)
     out = RolloutFiles()
     indexed_steps: set[int] = set()

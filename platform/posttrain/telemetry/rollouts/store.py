@@ -10,15 +10,10 @@ from typing import Any
 from django.conf import settings
 
 from posttrain.core.errors import NotFound
+from posttrain.runs.locations import rollout_folder
 from posttrain_sdk import rollout_files
 
 RunId = uuid.UUID | str
-
-
-def rollout_folder(run_id: RunId) -> str:
-    """The run's rollout folder in the store: a local path or an fsspec URL."""
-    root = str(settings.ROLLOUT_STORE).rstrip("/")
-    return f"{root}/runs/{run_id}/{rollout_files.FOLDER}"
 
 
 def file_location(run_id: RunId, name: str) -> str:

@@ -13,7 +13,10 @@ from pathlib import Path
 from django.db import transaction
 
 from posttrain.core.errors import Conflict, IllegalTransition
+from posttrain.runs.models import TERMINAL_STATES, Run, RunState
+from posttrain.runs.services.state_machine import run_revive_lost
 from posttrain.telemetry import rollout_checks
+from posttrain.telemetry.models import RolloutFile
 from posttrain.telemetry.rollouts.store import RunId, file_location
 from posttrain_sdk import rollout_files
 
@@ -36,9 +39,6 @@ def rollout_upload(run_id: RunId, name: str, chunks: Iterator[bytes]) -> int:
 
 
 def _accepts_upload(run_id: RunId, name: str, *, lock: bool = False) -> None:
-    from posttrain.runs.models import TERMINAL_STATES, Run, RunState
-    from posttrain.runs.services.state_machine import run_revive_lost
-
     runs = Run.objects.select_for_update() if lock else Run.objects
     state = runs.filter(pk=run_id).values_list("state", flat=True).first()
     if state == RunState.FAILED and run_revive_lost(run_id):  # a lost run's client uploads: it is back
@@ -54,8 +54,6 @@ def _accepts_upload(run_id: RunId, name: str, *, lock: bool = False) -> None:
 
 def announced(run_id: RunId, name: str) -> bool:
     """Whether a `samples` event named this file (it is in the run's index)."""
-    from posttrain.telemetry.models import RolloutFile
-
     return RolloutFile.objects.filter(run_id=run_id, name=name).exists()
 
 

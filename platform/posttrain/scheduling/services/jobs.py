@@ -1,4 +1,4 @@
-"""The Celery worker's side: submit, stop and reconcile each run's Ray job.
+"""The Celery worker's side: submit (the one path, for both schedulers), stop and reconcile each run's Ray job.
 
 These functions take the Ray Jobs client as `jobs` (default: the module settings.RUNS_JOBS_CLIENT names,
 workers/ray_jobs.py, imported on first use, so the web process never imports ray). A run whose job ended
@@ -7,7 +7,6 @@ is failed as lost."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import signal
@@ -19,13 +18,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from posttrain.core.errors import JobsUnavailable
-from posttrain.runs.models import Run, RunKind
-from posttrain.runs.services.external import external_runs_fail_lost
-from posttrain.runs.services.jobs_client import JobsClient
-from posttrain.runs.services.jobs_client import default_jobs as _default_jobs
+from posttrain.core.run_tokens import token_files_remove
+from posttrain.runs.models import Run
 from posttrain.runs.services.state_machine import ACTIVE_STATES, S, run_transition
-from posttrain.telemetry import ingestion  # the module: it imports this package's state machine
-from posttrain.telemetry.tokens import token_files_remove
+from posttrain.scheduling.services.jobs_api import JobsClient
+from posttrain.scheduling.services.jobs_api import default_jobs as _default_jobs
+from posttrain.scheduling.services.preemption import preemption_forced, run_preemption_deadline, run_preemption_settle
+from posttrain.telemetry import ingestion
 from rl_engine.spec.jobs import EXIT_PREEMPTED, EXIT_TIME_LIMIT, is_user_output
 
 logger = logging.getLogger(__name__)
@@ -37,31 +36,53 @@ JOB_TERMINAL = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 _NO_SPACE = re.compile(r"^(?:[\w.]+\.)?\w*Error: \[Errno 28\] No space left on device")
 
 
-def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None) -> None:
-    """queued → starting once the Ray job is submitted (submission id = run id, so a retried task
-    cannot start the run twice); a submit that fails ends the run `failed` with the reason."""
+def run_submit(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None, admitted: bool = False) -> None:
+    """Submit the run's Ray job (submission id = run id, so a retried task cannot start the run twice).
+
+    Under `POSTTRAIN_SCHEDULER=all-at-once` the run is queued and moves queued → starting once Ray took the job;
+    under admission the pass already moved it to starting (`admitted`). Ray not taking the job yet: an admitted run
+    goes back to the queue, a queued one's task is retried until RUN_SUBMIT_TIMEOUT_S and then fails. Any other
+    error fails the run with the reason."""
+    expected = S.STARTING if admitted else S.QUEUED
     run = Run.objects.filter(pk=run_id).first()
-    if run is None or run.state != S.QUEUED:
+    if run is None or run.state != expected:
         return  # gone, cancelled before it started, or already submitted by an earlier delivery
     jobs = jobs or _default_jobs()
     try:
         jobs.submit(run)
     except JobsUnavailable as exc:
-        waited = (timezone.now() - run.state_changed_at).total_seconds()
-        if waited < settings.RUN_SUBMIT_TIMEOUT_S:
-            logger.info("Ray cannot take run %s yet (%s); the submit will be retried", run.pk, exc)
-            raise  # the task retries with backoff; the reconcile resubmits runs left queued
-        run_transition(run.pk, [S.QUEUED], S.FAILED, f"Ray did not accept the job within {int(waited)} s: {exc}")
+        _not_taken_yet(run, exc)
         return
     except Exception as exc:
         logger.warning("submitting run %s failed", run.pk, exc_info=True)
-        run_transition(run.pk, [S.QUEUED], S.FAILED, f"submitting the Ray job failed: {type(exc).__name__}: {exc}")
+        run_transition(run.pk, [expected], S.FAILED, f"submitting the Ray job failed: {type(exc).__name__}: {exc}")
         return
-    if not run_transition(run.pk, [S.QUEUED], S.STARTING, "Ray job submitted"):
-        run.refresh_from_db()
-        if run.state in (S.CANCELLING, S.CANCELLED):  # cancelled while we were submitting
-            jobs.stop(run)
-            run_reconcile(run, jobs=jobs)
+    if not admitted and not run_transition(run.pk, [S.QUEUED], S.STARTING, "Ray job submitted"):
+        _stop_if_cancelled(run, jobs)
+
+
+def _not_taken_yet(run: Run, exc: JobsUnavailable) -> None:
+    """Ray cannot take the job now (busy, restarting): an admitted run waits for the next admission; a queued run's
+    task raises to be retried with backoff (the reconcile resubmits runs left queued) until the run waited
+    RUN_SUBMIT_TIMEOUT_S, then fails."""
+    if run.state == S.STARTING:
+        logger.info("Ray cannot take admitted run %s yet (%s); it goes back to the queue", run.pk, exc)
+        run_transition(run.pk, [S.STARTING], S.QUEUED, f"Ray could not take the job yet: {exc}")
+        return
+    waited = (timezone.now() - run.state_changed_at).total_seconds()
+    if waited < settings.RUN_SUBMIT_TIMEOUT_S:
+        logger.info("Ray cannot take run %s yet (%s); the submit will be retried", run.pk, exc)
+        raise exc
+    run_transition(run.pk, [S.QUEUED], S.FAILED, f"Ray did not accept the job within {int(waited)} s: {exc}")
+
+
+def _stop_if_cancelled(run: Run, jobs: JobsClient) -> None:
+    """The job was submitted but the run left the queue meanwhile: cancelled while we were submitting, its job is
+    stopped and the run settled."""
+    run.refresh_from_db()
+    if run.state in (S.CANCELLING, S.CANCELLED):
+        jobs.stop(run)
+        run_reconcile(run, jobs=jobs)
 
 
 def run_stop(run_id: uuid.UUID | str, *, jobs: JobsClient | None = None, wait_s: float = 20.0) -> None:
@@ -88,15 +109,13 @@ def _log_tail(text: str, max_lines: int = 30, max_chars: int = 3000) -> str:
 
 def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None:
     """Bring one active run (starting, running, cancelling, preempting) in line with its Ray job."""
-    from posttrain.scheduling.services import run_preemption_deadline
-
     jobs = jobs or _default_jobs()
     run.refresh_from_db()
     if run.state not in ACTIVE_STATES:
         return
     status = jobs.status(run)
     if status is None and _admitted_moments_ago(run):
-        jobs.submit(run)  # admitted, and the pass that admitted it has not submitted it (yet, or it died)
+        run_submit(run.pk, jobs=jobs, admitted=True)  # the pass that admitted it has not submitted it (yet, or it died)
         return
     if status is None or status in JOB_TERMINAL:
         # An engine that died before reading its token left the file: no job will read it now.
@@ -117,8 +136,6 @@ def run_reconcile(run: Run, *, jobs: JobsClient | None = None, now=None) -> None
 
 def _settle_ended_job(run: Run, status: str | None, jobs: JobsClient) -> None:
     """An active run whose Ray job is gone (None) or ended, and whose engine reported no final status."""
-    from posttrain.scheduling.services import preemption_forced, run_preemption_settle
-
     active = [S.STARTING, S.RUNNING, S.CANCELLING, S.PREEMPTING]
     if status is None:
         if run.state == S.CANCELLING:
@@ -197,35 +214,3 @@ def _fail_if_lost(run: Run, jobs: JobsClient, now) -> None:
         run.pk, [S.STARTING, S.RUNNING, S.PREEMPTING], S.FAILED, f"lost: no event for {timeout:g}s{hint}"
     ):
         jobs.stop(run)
-
-
-def runs_reconcile(*, jobs: JobsClient | None = None, queued_grace_s: float | None = None, cluster=None) -> int:
-    """The periodic check (Celery beat): every active native run against its Ray job; external runs
-    whose client went silent fail as lost; then an admission pass (posttrain.scheduling.services).
-    Under `POSTTRAIN_SCHEDULER=all-at-once`, runs queued for longer than `queued_grace_s` (default
-    RUN_QUEUED_GRACE_S: their submit task was lost) are submitted again (idempotent) instead."""
-    jobs = jobs or _default_jobs()
-    if queued_grace_s is None:
-        queued_grace_s = settings.RUN_QUEUED_GRACE_S
-    checked = external_runs_fail_lost()
-    for run in Run.objects.filter(state__in=ACTIVE_STATES, kind=RunKind.NATIVE).order_by("created_at"):
-        try:
-            run_reconcile(run, jobs=jobs)
-        except Exception:  # one unreachable job must not stop the others from being checked
-            logger.warning("reconciling run %s failed", run.pk, exc_info=True)
-        checked += 1
-    if settings.SCHEDULER == "admission":
-        from posttrain.scheduling.services import runs_admit
-
-        try:
-            runs_admit(cluster=cluster, jobs=jobs, refresh=True)
-        except JobsUnavailable as exc:
-            logger.info("admission skipped: %s", exc)  # the next check tries again
-        return checked
-    stale = timezone.now() - timedelta(seconds=queued_grace_s)
-    queued = Run.objects.filter(state=S.QUEUED, state_changed_at__lt=stale, kind=RunKind.NATIVE)
-    for run_id in queued.values_list("pk", flat=True):
-        with contextlib.suppress(JobsUnavailable):  # still queued; the next check tries again
-            run_submit(run_id, jobs=jobs)
-        checked += 1
-    return checked

@@ -1,6 +1,5 @@
-"""What the worker needs of Ray's Jobs API, and where it comes from: the module settings.RUNS_JOBS_CLIENT
-names (workers/ray_jobs.py), imported on first use, so the web process never imports ray. Shared by the
-reconcile (jobs.py) and admission (scheduler.py)."""
+"""What the worker needs of Ray's Jobs API, and where it comes from: the module settings.RUNS_JOBS_CLIENT names
+(workers/ray_jobs.py), imported on first use, so the web process never imports ray."""
 
 from __future__ import annotations
 

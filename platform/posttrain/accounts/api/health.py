@@ -1,3 +1,6 @@
+"""The health endpoint (`GET /api/health/`, core's system_health). Here, in accounts, because how much it tells
+depends on the caller's role: an admin also gets what each check found."""
+
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, inline_serializer

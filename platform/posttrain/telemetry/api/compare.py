@@ -1,5 +1,5 @@
 """Comparing runs side by side: their curves on one x axis, the prompts they share and what each
-answered to one prompt. Thin views over posttrain.telemetry.series and posttrain.runs.comparison."""
+answered to one prompt. Thin views over posttrain.telemetry.series and posttrain.telemetry.comparison."""
 
 from __future__ import annotations
 
@@ -14,13 +14,12 @@ from posttrain.accounts.permissions import IsResearcher
 from posttrain.core.api.errors import ERRORS_RESPONSE
 from posttrain.core.errors import InvalidInput
 from posttrain.projects.access import readable
-from posttrain.runs import comparison
-from posttrain.runs.api import serializers as s
-from posttrain.runs.api.chart_series import SERIES_PARAMETERS, ChartSeriesSerializer, series_query
 from posttrain.runs.api.params import int_param, text_param
 from posttrain.runs.models import Run
-from posttrain.telemetry import rollouts
+from posttrain.telemetry import comparison, rollouts
 from posttrain.telemetry import series as run_series
+from posttrain.telemetry.api import serializers as s
+from posttrain.telemetry.api.chart_series import SERIES_PARAMETERS, ChartSeriesSerializer, series_query
 from posttrain.telemetry.api.rollouts import GapSerializer
 
 RUNS_PARAMETER = OpenApiParameter(

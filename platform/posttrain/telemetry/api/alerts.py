@@ -14,7 +14,7 @@ from posttrain.accounts.permissions import IsResearcher
 from posttrain.projects.access import Access
 from posttrain.projects.permissions import object_for
 from posttrain.runs.models import Run
-from posttrain.runs.selectors import run_alerts
+from posttrain.telemetry.alerts import run_alerts
 
 
 class AlertSerializer(serializers.Serializer):
