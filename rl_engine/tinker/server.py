@@ -81,6 +81,7 @@ class _Handler(BaseHTTPRequestHandler):
     # ACK (40 ms on Linux) on every answer.
     disable_nagle_algorithm = True
     key = ""
+    body = b""
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -94,9 +95,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, method: str) -> None:
         try:
             self._authenticate()
-            body = self._body() if method == "POST" else b""
+            self.body = self._body() if method == "POST" else b""
             route, arg = _route(method, self.path)
-            status, payload = route(self, _parsed(body, self.headers.get("Content-Type", "")) if arg is None else arg)
+            status, payload = route(
+                self, _parsed(self.body, self.headers.get("Content-Type", "")) if arg is None else arg
+            )
         except _Refused as exc:
             status, payload = exc.status, {"detail": exc.detail}
         except PermissionError as exc:
@@ -278,6 +281,13 @@ def _accepted(handler: _Handler, body: Any) -> tuple[int, Any]:
     return 200, {"status": "accepted"}
 
 
+def _finish_session(handler: _Handler, session_id: str) -> tuple[int, Any]:
+    body = _parsed(handler.body, handler.headers.get("Content-Type", ""))
+    status = str((body.get("reason") or {}).get("type") or "success")
+    handler.server.service.finish_session(session_id, handler.key, status, body.get("detail"))
+    return 200, {}
+
+
 def _checkpoints(handler: _Handler, model_id: str) -> tuple[int, Any]:
     return 200, {"checkpoints": handler.server.service.checkpoints(model_id, handler.key)}
 
@@ -311,11 +321,9 @@ def _route(method: str, raw_path: str) -> tuple[Route, Any]:
     if path in table:
         return table[path], None
     parts = path.strip("/").split("/")
-    if (
-        method == "GET"
-        and len(parts) == 5
-        and parts[:3] == ["api", "v1", "training_runs"]
-        and parts[4] == "checkpoints"
-    ):
-        return _checkpoints, parts[3]
+    if len(parts) == 5 and parts[:2] == ["api", "v1"]:
+        if method == "GET" and parts[2] == "training_runs" and parts[4] == "checkpoints":
+            return _checkpoints, parts[3]
+        if method == "POST" and parts[2] == "sessions" and parts[4] == "finish":
+            return _finish_session, parts[3]
     raise _Refused(404, f"{method} {path}: no such Tinker route here")

@@ -71,7 +71,7 @@ class RunRecorder(Protocol):
     def open(self, model_id: str, key: str, base_model: str, rank: int, project: str | None) -> str: ...
     def record(self, record: CallRecord) -> None: ...
     def check_open(self, model_id: str, key: str) -> None: ...
-    def finish(self, model_id: str, reason: str) -> None: ...
+    def finish(self, model_id: str, reason: str, state: str = "succeeded") -> None: ...
 
 
 @dataclass
@@ -154,7 +154,13 @@ class TinkerService:
             for session_id in idle:
                 self.end_session(session_id, f"the session ended: no heartbeat for {self.idle_s:.0f} s")
 
-    def end_session(self, session_id: str, reason: str) -> None:
+    def finish_session(self, session_id: str, key: str, status: str, detail: str | None) -> None:
+        """The client closed its session (the SDK's ``ServiceClient.close``): its runs end as it says."""
+        self.heartbeat(session_id, key)
+        reason = f"the client closed the session ({status})" + (f": {detail}" if detail else "")
+        self.end_session(session_id, reason, "succeeded" if status == "success" else "failed")
+
+    def end_session(self, session_id: str, reason: str, state: str = "succeeded") -> None:
         """Its training clients' runs finished and their models freed (queued so no call is mid-way on them)."""
         with self._lock:
             self.sessions.pop(session_id, None)
@@ -165,7 +171,7 @@ class TinkerService:
                 with self._lock:
                     self.trained.pop(model_id, None)
                 if self.runs is not None:
-                    self.runs.finish(model_id, reason)
+                    self.runs.finish(model_id, reason, state)
             future.json = {"ended": ended}
 
         self.submit(run)

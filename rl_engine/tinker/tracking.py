@@ -141,11 +141,11 @@ class PosttrainRuns:
         except PosttrainError:
             return tracked.state  # Posttrain unreachable: the session goes on; its events wait in the run folder
 
-    def finish(self, model_id: str, reason: str) -> None:
+    def finish(self, model_id: str, reason: str, state: str = "succeeded") -> None:
         with self._lock:
             tracked = self._runs.pop(model_id, None)
         if tracked is not None and not tracked.run.finished:
-            tracked.run.finish("succeeded", reason, timeout_s=10.0)
+            tracked.run.finish(state, reason, timeout_s=10.0)
 
     def run_url(self, model_id: str) -> str | None:
         with self._lock:

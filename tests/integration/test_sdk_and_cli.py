@@ -723,8 +723,11 @@ def test_a_tinker_session_is_a_run_of_its_tokens_user_with_curves_rollouts_and_c
                 training.forward_backward([datum], loss_fn="cross_entropy").result()
                 time.sleep(0.5)
 
-        stranger = tinker.ServiceClient(base_url=server.url, api_key="tml-not-a-posttrain-token")
-        with pytest.raises(Exception, match="401|does not accept this token"):
+        client.close("success").result()
+        with (
+            pytest.raises(Exception, match="401|does not accept this token"),
+            tinker.ServiceClient(base_url=server.url, api_key="tml-not-a-posttrain-token") as stranger,
+        ):
             stranger.create_lora_training_client(base_model="demo", rank=4).result()
     finally:
         server.shutdown()

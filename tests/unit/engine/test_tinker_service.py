@@ -6,6 +6,7 @@ cookbook's renderer; the numbers against the engine's own forward pass; checkpoi
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,22 +25,25 @@ KEY = "tml-test-key"
 
 
 @pytest.fixture(scope="module")
-def served(tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[CallRecord]]]:
+def served(
+    tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, list[CallRecord], TinkerService]]:
     calls: list[CallRecord] = []
     service = TinkerService({"demo": tiny_demo / "model"}, tmp_path_factory.mktemp("tinker"), on_call=calls.append)
     server = TinkerServer(("127.0.0.1", 0), service, {KEY}, poll_seconds=2.0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server.url, calls
+        yield server.url, calls, service
     finally:
         server.shutdown()
         server.server_close()
 
 
 @pytest.fixture(scope="module")
-def client(served: tuple[str, list[CallRecord]]) -> tinker.ServiceClient:
-    return tinker.ServiceClient(base_url=served[0], api_key=KEY)
+def client(served: tuple[str, list[CallRecord], TinkerService]) -> Iterator[tinker.ServiceClient]:
+    with tinker.ServiceClient(base_url=served[0], api_key=KEY) as service_client:
+        yield service_client
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +218,19 @@ def test_a_datum_whose_lengths_disagree_names_the_datum_and_the_field(client):
 
 
 def test_a_key_the_server_does_not_accept_is_refused(served):
-    stranger = tinker.ServiceClient(base_url=served[0], api_key="tml-not-this-one")
-    with pytest.raises(Exception, match="401|X-API-Key"):
+    with (
+        pytest.raises(Exception, match="401|X-API-Key"),
+        tinker.ServiceClient(base_url=served[0], api_key="tml-not-this-one") as stranger,
+    ):
         stranger.create_lora_training_client(base_model="demo", rank=4).result()
+
+
+def test_closing_the_session_frees_its_training_clients(served):
+    service = served[2]
+    with tinker.ServiceClient(base_url=served[0], api_key=KEY) as closing:
+        training = closing.create_lora_training_client(base_model="demo", rank=4).result()
+        assert training.model_id in service.trained
+    deadline = time.monotonic() + 30
+    while training.model_id in service.trained and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert training.model_id not in service.trained
