@@ -30,11 +30,6 @@ __all__ = ["PosttrainRuns", "token_of"]
 KEY_PREFIX = "tml-"
 AUTH_CACHE_S = 60.0
 STATE_CACHE_S = 2.0
-_STEP_METRICS = {
-    "forward_backward": "time/forward_backward_s",
-    "optim_step": "time/optim_step_s",
-    "sample": "time/sample_s",
-}
 
 
 def token_of(key: str) -> str:
